@@ -1,0 +1,47 @@
+"""blasdx: cuBLASDx-style block-level GEMM for Python, generated as CUDA C++ and compiled with NVRTC."""
+
+from .descriptor import Descriptor
+from .dtypes import (
+    DType,
+    bfloat16,
+    float8_e4m3,
+    float8_e5m2,
+    float16,
+    float32,
+    float64,
+    int8,
+    int32,
+    tfloat32,
+    uint8,
+)
+from .errors import BlasdxError, CompileError, DescriptorError, DeviceError, ExecutionError, UnsupportedError
+from .operators import (
+    SM,
+    Alignment,
+    Arrangement,
+    Block,
+    BlockDim,
+    Function,
+    LeadingDimension,
+    MaxAlignment,
+    Precision,
+    Size,
+    Transpose,
+    TransposeMode,
+    Type,
+    col_major,
+    left_layout,
+    right_layout,
+    row_major,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Descriptor", "DType",
+    "bfloat16", "float8_e4m3", "float8_e5m2", "float16", "float32", "float64", "int8", "int32", "tfloat32", "uint8",
+    "BlasdxError", "CompileError", "DescriptorError", "DeviceError", "ExecutionError", "UnsupportedError",
+    "SM", "Alignment", "Arrangement", "Block", "BlockDim", "Function", "LeadingDimension", "MaxAlignment",
+    "Precision", "Size", "Transpose", "TransposeMode", "Type", "col_major", "left_layout", "right_layout", "row_major",
+    "__version__",
+]

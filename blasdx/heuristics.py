@@ -1,0 +1,270 @@
+"""Every choice blasdx makes for the user, in one place: instruction, tiling, block size, layouts.
+
+The functions here take plain values (sizes, dtypes, SM) and return plain values, so the
+descriptor can ask them without the heuristics knowing about descriptors. Each rule says
+why it is what it is; ``tests/test_heuristics.py`` pins the results.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import ceil
+
+from . import dtypes as _dt
+
+__all__ = [
+    "MAX_SHARED_MEMORY",
+    "MAX_THREADS_PER_BLOCK",
+    "SMEM_BUFFER_ALIGNMENT",
+    "Problem",
+    "KernelPlan",
+    "SmemLayout",
+    "atom_shape",
+    "padded_leading_dimension",
+    "plan_kernel",
+    "vector_bytes",
+    "round_up",
+]
+
+#: Largest dynamic shared memory one block may opt into, per SM (bytes; CUDA programming guide).
+MAX_SHARED_MEMORY = {
+    75: 64 * 1024,
+    80: 163 * 1024,
+    86: 99 * 1024,
+    87: 163 * 1024,
+    89: 99 * 1024,
+    90: 227 * 1024,
+    100: 227 * 1024,
+    120: 99 * 1024,
+}
+MAX_THREADS_PER_BLOCK = 1024
+
+#: Each shared-memory buffer (A, B, C) starts on a 16-byte boundary so that 16-byte copies work.
+SMEM_BUFFER_ALIGNMENT = 16
+
+#: Accumulator bytes one thread may hold in registers per warp tile; beyond this the
+#: compiler starts spilling once fragments and addresses are counted (64 registers).
+_ACCUMULATOR_BYTES_PER_THREAD = 256
+
+
+def round_up(value: int, multiple: int) -> int:
+    return (value + multiple - 1) // multiple * multiple
+
+
+@dataclass(frozen=True)
+class Problem:
+    """The facts of a descriptor that every heuristic needs, as plain values."""
+
+    m: int
+    n: int
+    k: int
+    a: _dt.DType
+    b: _dt.DType
+    c: _dt.DType
+    is_complex: bool
+    a_row_major: bool
+    b_row_major: bool
+    c_row_major: bool
+    sm: int
+
+    def element_size(self, dtype: _dt.DType) -> int:
+        return dtype.size * (2 if self.is_complex else 1)
+
+    @property
+    def a_inner(self) -> int:
+        """Contiguous extent of A: K for row-major A (M x K), M for column-major."""
+        return self.k if self.a_row_major else self.m
+
+    @property
+    def a_outer(self) -> int:
+        return self.m if self.a_row_major else self.k
+
+    @property
+    def b_inner(self) -> int:
+        return self.n if self.b_row_major else self.k
+
+    @property
+    def b_outer(self) -> int:
+        return self.k if self.b_row_major else self.n
+
+    @property
+    def c_inner(self) -> int:
+        return self.n if self.c_row_major else self.m
+
+    @property
+    def c_outer(self) -> int:
+        return self.m if self.c_row_major else self.n
+
+
+@dataclass(frozen=True)
+class SmemLayout:
+    """A matrix in shared memory: logical (rows, cols), element strides of (row, col), swizzle."""
+
+    shape: tuple[int, int]
+    strides: tuple[int, int]
+    swizzle: str | None = None
+
+    @property
+    def leading_dimension(self) -> int:
+        return max(self.strides)
+
+    @property
+    def cosize(self) -> int:
+        """Elements spanned, i.e. what the buffer must hold."""
+        rows, cols = self.shape
+        return (rows - 1) * self.strides[0] + (cols - 1) * self.strides[1] + 1
+
+
+def atom_shape(family: str) -> tuple[int, int, int]:
+    """(M, N, K) of one instruction of ``family``; FMA works on single elements."""
+    if family == "fma":
+        return (1, 1, 1)
+    shape = family.rsplit(".", 1)[-1]  # e.g. m16n8k16
+    m, rest = shape[1:].split("n")
+    n, k = rest.split("k")
+    return int(m), int(n), int(k)
+
+
+def padded_leading_dimension(inner: int, element_size: int) -> int:
+    """Leading dimension that keeps 16-byte copies and avoids shared-memory bank conflicts.
+
+    Rows whose size is an even number of 16-byte chunks (32, 64, 128 ... bytes) put row i
+    and row i + 2 (or + 8) on the same banks, so an 8-row fragment load (ldmatrix, or eight
+    lanes each reading one row) serialises. One extra 16-byte chunk makes the row stride an
+    odd number of chunks, and an odd stride visits all eight chunk positions of a 128-byte
+    bank line. Rows that are not a multiple of 16 bytes cannot be copied 16 bytes at a time
+    anyway and are left as they are.
+    """
+    row_bytes = inner * element_size
+    if row_bytes % 32 == 0:
+        return inner + 16 // element_size
+    return inner
+
+
+def vector_bytes(alignment: int, element_size: int, *extents_in_elements: int) -> int:
+    """Widest copy (bytes, <= 16) that ``alignment`` allows and that divides every extent."""
+    width = min(alignment, 16)
+    while width > element_size and any((e * element_size) % width for e in extents_in_elements):
+        width //= 2
+    return max(width, element_size) if element_size <= 16 else element_size
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    """How the block GEMM is carried out: what codegen instantiates and the traits report."""
+
+    instruction: str  # PTX family, e.g. "mma.sync.m16n8k16", or "fma"
+    atom: tuple[int, int, int]
+    warp_tile: tuple[int, int]  # instructions per warp along (M, N); (1, 1) for fma
+    thread_tile: tuple[int, int]  # elements per thread along (M, N) on the fma path
+    threads: int
+    smem_a: SmemLayout
+    smem_b: SmemLayout
+
+    @property
+    def is_mma(self) -> bool:
+        return self.instruction != "fma"
+
+
+def _mma_warp_tile(p: Problem, family: str) -> tuple[int, int]:
+    """Instructions per warp along M and N.
+
+    A warp tile large enough to reuse each fragment several times (up to 64 x 64 elements)
+    but with its accumulator under ``_ACCUMULATOR_BYTES_PER_THREAD`` per thread, and small
+    enough that the block has at least four warp tiles to spread over its warps: small
+    problems are memory bound and want more warps issuing loads, not bigger tiles.
+    """
+    am, an, _ = atom_shape(family)
+    acc_bytes = _dt.find_combination(p.a, p.b, p.c, p.is_complex).accumulator.size * (2 if p.is_complex else 1)
+    fm = max(1, min(64, round_up(p.m, am)) // am)
+    fn = max(1, min(64, round_up(p.n, an)) // an)
+
+    def acc_per_thread(fm_: int, fn_: int) -> int:
+        return fm_ * am * fn_ * an * acc_bytes // 32
+
+    def tiles(fm_: int, fn_: int) -> int:
+        return ceil(p.m / (fm_ * am)) * ceil(p.n / (fn_ * an))
+
+    while acc_per_thread(fm, fn) > _ACCUMULATOR_BYTES_PER_THREAD or (tiles(fm, fn) < 4 and fm * fn > 1):
+        # shrink the longer side (in elements) first, keeping the tile near square
+        if fm > 1 and (fm * am >= fn * an or fn == 1):
+            fm = (fm + 1) // 2
+        elif fn > 1:
+            fn = (fn + 1) // 2
+        else:
+            break
+    return fm, fn
+
+
+def _fma_thread_tile(p: Problem) -> tuple[int, int]:
+    """Elements per thread on the CUDA-core path: 4 x 4 for 4-byte types, fewer for wider ones.
+
+    Sixteen accumulators per thread give each shared-memory load four uses, which is what
+    keeps FFMA issue (not LDS) the limit; complex and f64 values are wider, so fewer.
+    """
+    size = p.element_size(p.c)
+    if size <= 4:
+        tm = tn = 4
+    elif size == 8:
+        tm, tn = 4, 2
+    else:
+        tm = tn = 2
+    return min(tm, p.m), min(tn, p.n)
+
+
+def _suggested_threads(p: Problem, family: str, warp_tile: tuple[int, int], thread_tile: tuple[int, int]) -> int:
+    """One warp per warp tile, up to 8 warps (256 threads); FMA: one thread per thread tile.
+
+    256 threads is where a block of this kind stops gaining: more threads add barrier cost
+    and registers per SM while a small problem has no more independent work to share out.
+    """
+    if family == "fma":
+        tm, tn = thread_tile
+        work = ceil(p.m / tm) * ceil(p.n / tn)
+        return max(32, min(256, round_up(work, 32)))
+    am, an, _ = atom_shape(family)
+    fm, fn = warp_tile
+    tiles = ceil(p.m / (fm * am)) * ceil(p.n / (fn * an))
+    return 32 * max(1, min(8, tiles))
+
+
+def kernel_smem_layouts(p: Problem, max_bytes: int) -> tuple[SmemLayout, SmemLayout]:
+    """Shared-memory layouts of A and B in the block GEMM: the global order, padded when it fits.
+
+    Keeping the global order lets every copy move 16 contiguous bytes; the fragment loads
+    read either order. Padding (``padded_leading_dimension``) is dropped when it would not
+    fit in shared memory.
+    """
+
+    def layout(rows: int, cols: int, row_major: bool, ld: int) -> SmemLayout:
+        return SmemLayout((rows, cols), (ld, 1) if row_major else (1, ld))
+
+    sa, sb = p.element_size(p.a), p.element_size(p.b)
+    lda = padded_leading_dimension(p.a_inner, sa)
+    ldb = padded_leading_dimension(p.b_inner, sb)
+    need = round_up(lda * p.a_outer * sa, SMEM_BUFFER_ALIGNMENT) + ldb * p.b_outer * sb
+    if need > max_bytes:
+        lda, ldb = p.a_inner, p.b_inner
+    return (
+        layout(p.m, p.k, p.a_row_major, lda),
+        layout(p.k, p.n, p.b_row_major, ldb),
+    )
+
+
+def plan_kernel(p: Problem, threads: int | None = None) -> KernelPlan:
+    """Resolve the block GEMM for ``p``; ``threads`` (from BlockDim) overrides the suggestion."""
+    family = _dt.mma_family(p.a, p.b, p.c, p.sm)
+    atom = atom_shape(family)
+    warp_tile = _mma_warp_tile(p, family) if family != "fma" else (1, 1)
+    thread_tile = _fma_thread_tile(p) if family == "fma" else (1, 1)
+    suggested = _suggested_threads(p, family, warp_tile, thread_tile)
+    smem_a, smem_b = kernel_smem_layouts(p, MAX_SHARED_MEMORY[p.sm])
+    return KernelPlan(
+        instruction=family,
+        atom=atom,
+        warp_tile=warp_tile,
+        thread_tile=thread_tile,
+        threads=threads or suggested,
+        smem_a=smem_a,
+        smem_b=smem_b,
+    )

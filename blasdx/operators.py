@@ -1,0 +1,386 @@
+"""Description and execution operators: small frozen values that compose with ``+``.
+
+Each operator checks its own arguments when it is built, so a malformed value never
+reaches a descriptor. Composition rules between operators live in ``descriptor.py``.
+"""
+
+from __future__ import annotations
+
+import enum
+import operator
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+from . import dtypes as _dt
+from .errors import DescriptorError, UnsupportedError
+
+__all__ = [
+    "Operator",
+    "Size",
+    "Precision",
+    "Type",
+    "Function",
+    "Layout",
+    "row_major",
+    "col_major",
+    "left_layout",
+    "right_layout",
+    "Arrangement",
+    "Transpose",
+    "N",
+    "T",
+    "C",
+    "TransposeMode",
+    "LeadingDimension",
+    "Alignment",
+    "MaxAlignment",
+    "SM",
+    "SUPPORTED_SMS",
+    "Block",
+    "BlockDim",
+]
+
+SUPPORTED_SMS = (75, 80, 86, 87, 89, 90, 100, 120)
+_ARCH_SPECIFIC_SMS = (90, 100, 120)
+MAX_ALIGNMENT = 16
+
+
+def _compose(left: Any, right: Any) -> Any:
+    from .descriptor import Descriptor  # composition rules live with the descriptor
+
+    return Descriptor.compose(left, right)
+
+
+class _Composable:
+    """Mixin giving ``+`` to operators (and enum members)."""
+
+    __slots__ = ()
+
+    def __add__(self, other: Any) -> Any:
+        return _compose(self, other)
+
+    def __radd__(self, other: Any) -> Any:
+        return _compose(other, self)
+
+
+class Operator(_Composable):
+    """Base of every description and execution operator."""
+
+    __slots__ = ()
+
+
+def _positive_int(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) and not hasattr(value, "__index__"):
+        raise DescriptorError(f"{what} must be a positive integer, got {value!r}")
+    value = operator.index(value)
+    if value <= 0:
+        raise DescriptorError(f"{what} must be a positive integer, got {value}")
+    return value
+
+
+@dataclass(frozen=True, repr=False)
+class Size(Operator):
+    """Problem size: C is m x n, A is m x k, B is k x n."""
+
+    m: int
+    n: int
+    k: int
+
+    def __post_init__(self) -> None:
+        for name in ("m", "n", "k"):
+            object.__setattr__(self, name, _positive_int(getattr(self, name), f"Size: {name}"))
+
+    def __repr__(self) -> str:
+        return f"Size({self.m}, {self.n}, {self.k})"
+
+
+@dataclass(frozen=True, repr=False, init=False)
+class Precision(Operator):
+    """Element types of A, B and C; B and C default to A."""
+
+    a: _dt.DType
+    b: _dt.DType
+    c: _dt.DType
+
+    def __init__(self, a: Any, b: Any = None, c: Any = None) -> None:
+        try:
+            ta = _dt.as_dtype(a, argument="Precision: a")
+            tb = ta if b is None else _dt.as_dtype(b, argument="Precision: b")
+            tc = ta if c is None else _dt.as_dtype(c, argument="Precision: c")
+        except TypeError as exc:
+            raise DescriptorError(str(exc)) from None
+        if ta.integral != tb.integral:
+            raise DescriptorError(
+                f"Precision: A is {ta.name} ({'integral' if ta.integral else 'floating point'}) but B is "
+                f"{tb.name} ({'integral' if tb.integral else 'floating point'}); A and B must both be integral "
+                "or both floating point"
+            )
+        if ta.integral != tc.integral:
+            raise DescriptorError(
+                f"Precision: A and B are {ta.name} x {tb.name} "
+                f"({'integral' if ta.integral else 'floating point'}) but C is {tc.name}; "
+                f"{'integer products accumulate into int32' if ta.integral else 'C must be floating point too'}"
+            )
+        if not any(_dt.find_combination(ta, tb, tc, cplx) for cplx in (False, True)):
+            rows = "\n  ".join(_dt.supported_rows())
+            raise UnsupportedError(
+                f"Precision({ta.name}, {tb.name}, {tc.name}) is not a supported (A, B, C) combination. "
+                f"Supported:\n  {rows}"
+            )
+        object.__setattr__(self, "a", ta)
+        object.__setattr__(self, "b", tb)
+        object.__setattr__(self, "c", tc)
+
+    def __repr__(self) -> str:
+        return f"Precision({self.a.name}, {self.b.name}, {self.c.name})"
+
+    def __reduce__(self) -> Any:
+        return (Precision, (self.a.name, self.b.name, self.c.name))
+
+
+class Type(_Composable, enum.Enum):
+    """Real or complex elements; complex values are interleaved (real, imaginary) pairs."""
+
+    real = "real"
+    complex = "complex"
+
+    def __repr__(self) -> str:
+        return f"Type.{self.name}"
+
+
+class Function(_Composable, enum.Enum):
+    """The operation; MM is C = alpha * A @ B + beta * C."""
+
+    MM = "MM"
+
+    def __repr__(self) -> str:
+        return f"Function.{self.name}"
+
+
+class Layout(enum.Enum):
+    """Storage order of one matrix."""
+
+    row_major = "row_major"
+    col_major = "col_major"
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+row_major = Layout.row_major
+col_major = Layout.col_major
+left_layout = row_major  # cuBLASDx's names for the same orders
+right_layout = col_major
+
+
+def _layout(value: Any, what: str) -> Layout:
+    if isinstance(value, Layout):
+        return value
+    if isinstance(value, str):
+        key = value.lower().replace("-", "_")
+        aliases = {"left_layout": row_major, "right_layout": col_major, "row": row_major, "col": col_major}
+        if key in Layout.__members__:
+            return Layout[key]
+        if key in aliases:
+            return aliases[key]
+    raise DescriptorError(f"{what} must be row_major or col_major, got {value!r}")
+
+
+@dataclass(frozen=True, repr=False, init=False)
+class Arrangement(Operator):
+    """Storage order of A, B and C (in global memory and in the shared-memory API)."""
+
+    a: Layout
+    b: Layout
+    c: Layout
+
+    def __init__(self, a: Any, b: Any = col_major, c: Any = col_major) -> None:
+        object.__setattr__(self, "a", _layout(a, "Arrangement: a"))
+        object.__setattr__(self, "b", _layout(b, "Arrangement: b"))
+        object.__setattr__(self, "c", _layout(c, "Arrangement: c"))
+
+    def __repr__(self) -> str:
+        return f"Arrangement({self.a!r}, {self.b!r}, {self.c!r})"
+
+    def __reduce__(self) -> Any:
+        return (Arrangement, (self.a.name, self.b.name, self.c.name))
+
+
+DEFAULT_ARRANGEMENT = Arrangement(row_major, col_major, col_major)
+
+
+class Transpose(enum.Enum):
+    """cuBLAS-style operand modes of the deprecated TransposeMode operator."""
+
+    N = "non_transposed"
+    T = "transposed"
+    C = "conj_transposed"
+
+    def __repr__(self) -> str:
+        return f"Transpose.{self.name}"
+
+
+N, T, C = Transpose.N, Transpose.T, Transpose.C
+
+
+def _transpose(value: Any, what: str) -> Transpose:
+    if isinstance(value, Transpose):
+        return value
+    if isinstance(value, str):
+        for mode in Transpose:
+            if value in (mode.name, mode.value):
+                return mode
+    raise DescriptorError(f"{what} must be N, T or C (Transpose), got {value!r}")
+
+
+@dataclass(frozen=True, repr=False, init=False)
+class TransposeMode(Operator):
+    """Deprecated: ``TransposeMode(a, b)``; use Arrangement. C means transposed and conjugated."""
+
+    a: Transpose
+    b: Transpose
+
+    def __init__(self, a: Any, b: Any) -> None:
+        warnings.warn(
+            "TransposeMode is deprecated; use Arrangement (N -> col_major, T/C -> row_major)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        object.__setattr__(self, "a", _transpose(a, "TransposeMode: a"))
+        object.__setattr__(self, "b", _transpose(b, "TransposeMode: b"))
+
+    def as_arrangement(self) -> Arrangement:
+        """The equivalent Arrangement: N is column-major, T and C are row-major; C stays column-major."""
+        order = {Transpose.N: col_major, Transpose.T: row_major, Transpose.C: row_major}
+        return Arrangement(order[self.a], order[self.b], col_major)
+
+    @property
+    def conjugate(self) -> tuple[bool, bool]:
+        """Whether A and B are conjugated when loaded."""
+        return self.a is Transpose.C, self.b is Transpose.C
+
+    def __repr__(self) -> str:
+        return f"TransposeMode({self.a!r}, {self.b!r})"
+
+    def __reduce__(self) -> Any:
+        return (_transpose_mode_quiet, (self.a.name, self.b.name))
+
+
+def _transpose_mode_quiet(a: str, b: str) -> TransposeMode:
+    """Rebuild a TransposeMode without warning again (pickle)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return TransposeMode(a, b)
+
+
+@dataclass(frozen=True, repr=False)
+class LeadingDimension(Operator):
+    """Leading dimensions (elements between consecutive columns, or rows for row-major)."""
+
+    lda: int
+    ldb: int
+    ldc: int
+
+    def __post_init__(self) -> None:
+        for name in ("lda", "ldb", "ldc"):
+            object.__setattr__(self, name, _positive_int(getattr(self, name), f"LeadingDimension: {name}"))
+
+    def __repr__(self) -> str:
+        return f"LeadingDimension({self.lda}, {self.ldb}, {self.ldc})"
+
+
+@dataclass(frozen=True, repr=False)
+class Alignment(Operator):
+    """Guaranteed byte alignment of the A, B and C pointers (powers of two, at most 16)."""
+
+    a: int
+    b: int
+    c: int
+
+    def __post_init__(self) -> None:
+        for name in ("a", "b", "c"):
+            value = _positive_int(getattr(self, name), f"Alignment: {name}")
+            if value & (value - 1) or value > MAX_ALIGNMENT:
+                raise DescriptorError(
+                    f"Alignment: {name} must be a power of two no larger than {MAX_ALIGNMENT} bytes, got {value}"
+                )
+            object.__setattr__(self, name, value)
+
+    def __repr__(self) -> str:
+        if (self.a, self.b, self.c) == (MAX_ALIGNMENT,) * 3:
+            return "MaxAlignment"
+        return f"Alignment({self.a}, {self.b}, {self.c})"
+
+
+MaxAlignment = Alignment(MAX_ALIGNMENT, MAX_ALIGNMENT, MAX_ALIGNMENT)
+
+
+@dataclass(frozen=True, repr=False)
+class SM(Operator):
+    """Target architecture: ``SM(90)`` or ``SM(900)``; ``arch_specific=True`` targets sm_90a."""
+
+    cc: int
+    arch_specific: bool = False
+
+    def __post_init__(self) -> None:
+        cc = _positive_int(self.cc, "SM: cc")
+        if cc >= 100 * 10 or (cc >= 700 and cc % 10 == 0 and cc // 10 in SUPPORTED_SMS):
+            cc //= 10
+        if cc not in SUPPORTED_SMS:
+            listed = ", ".join(str(s) for s in SUPPORTED_SMS)
+            raise DescriptorError(f"SM: {self.cc} is not a supported architecture; expected one of {listed} (or x10)")
+        if not isinstance(self.arch_specific, bool):
+            raise DescriptorError(f"SM: arch_specific must be True or False, got {self.arch_specific!r}")
+        if self.arch_specific and cc not in _ARCH_SPECIFIC_SMS:
+            listed = ", ".join(str(s) for s in _ARCH_SPECIFIC_SMS)
+            raise DescriptorError(f"SM: arch_specific=True exists only for SM {listed}, not {cc}")
+        object.__setattr__(self, "cc", cc)
+
+    @property
+    def arch(self) -> str:
+        """The NVRTC target name, e.g. ``sm_90a``."""
+        return f"sm_{self.cc}{'a' if self.arch_specific else ''}"
+
+    def __repr__(self) -> str:
+        return f"SM({self.cc}{', arch_specific=True' if self.arch_specific else ''})"
+
+
+@dataclass(frozen=True, repr=False)
+class Block(Operator):
+    """Execution operator: the GEMM runs cooperatively on one CUDA thread block."""
+
+    def __repr__(self) -> str:
+        return "Block()"
+
+
+@dataclass(frozen=True, repr=False)
+class BlockDim(Operator):
+    """Threads of the block; each extent 1..1024, 32..1024 threads in all."""
+
+    x: int
+    y: int = 1
+    z: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("x", "y", "z"):
+            value = _positive_int(getattr(self, name), f"BlockDim: {name}")
+            if value > 1024:
+                raise DescriptorError(f"BlockDim: {name} must be at most 1024, got {value}")
+            object.__setattr__(self, name, value)
+        if not 32 <= self.threads <= 1024:
+            raise DescriptorError(
+                f"BlockDim: x*y*z must be between 32 and 1024 threads, got {self.x}*{self.y}*{self.z} = {self.threads}"
+            )
+
+    @property
+    def threads(self) -> int:
+        return self.x * self.y * self.z
+
+    def as_tuple(self) -> tuple[int, int, int]:
+        return (self.x, self.y, self.z)
+
+    def __repr__(self) -> str:
+        if (self.y, self.z) == (1, 1):
+            return f"BlockDim({self.x})"
+        return f"BlockDim({self.x}, {self.y}, {self.z})"
