@@ -233,6 +233,24 @@ class Descriptor:
         return self._value_type(self._precision.c)
 
     @property
+    def scalar_type(self) -> _dt.DType:
+        """Type of alpha and beta (each part, for complex): float32, float64 or int32."""
+        a, b, c = self.precision
+        row = _dt.find_combination(a, b, c, self.is_complex)
+        if row is None:
+            self._check_combination()
+        return row.scalar
+
+    @property
+    def accumulator_type(self) -> _dt.DType:
+        """Type the products are summed in (each part, for complex)."""
+        a, b, c = self.precision
+        row = _dt.find_combination(a, b, c, self.is_complex)
+        if row is None:
+            self._check_combination()
+        return row.accumulator
+
+    @property
     def function(self) -> Function:
         return self._need(Function, "function")
 

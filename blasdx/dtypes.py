@@ -112,20 +112,28 @@ def as_dtype(value: Any, *, argument: str = "dtype") -> DType:
             raise TypeError(f"{argument}: give the real part type ({value.real_name}) and add Type.complex")
         return value
     name = None
+    host = None
     if isinstance(value, str):
         name = value
-    else:
+    elif value is not None:  # np.dtype(None) is float64: None names no type
         text = str(value)
         if text.startswith("torch."):
             name = text[len("torch."):]
         else:
             try:
-                name = np.dtype(value).name
+                host = np.dtype(value)
+                name = host.name
             except TypeError:
                 name = None
     if name is not None:
         key = name.strip().lower()
         found = _BY_NAME.get(key) or _ALIASES.get(key)
+        if found is not None and host is not None and host != found.host_dtype:
+            # e.g. ml_dtypes.float8_e4m3 (IEEE-style, with infinities) is not CUDA's e4m3 (e4m3fn)
+            raise TypeError(
+                f"{argument}: {value!r} is a different format from blasdx's {found.name} "
+                f"({found.cpp}, host dtype {found.host_dtype.name}); use {found.host_dtype.name}"
+            )
         if found is not None:
             return found
         if key.startswith("complex"):
@@ -146,6 +154,14 @@ class Combination:
     is_complex: bool
     min_sm: int
     accumulator: DType
+
+    @property
+    def scalar(self) -> DType:
+        """Type of alpha and beta (per part for complex): int32 for integer C, float64 for
+        float64 C, float32 otherwise (f16/bf16 C scale in f32 to keep alpha exact)."""
+        if self.c.integral:
+            return int32
+        return float64 if self.c == float64 else float32
 
     def describe(self) -> str:
         kind = "complex " if self.is_complex else ""

@@ -1,0 +1,84 @@
+// Batched block GEMM: one thread block per problem, C_p = alpha * A_p B_p + beta * C_p.
+//
+// Expects `blasdx_config` (generated) and BLASDX_COMPLEX (0 or 1) to be defined. A and B
+// are copied to shared memory in their global order (16-byte copies where alignment
+// allows), the block GEMM accumulates in registers, and each result element is scaled and
+// stored straight to global memory. C is read only when beta != 0, so NaN in C stays out.
+#include "blasdx/block_gemm.cuh"
+#include "blasdx/copy.cuh"
+
+namespace blasdx {
+
+using GEMM = BlockGemm<blasdx_config>;
+using Cfg = blasdx_config;
+using S = Cfg::scalar_type;
+using V = GEMM::value_type;
+
+// alpha * acc + beta * c in the scalar type, rounded once to C's type.
+template <class T>
+__device__ __forceinline__ void scale_store(T* dst, S alpha, S beta, bool read_c, V acc) {
+    S r = alpha * convert<S>::from(acc);
+    if (read_c) r += beta * convert<S>::from(*dst);
+    *dst = convert<S>::template to<T>(r);
+}
+template <class T>
+__device__ __forceinline__ void scale_store(complex<T>* dst, complex<S> alpha, complex<S> beta, bool read_c,
+                                            V acc) {
+    const S ar = convert<S>::from(acc.x), ai = convert<S>::from(acc.y);
+    S re = alpha.x * ar - alpha.y * ai;
+    S im = alpha.x * ai + alpha.y * ar;
+    if (read_c) {
+        const S cr = convert<S>::from(dst->x), ci = convert<S>::from(dst->y);
+        re += beta.x * cr - beta.y * ci;
+        im += beta.x * ci + beta.y * cr;
+    }
+    dst->x = convert<S>::template to<T>(re);
+    dst->y = convert<S>::template to<T>(im);
+}
+
+template <class Scalar>
+__device__ __forceinline__ void batched_gemm(const Cfg::a_type* __restrict__ a, const Cfg::b_type* __restrict__ b,
+                                             Cfg::c_type* __restrict__ c, Scalar alpha, Scalar beta, i64 stride_a,
+                                             i64 stride_b, i64 stride_c, bool read_c) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    auto* sA = reinterpret_cast<Cfg::a_type*>(smem);
+    auto* sB = reinterpret_cast<Cfg::b_type*>(smem + Cfg::smem_b_offset);
+    const int tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+    const i64 problem = blockIdx.x;
+    a += problem * stride_a;
+    b += problem * stride_b;
+    c += problem * stride_c;
+
+    copy_matrix_to_shared<Cfg::a_type, Cfg::a_outer, Cfg::a_inner, Cfg::lda, Cfg::smem_lda, Cfg::copy_bytes_a,
+                          Cfg::threads>(sA, a, tid);
+    copy_matrix_to_shared<Cfg::b_type, Cfg::b_outer, Cfg::b_inner, Cfg::ldb, Cfg::smem_ldb, Cfg::copy_bytes_b,
+                          Cfg::threads>(sB, b, tid);
+    copy_wait_all();
+    __syncthreads();
+
+    auto epilogue = [&](int row, int col, V value) {
+        Cfg::c_type* dst = c + (Cfg::c_row_major ? i64(row) * Cfg::ldc + col : row + i64(col) * Cfg::ldc);
+        scale_store(dst, alpha, beta, read_c, value);
+    };
+    GEMM::run<Cfg::smem_lda, Cfg::smem_ldb>(sA, sB, tid, epilogue);
+}
+
+}  // namespace blasdx
+
+#if BLASDX_COMPLEX
+extern "C" __global__ void __launch_bounds__(blasdx_config::threads)
+    blasdx_batched_gemm(const blasdx_config::a_type* a, const blasdx_config::b_type* b, blasdx_config::c_type* c,
+                        blasdx::S alpha_re, blasdx::S alpha_im, blasdx::S beta_re, blasdx::S beta_im,
+                        blasdx::i64 stride_a, blasdx::i64 stride_b, blasdx::i64 stride_c) {
+    const bool read_c = beta_re != blasdx::S(0) || beta_im != blasdx::S(0);
+    blasdx::batched_gemm(a, b, c, blasdx::complex<blasdx::S>{alpha_re, alpha_im},
+                         blasdx::complex<blasdx::S>{beta_re, beta_im}, stride_a, stride_b, stride_c, read_c);
+}
+#else
+extern "C" __global__ void __launch_bounds__(blasdx_config::threads)
+    blasdx_batched_gemm(const blasdx_config::a_type* a, const blasdx_config::b_type* b, blasdx_config::c_type* c,
+                        blasdx::S alpha, blasdx::S beta, blasdx::i64 stride_a, blasdx::i64 stride_b,
+                        blasdx::i64 stride_c) {
+    blasdx::batched_gemm(a, b, c, alpha, beta, stride_a, stride_b, stride_c, beta != blasdx::S(0));
+}
+#endif

@@ -1,0 +1,216 @@
+// BlockGemm: C(M x N) = A(M x K) * B(K x N) computed by one thread block from shared memory.
+//
+// Cfg (generated per descriptor) fixes sizes, types, orders and tiling. Warps take warp
+// tiles of the output in turn; each accumulates its tile over all of K in registers with
+// mma.sync (or FFMA/DFMA on the CUDA-core path) and hands every result element to an
+// epilogue functor epi(row, col, value). Out-of-range rows, columns and K are predicated
+// inside the kernel, so any size works without padded copies.
+#pragma once
+
+#include "mma.cuh"
+#include "types.cuh"
+
+namespace blasdx {
+
+// A (row, kk) and B (kk, col) in a shared-memory matrix of leading dimension LD.
+template <bool ROW_MAJOR, int LD, class T>
+__device__ __forceinline__ const T& matrix_at(const T* s, int row, int col) {
+    return ROW_MAJOR ? s[row * LD + col] : s[row + col * LD];
+}
+
+// One part (0 real, 1 imaginary) of a value, the imaginary part negated when CONJ.
+template <bool CONJ, class T> __device__ __forceinline__ T part_of(const T& v, int) { return v; }
+template <bool CONJ, class T> __device__ __forceinline__ T part_of(const complex<T>& v, int part) {
+    if (part == 0) return v.x;
+    return CONJ ? negate(v.y) : v.y;
+}
+
+// Accumulator arithmetic of the CUDA-core path.
+template <class T> __device__ __forceinline__ void mac(T& acc, T a, T b) { acc = fma(a, b, acc); }
+template <class T> __device__ __forceinline__ void mac(complex<T>& acc, complex<T> a, complex<T> b) {
+    acc.x = fma(a.x, b.x, acc.x);
+    acc.x = fma(-a.y, b.y, acc.x);
+    acc.y = fma(a.x, b.y, acc.y);
+    acc.y = fma(a.y, b.x, acc.y);
+}
+
+template <class Acc, bool CONJ, class T> __device__ __forceinline__ Acc widen(const T& v) {
+    return convert<Acc>::from(v);
+}
+template <class Acc, bool CONJ, class T> __device__ __forceinline__ complex<Acc> widen(const complex<T>& v) {
+    Acc im = convert<Acc>::from(v.y);
+    return {convert<Acc>::from(v.x), CONJ ? -im : im};
+}
+
+template <class Cfg>
+struct BlockGemm {
+    using a_type = typename Cfg::a_type;
+    using b_type = typename Cfg::b_type;
+    using c_type = typename Cfg::c_type;
+    using acc_type = typename Cfg::accumulator_type;  // one part
+    using scalar_type = typename Cfg::scalar_type;    // alpha, beta (one part)
+    static constexpr bool is_complex = Cfg::is_complex;
+    using value_type = typename std_conditional<is_complex, complex<acc_type>, acc_type>::type;
+
+    static constexpr int m = Cfg::m, n = Cfg::n, k = Cfg::k;
+    static constexpr int threads = Cfg::threads;
+    static_assert(threads >= 32 && threads <= 1024, "a block GEMM runs on 32 to 1024 threads");
+
+    // ---- tensor-core path ---------------------------------------------------------------
+
+    // Every output element of the warp tiles this warp owns goes to epi(row, col, value).
+    template <int LDA, int LDB, class Epilogue>
+    __device__ static void run_mma(const a_type* sA, const b_type* sB, int tid, Epilogue& epi) {
+        using atom = typename Cfg::atom;
+        using fa_type = typename atom::a_type;
+        using fb_type = typename atom::b_type;
+        constexpr int FM = Cfg::warp_m, FN = Cfg::warp_n;
+        constexpr int WM = FM * atom::M, WN = FN * atom::N;
+        constexpr int TILES_M = (m + WM - 1) / WM, TILES = TILES_M * ((n + WN - 1) / WN);
+        constexpr int WARPS = threads / 32;
+        constexpr bool FULL_M = m % WM == 0, FULL_N = n % WN == 0, FULL_K = k % atom::K == 0;
+        constexpr int PARTS = is_complex ? 2 : 1;
+        // Complex products take four real MMAs: re += ar*br + (-ai)*bi, im += ar*bi + ai*br.
+        constexpr int A_FRAGS = is_complex ? 3 : 1;  // ar, ai, -ai
+        const int warp = tid / 32, lane = tid % 32;
+        if (warp >= WARPS) return;  // threads of a partial last warp only help with copies
+
+        for (int tile = warp; tile < TILES; tile += WARPS) {
+            const int m0 = (tile % TILES_M) * WM, n0 = (tile / TILES_M) * WN;
+            alignas(16) acc_type acc[PARTS][FM][FN][atom::C_ELEMS];
+#pragma unroll
+            for (int p = 0; p < PARTS; ++p)
+#pragma unroll
+                for (int i = 0; i < FM; ++i)
+#pragma unroll
+                    for (int j = 0; j < FN; ++j)
+#pragma unroll
+                        for (int e = 0; e < atom::C_ELEMS; ++e) acc[p][i][j][e] = acc_type(0);
+
+#pragma unroll 2
+            for (int k0 = 0; k0 < k; k0 += atom::K) {
+                fragment<fa_type, atom::A_ELEMS> fa[A_FRAGS][FM];
+                fragment<fb_type, atom::B_ELEMS> fb[PARTS][FN];
+#pragma unroll
+                for (int i = 0; i < FM; ++i) {
+#pragma unroll
+                    for (int e = 0; e < atom::A_ELEMS; ++e) {
+                        const int row = m0 + i * atom::M + atom::a_row(lane, e);
+                        const int kk = k0 + atom::a_k(lane, e);
+                        const bool in = (FULL_M || row < m) && (FULL_K || kk < k);
+#pragma unroll
+                        for (int p = 0; p < PARTS; ++p) {
+                            fa_type v = zero<fa_type>();
+                            if (in) v = part_of<Cfg::conj_a>(matrix_at<Cfg::a_row_major, LDA>(sA, row, kk), p);
+                            fa[p][i].elems()[e] = preparer<atom>::apply(v);
+                        }
+                        if constexpr (is_complex) fa[2][i].elems()[e] = negate(fa[1][i].elems()[e]);
+                    }
+                }
+#pragma unroll
+                for (int j = 0; j < FN; ++j) {
+#pragma unroll
+                    for (int e = 0; e < atom::B_ELEMS; ++e) {
+                        const int col = n0 + j * atom::N + atom::b_col(lane, e);
+                        const int kk = k0 + atom::b_k(lane, e);
+                        const bool in = (FULL_N || col < n) && (FULL_K || kk < k);
+#pragma unroll
+                        for (int p = 0; p < PARTS; ++p) {
+                            fb_type v = zero<fb_type>();
+                            if (in) v = part_of<Cfg::conj_b>(matrix_at<Cfg::b_row_major, LDB>(sB, kk, col), p);
+                            fb[p][j].elems()[e] = preparer<atom>::apply(v);
+                        }
+                    }
+                }
+#pragma unroll
+                for (int i = 0; i < FM; ++i)
+#pragma unroll
+                    for (int j = 0; j < FN; ++j) {
+                        atom::mma(acc[0][i][j], fa[0][i].regs(), fb[0][j].regs());
+                        if constexpr (is_complex) {
+                            atom::mma(acc[0][i][j], fa[2][i].regs(), fb[1][j].regs());
+                            atom::mma(acc[1][i][j], fa[0][i].regs(), fb[1][j].regs());
+                            atom::mma(acc[1][i][j], fa[1][i].regs(), fb[0][j].regs());
+                        }
+                    }
+            }
+
+#pragma unroll
+            for (int i = 0; i < FM; ++i)
+#pragma unroll
+                for (int j = 0; j < FN; ++j)
+#pragma unroll
+                    for (int e = 0; e < atom::C_ELEMS; ++e) {
+                        const int row = m0 + i * atom::M + atom::c_row(lane, e);
+                        const int col = n0 + j * atom::N + atom::c_col(lane, e);
+                        if ((FULL_M || row < m) && (FULL_N || col < n)) {
+                            if constexpr (is_complex) {
+                                epi(row, col, value_type{acc[0][i][j][e], acc[1][i][j][e]});
+                            } else {
+                                epi(row, col, acc[0][i][j][e]);
+                            }
+                        }
+                    }
+        }
+    }
+
+    // ---- CUDA-core path -------------------------------------------------------------------
+
+    // Each thread owns TM x TN outputs, rows strided by the number of row groups so that
+    // neighbouring threads read neighbouring rows.
+    template <int LDA, int LDB, class Epilogue>
+    __device__ static void run_fma(const a_type* sA, const b_type* sB, int tid, Epilogue& epi) {
+        constexpr int TM = Cfg::thread_m, TN = Cfg::thread_n;
+        constexpr int GM = (m + TM - 1) / TM, GN = (n + TN - 1) / TN, WORK = GM * GN;
+        constexpr bool FULL_M = m % TM == 0, FULL_N = n % TN == 0;
+        for (int w = tid; w < WORK; w += threads) {
+            const int gm = w % GM, gn = w / GM;
+            value_type acc[TM][TN];
+#pragma unroll
+            for (int i = 0; i < TM; ++i)
+#pragma unroll
+                for (int j = 0; j < TN; ++j) acc[i][j] = value_type{};
+#pragma unroll 4
+            for (int kk = 0; kk < k; ++kk) {
+                value_type a[TM], b[TN];
+#pragma unroll
+                for (int i = 0; i < TM; ++i) {
+                    const int row = gm + GM * i;
+                    a[i] = (FULL_M || row < m)
+                               ? widen<acc_type, Cfg::conj_a>(matrix_at<Cfg::a_row_major, LDA>(sA, row, kk))
+                               : value_type{};
+                }
+#pragma unroll
+                for (int j = 0; j < TN; ++j) {
+                    const int col = gn + GN * j;
+                    b[j] = (FULL_N || col < n)
+                               ? widen<acc_type, Cfg::conj_b>(matrix_at<Cfg::b_row_major, LDB>(sB, kk, col))
+                               : value_type{};
+                }
+#pragma unroll
+                for (int i = 0; i < TM; ++i)
+#pragma unroll
+                    for (int j = 0; j < TN; ++j) mac(acc[i][j], a[i], b[j]);
+            }
+#pragma unroll
+            for (int i = 0; i < TM; ++i)
+#pragma unroll
+                for (int j = 0; j < TN; ++j) {
+                    const int row = gm + GM * i, col = gn + GN * j;
+                    if ((FULL_M || row < m) && (FULL_N || col < n)) epi(row, col, acc[i][j]);
+                }
+        }
+    }
+
+    // C = A * B from shared memory (A, B with leading dimensions LDA, LDB), results to epi.
+    template <int LDA, int LDB, class Epilogue>
+    __device__ static void run(const a_type* sA, const b_type* sB, int tid, Epilogue& epi) {
+        if constexpr (Cfg::use_mma) {
+            run_mma<LDA, LDB>(sA, sB, tid, epi);
+        } else {
+            run_fma<LDA, LDB>(sA, sB, tid, epi);
+        }
+    }
+};
+
+}  // namespace blasdx

@@ -1,0 +1,71 @@
+// Cooperative copies between global and shared memory.
+//
+// A matrix is OUTER runs of INNER contiguous elements; each run starts LD elements after
+// the previous one. Copies move VEC_BYTES at a time: cp.async on sm_80+ (no register
+// round trip), plain vector loads and stores on sm_75.
+#pragma once
+
+#include "types.cuh"
+
+namespace blasdx {
+
+template <int BYTES> struct vector_of;
+template <> struct vector_of<16> { using type = uint4; };
+template <> struct vector_of<8> { using type = uint2; };
+template <> struct vector_of<4> { using type = unsigned int; };
+template <> struct vector_of<2> { using type = unsigned short; };
+template <> struct vector_of<1> { using type = unsigned char; };
+
+__device__ __forceinline__ u32 shared_address(const void* ptr) {
+    u32 addr;
+    asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }\n" : "=r"(addr) : "l"(ptr));
+    return addr;
+}
+
+// Copy BYTES from global src to shared dst (both BYTES-aligned).
+template <int BYTES>
+__device__ __forceinline__ void copy_to_shared(void* dst, const void* src) {
+#if __CUDA_ARCH__ >= 800
+    if constexpr (BYTES == 16) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(shared_address(dst)), "l"(src));
+        return;
+    } else if constexpr (BYTES >= 4) {
+        asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(shared_address(dst)), "l"(src),
+                     "n"(BYTES));
+        return;
+    }
+#endif
+    using V = typename vector_of<BYTES>::type;
+    *reinterpret_cast<V*>(dst) = *reinterpret_cast<const V*>(src);
+}
+
+// Wait until every copy this thread issued has landed (the caller then syncs the block).
+__device__ __forceinline__ void copy_wait_all() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
+#endif
+}
+
+// Block-cooperative copy of an OUTER x INNER matrix, global (leading dim LDG) to shared (LDS).
+template <class T, int OUTER, int INNER, int LDG, int LDS, int VEC_BYTES, int THREADS>
+__device__ __forceinline__ void copy_matrix_to_shared(T* dst, const T* src, int tid) {
+    static_assert(VEC_BYTES % int(sizeof(T)) == 0, "copy width must be a multiple of the element size");
+    static_assert((INNER * int(sizeof(T))) % VEC_BYTES == 0, "rows must be a whole number of copies");
+    constexpr int V = VEC_BYTES / int(sizeof(T));
+    if constexpr (LDG == INNER && LDS == INNER) {  // both contiguous: one flat run
+        constexpr int TOTAL = OUTER * INNER / V;
+#pragma unroll 4
+        for (int i = tid; i < TOTAL; i += THREADS) copy_to_shared<VEC_BYTES>(dst + i * V, src + i * V);
+    } else {
+        constexpr int PER_ROW = INNER / V;
+        constexpr int TOTAL = OUTER * PER_ROW;
+#pragma unroll 4
+        for (int i = tid; i < TOTAL; i += THREADS) {
+            const int r = i / PER_ROW;
+            const int c = (i - r * PER_ROW) * V;
+            copy_to_shared<VEC_BYTES>(dst + r * LDS + c, src + i64(r) * LDG + c);
+        }
+    }
+}
+
+}  // namespace blasdx

@@ -1,0 +1,201 @@
+// Warp-level MMA atoms: one mma.sync instruction each, with the (row, col) of every
+// fragment element so that fragments can be gathered from any shared-memory layout.
+//
+// Coordinates follow the PTX ISA fragment figures (section "Matrix fragments for mma"):
+// g = lane / 4 (group), t = lane % 4 (thread in group). Element e of a fragment is the
+// e-th value of the fragment's registers taken in order, low half / byte first.
+#pragma once
+
+#include "types.cuh"
+
+namespace blasdx {
+
+// ---- shapes: fragment sizes and element coordinates ----------------------------------------
+
+struct shape_m16n8k16 {  // 16-bit A/B
+    static constexpr int M = 16, N = 8, K = 16, A_ELEMS = 8, B_ELEMS = 4, C_ELEMS = 4;
+    __device__ static int a_row(int lane, int e) { return (lane >> 2) + 8 * ((e >> 1) & 1); }
+    __device__ static int a_k(int lane, int e) { return 2 * (lane & 3) + (e & 1) + 8 * (e >> 2); }
+    __device__ static int b_k(int lane, int e) { return 2 * (lane & 3) + (e & 1) + 8 * (e >> 1); }
+    __device__ static int b_col(int lane, int) { return lane >> 2; }
+    __device__ static int c_row(int lane, int e) { return (lane >> 2) + 8 * (e >> 1); }
+    __device__ static int c_col(int lane, int e) { return 2 * (lane & 3) + (e & 1); }
+};
+
+struct shape_m16n8k8_16bit {  // 16-bit A/B on sm_75
+    static constexpr int M = 16, N = 8, K = 8, A_ELEMS = 4, B_ELEMS = 2, C_ELEMS = 4;
+    __device__ static int a_row(int lane, int e) { return (lane >> 2) + 8 * (e >> 1); }
+    __device__ static int a_k(int lane, int e) { return 2 * (lane & 3) + (e & 1); }
+    __device__ static int b_k(int lane, int e) { return 2 * (lane & 3) + e; }
+    __device__ static int b_col(int lane, int) { return lane >> 2; }
+    __device__ static int c_row(int lane, int e) { return (lane >> 2) + 8 * (e >> 1); }
+    __device__ static int c_col(int lane, int e) { return 2 * (lane & 3) + (e & 1); }
+};
+
+struct shape_m16n8k8_tf32 {
+    static constexpr int M = 16, N = 8, K = 8, A_ELEMS = 4, B_ELEMS = 2, C_ELEMS = 4;
+    __device__ static int a_row(int lane, int e) { return (lane >> 2) + 8 * (e & 1); }
+    __device__ static int a_k(int lane, int e) { return (lane & 3) + 4 * (e >> 1); }
+    __device__ static int b_k(int lane, int e) { return (lane & 3) + 4 * e; }
+    __device__ static int b_col(int lane, int) { return lane >> 2; }
+    __device__ static int c_row(int lane, int e) { return (lane >> 2) + 8 * (e >> 1); }
+    __device__ static int c_col(int lane, int e) { return 2 * (lane & 3) + (e & 1); }
+};
+
+struct shape_m16n8k32 {  // 8-bit A/B (integers, fp8)
+    static constexpr int M = 16, N = 8, K = 32, A_ELEMS = 16, B_ELEMS = 8, C_ELEMS = 4;
+    __device__ static int a_row(int lane, int e) { return (lane >> 2) + 8 * ((e >> 2) & 1); }
+    __device__ static int a_k(int lane, int e) { return 4 * (lane & 3) + (e & 3) + 16 * (e >> 3); }
+    __device__ static int b_k(int lane, int e) { return 4 * (lane & 3) + (e & 3) + 16 * (e >> 2); }
+    __device__ static int b_col(int lane, int) { return lane >> 2; }
+    __device__ static int c_row(int lane, int e) { return (lane >> 2) + 8 * (e >> 1); }
+    __device__ static int c_col(int lane, int e) { return 2 * (lane & 3) + (e & 1); }
+};
+
+struct shape_m8n8k4 {  // f64
+    static constexpr int M = 8, N = 8, K = 4, A_ELEMS = 1, B_ELEMS = 1, C_ELEMS = 2;
+    __device__ static int a_row(int lane, int) { return lane >> 2; }
+    __device__ static int a_k(int lane, int) { return lane & 3; }
+    __device__ static int b_k(int lane, int) { return lane & 3; }
+    __device__ static int b_col(int lane, int) { return lane >> 2; }
+    __device__ static int c_row(int lane, int) { return lane >> 2; }
+    __device__ static int c_col(int lane, int e) { return 2 * (lane & 3) + e; }
+};
+
+// ---- atoms: shape + element types + the instruction ----------------------------------------
+//
+// mma(d, a, b): d += a * b, with a and b the fragments as 32-bit registers (64-bit for f64).
+
+template <class TA, class TB, class TAcc> struct mma_m16n8k16;
+
+template <> struct mma_m16n8k16<__half, __half, float> : shape_m16n8k16 {
+    using a_type = __half; using b_type = __half; using acc_type = float;
+    __device__ static void mma(float* d, const u32* a, const u32* b) {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+                     "{%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    }
+};
+
+template <> struct mma_m16n8k16<__half, __half, __half> : shape_m16n8k16 {
+    using a_type = __half; using b_type = __half; using acc_type = __half;
+    __device__ static void mma(__half* d, const u32* a, const u32* b) {
+        u32* c = reinterpret_cast<u32*>(d);
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16 {%0,%1}, {%2,%3,%4,%5}, {%6,%7}, "
+                     "{%0,%1};\n"
+                     : "+r"(c[0]), "+r"(c[1])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    }
+};
+
+template <> struct mma_m16n8k16<__nv_bfloat16, __nv_bfloat16, float> : shape_m16n8k16 {
+    using a_type = __nv_bfloat16; using b_type = __nv_bfloat16; using acc_type = float;
+    __device__ static void mma(float* d, const u32* a, const u32* b) {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+                     "{%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    }
+};
+
+template <class TA, class TB, class TAcc> struct mma_m16n8k8;
+
+template <> struct mma_m16n8k8<__half, __half, float> : shape_m16n8k8_16bit {
+    using a_type = __half; using b_type = __half; using acc_type = float;
+    __device__ static void mma(float* d, const u32* a, const u32* b) {
+        asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
+                     "{%0,%1,%2,%3};\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(b[0]));
+    }
+};
+
+template <> struct mma_m16n8k8<__half, __half, __half> : shape_m16n8k8_16bit {
+    using a_type = __half; using b_type = __half; using acc_type = __half;
+    __device__ static void mma(__half* d, const u32* a, const u32* b) {
+        u32* c = reinterpret_cast<u32*>(d);
+        asm volatile("mma.sync.aligned.m16n8k8.row.col.f16.f16.f16.f16 {%0,%1}, {%2,%3}, {%4}, {%0,%1};\n"
+                     : "+r"(c[0]), "+r"(c[1])
+                     : "r"(a[0]), "r"(a[1]), "r"(b[0]));
+    }
+};
+
+// tf32 operands live in shared memory as float; fragments hold them rounded to tf32.
+struct tf32 {};
+template <> struct mma_m16n8k8<tf32, tf32, float> : shape_m16n8k8_tf32 {
+    using a_type = float; using b_type = float; using acc_type = float;
+    __device__ static float prepare(float v) {
+        u32 out;
+        asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(out) : "f"(v));
+        return __uint_as_float(out);
+    }
+    __device__ static void mma(float* d, const u32* a, const u32* b) {
+        asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+                     "{%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    }
+};
+
+// 8-bit operands: the PTX type names of each storage type.
+#define BLASDX_MMA_K32(TA, TB, TAcc, PTXA, PTXB, PTXACC, CONSTRAINT)                                     \
+    template <> struct mma_m16n8k32<TA, TB, TAcc> : shape_m16n8k32 {                                    \
+        using a_type = TA; using b_type = TB; using acc_type = TAcc;                                       \
+        __device__ static void mma(TAcc* d, const u32* a, const u32* b) {                                  \
+            asm volatile("mma.sync.aligned.m16n8k32.row.col." PTXACC "." PTXA "." PTXB "." PTXACC          \
+                         " {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"                        \
+                         : "+" CONSTRAINT(d[0]), "+" CONSTRAINT(d[1]), "+" CONSTRAINT(d[2]),               \
+                           "+" CONSTRAINT(d[3])                                                            \
+                         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));              \
+        }                                                                                                  \
+    };
+
+template <class TA, class TB, class TAcc> struct mma_m16n8k32;
+BLASDX_MMA_K32(signed char, signed char, int, "s8", "s8", "s32", "r")
+BLASDX_MMA_K32(signed char, unsigned char, int, "s8", "u8", "s32", "r")
+BLASDX_MMA_K32(unsigned char, signed char, int, "u8", "s8", "s32", "r")
+BLASDX_MMA_K32(unsigned char, unsigned char, int, "u8", "u8", "s32", "r")
+#ifdef __CUDA_FP8_TYPES_EXIST__
+BLASDX_MMA_K32(__nv_fp8_e4m3, __nv_fp8_e4m3, float, "e4m3", "e4m3", "f32", "f")
+BLASDX_MMA_K32(__nv_fp8_e4m3, __nv_fp8_e5m2, float, "e4m3", "e5m2", "f32", "f")
+BLASDX_MMA_K32(__nv_fp8_e5m2, __nv_fp8_e4m3, float, "e5m2", "e4m3", "f32", "f")
+BLASDX_MMA_K32(__nv_fp8_e5m2, __nv_fp8_e5m2, float, "e5m2", "e5m2", "f32", "f")
+#endif
+#undef BLASDX_MMA_K32
+
+template <class TA, class TB, class TAcc> struct mma_m8n8k4;
+template <> struct mma_m8n8k4<double, double, double> : shape_m8n8k4 {
+    using a_type = double; using b_type = double; using acc_type = double;
+    __device__ static void mma(double* d, const double* a, const double* b) {
+        asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};\n"
+                     : "+d"(d[0]), "+d"(d[1])
+                     : "d"(a[0]), "d"(b[0]));
+    }
+};
+
+// ---- fragment registers -------------------------------------------------------------------
+
+// Registers that hold N elements of T: 32-bit words, or doubles for f64.
+template <class T, int N> struct fragment {
+    static constexpr int WORDS = (N * int(sizeof(T)) + 3) / 4;
+    u32 reg[WORDS];
+    __device__ __forceinline__ T* elems() { return reinterpret_cast<T*>(reg); }
+    __device__ __forceinline__ const u32* regs() const { return reg; }
+};
+template <int N> struct fragment<double, N> {
+    double reg[N];
+    __device__ __forceinline__ double* elems() { return reg; }
+    __device__ __forceinline__ const double* regs() const { return reg; }
+};
+
+// How a loaded element enters a fragment: unchanged, except where the atom says otherwise
+// (tf32 rounds its float operands).
+template <class Atom, class = void> struct preparer {
+    template <class T> __device__ __forceinline__ static T apply(T v) { return v; }
+};
+template <class Atom> struct preparer<Atom, decltype(void(Atom::prepare(0.0f)))> {
+    __device__ __forceinline__ static float apply(float v) { return Atom::prepare(v); }
+};
+
+}  // namespace blasdx
