@@ -507,12 +507,15 @@ class Descriptor:
             raise UnsupportedError(f"BlockDim: {threads} threads exceed {_h.MAX_THREADS_PER_BLOCK} per block")
         return self
 
-    def _check_combination(self) -> None:
+    def _check_combination(self, type_: Type | None = None) -> None:
+        """Raise UnsupportedError unless (A, B, C) runs as ``type_`` (default: this Type) on this SM."""
         a, b, c = self.precision
-        row = _dt.find_combination(a, b, c, self.is_complex)
-        kind = self.type.name
+        type_ = type_ or self.type
+        is_complex = type_ is Type.complex
+        row = _dt.find_combination(a, b, c, is_complex)
+        kind = type_.name
         if row is None:
-            rows = "\n  ".join(_dt.supported_rows(is_complex=self.is_complex))
+            rows = "\n  ".join(_dt.supported_rows(is_complex=is_complex))
             raise UnsupportedError(
                 f"{self._precision!r} + Type.{kind}: no {kind} {a.name} x {b.name} -> {c.name} GEMM. "
                 f"Supported {kind} combinations:\n  {rows}"
@@ -532,7 +535,7 @@ class Descriptor:
             failures = []
             for t in types:
                 try:
-                    (self + t if not self.has(Type) else self)._check_combination()
+                    self._check_combination(t)
                 except UnsupportedError as exc:
                     failures.append(exc)
             if len(failures) == len(types):

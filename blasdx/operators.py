@@ -170,8 +170,8 @@ class Layout(enum.Enum):
 
 row_major = Layout.row_major
 col_major = Layout.col_major
-left_layout = row_major  # cuBLASDx's names for the same orders
-right_layout = col_major
+left_layout = col_major  # cuBLASDx's names for the same orders (CuTe's LayoutLeft is column-major)
+right_layout = row_major
 
 
 def _layout(value: Any, what: str) -> Layout:
@@ -179,7 +179,7 @@ def _layout(value: Any, what: str) -> Layout:
         return value
     if isinstance(value, str):
         key = value.lower().replace("-", "_")
-        aliases = {"left_layout": row_major, "right_layout": col_major, "row": row_major, "col": col_major}
+        aliases = {"left_layout": col_major, "right_layout": row_major, "row": row_major, "col": col_major}
         if key in Layout.__members__:
             return Layout[key]
         if key in aliases:
@@ -325,7 +325,7 @@ class SM(Operator):
 
     def __post_init__(self) -> None:
         cc = _positive_int(self.cc, "SM: cc")
-        if cc >= 100 * 10 or (cc >= 700 and cc % 10 == 0 and cc // 10 in SUPPORTED_SMS):
+        if cc >= 700 and cc % 10 == 0 and cc // 10 in SUPPORTED_SMS:  # x10 form: 900 -> 90, 1000 -> 100
             cc //= 10
         if cc not in SUPPORTED_SMS:
             listed = ", ".join(str(s) for s in SUPPORTED_SMS)
@@ -356,17 +356,17 @@ class Block(Operator):
 
 @dataclass(frozen=True, repr=False)
 class BlockDim(Operator):
-    """Threads of the block; each extent 1..1024, 32..1024 threads in all."""
+    """Threads of the block; x and y 1..1024, z 1..64 (CUDA's limits), 32..1024 threads in all."""
 
     x: int
     y: int = 1
     z: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("x", "y", "z"):
+        for name, limit in (("x", 1024), ("y", 1024), ("z", 64)):
             value = _positive_int(getattr(self, name), f"BlockDim: {name}")
-            if value > 1024:
-                raise DescriptorError(f"BlockDim: {name} must be at most 1024, got {value}")
+            if value > limit:
+                raise DescriptorError(f"BlockDim: {name} must be at most {limit}, got {value}")
             object.__setattr__(self, name, value)
         if not 32 <= self.threads <= 1024:
             raise DescriptorError(

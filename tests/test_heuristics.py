@@ -1,0 +1,274 @@
+"""Heuristics: pinned results of each documented rule, and properties over random problems."""
+
+from __future__ import annotations
+
+from math import ceil
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import blasdx as bx
+from blasdx import dtypes as dt
+from blasdx import heuristics as h
+from blasdx.operators import SUPPORTED_SMS
+
+F16, BF16, TF32, F32, F64 = bx.float16, bx.bfloat16, bx.tfloat32, bx.float32, bx.float64
+E4, E5, I8, U8, I32 = bx.float8_e4m3, bx.float8_e5m2, bx.int8, bx.uint8, bx.int32
+
+
+def problem(m, n, k, a, b=None, c=None, *, cplx=False, arr=(True, False, False), sm=80):
+    return h.Problem(m, n, k, a, b or a, c or a, cplx, *arr, sm)
+
+
+def test_max_shared_memory_per_sm():
+    kib = 1024
+    assert h.MAX_SHARED_MEMORY == {
+        75: 64 * kib, 80: 163 * kib, 86: 99 * kib, 87: 163 * kib, 89: 99 * kib, 90: 227 * kib, 100: 227 * kib,
+        120: 99 * kib,
+    }
+    assert set(h.MAX_SHARED_MEMORY) == set(SUPPORTED_SMS)
+    assert h.MAX_THREADS_PER_BLOCK == 1024
+    assert h.SMEM_BUFFER_ALIGNMENT == 16
+
+
+@pytest.mark.parametrize("value, multiple, expected", [(0, 16, 0), (1, 16, 16), (16, 16, 16), (17, 16, 32), (340, 16, 352), (5, 1, 5)])
+def test_round_up(value, multiple, expected):
+    assert h.round_up(value, multiple) == expected
+
+
+@pytest.mark.parametrize(
+    "inner, element, expected",
+    [
+        (64, 2, 72),  # 128 B rows -> + 16 B = 8 halves
+        (32, 1, 48),  # 32 B -> + 16 int8
+        (64, 4, 68),  # 256 B -> + 4 floats
+        (8, 4, 12),  # 32 B -> + 4
+        (8, 8, 10),  # 64 B -> + 2 doubles
+        (2, 16, 3),  # 32 B of complex128 -> + 1
+        (48, 2, 56),  # 96 B = 3 * 32 -> + 8
+        (16, 1, 16),  # 16 B: an odd number of 16-byte chunks already
+        (24, 2, 24),  # 48 B: odd chunks
+        (12, 4, 12),  # 48 B
+        (1, 16, 1),  # 16 B
+        (5, 4, 5),  # 20 B: not 16-byte copyable, left alone
+        (7, 1, 7),
+        (17, 4, 17),  # 68 B
+        (3, 2, 3),
+    ],
+)
+def test_padded_leading_dimension(inner, element, expected):
+    assert h.padded_leading_dimension(inner, element) == expected
+
+
+@given(st.integers(1, 4096), st.sampled_from([1, 2, 4, 8, 16]))
+@settings(max_examples=200, deadline=None)
+def test_padded_leading_dimension_properties(inner, element):
+    padded = h.padded_leading_dimension(inner, element)
+    row = inner * element
+    if row % 32 == 0:
+        assert (padded - inner) * element == 16  # exactly one extra 16-byte chunk
+        assert (padded * element) % 32 == 16  # an odd number of chunks
+    else:
+        assert padded == inner
+    assert h.padded_leading_dimension(inner, element) == padded  # deterministic
+
+
+@pytest.mark.parametrize(
+    "alignment, element, extents, expected",
+    [
+        (16, 2, (64,), 16),
+        (16, 2, (64, 32), 16),
+        (16, 2, (4,), 8),  # 8-byte rows
+        (16, 2, (3,), 2),  # 6-byte rows: only single elements
+        (16, 2, (64, 6), 4),  # 12-byte rows limit everything
+        (8, 4, (64,), 8),
+        (4, 4, (64,), 4),
+        (2, 4, (64,), 4),  # never narrower than one element
+        (16, 1, (3,), 1),
+        (16, 1, (48,), 16),
+        (16, 8, (2,), 16),
+        (16, 8, (1,), 8),
+        (16, 16, (1,), 16),
+        (1, 1, (64,), 1),
+        (16, 4, (), 16),
+    ],
+)
+def test_vector_bytes(alignment, element, extents, expected):
+    assert h.vector_bytes(alignment, element, *extents) == expected
+
+
+@pytest.mark.parametrize(
+    "family, shape",
+    [
+        ("fma", (1, 1, 1)),
+        ("mma.sync.m16n8k16", (16, 8, 16)),
+        ("mma.sync.m16n8k8", (16, 8, 8)),
+        ("mma.sync.m16n8k32", (16, 8, 32)),
+        ("mma.sync.m8n8k4", (8, 8, 4)),
+        ("wgmma.m64n128k16", (64, 128, 16)),
+    ],
+)
+def test_atom_shape(family, shape):
+    assert h.atom_shape(family) == shape
+
+
+def test_problem_extents():
+    # 32x16x8, A column-major, B row-major, C row-major
+    p = problem(32, 16, 8, F32, arr=(False, True, True))
+    assert (p.a_inner, p.a_outer) == (32, 8)
+    assert (p.b_inner, p.b_outer) == (16, 8)
+    assert (p.c_inner, p.c_outer) == (16, 32)
+    q = problem(32, 16, 8, F32, arr=(True, False, False))
+    assert (q.a_inner, q.a_outer) == (8, 32)
+    assert (q.b_inner, q.b_outer) == (8, 16)
+    assert (q.c_inner, q.c_outer) == (32, 16)
+    assert problem(1, 1, 1, F64, cplx=True).element_size(F64) == 16
+    assert problem(1, 1, 1, F64).element_size(F64) == 8
+
+
+def test_smem_layout():
+    row = h.SmemLayout((64, 64), (72, 1))
+    assert row.leading_dimension == 72
+    assert row.cosize == 63 * 72 + 63 + 1
+    col = h.SmemLayout((3, 5), (1, 3))
+    assert col.leading_dimension == 3
+    assert col.cosize == 15
+    assert row.swizzle is None
+
+
+# (problem, instruction, atom, warp_tile, thread_tile, threads): worked out by hand.
+# mma: warp tile starts at min(64, M) x min(64, N) elements, halves the longer side while the
+# accumulator exceeds 256 bytes per thread or the block has fewer than four warp tiles
+# (unless already one atom); one warp per warp tile, at most 8 warps.
+# fma: 4x4 (4-byte C), 4x2 (8-byte C), 2x2 (16-byte C) per thread, 32..256 threads.
+PLANS = [
+    # 64x64 f32 acc: 4x8 (512 B) -> 2x8 (256 B, 2 tiles) -> 2x4 (4 tiles)
+    (problem(64, 64, 64, F16, F16, F32), "mma.sync.m16n8k16", (16, 8, 16), (2, 4), (1, 1), 128),
+    # f16 accumulator: 4x8 is 256 B already; 1 tile -> 2x8 -> 2x4
+    (problem(64, 64, 64, F16, F16, F16), "mma.sync.m16n8k16", (16, 8, 16), (2, 4), (1, 1), 128),
+    (problem(64, 64, 64, F16, F16, F32, sm=75), "mma.sync.m16n8k8", (16, 8, 8), (2, 4), (1, 1), 128),
+    # 128x128: 2x8 (32x64) gives 4*2 = 8 tiles -> 8 warps
+    (problem(128, 128, 32, F16, F16, F32), "mma.sync.m16n8k16", (16, 8, 16), (2, 8), (1, 1), 256),
+    (problem(128, 128, 32, BF16, BF16, F32, sm=90), "mma.sync.m16n8k16", (16, 8, 16), (2, 8), (1, 1), 256),
+    # 256x256 f16 acc: 4x8 (64x64, 256 B), 16 tiles -> capped at 8 warps
+    (problem(256, 256, 16, F16, F16, F16), "mma.sync.m16n8k16", (16, 8, 16), (4, 8), (1, 1), 256),
+    # 16x16: 1x2 -> 1x1 (2 tiles, one atom)
+    (problem(16, 16, 16, F16, F16, F32), "mma.sync.m16n8k16", (16, 8, 16), (1, 1), (1, 1), 64),
+    # 17x9: 2x2 -> 1x2 -> 1x1 -> 2*2 = 4 tiles
+    (problem(17, 9, 5, F16, F16, F32), "mma.sync.m16n8k16", (16, 8, 16), (1, 1), (1, 1), 128),
+    (problem(64, 64, 64, I8, I8, I32), "mma.sync.m16n8k32", (16, 8, 32), (2, 4), (1, 1), 128),
+    (problem(128, 128, 64, E4, E5, F16, sm=89), "mma.sync.m16n8k32", (16, 8, 32), (2, 8), (1, 1), 256),
+    (problem(64, 32, 16, TF32, TF32, F32, sm=87), "mma.sync.m16n8k8", (16, 8, 8), (1, 4), (1, 1), 128),
+    # f64 DMMA 8x8: 8x8 atoms (1024 B) -> 4x8 -> 4x4 (256 B), 4 tiles
+    (problem(64, 64, 64, F64), "mma.sync.m8n8k4", (8, 8, 4), (4, 4), (1, 1), 128),
+    (problem(8, 8, 8, F64, cplx=True), "mma.sync.m8n8k4", (8, 8, 4), (1, 1), (1, 1), 32),
+    # fma paths
+    (problem(64, 64, 64, F32), "fma", (1, 1, 1), (1, 1), (4, 4), 256),  # 16*16 = 256 threads
+    (problem(8, 8, 8, F32), "fma", (1, 1, 1), (1, 1), (4, 4), 32),  # 4 threads of work -> one warp
+    (problem(40, 40, 8, F32), "fma", (1, 1, 1), (1, 1), (4, 4), 128),  # 100 -> 128
+    (problem(3, 2, 9, F32), "fma", (1, 1, 1), (1, 1), (3, 2), 32),  # tile clipped to the problem
+    (problem(64, 64, 64, F64, sm=75), "fma", (1, 1, 1), (1, 1), (4, 2), 256),  # 16*32 = 512 -> 256
+    (problem(8, 8, 8, F32, cplx=True), "fma", (1, 1, 1), (1, 1), (4, 2), 32),
+    (problem(16, 16, 16, F64, cplx=True, sm=75), "fma", (1, 1, 1), (1, 1), (2, 2), 64),  # 8*8 = 64
+]
+
+
+@pytest.mark.parametrize("p, instruction, atom, warp_tile, thread_tile, threads", PLANS)
+def test_plan_kernel(p, instruction, atom, warp_tile, thread_tile, threads):
+    plan = h.plan_kernel(p)
+    assert plan.instruction == instruction
+    assert plan.atom == atom
+    assert plan.warp_tile == warp_tile
+    assert plan.thread_tile == thread_tile
+    assert plan.threads == threads
+    assert plan.is_mma is (instruction != "fma")
+    assert h.plan_kernel(p) == plan  # deterministic
+
+
+def test_plan_kernel_threads_override():
+    p = problem(64, 64, 64, F16, F16, F32)
+    plan = h.plan_kernel(p, threads=64)
+    assert plan.threads == 64
+    assert plan.warp_tile == h.plan_kernel(p).warp_tile  # the tiling does not depend on the block
+
+
+def test_kernel_smem_layouts_pad_when_they_fit():
+    p = problem(64, 64, 64, F16, F16, F32)  # A row-major, B column-major
+    a, b = h.plan_kernel(p).smem_a, h.plan_kernel(p).smem_b
+    assert (a.shape, a.strides) == ((64, 64), (72, 1))
+    assert (b.shape, b.strides) == ((64, 64), (1, 72))
+    # padded A + B: 72*64*2 = 9216 B each = 18432; the limit is inclusive
+    assert h.kernel_smem_layouts(p, 18432)[0].strides == (72, 1)
+    assert h.kernel_smem_layouts(p, 18431)[0].strides == (64, 1)
+    assert h.kernel_smem_layouts(p, 18431)[1].strides == (1, 64)
+
+
+def test_kernel_smem_layouts_drop_padding_when_too_big():
+    # f32 128^3 on sm_75: padded 132*128*4 * 2 = 135168 B > 64 KiB -> tight
+    p = problem(128, 128, 128, F32, sm=75, arr=(False, True, False))
+    plan = h.plan_kernel(p)
+    assert (plan.smem_a.shape, plan.smem_a.strides) == ((128, 128), (1, 128))
+    assert (plan.smem_b.shape, plan.smem_b.strides) == ((128, 128), (128, 1))
+
+
+# ---------------------------------------------------------------------------------------------- properties
+
+ROWS = list(dt.COMBINATIONS)
+
+
+@st.composite
+def problems(draw):
+    row = draw(st.sampled_from(ROWS))
+    sm = draw(st.sampled_from([s for s in SUPPORTED_SMS if s >= row.min_sm]))
+    m, n, k = (draw(st.integers(1, 300)) for _ in range(3))
+    arr = draw(st.tuples(st.booleans(), st.booleans(), st.booleans()))
+    return h.Problem(m, n, k, row.a, row.b, row.c, row.is_complex, *arr, sm), row
+
+
+@given(problems())
+@settings(max_examples=200, deadline=None)
+def test_plan_properties(pr):
+    p, row = pr
+    plan = h.plan_kernel(p)
+    assert plan == h.plan_kernel(p)  # deterministic
+    # suggested threads: whole warps, 1 to 8 of them
+    assert 32 <= plan.threads <= 256 and plan.threads % 32 == 0
+    assert plan.instruction == dt.mma_family(p.a, p.b, p.c, p.sm)
+    if plan.is_mma:
+        am, an, _ = plan.atom
+        fm, fn = plan.warp_tile
+        assert fm >= 1 and fn >= 1 and plan.thread_tile == (1, 1)
+        # a warp tile is at most 64 x 64 elements and never much larger than the problem
+        assert fm * am <= 64 and fn * an <= 64
+        assert fm * am < p.m + am and fn * an < p.n + an
+        # accumulator bytes per thread stay within 256 (64 registers)
+        acc = row.accumulator.size * (2 if p.is_complex else 1)
+        assert fm * am * fn * an * acc // 32 <= 256
+        # fewer than four warp tiles only when the tile is a single atom
+        tiles = ceil(p.m / (fm * am)) * ceil(p.n / (fn * an))
+        if tiles < 4:
+            assert (fm, fn) == (1, 1)
+        assert plan.threads == 32 * min(8, tiles)
+    else:
+        assert plan.atom == (1, 1, 1) and plan.warp_tile == (1, 1)
+        tm, tn = plan.thread_tile
+        assert 1 <= tm <= min(4, p.m) and 1 <= tn <= min(4, p.n)
+    # layouts keep the global order, hold the whole matrix and fit in shared memory
+    for layout, rows, cols, row_major, inner in (
+        (plan.smem_a, p.m, p.k, p.a_row_major, p.a_inner),
+        (plan.smem_b, p.k, p.n, p.b_row_major, p.b_inner),
+    ):
+        assert layout.shape == (rows, cols)
+        ld = layout.leading_dimension
+        assert layout.strides == ((ld, 1) if row_major else (1, ld))
+        assert ld in (inner, h.padded_leading_dimension(inner, p.element_size(p.a if layout is plan.smem_a else p.b)))
+        assert ld >= inner
+
+
+@given(problems())
+@settings(max_examples=100, deadline=None)
+def test_threads_do_not_change_the_layouts(pr):
+    p, _ = pr
+    assert h.plan_kernel(p, threads=1024).smem_a == h.plan_kernel(p).smem_a
+    assert h.plan_kernel(p, threads=1024).threads == 1024
