@@ -79,7 +79,7 @@ _ALIASES = {
     "half": float16, "f16": float16, "fp16": float16,
     "bf16": bfloat16,
     "tf32": tfloat32,
-    "float": float32, "single": float32, "f32": float32, "fp32": float32,
+    "single": float32, "f32": float32, "fp32": float32,
     "double": float64, "f64": float64, "fp64": float64,
     "float8_e4m3fn": float8_e4m3, "e4m3": float8_e4m3, "fp8_e4m3": float8_e4m3,
     "e5m2": float8_e5m2, "fp8_e5m2": float8_e5m2,

@@ -1,0 +1,117 @@
+"""Host reference GEMM, random operands and the tolerances every correctness check uses.
+
+The reference multiplies the exact values the kernel saw (inputs already rounded to their
+storage type) in float64 / complex128, or exactly in int64 for integers, so the only error
+left to tolerate is the kernel's own: accumulation order, tf32 rounding and the final
+rounding of C. ``tolerance`` is the one place those allowances are written down.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from . import dtypes as _dt
+
+__all__ = ["reference_gemm", "random_operand", "to_float64", "tolerance", "relative_error", "assert_close"]
+
+_U = {"float16": 2.0**-11, "float32": 2.0**-24, "float64": 2.0**-53, "tfloat32": 2.0**-11}
+
+
+def tolerance(a: _dt.DType, c: _dt.DType, k: int, accumulator: _dt.DType | None = None) -> float:
+    """Largest allowed normwise relative error ``||C - ref||_F / ||ref||_F``.
+
+    - integers: 0 (int32 accumulation of int8 products is exact for any K this fits);
+    - float64: 1e-12; float32 on FFMA: 1e-5 (about sqrt(K) roundings of 2^-24);
+    - tf32: 5e-3 (operands rounded to 10 mantissa bits, 2^-11 each);
+    - f16/bf16 with f32 accumulation into f32: 1e-5 (products are exact in f32);
+    - fp8: 1e-4, since fp8 tensor cores may keep fewer accumulator bits than full f32;
+    - a float16 C: 2e-3 more for the final rounding (2^-11 relative);
+    - f16 accumulation (f16 x f16 -> f16): 8 * 2^-11 * sqrt(K) + 2e-3, since every partial
+      sum is rounded to f16.
+    """
+    if a.integral:
+        return 0.0
+    if a == _dt.float64:
+        return 1e-12
+    if a == _dt.tfloat32:
+        base = 5e-3
+    elif a in (_dt.float8_e4m3, _dt.float8_e5m2):
+        base = 1e-4
+    else:
+        base = 1e-5
+    if c == _dt.float16:
+        base += 2e-3
+        if accumulator == _dt.float16:
+            base += 8 * _U["float16"] * math.sqrt(k)
+    return base
+
+
+def to_float64(x: np.ndarray) -> np.ndarray:
+    """Exact widening of a host array of any blasdx type (complex -> complex128, ints -> int64)."""
+    x = np.asarray(x)
+    if x.dtype.kind in "iu":
+        return x.astype(np.int64)
+    if x.dtype.kind == "c" or "complex" in x.dtype.name:
+        return x.astype(np.complex128)
+    return x.astype(np.float64)
+
+
+def reference_gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None, alpha: Any = 1, beta: Any = 0) -> np.ndarray:
+    """``alpha * a @ b + beta * c`` in float64 / complex128 (exact int64 for integers).
+
+    Shapes as in ``execute``: (M, K) @ (K, N) or batched with a leading batch dimension
+    (a batch of 1 broadcasts). ``beta == 0`` ignores ``c`` entirely, NaN included.
+    """
+    wa, wb = to_float64(a), to_float64(b)
+    out = alpha * np.matmul(wa, wb)
+    if beta != 0 and c is not None:
+        out = out + beta * to_float64(c)
+    return out
+
+
+def random_operand(
+    dtype: _dt.DType, shape: tuple[int, ...], rng: np.random.Generator, *, is_complex: bool = False
+) -> np.ndarray:
+    """Fresh random host values of ``dtype`` (never zeros): normal for floats, full-range-ish ints.
+
+    fp8 values are drawn small enough that e5m2's coarse grid still varies; integers stay
+    within +-100 (uint8 0..200) so that int32 sums never overflow for K up to 100 000.
+    """
+    if dtype.integral:
+        lo, hi = (0, 200) if dtype == _dt.uint8 else (-100, 100)
+        return rng.integers(lo, hi, size=shape).astype(dtype.host_dtype)
+    if is_complex:
+        complex_type = _dt.complex_of(dtype)
+        real = rng.standard_normal(shape).astype(dtype.host_dtype).astype(np.float64)
+        imag = rng.standard_normal(shape).astype(dtype.host_dtype).astype(np.float64)
+        return (real + 1j * imag).astype(complex_type.host_dtype)
+    values = rng.standard_normal(shape)
+    if dtype in (_dt.float8_e4m3, _dt.float8_e5m2):
+        values = values * 2.0
+    return values.astype(dtype.host_dtype)
+
+
+def relative_error(got: np.ndarray, ref: np.ndarray) -> float:
+    """Normwise relative error; infinite when ``got`` holds NaN or Inf."""
+    got = to_float64(got)
+    if not np.all(np.isfinite(got)):
+        return math.inf
+    norm = float(np.linalg.norm(np.ravel(ref)))
+    return float(np.linalg.norm(np.ravel(got - ref))) / (norm if norm > 0 else 1.0)
+
+
+def assert_close(got: np.ndarray, ref: np.ndarray, tol: float, what: str = "C") -> None:
+    """Raise AssertionError naming ``what`` when ``got`` is not within ``tol`` of ``ref``."""
+    if tol == 0.0:
+        wide = to_float64(got)
+        if not np.array_equal(wide, ref):
+            bad = np.argwhere(wide != ref)
+            first = tuple(int(i) for i in bad[0])
+            raise AssertionError(f"{what}: {len(bad)} elements differ, first at {first}: {wide[first]} != {ref[first]}")
+        return
+    err = relative_error(got, ref)
+    if not err <= tol:
+        raise AssertionError(f"{what}: relative error {err:.3e} exceeds {tol:.1e}")

@@ -1,0 +1,112 @@
+"""Compile matrix (CPU, no GPU): every supported (A, B, C) combination x both orders of A and B x
+sm_75, sm_80, sm_89, sm_90, at a regular, an odd and a padded-leading-dimension size.
+
+Every kernel must compile, use no local memory (no spills), stay within the register
+budget of its block size, and its SASS must hold the tensor-core opcode of its instruction.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+
+import pytest
+
+import blasdx as bx
+from blasdx import dtypes as dt
+
+SMS = (75, 80, 89, 90)
+ORDERS = list(itertools.product((bx.row_major, bx.col_major), repeat=2))
+SIZES = {"64x64x64": ((64, 64, 64), None), "17x33x9": ((17, 33, 9), None), "ld": ((32, 24, 40), (48, 56, 40))}
+
+#: SASS opcode each instruction family must produce (PTX mma.sync -> SASS name).
+OPCODES = {
+    "mma.sync.m16n8k16": "HMMA",
+    "mma.sync.m16n8k8": "HMMA",
+    "mma.sync.m16n8k32": "IMMA",  # QMMA for fp8, below
+    "mma.sync.m8n8k4": "DMMA",
+    "fma": ("FFMA", "DFMA"),
+}
+
+
+def _descriptor(row: dt.Combination, sm: int, order, size_key: str) -> bx.Descriptor:
+    size, ld = SIZES[size_key]
+    desc = (
+        bx.Size(*size)
+        + bx.Precision(row.a, row.b, row.c)
+        + (bx.Type.complex if row.is_complex else bx.Type.real)
+        + bx.Function.MM
+        + bx.Arrangement(order[0], order[1], bx.col_major)
+        + bx.SM(sm)
+        + bx.Block()
+    )
+    if ld is not None:
+        m, n, k = size
+        lda = ld[0] if order[0] is bx.col_major else ld[1]  # >= M or >= K
+        ldb = ld[2] if order[1] is bx.col_major else ld[1]  # >= K or >= N
+        desc = desc + bx.LeadingDimension(max(lda, m if order[0] is bx.col_major else k),
+                                          max(ldb, k if order[1] is bx.col_major else n), ld[0])
+    return desc
+
+
+def _cases():
+    for row in dt.COMBINATIONS:
+        for sm in SMS:
+            if row.min_sm > sm:
+                continue
+            for order in ORDERS:
+                for size_key in SIZES:
+                    yield pytest.param(row, sm, order, size_key, id=(
+                        f"{'c' if row.is_complex else ''}{row.a.name}x{row.b.name}-{row.c.name}-sm{sm}-"
+                        f"{order[0].name[0]}{order[1].name[0]}-{size_key}"))
+
+
+CASES = list(_cases())
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    """All kernels of the matrix, compiled in parallel into a private cache."""
+    import os
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("BLASDX_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+        descs = [d for d in (_descriptor(*case.values) for case in CASES) if d.is_supported]
+        kernels = bx.precompile(descs, workers=os.cpu_count() or 2)
+        yield dict(zip(descs, kernels))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("row,sm,order,size_key", CASES)
+def test_compiles_without_spills(compiled, row, sm, order, size_key):
+    desc = _descriptor(row, sm, order, size_key)
+    if not desc.is_supported:
+        pytest.skip(f"{desc!r} does not fit sm_{sm} shared memory")
+    kernel = compiled[desc]
+    assert kernel.arch == desc.arch
+    assert kernel.local_memory == 0, f"{desc!r} spills {kernel.local_memory} B per thread"
+    threads = desc.max_threads_per_block
+    assert 0 < kernel.registers <= min(255, 65536 // threads), kernel
+    assert kernel.shared_memory <= 1024, "the batched kernel keeps A and B in dynamic shared memory"
+
+
+def _sass_cases():
+    """One size per (combination, SM): the SASS check disassembles, which is slower."""
+    for case in CASES:
+        row, sm, order, size_key = case.values
+        if order == (bx.row_major, bx.col_major) and size_key == "17x33x9":
+            yield case
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("row,sm,order,size_key", list(_sass_cases()))
+def test_sass_uses_the_tensor_cores(compiled, row, sm, order, size_key):
+    desc = _descriptor(row, sm, order, size_key)
+    sass = compiled[desc].sass()
+    expected = OPCODES[desc.instruction]
+    if row.a in (dt.float8_e4m3, dt.float8_e5m2):
+        expected = "QMMA"
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    found = set(re.findall(r"\b(HMMA|IMMA|QMMA|DMMA|HGMMA|FFMA|DFMA)\b", sass))
+    assert found & set(expected), f"{desc!r}: expected {expected} for {desc.instruction}, SASS has {sorted(found)}"
+    assert not re.search(r"\b(LDL|STL)\b", sass), f"{desc!r} touches local memory"

@@ -1,0 +1,246 @@
+"""GPU correctness of execute(): every supported combination against the float64 reference.
+
+Fresh random operands per case, C poisoned (NaN) when beta = 0, odd sizes, every
+arrangement for two sizes and two arrangements for the rest, explicit leading dimensions,
+BlockDim overrides, batches with broadcast, CuPy / PyTorch / blasdx arrays, streams.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+import blasdx as bx
+from blasdx import dtypes as dt
+from blasdx.reference import assert_close, random_operand, reference_gemm, tolerance
+
+from .gpu_support import (
+    gemm_descriptor,
+    gpu_sm,
+    largest_square,
+    require_gpu,
+    strided_operand,
+    torch_to_host,
+    value_type,
+)
+
+pytestmark = pytest.mark.gpu
+
+R, C = bx.row_major, bx.col_major
+ALL_ARRANGEMENTS = list(itertools.product((R, C), repeat=3))
+TWO_ARRANGEMENTS = [(R, C, C), (C, R, R)]
+SIZES_ALL_ARRANGEMENTS = [(17, 33, 9), (64, 64, 64)]
+SIZES = [(1, 1, 1), (8, 8, 8), (16, 16, 16), (32, 32, 32), (33, 17, 64), (100, 100, 100), (128, 128, 64),
+         (16, 128, 33), (128, 8, 100)]
+
+
+def _rows() -> list[dt.Combination]:
+    sm = gpu_sm() or 90
+    return [row for row in dt.COMBINATIONS if row.min_sm <= sm]
+
+
+def _row_id(row: dt.Combination) -> str:
+    return f"{'c' if row.is_complex else ''}{row.a.name}x{row.b.name}-{row.c.name}"
+
+
+def _cases():
+    for row in _rows():
+        for size in SIZES_ALL_ARRANGEMENTS:
+            for arr in ALL_ARRANGEMENTS:
+                yield row, size, arr
+        for size in SIZES + ["largest"]:
+            for arr in TWO_ARRANGEMENTS:
+                yield row, size, arr
+
+
+CASES = list(_cases())
+
+
+def _scalars(row: dt.Combination) -> list[tuple]:
+    if row.c.integral:
+        return [(1, 0), (-2, 3)]
+    if row.is_complex:
+        return [(1, 0), (complex(-1.5, 0.25), complex(0.5, -1))]
+    return [(1, 0), (-1.5, 0.5)]
+
+
+@pytest.fixture(scope="module")
+def sm() -> int:
+    return require_gpu()
+
+
+@pytest.fixture(scope="module")
+def compiled(sm):
+    """Compile every descriptor of the module up front, in parallel."""
+    descs = {}
+    for row, size, arr in CASES:
+        s = (largest_square(row, sm),) * 3 if size == "largest" else size
+        desc = gemm_descriptor(row, s, sm, arr)
+        if desc.is_supported:
+            descs[(row, size, arr)] = desc
+    bx.precompile(list(descs.values()), workers=16)
+    return descs
+
+
+def run_gemm(desc: bx.Descriptor, row: dt.Combination, alpha, beta, rng, batch: int = 2, a_batch=None, b_batch=None,
+             ld=None) -> None:
+    """Execute once on fresh data and compare with the reference (C untouched outside its view)."""
+    m, n, k = desc.size
+    va, vb, vc = (value_type(t, row.is_complex) for t in (row.a, row.b, row.c))
+    a_host = random_operand(row.a, (a_batch or batch, m, k), rng, is_complex=row.is_complex)
+    b_host = random_operand(row.b, (b_batch or batch, k, n), rng, is_complex=row.is_complex)
+    c_host = random_operand(row.c, (batch, m, n), rng, is_complex=row.is_complex)
+    if beta == 0:
+        c_host[...] = 12345 if vc.integral else np.nan
+    arr = desc.arrangement
+    lda, ldb, ldc = desc.leading_dimension
+    a = strided_operand(a_host, va, arr.a is R, lda)
+    b = strided_operand(b_host, vb, arr.b is R, ldb)
+    c = strided_operand(c_host, vc, arr.c is R, ldc)
+    out = desc.execute(a, b, c, alpha=alpha, beta=beta)
+    assert out is c
+    got = torch_to_host(c, vc)
+    ref = reference_gemm(a_host, b_host, c_host, alpha, beta)
+    tol = tolerance(row.a, row.c, k, desc.accumulator_type)
+    assert_close(got, ref, tol, what=f"C of {desc!r} alpha={alpha} beta={beta}")
+
+
+@pytest.mark.parametrize(
+    "row,size,arr", CASES, ids=[f"{_row_id(r)}-{s if isinstance(s, str) else 'x'.join(map(str, s))}-"
+                                f"{''.join(x.name[0] for x in a)}" for r, s, a in CASES]
+)
+def test_every_combination(compiled, row, size, arr):
+    desc = compiled.get((row, size, arr))
+    if desc is None:
+        pytest.skip("does not fit this SM's shared memory")
+    rng = np.random.default_rng(abs(hash((repr(desc), "seed"))) % 2**32)
+    for alpha, beta in _scalars(row):
+        run_gemm(desc, row, alpha, beta, rng)
+
+
+@pytest.mark.parametrize("threads", [32, 33, 64, 96, 160, 512, 1024])
+@pytest.mark.parametrize("row", _rows(), ids=_row_id)
+def test_block_dim_override(sm, row, threads):
+    desc = gemm_descriptor(row, (40, 24, 40), sm, (R, C, C), block=bx.BlockDim(threads))
+    rng = np.random.default_rng(threads)
+    run_gemm(desc, row, *_scalars(row)[1], rng)
+
+
+@pytest.mark.parametrize("row", _rows(), ids=_row_id)
+def test_explicit_leading_dimensions_and_alignment(sm, row):
+    ld = bx.LeadingDimension(40, 48, 36)
+    desc = gemm_descriptor(row, (32, 32, 32), sm, (C, C, C), ld=ld)
+    run_gemm(desc, row, *_scalars(row)[1], np.random.default_rng(7))
+    desc16 = gemm_descriptor(row, (64, 64, 64), sm, (R, C, C), al=bx.MaxAlignment)
+    if desc16.is_supported:
+        run_gemm(desc16, row, *_scalars(row)[1], np.random.default_rng(8))
+
+
+@pytest.mark.parametrize("a_batch,b_batch", [(1, 5), (5, 1), (1, 1), (5, 5)])
+def test_batch_broadcast(sm, a_batch, b_batch):
+    row = dt.find_combination(dt.float16, dt.float16, dt.float32, False)
+    desc = gemm_descriptor(row, (24, 40, 16), sm, (R, C, C))
+    run_gemm(desc, row, -1.5, 0.5, np.random.default_rng(3), batch=5, a_batch=a_batch, b_batch=b_batch)
+
+
+def test_large_batch_matches_reference(sm):
+    row = dt.find_combination(dt.float16, dt.float16, dt.float32, False)
+    desc = gemm_descriptor(row, (32, 32, 32), sm, (R, C, C), al=bx.MaxAlignment)
+    run_gemm(desc, row, 1.0, 0.0, np.random.default_rng(4), batch=4096)
+
+
+def test_beta_zero_never_reads_c(sm):
+    """NaN in C must not leak into the result when beta is 0 (all element types)."""
+    for row in _rows():
+        desc = gemm_descriptor(row, (16, 16, 16), sm)
+        run_gemm(desc, row, 1, 0, np.random.default_rng(5))
+
+
+def test_cupy_arrays_and_cupy_stream(sm):
+    cp = pytest.importorskip("cupy")
+    desc = gemm_descriptor(dt.find_combination(dt.float32, dt.float32, dt.float32, False), (33, 17, 20), sm, (R, R, R))
+    rng = np.random.default_rng(11)
+    a_h, b_h = rng.standard_normal((33, 20)).astype(np.float32), rng.standard_normal((20, 17)).astype(np.float32)
+    c_h = rng.standard_normal((33, 17)).astype(np.float32)
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        a, b, c = cp.asarray(a_h), cp.asarray(b_h), cp.asarray(c_h)
+        c *= 2  # queued before the GEMM on the same stream: the GEMM must see it
+        desc.execute(a, b, c, alpha=1.0, beta=0.5, stream=stream)
+        got = cp.asnumpy(c, stream=stream)
+    stream.synchronize()
+    assert_close(got, reference_gemm(a_h, b_h, 2 * c_h, 1.0, 0.5), 1e-5)
+
+
+def test_torch_stream_orders_work(sm):
+    torch = pytest.importorskip("torch")
+    desc = gemm_descriptor(dt.find_combination(dt.bfloat16, dt.bfloat16, dt.float32, False), (64, 64, 64), sm,
+                           (R, C, C))
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        a = torch.randn(8, 64, 64, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(8, 64, 64, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+        c = torch.empty(8, 64, 64, device="cuda").transpose(1, 2)  # column-major C
+        c.fill_(1.0)  # queued on s before the GEMM
+        desc.execute(a, b, c, alpha=2.0, beta=-1.0, stream=s)
+        expected = 2.0 * (a.double() @ b.double()) - 1.0
+    s.synchronize()
+    assert_close(c.double().cpu().numpy(), expected.cpu().numpy(), 1e-5)
+
+
+def test_default_stream_uses_torch_current_stream(sm):
+    torch = pytest.importorskip("torch")
+    desc = gemm_descriptor(dt.find_combination(dt.float64, dt.float64, dt.float64, False), (16, 16, 16), sm,
+                           (R, R, R))
+    a = torch.randn(16, 16, device="cuda", dtype=torch.float64)
+    b = torch.randn(16, 16, device="cuda", dtype=torch.float64)
+    c = torch.zeros(16, 16, device="cuda", dtype=torch.float64)
+    desc.execute(a, b, c)
+    torch.cuda.synchronize()
+    assert_close(c.cpu().numpy(), (a @ b).cpu().numpy(), 1e-12)
+
+
+def test_blasdx_device_arrays_round_trip(sm):
+    desc = gemm_descriptor(dt.find_combination(dt.int8, dt.int8, dt.int32, False), (48, 40, 64), sm, (R, C, C))
+    rng = np.random.default_rng(12)
+    a_h = random_operand(dt.int8, (48, 64), rng)
+    b_h = np.asfortranarray(random_operand(dt.int8, (64, 40), rng))
+    c_h = np.asfortranarray(random_operand(dt.int32, (48, 40), rng))
+    a, b, c = bx.to_device(a_h), bx.to_device(b_h), bx.to_device(c_h)
+    desc.execute(a, b, c, alpha=3, beta=-2)
+    got = bx.from_device(c)
+    assert_close(got, reference_gemm(a_h, b_h, c_h, 3, -2), 0.0)
+
+
+def test_bad_input_raises_before_launch_and_leaves_c_unchanged(sm):
+    torch = pytest.importorskip("torch")
+    desc = gemm_descriptor(dt.find_combination(dt.float16, dt.float16, dt.float32, False), (32, 32, 32), sm,
+                           (R, R, R), al=bx.MaxAlignment)
+    a = torch.randn(32, 32, device="cuda", dtype=torch.float16)
+    b = torch.randn(32, 32, device="cuda", dtype=torch.float16)
+    c = torch.randn(32, 32, device="cuda", dtype=torch.float32)
+    before = c.clone()
+    bad_calls = {
+        "dtype": lambda: desc.execute(a.float(), b, c),
+        "shape": lambda: desc.execute(a[:, :16], b, c),
+        "arrangement": lambda: desc.execute(a.t(), b, c),
+        "alignment": lambda: desc.execute(torch.randn(32 * 32 + 1, device="cuda", dtype=torch.float16)[1:].view(32, 32),
+                                          b, c),
+        "host": lambda: desc.execute(a.cpu(), b, c),
+    }
+    for name, call in bad_calls.items():
+        with pytest.raises(bx.ExecutionError):
+            call()
+        torch.cuda.synchronize()
+        assert torch.equal(c, before), f"C changed after the failed {name} call"
+
+    shared = torch.randn(2048, device="cuda", dtype=torch.float32)
+    shared_before = shared.clone()
+    a_alias = shared.view(torch.float16)[:1024].view(32, 32)
+    c_alias = shared[:1024].view(32, 32)
+    with pytest.raises(bx.ExecutionError, match="overlap"):
+        desc.execute(a_alias, b, c_alias)
+    torch.cuda.synchronize()
+    assert torch.equal(shared, shared_before)
