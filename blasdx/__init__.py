@@ -1,5 +1,6 @@
 """blasdx: cuBLASDx-style block-level GEMM for Python, generated as CUDA C++ and compiled with NVRTC."""
 
+from .compiler import CompiledKernel, CompileOptions
 from .descriptor import Descriptor
 from .dtypes import (
     DType,
@@ -34,6 +35,7 @@ from .operators import (
     right_layout,
     row_major,
 )
+from .precompile import precompile
 
 __version__ = "0.1.0"
 
@@ -43,5 +45,6 @@ __all__ = [
     "BlasdxError", "CompileError", "DescriptorError", "DeviceError", "ExecutionError", "UnsupportedError",
     "SM", "Alignment", "Arrangement", "Block", "BlockDim", "Function", "LeadingDimension", "MaxAlignment",
     "Precision", "Size", "Transpose", "TransposeMode", "Type", "col_major", "left_layout", "right_layout", "row_major",
+    "CompiledKernel", "CompileOptions", "precompile",
     "__version__",
 ]
