@@ -1,5 +1,6 @@
 """blasdx: cuBLASDx-style block-level GEMM for Python, generated as CUDA C++ and compiled with NVRTC."""
 
+from .arrays import from_device, to_device
 from .compiler import CompiledKernel, CompileOptions
 from .descriptor import Descriptor
 from .dtypes import (
@@ -46,5 +47,6 @@ __all__ = [
     "SM", "Alignment", "Arrangement", "Block", "BlockDim", "Function", "LeadingDimension", "MaxAlignment",
     "Precision", "Size", "Transpose", "TransposeMode", "Type", "col_major", "left_layout", "right_layout", "row_major",
     "CompiledKernel", "CompileOptions", "precompile",
+    "to_device", "from_device",
     "__version__",
 ]
