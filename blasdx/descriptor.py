@@ -16,6 +16,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from . import dtypes as _dt
+from . import execute as _execute  # forward only: execute never imports the descriptor
 from . import heuristics as _h
 from .errors import DescriptorError, UnsupportedError
 from .operators import (
@@ -603,9 +604,7 @@ class Descriptor:
 
     def execute(self, a: Any, b: Any, c: Any, *, alpha: Any = 1, beta: Any = 0, stream: Any = None) -> Any:
         """``C = alpha * A @ B + beta * C`` in place on device arrays; one block per problem."""
-        from .execute import execute
-
-        return execute(self, a, b, c, alpha=alpha, beta=beta, stream=stream)
+        return _execute.execute(self, a, b, c, alpha=alpha, beta=beta, stream=stream)
 
 
 def _rebuild(ops: tuple[Any, ...]) -> Descriptor:

@@ -170,7 +170,9 @@ struct BlockGemm {
             for (int i = 0; i < TM; ++i)
 #pragma unroll
                 for (int j = 0; j < TN; ++j) acc[i][j] = value_type{};
-#pragma unroll 4
+            // fully unrolled for short K: a remainder loop of a partial unroll costs registers
+            constexpr int K_UNROLL = k <= 16 ? k : 4;
+#pragma unroll K_UNROLL
             for (int kk = 0; kk < k; ++kk) {
                 value_type a[TM], b[TN];
 #pragma unroll
