@@ -114,3 +114,20 @@ def test_sass_uses_the_tensor_cores(compiled, row, sm, order, size_key):
     found = set(re.findall(r"\b(HMMA|IMMA|QMMA|DMMA|HGMMA|FFMA|DFMA)\b", sass))
     assert found & set(expected), f"{desc!r}: expected {expected} for {desc.instruction}, SASS has {sorted(found)}"
     assert not re.search(r"\b(LDL|STL)\b", sass), f"{desc!r} touches local memory"
+
+
+@pytest.mark.parametrize("sm", SMS)
+@pytest.mark.parametrize("order", ORDERS, ids=lambda o: f"{o[0].name[0]}{o[1].name[0]}")
+@pytest.mark.parametrize("a", [dt.float16, dt.bfloat16], ids=lambda t: t.name)
+def test_sixteen_bit_fragments_use_ldmatrix(a, order, sm):
+    """Whole 16-bit tiles feed the tensor cores with ldmatrix (.trans for the other order)."""
+    row = dt.find_combination(a, a, dt.float32, False)
+    if row.min_sm > sm:
+        pytest.skip(f"{a.name} needs sm_{row.min_sm}")
+    desc = _descriptor(row, sm, order, "64x64x64") + bx.MaxAlignment
+    sass = desc.compile().sass()
+    if order[0] is bx.row_major or order[1] is bx.col_major:
+        assert re.search(r"\bLDSM\.16\.M88", sass), "K-contiguous operand not loaded with ldmatrix"
+    if order[0] is bx.col_major or order[1] is bx.row_major:
+        assert re.search(r"\bLDSM\.16\.MT88", sass), "M/N-contiguous operand not loaded with ldmatrix.trans"
+    assert "LDGSTS" in sass or sm < 80, "16-byte aligned operands are copied with cp.async"

@@ -7,6 +7,7 @@
 // inside the kernel, so any size works without padded copies.
 #pragma once
 
+#include "copy.cuh"
 #include "mma.cuh"
 #include "types.cuh"
 
@@ -58,6 +59,31 @@ struct BlockGemm {
 
     // ---- tensor-core path ---------------------------------------------------------------
 
+    // A fragment (16 x K atom) at (m0, k0) with ldmatrix: 8x8 block i covers rows 8*(i%2),
+    // k 8*(i/2). K-contiguous A is read as is; M-contiguous A transposed on the way.
+    template <class Atom, int LDA>
+    __device__ static void load_a_ldmatrix(u32* reg, const a_type* sA, int m0, int k0, int lane) {
+        constexpr int MATS = Atom::A_ELEMS / 2;
+        const int i = (lane / 8) % MATS, r = lane % 8;
+        if constexpr (Cfg::a_row_major) {
+            ldmatrix<MATS, false>(reg, sA + (m0 + 8 * (i % 2) + r) * LDA + k0 + 8 * (i / 2));
+        } else {
+            ldmatrix<MATS, true>(reg, sA + m0 + 8 * (i % 2) + (k0 + 8 * (i / 2) + r) * LDA);
+        }
+    }
+
+    // B fragment (K x 8 atom) at (k0, n0): 8x8 block j covers k 8*j.
+    template <class Atom, int LDB>
+    __device__ static void load_b_ldmatrix(u32* reg, const b_type* sB, int n0, int k0, int lane) {
+        constexpr int MATS = Atom::B_ELEMS / 2;
+        const int j = (lane / 8) % MATS, r = lane % 8;
+        if constexpr (Cfg::b_row_major) {
+            ldmatrix<MATS, true>(reg, sB + (k0 + 8 * j + r) * LDB + n0);
+        } else {
+            ldmatrix<MATS, false>(reg, sB + k0 + 8 * j + (n0 + r) * LDB);
+        }
+    }
+
     // Every output element of the warp tiles this warp owns goes to epi(row, col, value).
     template <int LDA, int LDB, class Epilogue>
     __device__ static void run_mma(const a_type* sA, const b_type* sB, int tid, Epilogue& epi) {
@@ -72,6 +98,11 @@ struct BlockGemm {
         constexpr int PARTS = is_complex ? 2 : 1;
         // Complex products take four real MMAs: re += ar*br + (-ai)*bi, im += ar*bi + ai*br.
         constexpr int A_FRAGS = is_complex ? 3 : 1;  // ar, ai, -ai
+        // Real 16-bit operands in whole 8x8 blocks with 16-byte rows are read with ldmatrix
+        // (one instruction per fragment); anything else element by element, predicated.
+        constexpr bool SIXTEEN_BIT = sizeof(fa_type) == 2 && !is_complex;
+        constexpr bool LDSM_A = SIXTEEN_BIT && FULL_M && FULL_K && (LDA * 2) % 16 == 0;
+        constexpr bool LDSM_B = SIXTEEN_BIT && FULL_N && FULL_K && (LDB * 2) % 16 == 0;
         const int warp = tid / 32, lane = tid % 32;
         if (warp >= WARPS) return;  // threads of a partial last warp only help with copies
 
@@ -93,6 +124,10 @@ struct BlockGemm {
                 fragment<fb_type, atom::B_ELEMS> fb[PARTS][FN];
 #pragma unroll
                 for (int i = 0; i < FM; ++i) {
+                    if constexpr (LDSM_A) {
+                        load_a_ldmatrix<atom, LDA>(fa[0][i].reg, sA, m0 + i * atom::M, k0, lane);
+                        continue;
+                    }
 #pragma unroll
                     for (int e = 0; e < atom::A_ELEMS; ++e) {
                         const int row = m0 + i * atom::M + atom::a_row(lane, e);
@@ -109,6 +144,10 @@ struct BlockGemm {
                 }
 #pragma unroll
                 for (int j = 0; j < FN; ++j) {
+                    if constexpr (LDSM_B) {
+                        load_b_ldmatrix<atom, LDB>(fb[0][j].reg, sB, n0 + j * atom::N, k0, lane);
+                        continue;
+                    }
 #pragma unroll
                     for (int e = 0; e < atom::B_ELEMS; ++e) {
                         const int col = n0 + j * atom::N + atom::b_col(lane, e);

@@ -39,6 +39,31 @@ __device__ __forceinline__ void copy_to_shared(void* dst, const void* src) {
     *reinterpret_cast<V*>(dst) = *reinterpret_cast<const V*>(src);
 }
 
+// Load N (1, 2 or 4) 8x8 matrices of 16-bit values from shared memory; lanes 8i..8i+7
+// give the row addresses of matrix i. TRANS delivers each matrix transposed.
+template <int N, bool TRANS>
+__device__ __forceinline__ void ldmatrix(u32* r, const void* row) {
+    const u32 addr = shared_address(row);
+    if constexpr (N == 4 && !TRANS) {
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+    } else if constexpr (N == 4) {
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+    } else if constexpr (N == 2 && !TRANS) {
+        asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
+    } else if constexpr (N == 2) {
+        asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
+                     : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
+    } else if constexpr (!TRANS) {
+        static_assert(N == 1, "ldmatrix loads 1, 2 or 4 matrices");
+        asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];\n" : "=r"(r[0]) : "r"(addr));
+    } else {
+        static_assert(N == 1, "ldmatrix loads 1, 2 or 4 matrices");
+        asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];\n" : "=r"(r[0]) : "r"(addr));
+    }
+}
+
 // Wait until every copy this thread issued has landed (the caller then syncs the block).
 __device__ __forceinline__ void copy_wait_all() {
 #if __CUDA_ARCH__ >= 800
