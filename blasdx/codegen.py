@@ -57,8 +57,9 @@ def config_struct(desc: Descriptor, name: str = "blasdx_config") -> str:
     cplx = desc.is_complex
     sa, sb, sc = desc.element_sizes
     lda, ldb, ldc = desc.leading_dimension
-    al_a, al_b, _ = desc.alignment
+    al_a, al_b, al_c = desc.alignment
     smem_lda, smem_ldb = plan.smem_a.leading_dimension, plan.smem_b.leading_dimension
+    smem_ldc = plan.smem_c.leading_dimension if plan.smem_c else p.c_inner
     conj_a, conj_b = desc.conjugate
     lines = [
         f"struct {name} {{",
@@ -77,10 +78,14 @@ def config_struct(desc: Descriptor, name: str = "blasdx_config") -> str:
         f"    static constexpr int smem_lda = {smem_lda}, smem_ldb = {smem_ldb};",
         f"    static constexpr int a_outer = {p.a_outer}, a_inner = {p.a_inner}, "
         f"b_outer = {p.b_outer}, b_inner = {p.b_inner};",
-        f"    static constexpr int smem_b_offset = "
-        f"{_h.round_up(plan.smem_a.cosize * sa, _h.SMEM_BUFFER_ALIGNMENT)};  // bytes",
+        f"    static constexpr int smem_b_offset = {plan.smem_b_offset};  // bytes",
         f"    static constexpr int copy_bytes_a = {_h.vector_bytes(al_a, sa, p.a_inner, lda, smem_lda)}, "
         f"copy_bytes_b = {_h.vector_bytes(al_b, sb, p.b_inner, ldb, smem_ldb)};",
+        "    // C staged in shared memory for coalesced stores (when beta == 0)",
+        f"    static constexpr bool stage_c = {_bool(plan.smem_c is not None)};",
+        f"    static constexpr int smem_c_offset = {plan.smem_c_offset}, smem_ldc = {smem_ldc}, "
+        f"c_outer = {p.c_outer}, c_inner = {p.c_inner};",
+        f"    static constexpr int copy_bytes_c = {_h.vector_bytes(al_c, sc, p.c_inner, ldc, smem_ldc)};",
         f"    static constexpr int threads = {desc.max_threads_per_block};",
         f"    static constexpr bool use_mma = {_bool(plan.is_mma)};  // {plan.instruction}",
     ]

@@ -460,10 +460,8 @@ class Descriptor:
 
     @property
     def kernel_shared_memory_size(self) -> int:
-        """Dynamic shared memory of blasdx's own batched kernel (A and B in its layouts)."""
-        plan = self.plan
-        sa, sb, _ = self.element_sizes
-        return _h.round_up(plan.smem_a.cosize * sa, _h.SMEM_BUFFER_ALIGNMENT) + plan.smem_b.cosize * sb
+        """Dynamic shared memory of blasdx's own batched kernel (A and B, and C when it is staged)."""
+        return self.plan.shared_memory
 
     # -- completeness and validation ------------------------------------------------------------------
 

@@ -2,10 +2,18 @@
 //
 // Expects `blasdx_config` (generated) and BLASDX_COMPLEX (0 or 1) to be defined. A and B
 // are copied to shared memory in their global order (16-byte copies where alignment
-// allows), the block GEMM accumulates in registers, and each result element is scaled and
-// stored straight to global memory. C is read only when beta != 0, so NaN in C stays out.
+// allows), the block GEMM accumulates in registers. With beta == 0, results are staged in
+// shared memory and stored in whole rows (when the plan has room for C); otherwise each
+// element is scaled and stored straight to global memory. C is read only when beta != 0,
+// so NaN in C stays out.
 #include "blasdx/block_gemm.cuh"
 #include "blasdx/copy.cuh"
+
+// Blocks per SM the register allocation must leave room for (__launch_bounds__); 1 lets
+// the compiler use what it needs. A tuning knob for experiments, not set by codegen.
+#ifndef BLASDX_MIN_BLOCKS_PER_SM
+#define BLASDX_MIN_BLOCKS_PER_SM 1
+#endif
 
 namespace blasdx {
 
@@ -56,6 +64,20 @@ __device__ __forceinline__ void batched_gemm(const Cfg::a_type* __restrict__ a, 
     copy_wait_all();
     __syncthreads();
 
+    if constexpr (Cfg::stage_c) {
+        if (!read_c) {  // stage alpha * A B in shared memory, then store whole rows
+            auto* sC = reinterpret_cast<Cfg::c_type*>(smem + Cfg::smem_c_offset);
+            auto stage = [&](int row, int col, V value) {
+                scale_store(sC + (Cfg::c_row_major ? row * Cfg::smem_ldc + col : row + col * Cfg::smem_ldc), alpha,
+                            beta, false, value);
+            };
+            GEMM::run<Cfg::smem_lda, Cfg::smem_ldb>(sA, sB, tid, stage);
+            __syncthreads();
+            copy_matrix_to_global<Cfg::c_type, Cfg::c_outer, Cfg::c_inner, Cfg::smem_ldc, Cfg::ldc, Cfg::copy_bytes_c,
+                                  Cfg::threads>(c, sC, tid);
+            return;
+        }
+    }
     auto epilogue = [&](int row, int col, V value) {
         Cfg::c_type* dst = c + (Cfg::c_row_major ? i64(row) * Cfg::ldc + col : row + i64(col) * Cfg::ldc);
         scale_store(dst, alpha, beta, read_c, value);
@@ -66,7 +88,7 @@ __device__ __forceinline__ void batched_gemm(const Cfg::a_type* __restrict__ a, 
 }  // namespace blasdx
 
 #if BLASDX_COMPLEX
-extern "C" __global__ void __launch_bounds__(blasdx_config::threads)
+extern "C" __global__ void __launch_bounds__(blasdx_config::threads, BLASDX_MIN_BLOCKS_PER_SM)
     blasdx_batched_gemm(const blasdx_config::a_type* a, const blasdx_config::b_type* b, blasdx_config::c_type* c,
                         blasdx::S alpha_re, blasdx::S alpha_im, blasdx::S beta_re, blasdx::S beta_im,
                         blasdx::i64 stride_a, blasdx::i64 stride_b, blasdx::i64 stride_c) {
@@ -75,7 +97,7 @@ extern "C" __global__ void __launch_bounds__(blasdx_config::threads)
                          blasdx::complex<blasdx::S>{beta_re, beta_im}, stride_a, stride_b, stride_c, read_c);
 }
 #else
-extern "C" __global__ void __launch_bounds__(blasdx_config::threads)
+extern "C" __global__ void __launch_bounds__(blasdx_config::threads, BLASDX_MIN_BLOCKS_PER_SM)
     blasdx_batched_gemm(const blasdx_config::a_type* a, const blasdx_config::b_type* b, blasdx_config::c_type* c,
                         blasdx::S alpha, blasdx::S beta, blasdx::i64 stride_a, blasdx::i64 stride_b,
                         blasdx::i64 stride_c) {

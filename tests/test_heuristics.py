@@ -272,3 +272,31 @@ def test_threads_do_not_change_the_layouts(pr):
     p, _ = pr
     assert h.plan_kernel(p, threads=1024).smem_a == h.plan_kernel(p).smem_a
     assert h.plan_kernel(p, threads=1024).threads == 1024
+
+
+def _plan(size, a, c, sm=90, c_row_major=False):
+    from blasdx.heuristics import Problem, plan_kernel
+
+    m, n, k = size
+    return plan_kernel(Problem(m, n, k, a, a, c, False, True, False, c_row_major, sm))
+
+
+def test_c_is_staged_with_padded_rows_after_a_and_b():
+    # 64^3 f16 -> f32: A spans 63 padded rows of 72 halves plus one of 64 = 4600 halves =
+    # 9200 B, B the same; C column-major, rows of 64 floats (256 B) padded by 16 B to 68:
+    # 63 * 68 + 64 = 4348 floats = 17392 B.
+    plan = _plan((64, 64, 64), bx.float16, bx.float32)
+    assert plan.smem_c is not None
+    assert plan.smem_c.strides == (1, 68)
+    assert plan.smem_b_offset == 9200
+    assert plan.smem_c_offset == 18400
+    assert plan.shared_memory == 18400 + 17392
+
+
+def test_c_is_not_staged_when_two_blocks_would_not_fit():
+    # 128^3 f16 -> f32: A + B = 2 * (127 * 136 + 128) * 2 = 69600 B, C = (127 * 132 + 128) * 4
+    # = 67568 B; twice their sum (274336 B) exceeds sm_90's 232448 B: C goes out from registers.
+    plan = _plan((128, 128, 128), bx.float16, bx.float32)
+    assert plan.smem_c is None
+    assert plan.smem_c_offset == 0
+    assert plan.shared_memory == 69600

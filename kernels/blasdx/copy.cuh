@@ -93,4 +93,21 @@ __device__ __forceinline__ void copy_matrix_to_shared(T* dst, const T* src, int 
     }
 }
 
+// Block-cooperative copy of an OUTER x INNER matrix, shared (leading dim LDS) to global (LDG).
+template <class T, int OUTER, int INNER, int LDS, int LDG, int VEC_BYTES, int THREADS>
+__device__ __forceinline__ void copy_matrix_to_global(T* dst, const T* src, int tid) {
+    static_assert(VEC_BYTES % int(sizeof(T)) == 0, "copy width must be a multiple of the element size");
+    static_assert((INNER * int(sizeof(T))) % VEC_BYTES == 0, "rows must be a whole number of copies");
+    using Vec = typename vector_of<VEC_BYTES>::type;
+    constexpr int V = VEC_BYTES / int(sizeof(T));
+    constexpr int PER_ROW = INNER / V;
+    constexpr int TOTAL = OUTER * PER_ROW;
+#pragma unroll 4
+    for (int i = tid; i < TOTAL; i += THREADS) {
+        const int r = i / PER_ROW;
+        const int c = (i - r * PER_ROW) * V;
+        *reinterpret_cast<Vec*>(dst + i64(r) * LDG + c) = *reinterpret_cast<const Vec*>(src + r * LDS + c);
+    }
+}
+
 }  // namespace blasdx
