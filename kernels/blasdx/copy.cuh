@@ -71,25 +71,31 @@ __device__ __forceinline__ void copy_wait_all() {
 #endif
 }
 
+// Hand this thread's share of the V-element pieces of an OUTER x INNER matrix to
+// f(row, col): piece i goes to thread i % THREADS, so a warp covers consecutive pieces.
+template <int OUTER, int INNER, int V, int THREADS, class F>
+__device__ __forceinline__ void for_each_piece(int tid, F&& f) {
+    constexpr int PER_ROW = INNER / V;
+    constexpr int TOTAL = OUTER * PER_ROW;
+#pragma unroll 4
+    for (int i = tid; i < TOTAL; i += THREADS) {
+        const int r = i / PER_ROW;
+        f(r, (i - r * PER_ROW) * V);
+    }
+}
+
 // Block-cooperative copy of an OUTER x INNER matrix, global (leading dim LDG) to shared (LDS).
 template <class T, int OUTER, int INNER, int LDG, int LDS, int VEC_BYTES, int THREADS>
 __device__ __forceinline__ void copy_matrix_to_shared(T* dst, const T* src, int tid) {
     static_assert(VEC_BYTES % int(sizeof(T)) == 0, "copy width must be a multiple of the element size");
     static_assert((INNER * int(sizeof(T))) % VEC_BYTES == 0, "rows must be a whole number of copies");
     constexpr int V = VEC_BYTES / int(sizeof(T));
-    if constexpr (LDG == INNER && LDS == INNER) {  // both contiguous: one flat run
-        constexpr int TOTAL = OUTER * INNER / V;
-#pragma unroll 4
-        for (int i = tid; i < TOTAL; i += THREADS) copy_to_shared<VEC_BYTES>(dst + i * V, src + i * V);
+    if constexpr (LDG == INNER && LDS == INNER) {  // both contiguous: one flat run, no division
+        for_each_piece<1, OUTER * INNER, V, THREADS>(
+            tid, [&](int, int c) { copy_to_shared<VEC_BYTES>(dst + c, src + c); });
     } else {
-        constexpr int PER_ROW = INNER / V;
-        constexpr int TOTAL = OUTER * PER_ROW;
-#pragma unroll 4
-        for (int i = tid; i < TOTAL; i += THREADS) {
-            const int r = i / PER_ROW;
-            const int c = (i - r * PER_ROW) * V;
-            copy_to_shared<VEC_BYTES>(dst + r * LDS + c, src + i64(r) * LDG + c);
-        }
+        for_each_piece<OUTER, INNER, V, THREADS>(
+            tid, [&](int r, int c) { copy_to_shared<VEC_BYTES>(dst + r * LDS + c, src + i64(r) * LDG + c); });
     }
 }
 
@@ -99,15 +105,9 @@ __device__ __forceinline__ void copy_matrix_to_global(T* dst, const T* src, int 
     static_assert(VEC_BYTES % int(sizeof(T)) == 0, "copy width must be a multiple of the element size");
     static_assert((INNER * int(sizeof(T))) % VEC_BYTES == 0, "rows must be a whole number of copies");
     using Vec = typename vector_of<VEC_BYTES>::type;
-    constexpr int V = VEC_BYTES / int(sizeof(T));
-    constexpr int PER_ROW = INNER / V;
-    constexpr int TOTAL = OUTER * PER_ROW;
-#pragma unroll 4
-    for (int i = tid; i < TOTAL; i += THREADS) {
-        const int r = i / PER_ROW;
-        const int c = (i - r * PER_ROW) * V;
+    for_each_piece<OUTER, INNER, VEC_BYTES / int(sizeof(T)), THREADS>(tid, [&](int r, int c) {
         *reinterpret_cast<Vec*>(dst + i64(r) * LDG + c) = *reinterpret_cast<const Vec*>(src + r * LDS + c);
-    }
+    });
 }
 
 }  // namespace blasdx
