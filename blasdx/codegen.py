@@ -87,6 +87,7 @@ def config_struct(desc: Descriptor, name: str = "blasdx_config") -> str:
         f"c_outer = {p.c_outer}, c_inner = {p.c_inner};",
         f"    static constexpr int copy_bytes_c = {_h.vector_bytes(al_c, sc, p.c_inner, ldc, smem_ldc)};",
         f"    static constexpr int threads = {desc.max_threads_per_block};",
+        f"    static constexpr int min_blocks_per_sm = {plan.min_blocks};  // __launch_bounds__, see heuristics",
         f"    static constexpr bool use_mma = {_bool(plan.is_mma)};  // {plan.instruction}",
     ]
     if plan.is_mma:

@@ -9,10 +9,10 @@
 #include "blasdx/block_gemm.cuh"
 #include "blasdx/copy.cuh"
 
-// Blocks per SM the register allocation must leave room for (__launch_bounds__); 1 lets
-// the compiler use what it needs. A tuning knob for experiments, not set by codegen.
+// Blocks per SM the register allocation must leave room for (__launch_bounds__): the
+// plan's choice, or BLASDX_MIN_BLOCKS_PER_SM when an experiment defines it.
 #ifndef BLASDX_MIN_BLOCKS_PER_SM
-#define BLASDX_MIN_BLOCKS_PER_SM 1
+#define BLASDX_MIN_BLOCKS_PER_SM blasdx_config::min_blocks_per_sm
 #endif
 
 namespace blasdx {
