@@ -300,3 +300,18 @@ def test_c_is_not_staged_when_two_blocks_would_not_fit():
     assert plan.smem_c is None
     assert plan.smem_c_offset == 0
     assert plan.shared_memory == 69600
+
+
+@pytest.mark.parametrize(
+    "size,a,c,expected",
+    [
+        ((128, 128, 64), bx.float16, bx.float32, 2),  # 256 threads, 16-bit, A+B+C 103 KB: two fit
+        ((128, 128, 128), bx.bfloat16, bx.float32, 2),  # 256 threads, C not staged, 68 KB
+        ((64, 64, 64), bx.float16, bx.float32, 1),  # 128 threads: the compiler's choice
+        ((128, 128, 64), bx.int8, bx.int32, 1),  # 8-bit fragments spill under a 128 cap
+        ((128, 128, 64), bx.float64, bx.float64, 1),  # not a 16-bit instruction
+    ],
+)
+def test_min_blocks_per_sm(size, a, c, expected):
+    plan = _plan(size, a, c)
+    assert plan.min_blocks == expected, plan
