@@ -17,6 +17,7 @@ from .dtypes import (
     uint8,
 )
 from .errors import BlasdxError, CompileError, DescriptorError, DeviceError, ExecutionError, UnsupportedError
+from .fusion import FusedKernel, FusionHeader, compile_kernel, header
 from .operators import (
     SM,
     Alignment,
@@ -48,5 +49,6 @@ __all__ = [
     "Precision", "Size", "Transpose", "TransposeMode", "Type", "col_major", "left_layout", "right_layout", "row_major",
     "CompiledKernel", "CompileOptions", "precompile",
     "to_device", "from_device",
+    "compile_kernel", "header", "FusedKernel", "FusionHeader",
     "__version__",
 ]
