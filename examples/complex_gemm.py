@@ -76,44 +76,9 @@ def reference(a: np.ndarray, b: np.ndarray, c: np.ndarray, alpha: complex, beta:
     return out + beta * c.astype(np.complex128) if beta != 0 else out
 
 
-def _time_ms(fn: Any, repeat: int = 20) -> tuple[float, str]:
-    """(median milliseconds per call of ``fn``, how it was timed): GPU time from CUDA-graph replays.
-
-    A graph of ``repeat`` calls replays without Python in between, so every competitor is
-    timed on the GPU alone; if capture fails, back-to-back eager calls are timed instead.
-    """
-    import torch
-
-    fn()
-    torch.cuda.synchronize()
-    method = "CUDA graph"
-    try:
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(repeat):
-                fn()
-        run = graph.replay
-    except Exception:  # capture unsupported here: time eager launches
-        torch.cuda.synchronize()
-        method = "eager launches"
-
-        def run() -> None:
-            for _ in range(repeat):
-                fn()
-
-    run()
-    samples = []
-    for _ in range(7):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        run()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) / repeat)
-    return sorted(samples)[len(samples) // 2], method
-
-
 def main() -> int:
+    from gpu_timing import time_ms  # examples/ is on sys.path when run as a script
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=65536)
     parser.add_argument("--size", type=int, default=32, help="M = N = K")
@@ -147,9 +112,9 @@ def main() -> int:
     print(f"checked {len(pick)} problems against the complex128 reference, with and without beta: OK")
 
     c = torch.empty_like(c0)
-    fused_ms, how = _time_ms(lambda: run(kernel, a, b, c))
-    unfused_ms, how_unfused = _time_ms(lambda: torch.matmul(torch.conj_physical(a).transpose(-1, -2), b))
-    cublas_ms, how_cublas = _time_ms(lambda: torch.matmul(a.mH, b))
+    fused_ms, how = time_ms(lambda: run(kernel, a, b, c))
+    unfused_ms, how_unfused = time_ms(lambda: torch.matmul(torch.conj_physical(a).transpose(-1, -2), b))
+    cublas_ms, how_cublas = time_ms(lambda: torch.matmul(a.mH, b))
     moved = 3 * a.numel() * a.element_size()
     print(f"{args.batch} problems of {s}x{s}x{s} complex64, C = A^H B (GPU time per call, {how}):")
     print(f"  blasdx fused kernel                 {fused_ms:8.3f} ms  {moved / fused_ms / 1e6:6.0f} GB/s")

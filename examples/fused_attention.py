@@ -179,47 +179,11 @@ def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
     return np.matmul(s / s.sum(axis=-1, keepdims=True), v)
 
 
-def _time_ms(fn: Any, repeat: int = 20) -> tuple[float, str]:
-    """(median milliseconds per call of ``fn``, how it was timed): GPU time from CUDA-graph replays.
-
-    A graph of ``repeat`` calls replays without Python in between, so every competitor is
-    timed on the GPU alone; if capture fails, back-to-back eager calls are timed instead.
-    """
-    import torch
-
-    fn()
-    torch.cuda.synchronize()
-    method = "CUDA graph"
-    try:
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(repeat):
-                fn()
-        run = graph.replay
-    except Exception:  # capture unsupported here: time eager launches
-        torch.cuda.synchronize()
-        method = "eager launches"
-
-        def run() -> None:
-            for _ in range(repeat):
-                fn()
-
-    run()
-    samples = []
-    for _ in range(7):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        run()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) / repeat)
-    return sorted(samples)[len(samples) // 2], method
-
-
 def benchmark(sm: int, batch: int, heads: int, seq: int, head_dim: int, check: int) -> None:
     """Build, check against float64 and time one shape against PyTorch."""
     import torch
     import torch.nn.functional as F
+    from gpu_timing import time_ms  # examples/ is on sys.path when run as a script
 
     kernel = build(sm, seq, head_dim)
     shape = (batch, heads, seq, head_dim)
@@ -233,11 +197,11 @@ def benchmark(sm: int, batch: int, heads: int, seq: int, head_dim: int, check: i
     assert_close(flat(o)[pick].cpu().numpy(), ref, tolerance(bx.float16, bx.float16, seq), what="O")
 
     scale = 1.0 / math.sqrt(head_dim)
-    fused_ms, how = _time_ms(lambda: run(kernel, q, k, v, o))
-    unfused_ms, how_unfused = _time_ms(
+    fused_ms, how = time_ms(lambda: run(kernel, q, k, v, o))
+    unfused_ms, how_unfused = time_ms(
         lambda: torch.matmul(torch.softmax(torch.matmul(q, k.transpose(-1, -2)) * scale, -1), v)
     )
-    sdpa_ms, how_sdpa = _time_ms(lambda: F.scaled_dot_product_attention(q, k, v))
+    sdpa_ms, how_sdpa = time_ms(lambda: F.scaled_dot_product_attention(q, k, v))
     print(
         f"B={batch} H={heads} S={seq} D={head_dim}: {kernel.registers} registers, {kernel.shared_memory} B shared; "
         f"checked {len(pick)} heads: OK (GPU time per call, {how})\n"

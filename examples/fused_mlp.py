@@ -122,44 +122,9 @@ def reference(x: np.ndarray, w: np.ndarray, bias: np.ndarray) -> np.ndarray:
     return 0.5 * h * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (h + 0.044715 * h**3)))
 
 
-def _time_ms(fn: Any, repeat: int = 20) -> tuple[float, str]:
-    """(median milliseconds per call of ``fn``, how it was timed): GPU time from CUDA-graph replays.
-
-    A graph of ``repeat`` calls replays without Python in between, so every competitor is
-    timed on the GPU alone; if capture fails, back-to-back eager calls are timed instead.
-    """
-    import torch
-
-    fn()
-    torch.cuda.synchronize()
-    method = "CUDA graph"
-    try:
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(repeat):
-                fn()
-        run = graph.replay
-    except Exception:  # capture unsupported here: time eager launches
-        torch.cuda.synchronize()
-        method = "eager launches"
-
-        def run() -> None:
-            for _ in range(repeat):
-                fn()
-
-    run()
-    samples = []
-    for _ in range(7):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        run()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) / repeat)
-    return sorted(samples)[len(samples) // 2], method
-
-
 def main() -> int:
+    from gpu_timing import time_ms  # examples/ is on sys.path when run as a script
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=16384, help="token blocks")
     parser.add_argument("--tokens", type=int, default=64, help="tokens per block (M)")
@@ -197,9 +162,9 @@ def main() -> int:
     print(f"checked {len(pick)} token blocks against the float64 reference: OK")
 
     bias16 = bias.to(torch.float16)
-    fused_ms, how = _time_ms(lambda: run(kernel, x, w, bias, y, grid))
-    unfused_ms, how_unfused = _time_ms(lambda: F.gelu(torch.matmul(x, w.t()) + bias16, approximate="tanh"))
-    addmm_ms, how_addmm = _time_ms(lambda: F.gelu(torch.addmm(bias16, x.view(-1, k), w.t()), approximate="tanh"))
+    fused_ms, how = time_ms(lambda: run(kernel, x, w, bias, y, grid))
+    unfused_ms, how_unfused = time_ms(lambda: F.gelu(torch.matmul(x, w.t()) + bias16, approximate="tanh"))
+    addmm_ms, how_addmm = time_ms(lambda: F.gelu(torch.addmm(bias16, x.view(-1, k), w.t()), approximate="tanh"))
     moved = (x.numel() + y.numel()) * 2
     print(f"{b} blocks of {m} tokens, {k} -> {n} features, grid {grid} (GPU time per call, {how}):")
     print(f"  blasdx fused kernel            {fused_ms:8.3f} ms  {moved / fused_ms / 1e6:6.0f} GB/s (X in, Y out)")
