@@ -18,6 +18,7 @@ from .dtypes import (
 )
 from .errors import BlasdxError, CompileError, DescriptorError, DeviceError, ExecutionError, UnsupportedError
 from .fusion import FusedKernel, FusionHeader, compile_kernel, header
+from .array_gemm import matmul, mma, tf32
 from .operators import (
     SM,
     Alignment,
@@ -50,5 +51,6 @@ __all__ = [
     "CompiledKernel", "CompileOptions", "precompile",
     "to_device", "from_device",
     "compile_kernel", "header", "FusedKernel", "FusionHeader",
+    "matmul", "mma", "tf32",
     "__version__",
 ]

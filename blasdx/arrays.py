@@ -337,6 +337,8 @@ def _adapter_for(obj: Any) -> _Adapter:
     """Pick the protocol for ``type(obj)`` once; the choice is cached per type."""
     if isinstance(obj, DeviceArray):
         return _from_blasdx
+    if isinstance(obj, ArrayView):
+        return _from_view
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(obj, torch.Tensor):
         return _from_torch
@@ -382,6 +384,11 @@ def _reject_buffer(obj: Any, argument: str, stream: int | None) -> ArrayView:
 
 def _from_blasdx(obj: DeviceArray, argument: str, stream: int | None) -> ArrayView:
     return obj._view
+
+
+def _from_view(view: ArrayView, argument: str, stream: int | None) -> ArrayView:
+    """An ArrayView already read (bx.matmul hands its views to execute without reading the arrays twice)."""
+    return view
 
 
 def _from_torch(t: Any, argument: str, stream: int | None) -> ArrayView:

@@ -1,0 +1,591 @@
+"""``bx.matmul`` and ``bx.mma``: GEMMs on whole arrays with the tile libraries' semantics.
+
+``mma(x, y, acc)`` returns ``x @ y + acc`` in acc's type and ``matmul(x, y)`` returns
+``x @ y`` in the type the input fixes (:data:`RESULT_TYPES`), as ``mma`` / ``matmul`` of
+the CUDA tile libraries (C++ ``ct::mma`` / ``ct::matmul``, Python ``cuda.tile.mma``) do,
+so code written against them maps one to one. Each call reads the arrays' dtypes,
+shapes, strides and pointer alignment, builds the matching descriptor and launches:
+
+* one block per problem (the descriptor's batched kernel, Descriptor.execute) when a
+  problem fits one block's shared memory and there are enough problems to fill the GPU;
+* otherwise the multi-block kernel (blasdx.tiled): a grid of output tiles per problem
+  with a K loop, for any size.
+
+What a call decides is remembered per (dtypes, shapes, strides, alignments, device), so
+a repeated call costs reading the arrays, one dictionary look-up, the output allocation
+and the launch. Every rule is checked before anything is allocated or launched; a
+failure is an :class:`~blasdx.errors.ExecutionError` that quotes the rule it broke.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from . import arrays as _arrays
+from . import dtypes as _dt
+from . import execute as _execute
+from . import tiled as _tiled
+from .arrays import ArrayView, DeviceArray, as_array, resolve_stream
+from .errors import DeviceError, ExecutionError
+from .operators import SM, Alignment, Arrangement, Block, Function, LeadingDimension, Precision, Size, col_major
+from .operators import row_major
+
+__all__ = ["RESULT_TYPES", "RULES", "TF32", "tf32", "matmul", "mma", "plan_call", "CallPlan"]
+
+#: matmul's result type per input type: the tile libraries' table.
+RESULT_TYPES: dict[_dt.DType, _dt.DType] = {
+    _dt.int8: _dt.int32,
+    _dt.uint8: _dt.int32,
+    _dt.float8_e4m3: _dt.float16,
+    _dt.float8_e5m2: _dt.float16,
+    _dt.float16: _dt.float16,
+    _dt.bfloat16: _dt.float32,
+    _dt.tfloat32: _dt.float32,
+    _dt.float32: _dt.float32,
+    _dt.float64: _dt.float64,
+}
+
+#: The rules a call must follow, quoted by the errors that enforce them.
+RULES = {
+    "rank": "x, y and acc are matrices (rank 2) or batches of matrices (rank 3)",
+    "inner": "x is [..., M, K] and y is [..., K, N]: x's last extent equals y's second-to-last",
+    "batch": "a batch extent equals the result's batch or is 1, which broadcasts (A = C or A = 1)",
+    "acc": "acc is [M, N] or [batch, M, N] and fixes the result's shape, batch and element type",
+    "dtype": "x and y have the same element type; they are not promoted to a common type",
+    "types": "(x, y, acc) element types form one of the supported rows",
+    "fast": "fast_accumulation applies to fp8 inputs (float8_e4m3, float8_e5m2) only",
+}
+
+_FP8 = (_dt.float8_e4m3, _dt.float8_e5m2)
+_TORCH_NAMES = {
+    "float16": "float16", "bfloat16": "bfloat16", "float32": "float32", "float64": "float64",
+    "float8_e4m3": "float8_e4m3fn", "float8_e5m2": "float8_e5m2", "int32": "int32",
+}
+
+
+def _rule(name: str) -> str:
+    return f'(rule: "{RULES[name]}")'
+
+
+# ---------------------------------------------------------------------------------------------
+# tf32 inputs: float32 arrays marked to run on tf32 tensor cores
+# ---------------------------------------------------------------------------------------------
+
+
+class TF32:
+    """A float32 array marked as tf32 input (arrays have no tf32 dtype): made by :func:`tf32`."""
+
+    __slots__ = ("array",)
+
+    def __init__(self, array: Any) -> None:
+        self.array = array
+
+    def __repr__(self) -> str:
+        return f"blasdx.tf32({type(self.array).__name__})"
+
+
+def tf32(array: Any) -> TF32:
+    """Mark a float32 device array as tf32 input of matmul / mma (10-bit mantissa products, f32 sums)."""
+    return TF32(array)
+
+
+def _view(obj: Any, argument: str, stream: int) -> ArrayView:
+    """The ArrayView of an operand; tf32-marked float32 arrays come back with dtype tfloat32."""
+    if type(obj) is TF32:
+        view = as_array(obj.array, argument, stream=stream)
+        if view.dtype != _dt.float32:
+            raise ExecutionError(
+                f"{argument}: blasdx.tf32() marks float32 arrays, but this one holds {view.dtype.name}"
+            )
+        return view._replace(dtype=_dt.tfloat32)
+    return as_array(obj, argument, stream=stream)
+
+
+# ---------------------------------------------------------------------------------------------
+# shapes and layouts
+# ---------------------------------------------------------------------------------------------
+
+
+class Matrix(NamedTuple):
+    """One operand read from its view: extents, storage order, leading dimension, batch."""
+
+    rows: int
+    cols: int
+    row_major: bool
+    ld: int
+    batch: int | None  # None for a rank-2 operand
+    batch_stride: int
+
+    @property
+    def outer(self) -> int:
+        """Extent of the strided dimension (rows when row-major)."""
+        return self.rows if self.row_major else self.cols
+
+
+def _matrix(view: ArrayView, argument: str) -> Matrix:
+    """Extents, order and leading dimension from shape and strides (rows or columns must be unit-stride)."""
+    shape, strides = tuple(view.shape), tuple(view.strides)
+    if len(shape) not in (2, 3):
+        raise ExecutionError(f"{argument}: shape {shape} has rank {len(shape)}; {_rule('rank')}")
+    if any(s < 0 for s in strides):
+        raise ExecutionError(f"{argument}: negative strides {strides} are not supported; pass a copy")
+    rows, cols = shape[-2:]
+    rs, cs = strides[-2:]
+    if (cs == 1 or cols <= 1) and (rows <= 1 or rs >= cols):
+        row_major_, ld = True, rs if rows > 1 else max(cols, 1)
+    elif (rs == 1 or rows <= 1) and (cols <= 1 or cs >= rows):
+        row_major_, ld = False, cs if cols > 1 else max(rows, 1)
+    else:
+        raise ExecutionError(
+            f"{argument}: element strides {strides} of shape {shape} are neither row-major (last stride 1) nor "
+            "column-major (second-to-last stride 1) with a leading dimension covering the matrix; pass a "
+            "contiguous copy"
+        )
+    batch, batch_stride = None, 0
+    if len(shape) == 3:
+        batch = shape[0]
+        batch_stride = strides[0] if batch > 1 else 0
+    return Matrix(rows, cols, row_major_, ld, batch, batch_stride)
+
+
+def _result_batch(mx: Matrix, my: Matrix) -> int | None:
+    """The broadcast batch of x and y (None when both are matrices)."""
+    if mx.batch is None and my.batch is None:
+        return None
+    if mx.batch is None or my.batch is None:
+        return mx.batch if my.batch is None else my.batch
+    if mx.batch == my.batch or my.batch == 1:
+        return mx.batch
+    if mx.batch == 1:
+        return my.batch
+    raise ExecutionError(f"x: batch {mx.batch} and y: batch {my.batch} do not broadcast; {_rule('batch')}")
+
+
+def _check_inner(mx: Matrix, my: Matrix, vx: ArrayView, vy: ArrayView) -> None:
+    if mx.cols != my.rows:
+        raise ExecutionError(
+            f"x: shape {tuple(vx.shape)} and y: shape {tuple(vy.shape)} do not multiply (K = {mx.cols} vs "
+            f"{my.rows}); {_rule('inner')}"
+        )
+
+
+def _check_acc(mx: Matrix, my: Matrix, ma: Matrix, va: ArrayView, argument: str = "acc") -> None:
+    """acc's shape against x @ y: same M, N; x and y batches are acc's or 1; no rank-3 operand for rank-2 acc."""
+    if (ma.rows, ma.cols) != (mx.rows, my.cols):
+        raise ExecutionError(
+            f"{argument}: shape {tuple(va.shape)} does not hold x @ y of M x N = {mx.rows} x {my.cols}; "
+            f"{_rule('acc')}"
+        )
+    for name, m in (("x", mx), ("y", my)):
+        if m.batch is None:
+            continue
+        if ma.batch is None:
+            raise ExecutionError(
+                f"{name}: rank 3 (batch {m.batch}) but {argument} has rank 2; a batched product needs a "
+                f"[batch, M, N] {argument}; {_rule('acc')}"
+            )
+        if m.batch not in (ma.batch, 1):
+            raise ExecutionError(
+                f"{name}: batch {m.batch} does not match {argument}'s batch {ma.batch}; {_rule('batch')}"
+            )
+
+
+# ---------------------------------------------------------------------------------------------
+# devices
+# ---------------------------------------------------------------------------------------------
+
+
+class _DeviceInfo(NamedTuple):
+    sm: int
+    multiprocessors: int
+
+
+_DEVICES: dict[int, _DeviceInfo] = {}
+
+
+def _device_info(device_id: int) -> _DeviceInfo:
+    found = _DEVICES.get(device_id)
+    if found is None:
+        from cuda.core import Device
+
+        device = Device(device_id)
+        major, minor = device.compute_capability
+        found = _DEVICES[device_id] = _DeviceInfo(10 * major + minor, int(device.properties.multiprocessor_count))
+    return found
+
+
+def _device_of(views: tuple[ArrayView, ...], names: tuple[str, ...]) -> int:
+    ids = {v.device_id for v in views if v.device_id is not None}
+    if len(ids) > 1:
+        listed = ", ".join(f"{n} on device {v.device_id}" for n, v in zip(names, views))
+        raise ExecutionError(f"arrays on different devices ({listed}); move them to one device")
+    if ids:
+        return ids.pop()
+    current = _arrays.current_device_id()
+    return 0 if current is None else current
+
+
+# ---------------------------------------------------------------------------------------------
+# the plan of one kind of call
+# ---------------------------------------------------------------------------------------------
+
+
+def _alignment(ptr: int, itemsize: int, batch_stride: int, batch: int) -> int:
+    """The Alignment (bytes, <= 16) the pointer and the batch stride allow."""
+    width = 16
+    for term in (ptr, batch_stride * itemsize if batch > 1 else 0):
+        while width > itemsize and term % width:
+            width //= 2
+    return max(width, itemsize)
+
+
+class CallPlan:
+    """What every call with the same dtypes, shapes, strides, alignments and device does."""
+
+    __slots__ = (
+        "kind", "shape", "dtype", "batch", "m", "n", "k", "beta", "desc", "kernel", "strides", "device_id",
+        "result_layout",
+    )
+
+    def __repr__(self) -> str:
+        what = repr(self.desc) if self.kind == "block" else repr(self.kernel.desc)
+        return f"CallPlan({self.kind}, result {self.shape} {self.dtype}, {what})"
+
+
+def plan_call(
+    vx: ArrayView, vy: ArrayView, vacc: ArrayView | None, result: _dt.DType, device: _DeviceInfo, device_id: int,
+    out: ArrayView | None = None, allow_block: bool = True,
+) -> CallPlan:
+    """Check the operands and pick the kernel: matmul when vacc is None, else mma (acc's type, shape).
+
+    ``out`` is the array the result goes to (None: a new C-contiguous one); ``allow_block``
+    False keeps the call on the multi-block kernel (one that reads acc and writes out).
+    """
+    mx, my = _matrix(vx, "x"), _matrix(vy, "y")
+    _check_inner(mx, my, vx, vy)
+    if vacc is None:
+        batch = _result_batch(mx, my)
+        ma = None
+    else:
+        ma = _matrix(vacc, "acc")
+        _check_acc(mx, my, ma, vacc)
+        batch = ma.batch
+    row = _dt.find_combination(vx.dtype, vy.dtype, result, False)
+    if row is None:  # the callers check the table first; this guards the kernels
+        raise ExecutionError(f"x, y, acc: no kernel for {vx.dtype.name} x {vy.dtype.name} -> {result.name}")
+    if row.min_sm > device.sm:
+        raise DeviceError(
+            f"{row.describe()} needs compute capability {row.min_sm // 10}.{row.min_sm % 10} or newer; device "
+            f"{device_id} is {device.sm // 10}.{device.sm % 10}"
+        )
+    m, n, k = mx.rows, my.cols, mx.cols
+    plan = CallPlan()
+    plan.m, plan.n, plan.k = m, n, k
+    plan.batch = 1 if batch is None else batch
+    plan.shape = (m, n) if batch is None else (batch, m, n)
+    plan.dtype = result
+    plan.device_id = device_id
+    plan.beta = 0 if vacc is None else 1
+    plan.desc = plan.kernel = plan.strides = None
+    if out is not None:
+        _check_out_shape(out, plan)
+    mo = None if out is None else _matrix(out, "out")
+    plan.result_layout = mo
+    desc = _block_descriptor(vx, vy, mx, my, out, mo, result, m, n, k, device.sm) if allow_block else None
+    tile = _tiled.tile_shape(vx.dtype, m, n, device.sm)
+    tiles = math.ceil(m / tile.m) * math.ceil(n / tile.n)
+    if desc is not None and (tiles == 1 or plan.batch >= device.multiprocessors):
+        plan.kind, plan.desc = "block", desc
+        return plan
+    plan.kind = "tiled"
+    vec_a = _tiled.copy_width(vx.ptr, vx.dtype.size, mx.ld, mx.outer, mx.batch_stride, mx.batch or 1)
+    vec_b = _tiled.copy_width(vy.ptr, vy.dtype.size, my.ld, my.outer, my.batch_stride, my.batch or 1)
+    plan.kernel = _tiled.tiled_kernel(
+        vx.dtype, vy.dtype, result, mx.row_major, my.row_major, m, n, device.sm, vec_a, vec_b
+    )
+    plan.strides = (mx, my, ma)
+    return plan
+
+
+def _check_out_shape(vout: ArrayView, plan: CallPlan) -> None:
+    """out holds exactly the result: acc's shape and type."""
+    if tuple(vout.shape) != plan.shape or vout.dtype != plan.dtype:
+        raise ExecutionError(
+            f"out: shape {tuple(vout.shape)} and type {vout.dtype.name} do not match the result's {plan.shape} "
+            f"{plan.dtype.name} (acc's); {_rule('acc')}"
+        )
+
+
+def _block_descriptor(
+    vx: ArrayView, vy: ArrayView, mx: Matrix, my: Matrix, vout: ArrayView | None, mo: Matrix | None,
+    result: _dt.DType, m: int, n: int, k: int, sm: int,
+) -> Any:
+    """The one-block-per-problem descriptor of this call, or None when a problem does not fit one block."""
+    if min(m, n, k) == 0:
+        return None
+    al_a = _alignment(vx.ptr, vx.dtype.size, mx.batch_stride, mx.batch or 1)
+    al_b = _alignment(vy.ptr, vy.dtype.size, my.batch_stride, my.batch or 1)
+    if vout is None or mo is None:  # a new contiguous row-major result (allocations are 256-byte aligned)
+        c_row_major, ldc = True, n
+        al_c = _alignment(0, result.size, m * n, 2)
+    else:
+        c_row_major, ldc = mo.row_major, mo.ld
+        al_c = _alignment(vout.ptr, result.size, mo.batch_stride, mo.batch or 1)
+    try:
+        desc = (
+            Size(m, n, k)
+            + Precision(vx.dtype, vy.dtype, result)
+            + Function.MM
+            + Arrangement(
+                row_major if mx.row_major else col_major,
+                row_major if my.row_major else col_major,
+                row_major if c_row_major else col_major,
+            )
+            + LeadingDimension(mx.ld, my.ld, ldc)
+            + Alignment(al_a, al_b, al_c)
+            + SM(sm)
+            + Block()
+        )
+    except Exception:  # a shape the descriptor rules refuse (e.g. a leading dimension it does not allow)
+        return None
+    return desc if desc.is_supported else None
+
+
+# ---------------------------------------------------------------------------------------------
+# results
+# ---------------------------------------------------------------------------------------------
+
+
+def _allocate(like: Any, shape: tuple[int, ...], dtype: _dt.DType, device_id: int, stream: int) -> Any:
+    """A new C-contiguous array of ``like``'s library (PyTorch, CuPy; else a blasdx DeviceArray)."""
+    library = _arrays._library_of(like)
+    if library == "torch":
+        import torch
+
+        return torch.empty(shape, dtype=getattr(torch, _TORCH_NAMES[dtype.name]), device=like.device)
+    if library == "cupy" and dtype.name in ("float16", "float32", "float64", "int32"):
+        import cupy
+
+        with cupy.cuda.Device(device_id):
+            return cupy.empty(shape, dtype=dtype.host_dtype)
+    from cuda.core import Device
+
+    npd = dtype.host_dtype
+    nbytes = max(math.prod(shape) * npd.itemsize, 1)
+    buffer = Device(device_id).allocate(nbytes, stream=_arrays.core_stream(stream))
+    array = DeviceArray(buffer, shape, npd, device_id=device_id)
+    array._set_stream(stream)
+    return array
+
+
+def _copy_into(out: Any, acc: Any, stream: int) -> None:
+    """out[...] = acc with the arrays' own library, on ``stream``."""
+    library = _arrays._library_of(out)
+    if library == "torch" and _arrays._library_of(acc) == "torch":
+        import torch
+
+        with torch.cuda.stream(torch.cuda.ExternalStream(stream)):
+            out.copy_(acc)
+        return
+    if library == "cupy" and _arrays._library_of(acc) == "cupy":
+        import cupy
+
+        with cupy.cuda.ExternalStream(stream):
+            cupy.copyto(out, acc)
+        return
+    raise ExecutionError("internal: no library copy for these arrays")  # pragma: no cover - callers avoid it
+
+
+# ---------------------------------------------------------------------------------------------
+# launching
+# ---------------------------------------------------------------------------------------------
+
+
+def _launch_tiled(plan: CallPlan, vx: ArrayView, vy: ArrayView, cin: ArrayView | None, dout: ArrayView,
+                  stream_obj: Any, handle: int) -> None:
+    """The multi-block kernel: D = x @ y (+ C)."""
+    kernel = plan.kernel
+    mx, my, _ = plan.strides
+    rs_c = cs_c = bs_c = 0
+    c_ptr = 0
+    if cin is not None:
+        c_ptr = cin.ptr
+        rs_c, cs_c = cin.strides[-2:]
+        bs_c = cin.strides[0] if len(cin.shape) == 3 and cin.shape[0] > 1 else 0
+    rs_d, cs_d = dout.strides[-2:]
+    bs_d = dout.strides[0] if len(dout.shape) == 3 and dout.shape[0] > 1 else 0
+    i64 = np.int64
+    args = (
+        vx.ptr, vy.ptr, c_ptr, dout.ptr,
+        np.int32(plan.m), np.int32(plan.n), np.int32(plan.k), i64(mx.ld), i64(my.ld),
+        i64(rs_c), i64(cs_c), i64(rs_d), i64(cs_d),
+        i64(mx.batch_stride), i64(my.batch_stride), i64(bs_c), i64(bs_d),
+        np.int32(plan.batch), kernel.scalar(1), kernel.scalar(plan.beta),
+    )
+    _execute._launch(stream_obj, kernel.config(plan.m, plan.n, plan.batch), kernel.kernel(), *args)
+
+
+_CALLS: dict[tuple[Any, ...], CallPlan] = {}
+
+
+def _key(vx: ArrayView, vy: ArrayView, vacc: ArrayView | None, extra: Any) -> tuple[Any, ...]:
+    """What a call's plan depends on: dtypes, shapes, strides, pointer alignment classes, device."""
+    acc = () if vacc is None else (vacc.dtype.name, vacc.shape, vacc.strides, vacc.ptr & 15, vacc.device_id)
+    return (vx.dtype.name, vx.shape, vx.strides, vx.ptr & 15, vx.device_id, vy.dtype.name, vy.shape, vy.strides,
+            vy.ptr & 15, vy.device_id, acc, extra)
+
+
+def _cached_plan(key: tuple[Any, ...], build: Any) -> CallPlan:
+    plan = _CALLS.get(key)
+    if plan is None:
+        plan = build()
+        if len(_CALLS) > 1024:
+            _CALLS.clear()
+        _CALLS[key] = plan
+    return plan
+
+
+def _check_overlap(out: ArrayView, others: tuple[tuple[str, ArrayView], ...]) -> None:
+    low, high = out.span
+    for name, view in others:
+        lo, hi = view.span
+        if high > low and hi > lo and lo < high and low < hi:
+            raise ExecutionError(
+                f"out: its memory overlaps {name}'s, which is read while out is written; pass a separate array"
+            )
+
+
+def _run(plan: CallPlan, x_view: ArrayView, y_view: ArrayView, acc: Any, vacc: ArrayView | None, out: Any,
+         vout: ArrayView, stream: Any, handle: int) -> None:
+    """Launch the plan's kernel into ``out`` (already allocated or checked)."""
+    if plan.batch == 0 or plan.m == 0 or plan.n == 0:
+        return
+    if plan.kind == "tiled":
+        core = _arrays.as_core_stream(stream, handle)
+        producers = tuple(v.stream for v in (x_view, y_view, vacc, vout) if v is not None and v.stream is not None)
+        if producers:
+            _arrays.wait_for_producers(core, handle, producers)
+        _launch_tiled(plan, x_view, y_view, vacc, vout, core, handle)
+    else:
+        if vacc is not None and vout.ptr != vacc.ptr:
+            _copy_into(out, acc, handle)
+        _execute.execute(plan.desc, x_view, y_view, vout, alpha=1, beta=plan.beta, stream=handle)
+    if type(out) is DeviceArray:
+        out._set_stream(handle)
+
+
+# ---------------------------------------------------------------------------------------------
+# public calls
+# ---------------------------------------------------------------------------------------------
+
+
+def matmul(x: Any, y: Any, *, stream: Any = None, dtype: Any = None) -> Any:
+    """``x @ y`` as a new array of the type the inputs fix (:data:`RESULT_TYPES`).
+
+    x is [M, K] or [batch, M, K], y is [K, N] or [batch, K, N]; a batch of 1 (or a matrix)
+    broadcasts. Any row- or column-major layout and leading dimension per operand. The
+    result is a C-contiguous array of x's library (PyTorch, CuPy, else a blasdx
+    DeviceArray). Use :func:`tf32` to run float32 inputs on tf32 tensor cores.
+    """
+    if dtype is not None:
+        raise ExecutionError(
+            f"dtype={dtype!r}: matmul's result type is fixed by the input type ({_result_table()}); for another "
+            "result type call blasdx.mma(x, y, acc) with a zeroed acc of that type"
+        )
+    handle = resolve_stream(stream, (_unwrap(x), _unwrap(y)))
+    vx, vy = _view(x, "x", handle), _view(y, "y", handle)
+    key = _key(vx, vy, None, "matmul")
+    plan = _CALLS.get(key)
+    if plan is None:
+        device_id = _device_of((vx, vy), ("x", "y"))
+        plan = _cached_plan(key, lambda: _plan_matmul(vx, vy, device_id))
+    out = _allocate(_unwrap(x), plan.shape, plan.dtype, plan.device_id, handle)
+    vout = as_array(out, "out", stream=handle)
+    _run(plan, vx, vy, None, None, out, vout, stream, handle)
+    return out
+
+
+def _plan_matmul(vx: ArrayView, vy: ArrayView, device_id: int) -> CallPlan:
+    _check_dtypes(vx, vy)
+    result = RESULT_TYPES.get(vx.dtype)
+    if result is None:
+        raise ExecutionError(
+            f"x: matmul takes {', '.join(d.name for d in RESULT_TYPES)} inputs, not {vx.dtype.name} "
+            f"({_result_table()})"
+        )
+    return plan_call(vx, vy, None, result, _device_info(device_id), device_id)
+
+
+def mma(x: Any, y: Any, acc: Any, *, out: Any = None, fast_accumulation: bool = False, stream: Any = None) -> Any:
+    """``x @ y + acc`` as a new array of acc's type and shape (or into ``out``; ``out=acc`` works in place).
+
+    acc is [M, N] or [batch, M, N] and fixes the batch; x and y have acc's batch or 1 (or
+    are matrices). ``fast_accumulation`` is accepted for fp8 inputs only: blasdx's fp8
+    kernels sum every product into fp32 registers, so it trades no precision and changes
+    nothing (see docs/index.md).
+    """
+    if not isinstance(fast_accumulation, bool):
+        raise ExecutionError(f"fast_accumulation: expected True or False, got {fast_accumulation!r}")
+    handle = resolve_stream(stream, (acc if out is None else out, _unwrap(x), _unwrap(y)))
+    vx, vy = _view(x, "x", handle), _view(y, "y", handle)
+    vacc = as_array(acc, "acc", stream=handle)
+    if fast_accumulation and vx.dtype not in _FP8:
+        raise ExecutionError(f"fast_accumulation=True with {vx.dtype.name} inputs; {_rule('fast')}")
+    vout = None if out is None else as_array(out, "out", stream=handle)
+    in_place = vout is not None and vout.ptr == vacc.ptr and vout.strides == vacc.strides and vout.shape == vacc.shape
+    out_key = None if vout is None else (vout.dtype.name, vout.shape, vout.strides, vout.ptr & 15, in_place,
+                                         type(out))
+    key = _key(vx, vy, vacc, ("mma", type(acc), out_key))
+    plan = _CALLS.get(key)
+    if plan is None:
+        views, names = (vx, vy, vacc), ("x", "y", "acc")
+        if vout is not None:
+            views, names = views + (vout,), names + ("out",)
+        device_id = _device_of(views, names)
+        # the one-block kernel computes in place: it needs acc copied into out first, which
+        # PyTorch / CuPy do; other arrays go to the multi-block kernel (reads acc, writes out)
+        copyable = in_place or _library_copy(acc, acc if out is None else out)
+        plan = _cached_plan(key, lambda: _plan_mma(vx, vy, vacc, vout, device_id, copyable))
+    if vout is None:
+        out = _allocate(acc, plan.shape, plan.dtype, plan.device_id, handle)
+        vout = as_array(out, "out", stream=handle)
+    else:
+        if vout.readonly:
+            raise ExecutionError("out: the array is read-only; pass a writable array")
+        _check_overlap(vout, (("x", vx), ("y", vy)) if in_place else (("x", vx), ("y", vy), ("acc", vacc)))
+    _run(plan, vx, vy, acc, vacc, out, vout, stream, handle)
+    return out
+
+
+def _library_copy(acc: Any, out: Any) -> bool:
+    """Whether acc's library can copy acc into out (both PyTorch or both CuPy)."""
+    library = _arrays._library_of(acc)
+    return library in ("torch", "cupy") and _arrays._library_of(out) == library
+
+
+def _plan_mma(vx: ArrayView, vy: ArrayView, vacc: ArrayView, vout: ArrayView | None, device_id: int,
+              allow_block: bool) -> CallPlan:
+    _check_dtypes(vx, vy)
+    if _dt.find_combination(vx.dtype, vy.dtype, vacc.dtype, False) is None:
+        rows = "; ".join(_dt.supported_rows(is_complex=False))
+        raise ExecutionError(
+            f"x, y, acc: {vx.dtype.name} x {vy.dtype.name} + {vacc.dtype.name} is not supported; {_rule('types')}: "
+            f"{rows}"
+        )
+    return plan_call(vx, vy, vacc, vacc.dtype, _device_info(device_id), device_id, vout, allow_block)
+
+
+def _check_dtypes(vx: ArrayView, vy: ArrayView) -> None:
+    if vx.dtype != vy.dtype:
+        raise ExecutionError(f"x: {vx.dtype.name} and y: {vy.dtype.name} differ; {_rule('dtype')}")
+
+
+def _result_table() -> str:
+    return ", ".join(f"{a.name} -> {c.name}" for a, c in RESULT_TYPES.items())
+
+
+def _unwrap(obj: Any) -> Any:
+    return obj.array if type(obj) is TF32 else obj

@@ -1,0 +1,202 @@
+"""Multi-block GEMM for sizes beyond one block: tile choice, generated source, compile, launch.
+
+One thread block computes one BM x BN tile of ``D = alpha * A @ B + beta * C`` and walks K
+in BK steps (kernels/tiled_gemm.cu), the block GEMM's register API doing the arithmetic.
+Sizes, leading dimensions and strides are runtime arguments, so one kernel serves every
+shape with the same types, A/B arrangements and copy widths: a handful of kernels cover
+all calls. The tile of a type is a descriptor (:func:`tile_descriptor`), so the block
+GEMM, its shared-memory layout and its checks are the ones every other path uses.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from . import dtypes as _dt
+from . import fusion as _fusion
+from .cache import cached_compile
+from .descriptor import Descriptor
+from .operators import (
+    SM,
+    Alignment,
+    Arrangement,
+    Block,
+    BlockDim,
+    Function,
+    LeadingDimension,
+    Precision,
+    Size,
+    col_major,
+    row_major,
+)
+
+__all__ = ["KERNEL_NAME", "TileShape", "TiledKernel", "tile_shape", "tile_descriptor", "tiled_kernel", "copy_width"]
+
+#: The ``extern "C"`` entry point of kernels/tiled_gemm.cu.
+KERNEL_NAME = "blasdx_tiled_gemm"
+#: Problems per launch along grid y; a block loops over the rest.
+MAX_GRID_Y = 65535
+
+
+@dataclass(frozen=True)
+class TileShape:
+    """The output tile one block computes (m x n), the K step (k) and the block's threads."""
+
+    m: int
+    n: int
+    k: int
+    threads: int
+
+
+# K steps of 64 bytes give each 128-row operand tile 8 KB (16-bit 128 x 32, 32-bit 128 x 16):
+# two stages of A + B stay under the 48 KB that needs no opt-in. 8-bit inputs step 32 (one
+# m16n8k32 atom): at 64, fp8 with row-major A spilled (255 registers + 24 B of stack).
+# f64 and the FFMA path keep 64 x 64 tiles: their accumulators would need more registers
+# than a thread has at 128 x 128.
+_K_STEP_BYTES = 64
+
+
+def tile_shape(a: _dt.DType, m: int, n: int, sm: int) -> TileShape:
+    """The tile for inputs of type ``a`` and an M x N result: 128 x 128 where the result is that large."""
+    family = _dt.mma_family(a, a, a, sm)
+    if a == _dt.float64 or family == "fma":
+        return TileShape(64, 64, 16, 128 if a == _dt.float64 else 256)
+    bm = 64 if m <= 64 else 128
+    bn = 64 if n <= 64 else 128
+    threads = 256 if bm * bn >= 128 * 128 else 128
+    return TileShape(bm, bn, 32 if a.size == 1 else _K_STEP_BYTES // a.size, threads)
+
+
+def tile_descriptor(
+    a: _dt.DType, b: _dt.DType, c: _dt.DType, a_row_major: bool, b_row_major: bool, tile: TileShape, sm: int
+) -> Descriptor:
+    """The block GEMM of one tile: its padded shared-memory leading dimensions are the suggested ones."""
+    layout = (row_major if a_row_major else col_major, row_major if b_row_major else col_major, row_major)
+    base = (
+        Size(tile.m, tile.n, tile.k)
+        + Precision(a, b, c)
+        + Function.MM
+        + Arrangement(*layout)
+        + Alignment(16, 16, 16)
+        + SM(sm)
+        + Block()
+        + BlockDim(tile.threads)
+    )
+    lda, ldb, _ = base.suggested_leading_dimension
+    ldc = tile.n
+    return base + LeadingDimension(lda, ldb, ldc)
+
+
+def copy_width(ptr: int, itemsize: int, ld: int, outer: int, batch_stride: int, batch: int) -> int:
+    """Widest global->shared copy (bytes, <= 16) that every row start of every problem allows."""
+    width = 16
+    terms = [ptr]
+    if outer > 1:
+        terms.append(ld * itemsize)
+    if batch > 1:
+        terms.append(batch_stride * itemsize)
+    for term in terms:
+        while width > itemsize and term % width:
+            width //= 2
+    return max(width, itemsize)
+
+
+def _stage_bytes(desc: Descriptor) -> int:
+    """One A + B stage as laid out by Gemm::slice_shared_memory_ab, rounded up to 16 bytes."""
+    a_bytes = desc.a_size * desc.a_value_type.size
+    b_offset = (a_bytes + 15) // 16 * 16
+    return (b_offset + desc.b_size * desc.b_value_type.size + 15) // 16 * 16
+
+
+def generate(desc: Descriptor, vec_a: int, vec_b: int) -> str:
+    """kernels/tiled_gemm.cu instantiated for one tile descriptor and the two copy widths."""
+    return "\n".join(
+        [
+            _fusion.prelude({"TILE": desc}),
+            f"#define BLASDX_TILED_VEC_A {vec_a}",
+            f"#define BLASDX_TILED_VEC_B {vec_b}",
+            f"#define BLASDX_TILED_STAGE_BYTES {_stage_bytes(desc)}",
+            '#include "tiled_gemm.cu"',
+            "",
+        ]
+    )
+
+
+class TiledKernel:
+    """The multi-block kernel of one (tile descriptor, copy widths): compiled once, launched per call."""
+
+    __slots__ = ("desc", "vec_a", "vec_b", "source", "shared_memory", "threads", "_compiled", "_configs", "_scalar")
+
+    def __init__(self, desc: Descriptor, vec_a: int, vec_b: int) -> None:
+        self.desc = desc
+        self.vec_a = vec_a
+        self.vec_b = vec_b
+        self.source = generate(desc, vec_a, vec_b)
+        self.shared_memory = 2 * _stage_bytes(desc)
+        self.threads = desc.max_threads_per_block
+        self._compiled: Any = None
+        self._configs: dict[tuple[int, int], Any] = {}
+        self._scalar = {"float32": np.float32, "float64": np.float64, "int32": np.int32}[desc.scalar_type.name]
+
+    def compile(self) -> Any:
+        """The CompiledKernel (through both cache levels)."""
+        if self._compiled is None:
+            self._compiled = cached_compile(self.source, KERNEL_NAME, self.desc.arch)
+        return self._compiled
+
+    def grid(self, m: int, n: int, batch: int) -> tuple[int, int, int]:
+        """(output tiles, problems along y, 1)."""
+        tiles = math.ceil(m / self.desc.size[0]) * math.ceil(n / self.desc.size[1])
+        return (tiles, min(batch, MAX_GRID_Y), 1)
+
+    def config(self, m: int, n: int, batch: int) -> Any:
+        """The LaunchConfig of an M x N result with ``batch`` problems, memoised."""
+        grid = self.grid(m, n, batch)
+        key = grid[:2]
+        found = self._configs.get(key)
+        if found is None:
+            from cuda.core import LaunchConfig
+
+            if len(self._configs) > 256:
+                self._configs.clear()
+            found = self._configs[key] = LaunchConfig(
+                grid=grid, block=(self.threads, 1, 1), shmem_size=self.shared_memory
+            )
+        return found
+
+    def kernel(self) -> Any:
+        """The loaded cuda.core Kernel on the current device (shared memory opted in)."""
+        return self.compile().kernel(dynamic_shared_memory=self.shared_memory)
+
+    def scalar(self, value: float) -> Any:
+        """alpha / beta in the kernel's scalar type."""
+        return self._scalar(value)
+
+
+_KERNELS: dict[tuple[Any, ...], TiledKernel] = {}
+
+
+def tiled_kernel(
+    a: _dt.DType,
+    b: _dt.DType,
+    c: _dt.DType,
+    a_row_major: bool,
+    b_row_major: bool,
+    m: int,
+    n: int,
+    sm: int,
+    vec_a: int,
+    vec_b: int,
+) -> TiledKernel:
+    """The (memoised) multi-block kernel for these types, arrangements, result size class and copy widths."""
+    tile = tile_shape(a, m, n, sm)
+    key = (a, b, c, a_row_major, b_row_major, tile, sm, vec_a, vec_b)
+    found = _KERNELS.get(key)
+    if found is None:
+        desc = tile_descriptor(a, b, c, a_row_major, b_row_major, tile, sm)
+        found = _KERNELS[key] = TiledKernel(desc, vec_a, vec_b)
+    return found
