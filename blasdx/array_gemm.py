@@ -294,7 +294,7 @@ def plan_call(
         _check_out_shape(out, plan)
     mo = None if out is None else _matrix(out, "out")
     plan.result_layout = mo
-    desc = _block_descriptor(vx, vy, mx, my, out, mo, result, m, n, k, device.sm) if allow_block else None
+    desc = _block_descriptor(vx, vy, mx, my, out, mo, result, m, n, k, device.sm, plan.batch) if allow_block else None
     tile = _tiled.tile_shape(vx.dtype, m, n, device.sm)
     tiles = math.ceil(m / tile.m) * math.ceil(n / tile.n)
     if desc is not None and (tiles == 1 or plan.batch >= device.multiprocessors):
@@ -321,7 +321,7 @@ def _check_out_shape(vout: ArrayView, plan: CallPlan) -> None:
 
 def _block_descriptor(
     vx: ArrayView, vy: ArrayView, mx: Matrix, my: Matrix, vout: ArrayView | None, mo: Matrix | None,
-    result: _dt.DType, m: int, n: int, k: int, sm: int,
+    result: _dt.DType, m: int, n: int, k: int, sm: int, batch: int,
 ) -> Any:
     """The one-block-per-problem descriptor of this call, or None when a problem does not fit one block."""
     if min(m, n, k) == 0:
@@ -330,7 +330,7 @@ def _block_descriptor(
     al_b = _alignment(vy.ptr, vy.dtype.size, my.batch_stride, my.batch or 1)
     if vout is None or mo is None:  # a new contiguous row-major result (allocations are 256-byte aligned)
         c_row_major, ldc = True, n
-        al_c = _alignment(0, result.size, m * n, 2)
+        al_c = _alignment(0, result.size, m * n, batch)
     else:
         c_row_major, ldc = mo.row_major, mo.ld
         al_c = _alignment(vout.ptr, result.size, mo.batch_stride, mo.batch or 1)
