@@ -382,21 +382,24 @@ def _allocate(like: Any, shape: tuple[int, ...], dtype: _dt.DType, device_id: in
 
 
 def _copy_into(out: Any, acc: Any, stream: int) -> None:
-    """out[...] = acc with the arrays' own library, on ``stream``."""
-    library = _arrays._library_of(out)
-    if library == "torch" and _arrays._library_of(acc) == "torch":
+    """out[...] = acc with the arrays' own library, ordered on ``stream`` (a handle of 1 or 2 is the default stream)."""
+    special = stream in (0, _arrays.LEGACY_STREAM, _arrays.PER_THREAD_STREAM)
+    if _arrays._library_of(out) == "torch":
         import torch
 
-        with torch.cuda.stream(torch.cuda.ExternalStream(stream)):
+        current = torch.cuda.current_stream(out.device)
+        if special and current.cuda_stream == 0 or current.cuda_stream == stream:
+            out.copy_(acc)
+            return
+        side = torch.cuda.default_stream(out.device) if special else torch.cuda.ExternalStream(stream)
+        with torch.cuda.stream(side):
             out.copy_(acc)
         return
-    if library == "cupy" and _arrays._library_of(acc) == "cupy":
-        import cupy
+    import cupy
 
-        with cupy.cuda.ExternalStream(stream):
-            cupy.copyto(out, acc)
-        return
-    raise ExecutionError("internal: no library copy for these arrays")  # pragma: no cover - callers avoid it
+    side = cupy.cuda.Stream.null if special else cupy.cuda.ExternalStream(stream)
+    with side:
+        cupy.copyto(out, acc)
 
 
 # ---------------------------------------------------------------------------------------------
