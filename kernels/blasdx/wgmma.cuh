@@ -1,0 +1,279 @@
+// wgmma (sm_90a only): warpgroup matrix multiply-accumulate with A and B read from shared
+// memory through 64-bit matrix descriptors, the accumulator in registers.
+//
+// Facts this file relies on, from the PTX ISA, section 9.7.15 "Asynchronous Warpgroup Level
+// Matrix Multiply-Accumulate Instructions" (our wording):
+//
+// * Warpgroup (9.7.15.1): four consecutive warps, the first with a warp index divisible by 4,
+//   issue every wgmma instruction together (.sync.aligned: all 128 threads, same instruction).
+// * Shapes (9.7.15.5, "Matrix Shape"): m64nNk16 for f16/bf16 inputs (accumulator f16 or f32),
+//   m64nNk32 for e4m3/e5m2 (f16 or f32), m64nNk8 for tf32; N is a multiple of 8 from 8 to 256.
+//   One instruction reads 32 bytes of K per row of A and per column of B in every case.
+// * Accumulator fragment (9.7.15.5.1.1.1, "Matrix Fragments for wgmma.mma_async.m64nNk16",
+//   Figure "register fragment layout for accumulator matrix D"; the k8 and k32 figures are the
+//   same): warp w of the warpgroup holds rows 16w .. 16w+15. Within a warp it is the mma.sync
+//   m16n8 C layout repeated along N: register index 4j + e (e = 0..3, j = column block of 8)
+//   is row 16w + lane/4 + 8*(e/2), column 8j + 2*(lane%4) + e%2. f32: N/2 registers; f16:
+//   N/4 registers of two halves, element 4j + e being half e%2 of register 2j + e/2.
+// * Operand majorness (9.7.15.5.1.2, "Shared Memory Matrix Layout"): imm-trans-a = 0 reads A
+//   K-major (K contiguous, i.e. row-major M x K), 1 M-major; imm-trans-b = 0 reads B K-major
+//   (K contiguous, column-major K x N), 1 N-major. The transposes exist only for 16-bit types:
+//   fp8 and tf32 instructions take no imm-trans operands and need both operands K-major.
+// * Swizzle atoms (same section, Table 38): a swizzled operand is made of atoms of 8 rows of
+//   S bytes (S = 128, 64 or 32, the swizzle mode) stored densely (8*S bytes). A "row" runs along
+//   the contiguous dimension: along K for K-major, along M/N for MN-major. Inside an atom the
+//   16-byte chunk c of row r sits at chunk position c ^ (row bits), which is the address rule
+//   "bits [4, 4+log2(S/16)) ^= bits [7, 7+log2(S/16))" of the byte address: for 128B, chunk
+//   c ^ (r % 8); for 64B, c ^ ((r / 2) % 4); for 32B, c ^ ((r / 4) % 2). The hardware applies
+//   it to absolute shared addresses, so atoms must start on a multiple of 8*S bytes (1024 for
+//   128B) for the matrix base offset field to be 0 (9.7.15.5.1.2.2).
+// * Strides (9.7.15.5.1.2.1.1 "Leading Dimension Byte Offset", .1.2 "Stride Dimension Byte
+//   Offset"): K-major swizzled: LBO is unused (encode 1), SBO = bytes from one group of 8 rows
+//   (M or N) to the next. MN-major swizzled: LBO = bytes from one atom-wide slab of M/N
+//   (S / element-size elements) to the next, SBO = bytes from one group of 8 K rows to the next.
+//   An instruction whose K extent (32 bytes) lies inside a K-major row is addressed by moving
+//   the start address along the row by the K offset in bytes (the swizzle is applied after).
+// * Descriptor (9.7.15.5.1.2.2 "Matrix Descriptor Format"): bits 0-13 start address >> 4,
+//   16-29 LBO >> 4, 32-45 SBO >> 4, 49-51 base offset, 62-63 swizzle mode (0 none, 1 128B,
+//   2 64B, 3 32B); addresses are 18-bit shared-window byte addresses.
+// * Ordering (9.7.15.4 "Async Proxy", 9.7.15.7): wgmma reads shared memory in the async proxy,
+//   so shared-memory writes by ordinary stores or cp.async need fence.proxy.async.shared::cta
+//   (then a barrier) before a wgmma reads them. wgmma.fence must precede the first wgmma of a
+//   warpgroup and separate any other access of the accumulator registers from a wgmma;
+//   accumulators shared by wgmmas of the same shape need no fence between them. wgmma.
+//   commit_group closes a group of issued wgmmas; wgmma.wait_group N waits until at most N
+//   groups are pending, after which the accumulators may be read.
+// * scale-d: an immediate 1 gives D = A*B + D (we start from zeroed registers; ptxas folds the
+//   zeros into the first instruction).
+#pragma once
+
+#include "copy.cuh"
+#include "types.cuh"
+
+namespace blasdx {
+namespace wgmma {
+
+typedef unsigned long long u64;
+
+// ---- swizzled panels ---------------------------------------------------------------------------
+
+// Byte offset of byte `offset` of a panel whose rows are PANEL_BYTES long, after the swizzle
+// of that width (the row is offset / PANEL_BYTES; only 16-byte chunk bits move).
+template <int PANEL_BYTES>
+__host__ __device__ constexpr int swizzle(int offset) {
+    static_assert(PANEL_BYTES == 128 || PANEL_BYTES == 64 || PANEL_BYTES == 32, "swizzle modes are 128B, 64B, 32B");
+    return offset ^ (((offset >> 7) & (PANEL_BYTES / 16 - 1)) << 4);
+}
+
+// The descriptor's swizzle-mode code of a panel width.
+template <int PANEL_BYTES>
+__host__ __device__ constexpr u64 swizzle_mode() {
+    return PANEL_BYTES == 128 ? 1 : PANEL_BYTES == 64 ? 2 : 3;
+}
+
+// An OUTER x INNER matrix in storage order (INNER contiguous) cut into panels PANEL_BYTES wide
+// along INNER: panel p holds inner elements [p * W, (p + 1) * W) of every row, W = PANEL_BYTES /
+// sizeof(T), as OUTER dense rows of PANEL_BYTES, swizzled. Panels follow each other.
+template <class T, int OUTER, int INNER, int PANEL_BYTES>
+struct panels {
+    static constexpr int W = PANEL_BYTES / int(sizeof(T));  // elements per panel row
+    static constexpr int PANEL = OUTER * PANEL_BYTES;      // bytes per panel (the LBO of MN-major)
+    static constexpr int ATOM = 8 * PANEL_BYTES;           // bytes per 8-row atom (the SBO)
+    static constexpr int BYTES = PANEL * (INNER / W);
+    static_assert(INNER % W == 0, "the contiguous extent must be a whole number of panels");
+    static_assert(OUTER % 8 == 0, "panels are made of 8-row swizzle atoms");
+
+    // Byte offset of element (row, col), col along the contiguous dimension.
+    __host__ __device__ static constexpr int offset(int row, int col) {
+        return (col / W) * PANEL + swizzle<PANEL_BYTES>(row * PANEL_BYTES + (col % W) * int(sizeof(T)));
+    }
+};
+
+// Block-cooperative copy of an OUTER x INNER global matrix (leading dimension LDG) into
+// panels at dst, VEC_BYTES at a time (a piece never crosses a 16-byte chunk, so the swizzle
+// moves it whole). Asynchronous on sm_80+: copy_wait_all() and proxy_fence() before use.
+template <class T, int OUTER, int INNER, int LDG, int PANEL_BYTES, int VEC_BYTES, int THREADS>
+__device__ __forceinline__ void copy_to_panels(unsigned char* dst, const T* src, int tid) {
+    static_assert(VEC_BYTES % int(sizeof(T)) == 0 && 16 % VEC_BYTES == 0, "pieces stay inside a 16-byte chunk");
+    using layout = panels<T, OUTER, INNER, PANEL_BYTES>;
+    for_each_piece<OUTER, INNER, VEC_BYTES / int(sizeof(T)), THREADS>(tid, [&](int r, int c) {
+        copy_to_shared<VEC_BYTES>(dst + layout::offset(r, c), src + i64(r) * LDG + c);
+    });
+}
+
+// ---- descriptors and ordering ------------------------------------------------------------------
+
+// A matrix descriptor: start address, leading and stride byte offsets, swizzle mode.
+template <int PANEL_BYTES>
+__device__ __forceinline__ u64 descriptor(u32 address, u32 lbo, u32 sbo) {
+    return u64((address & 0x3FFFF) >> 4) | (u64((lbo & 0x3FFFF) >> 4) << 16) | (u64((sbo & 0x3FFFF) >> 4) << 32) |
+           (swizzle_mode<PANEL_BYTES>() << 62);
+}
+
+// Shared-memory writes of this thread become visible to wgmma reads (then sync the block).
+__device__ __forceinline__ void proxy_fence() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int PENDING> __device__ __forceinline__ void wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(PENDING) : "memory");
+}
+// Keeps the compiler from moving accesses of an accumulator register across this point.
+__device__ __forceinline__ void fence_operand(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+__device__ __forceinline__ void fence_operand(u32& r) { asm volatile("" : "+r"(r)::"memory"); }
+
+// ---- the instruction ---------------------------------------------------------------------------
+
+// Register lists "%0, %1, ..." of C accumulator registers, and the operand numbers that follow
+// them: the descriptors (%C, %C+1) and the transpose immediates (%C+2, %C+3).
+#define BLASDX_WG_R4_0 "%0, %1, %2, %3"
+#define BLASDX_WG_R4_1 "%4, %5, %6, %7"
+#define BLASDX_WG_R4_2 "%8, %9, %10, %11"
+#define BLASDX_WG_R4_3 "%12, %13, %14, %15"
+#define BLASDX_WG_R4_4 "%16, %17, %18, %19"
+#define BLASDX_WG_R4_5 "%20, %21, %22, %23"
+#define BLASDX_WG_R4_6 "%24, %25, %26, %27"
+#define BLASDX_WG_R4_7 "%28, %29, %30, %31"
+#define BLASDX_WG_R4_8 "%32, %33, %34, %35"
+#define BLASDX_WG_R4_9 "%36, %37, %38, %39"
+#define BLASDX_WG_R4_10 "%40, %41, %42, %43"
+#define BLASDX_WG_R4_11 "%44, %45, %46, %47"
+#define BLASDX_WG_R4_12 "%48, %49, %50, %51"
+#define BLASDX_WG_R4_13 "%52, %53, %54, %55"
+#define BLASDX_WG_R4_14 "%56, %57, %58, %59"
+#define BLASDX_WG_R4_15 "%60, %61, %62, %63"
+#define BLASDX_WG_R4_16 "%64, %65, %66, %67"
+#define BLASDX_WG_R4_17 "%68, %69, %70, %71"
+#define BLASDX_WG_R4_18 "%72, %73, %74, %75"
+#define BLASDX_WG_R4_19 "%76, %77, %78, %79"
+#define BLASDX_WG_R4_20 "%80, %81, %82, %83"
+#define BLASDX_WG_R4_21 "%84, %85, %86, %87"
+#define BLASDX_WG_R4_22 "%88, %89, %90, %91"
+#define BLASDX_WG_R4_23 "%92, %93, %94, %95"
+#define BLASDX_WG_R4_24 "%96, %97, %98, %99"
+#define BLASDX_WG_R4_25 "%100, %101, %102, %103"
+#define BLASDX_WG_R4_26 "%104, %105, %106, %107"
+#define BLASDX_WG_R4_27 "%108, %109, %110, %111"
+#define BLASDX_WG_R4_28 "%112, %113, %114, %115"
+#define BLASDX_WG_R4_29 "%116, %117, %118, %119"
+#define BLASDX_WG_R4_30 "%120, %121, %122, %123"
+#define BLASDX_WG_R4_31 "%124, %125, %126, %127"
+#define BLASDX_WG_REGS_2 "%0, %1"
+#define BLASDX_WG_REGS_4 BLASDX_WG_R4_0
+#define BLASDX_WG_REGS_8 BLASDX_WG_REGS_4 ", " BLASDX_WG_R4_1
+#define BLASDX_WG_REGS_16 BLASDX_WG_REGS_8 ", " BLASDX_WG_R4_2 ", " BLASDX_WG_R4_3
+#define BLASDX_WG_REGS_32 \
+    BLASDX_WG_REGS_16 ", " BLASDX_WG_R4_4 ", " BLASDX_WG_R4_5 ", " BLASDX_WG_R4_6 ", " BLASDX_WG_R4_7
+#define BLASDX_WG_REGS_64                                                                                      \
+    BLASDX_WG_REGS_32 ", " BLASDX_WG_R4_8 ", " BLASDX_WG_R4_9 ", " BLASDX_WG_R4_10 ", " BLASDX_WG_R4_11 ", " \
+        BLASDX_WG_R4_12 ", " BLASDX_WG_R4_13 ", " BLASDX_WG_R4_14 ", " BLASDX_WG_R4_15
+#define BLASDX_WG_REGS_128                                                                                        \
+    BLASDX_WG_REGS_64 ", " BLASDX_WG_R4_16 ", " BLASDX_WG_R4_17 ", " BLASDX_WG_R4_18 ", " BLASDX_WG_R4_19 ", "   \
+        BLASDX_WG_R4_20 ", " BLASDX_WG_R4_21 ", " BLASDX_WG_R4_22 ", " BLASDX_WG_R4_23 ", " BLASDX_WG_R4_24 ", " \
+        BLASDX_WG_R4_25 ", " BLASDX_WG_R4_26 ", " BLASDX_WG_R4_27 ", " BLASDX_WG_R4_28 ", " BLASDX_WG_R4_29 ", " \
+        BLASDX_WG_R4_30 ", " BLASDX_WG_R4_31
+#define BLASDX_WG_AB_2 "%2, %3"
+#define BLASDX_WG_AB_4 "%4, %5"
+#define BLASDX_WG_AB_8 "%8, %9"
+#define BLASDX_WG_AB_16 "%16, %17"
+#define BLASDX_WG_AB_32 "%32, %33"
+#define BLASDX_WG_AB_64 "%64, %65"
+#define BLASDX_WG_AB_128 "%128, %129"
+#define BLASDX_WG_T_2 ", %4, %5"
+#define BLASDX_WG_T_4 ", %6, %7"
+#define BLASDX_WG_T_8 ", %10, %11"
+#define BLASDX_WG_T_16 ", %18, %19"
+#define BLASDX_WG_T_32 ", %34, %35"
+#define BLASDX_WG_T_64 ", %66, %67"
+#define BLASDX_WG_T_128 ", %130, %131"
+#define BLASDX_WG_NO_T(C) ""
+#define BLASDX_WG_WITH_T(C) BLASDX_WG_T_##C
+
+// Read-write operand lists of C registers starting at d ("+f" floats, "+r" f16x2 words).
+#define BLASDX_WG_F4(d) "+f"((d)[0]), "+f"((d)[1]), "+f"((d)[2]), "+f"((d)[3])
+#define BLASDX_WG_F8(d) BLASDX_WG_F4(d), BLASDX_WG_F4((d) + 4)
+#define BLASDX_WG_F16(d) BLASDX_WG_F8(d), BLASDX_WG_F8((d) + 8)
+#define BLASDX_WG_F32(d) BLASDX_WG_F16(d), BLASDX_WG_F16((d) + 16)
+#define BLASDX_WG_F64(d) BLASDX_WG_F32(d), BLASDX_WG_F32((d) + 32)
+#define BLASDX_WG_F128(d) BLASDX_WG_F64(d), BLASDX_WG_F64((d) + 64)
+#define BLASDX_WG_U2(d) "+r"((d)[0]), "+r"((d)[1])
+#define BLASDX_WG_U4(d) BLASDX_WG_U2(d), BLASDX_WG_U2((d) + 2)
+#define BLASDX_WG_U8(d) BLASDX_WG_U4(d), BLASDX_WG_U4((d) + 4)
+#define BLASDX_WG_U16(d) BLASDX_WG_U8(d), BLASDX_WG_U8((d) + 8)
+#define BLASDX_WG_U32(d) BLASDX_WG_U16(d), BLASDX_WG_U16((d) + 16)
+#define BLASDX_WG_U64(d) BLASDX_WG_U32(d), BLASDX_WG_U32((d) + 32)
+
+// One width: "wgmma...m64n<N><OP> {regs}, descA, descB, 1, 1, 1[, transA, transB];" with C registers.
+#define BLASDX_WG_CASE(N, C, OP, LIST, TRANS, ...)                                                               \
+    if constexpr (WIDTH == N) {                                                                                  \
+        asm volatile("wgmma.mma_async.sync.aligned.m64n" #N OP " {" BLASDX_WG_REGS_##C "}, " BLASDX_WG_AB_##C  \
+                     ", 1, 1, 1" TRANS(C) ";\n"                                                                  \
+                     : LIST##C(d)                                                                                \
+                     : "l"(desc_a), "l"(desc_b)__VA_ARGS__);                                                     \
+    }
+// Every width of an f32 accumulator (N/2 registers) or an f16 one (N/4 words).
+#define BLASDX_WG_F32_WIDTHS(OP, TRANS, ...)                    \
+    BLASDX_WG_CASE(8, 4, OP, BLASDX_WG_F, TRANS, __VA_ARGS__)    \
+    BLASDX_WG_CASE(16, 8, OP, BLASDX_WG_F, TRANS, __VA_ARGS__)   \
+    BLASDX_WG_CASE(32, 16, OP, BLASDX_WG_F, TRANS, __VA_ARGS__)  \
+    BLASDX_WG_CASE(64, 32, OP, BLASDX_WG_F, TRANS, __VA_ARGS__)  \
+    BLASDX_WG_CASE(128, 64, OP, BLASDX_WG_F, TRANS, __VA_ARGS__) \
+    BLASDX_WG_CASE(256, 128, OP, BLASDX_WG_F, TRANS, __VA_ARGS__)
+#define BLASDX_WG_F16_WIDTHS(OP, TRANS, ...)                   \
+    BLASDX_WG_CASE(8, 2, OP, BLASDX_WG_U, TRANS, __VA_ARGS__)   \
+    BLASDX_WG_CASE(16, 4, OP, BLASDX_WG_U, TRANS, __VA_ARGS__)  \
+    BLASDX_WG_CASE(32, 8, OP, BLASDX_WG_U, TRANS, __VA_ARGS__)  \
+    BLASDX_WG_CASE(64, 16, OP, BLASDX_WG_U, TRANS, __VA_ARGS__) \
+    BLASDX_WG_CASE(128, 32, OP, BLASDX_WG_U, TRANS, __VA_ARGS__) \
+    BLASDX_WG_CASE(256, 64, OP, BLASDX_WG_U, TRANS, __VA_ARGS__)
+
+template <int WIDTH>
+struct width_check {
+    static_assert(WIDTH == 8 || WIDTH == 16 || WIDTH == 32 || WIDTH == 64 || WIDTH == 128 || WIDTH == 256,
+                  "blasdx issues wgmma widths that are powers of two from 8 to 256 (wider tiles take several)");
+};
+
+// mma<TA, TB, TAcc>::issue<WIDTH, TRANS_A, TRANS_B>(d, desc_a, desc_b): d += A * B for a 64 x
+// WIDTH x K_STEP step, d the accumulator registers (floats, or f16x2 words for f16). TRANS_A /
+// TRANS_B select M-major A / N-major B (16-bit types only). The type list is the supported one.
+template <class TA, class TB, class TAcc> struct mma {
+    static_assert(sizeof(TA) == 0, "wgmma runs f16 x f16 -> f16 | f32, bf16 x bf16 -> f32 and e4m3/e5m2 -> f32 here");
+};
+
+#define BLASDX_WG_SIXTEEN_BIT(TA, TACC, REG, WIDTHS, OP)                                         \
+    template <> struct mma<TA, TA, TACC> {                                                       \
+        static constexpr int K_STEP = 16;                                                        \
+        static constexpr bool TRANSPOSES = true;                                                 \
+        using reg_type = REG;                                                                    \
+        template <int WIDTH, bool TRANS_A, bool TRANS_B>                                         \
+        __device__ __forceinline__ static void issue(REG* d, u64 desc_a, u64 desc_b) {           \
+            (void)width_check<WIDTH>{};                                                          \
+            WIDTHS(OP, BLASDX_WG_WITH_T, , "n"(int(TRANS_A)), "n"(int(TRANS_B)))                 \
+        }                                                                                        \
+    };
+BLASDX_WG_SIXTEEN_BIT(__half, float, float, BLASDX_WG_F32_WIDTHS, "k16.f32.f16.f16")
+BLASDX_WG_SIXTEEN_BIT(__half, __half, u32, BLASDX_WG_F16_WIDTHS, "k16.f16.f16.f16")
+BLASDX_WG_SIXTEEN_BIT(__nv_bfloat16, float, float, BLASDX_WG_F32_WIDTHS, "k16.f32.bf16.bf16")
+#undef BLASDX_WG_SIXTEEN_BIT
+
+#ifdef __CUDA_FP8_TYPES_EXIST__
+#define BLASDX_WG_FP8(TA, TB, OP)                                                                \
+    template <> struct mma<TA, TB, float> {                                                      \
+        static constexpr int K_STEP = 32;                                                        \
+        static constexpr bool TRANSPOSES = false;                                                \
+        using reg_type = float;                                                                  \
+        template <int WIDTH, bool TRANS_A, bool TRANS_B>                                         \
+        __device__ __forceinline__ static void issue(float* d, u64 desc_a, u64 desc_b) {         \
+            (void)width_check<WIDTH>{};                                                          \
+            static_assert(!TRANS_A && !TRANS_B, "fp8 wgmma reads A and B K-major only");         \
+            BLASDX_WG_F32_WIDTHS(OP, BLASDX_WG_NO_T, )                                           \
+        }                                                                                        \
+    };
+BLASDX_WG_FP8(__nv_fp8_e4m3, __nv_fp8_e4m3, "k32.f32.e4m3.e4m3")
+BLASDX_WG_FP8(__nv_fp8_e4m3, __nv_fp8_e5m2, "k32.f32.e4m3.e5m2")
+BLASDX_WG_FP8(__nv_fp8_e5m2, __nv_fp8_e4m3, "k32.f32.e5m2.e4m3")
+BLASDX_WG_FP8(__nv_fp8_e5m2, __nv_fp8_e5m2, "k32.f32.e5m2.e5m2")
+#undef BLASDX_WG_FP8
+#endif
+
+}  // namespace wgmma
+}  // namespace blasdx
