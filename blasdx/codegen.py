@@ -52,6 +52,7 @@ def _bool(value: bool) -> str:
 def config_struct(desc: Descriptor, name: str = "blasdx_config") -> str:
     """The ``struct name { ... };`` of compile-time constants that BlockGemm is built from."""
     plan = desc.plan
+    warp = plan.warp_level or plan  # what BlockGemm (the device API) runs: mma.sync or FMA
     p = desc._problem_shape()
     a, b, c = desc.precision
     cplx = desc.is_complex
@@ -88,22 +89,36 @@ def config_struct(desc: Descriptor, name: str = "blasdx_config") -> str:
         f"    static constexpr int copy_bytes_c = {_h.vector_bytes(al_c, sc, p.c_inner, ldc, smem_ldc)};",
         f"    static constexpr int threads = {desc.max_threads_per_block};",
         f"    static constexpr int min_blocks_per_sm = {plan.min_blocks};  // __launch_bounds__, see heuristics",
-        f"    static constexpr bool use_mma = {_bool(plan.is_mma)};  // {plan.instruction}",
+        f"    static constexpr bool use_mma = {_bool(warp.is_mma)};  // {warp.instruction}",
     ]
-    if plan.is_mma:
+    if warp.is_mma:
         lines += [
-            f"    using atom = {atom_type(plan.instruction, a, b, desc.accumulator_type)};",
-            f"    static constexpr int warp_m = {plan.warp_tile[0]}, warp_n = {plan.warp_tile[1]};  // atoms per warp",
+            f"    using atom = {atom_type(warp.instruction, a, b, desc.accumulator_type)};",
+            f"    static constexpr int warp_m = {warp.warp_tile[0]}, warp_n = {warp.warp_tile[1]};  // atoms per warp",
             "    static constexpr int thread_m = 1, thread_n = 1;",
         ]
     else:
         lines += [
             "    static constexpr int warp_m = 1, warp_n = 1;",
-            f"    static constexpr int thread_m = {plan.thread_tile[0]}, thread_n = {plan.thread_tile[1]};"
+            f"    static constexpr int thread_m = {warp.thread_tile[0]}, thread_n = {warp.thread_tile[1]};"
             "  // outputs per thread",
         ]
+    lines += _wgmma_lines(plan)
     lines.append("};")
     return "\n".join(lines)
+
+
+def _wgmma_lines(plan: _h.KernelPlan) -> list[str]:
+    """Whether the batched kernel multiplies with wgmma, and its warpgroup tile and panels."""
+    if not plan.is_wgmma:
+        return ["    static constexpr bool use_wgmma = false;"]
+    return [
+        f"    // batched kernel: {plan.instruction} from swizzled shared-memory panels (warpgroup_gemm.cuh)",
+        "    static constexpr bool use_wgmma = true;",
+        f"    static constexpr int wgmma_n = {plan.warpgroup_n};  // columns of C per 64-row warpgroup tile",
+        f"    static constexpr int a_panel_bytes = {plan.smem_a.swizzle_bytes}, "
+        f"b_panel_bytes = {plan.smem_b.swizzle_bytes};  // swizzle widths",
+    ]
 
 
 def generate(desc: Descriptor) -> GeneratedSource:

@@ -401,6 +401,7 @@ class Descriptor:
             s.m, s.n, s.k, a, b, c, self.is_complex,
             arr.a is row_major, arr.b is row_major, arr.c is row_major,
             sm.cc if sm else 0,
+            sm.arch_specific if sm else False,
         )
 
     @property
@@ -423,7 +424,7 @@ class Descriptor:
 
     @property
     def instruction(self) -> str:
-        """The warp-level instruction the kernel uses, e.g. ``mma.sync.m16n8k16`` or ``fma``."""
+        """The instruction the batched kernel uses, e.g. ``mma.sync.m16n8k16``, ``wgmma.m64n128k16`` or ``fma``."""
         return self.plan.instruction
 
     @property

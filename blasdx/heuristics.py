@@ -21,6 +21,7 @@ __all__ = [
     "SmemLayout",
     "atom_shape",
     "padded_leading_dimension",
+    "wgmma_tile_n",
     "plan_kernel",
     "vector_bytes",
     "round_up",
@@ -66,6 +67,7 @@ class Problem:
     b_row_major: bool
     c_row_major: bool
     sm: int
+    arch_specific: bool = False  # sm_90a: the architecture-specific instructions (wgmma) may be used
 
     def element_size(self, dtype: _dt.DType) -> int:
         return dtype.size * (2 if self.is_complex else 1)
@@ -98,20 +100,34 @@ class Problem:
 
 @dataclass(frozen=True)
 class SmemLayout:
-    """A matrix in shared memory: logical (rows, cols), element strides of (row, col), swizzle."""
+    """A matrix in shared memory: logical (rows, cols), element strides of (row, col), swizzle.
+
+    Swizzled layouts (wgmma) cut the contiguous dimension into panels as wide as the swizzle
+    (``"128B"``, ``"64B"`` or ``"32B"``): ``strides`` are those inside one panel, whose rows
+    hold its 16-byte chunks XOR-ed with the row bits, and ``panel_stride`` is the distance in
+    elements from one panel to the next (0 when there is one panel, or no swizzle).
+    """
 
     shape: tuple[int, int]
     strides: tuple[int, int]
     swizzle: str | None = None
+    panel_stride: int = 0
 
     @property
     def leading_dimension(self) -> int:
         return max(self.strides)
 
     @property
+    def swizzle_bytes(self) -> int:
+        """Bytes per swizzled panel row (0 when not swizzled)."""
+        return int(self.swizzle[:-1]) if self.swizzle else 0
+
+    @property
     def cosize(self) -> int:
-        """Elements spanned, i.e. what the buffer must hold."""
+        """Elements spanned, i.e. what the buffer must hold (swizzled panels are dense)."""
         rows, cols = self.shape
+        if self.swizzle:
+            return rows * cols
         return (rows - 1) * self.strides[0] + (cols - 1) * self.strides[1] + 1
 
 
@@ -153,9 +169,9 @@ def vector_bytes(alignment: int, element_size: int, *extents_in_elements: int) -
 class KernelPlan:
     """How the block GEMM is carried out: what codegen instantiates and the traits report."""
 
-    instruction: str  # PTX family, e.g. "mma.sync.m16n8k16", or "fma"
+    instruction: str  # PTX family, e.g. "mma.sync.m16n8k16", "wgmma.m64n128k16", or "fma"
     atom: tuple[int, int, int]
-    warp_tile: tuple[int, int]  # instructions per warp along (M, N); (1, 1) for fma
+    warp_tile: tuple[int, int]  # instructions per warp along (M, N); (1, 1) for fma and wgmma
     thread_tile: tuple[int, int]  # elements per thread along (M, N) on the fma path
     threads: int
     smem_a: SmemLayout
@@ -165,10 +181,16 @@ class KernelPlan:
     smem_b_offset: int = 0  # bytes from the start of dynamic shared memory
     smem_c_offset: int = 0
     shared_memory: int = 0  # dynamic shared memory of the batched kernel, bytes
+    warpgroup_n: int = 0  # wgmma: columns of C per 64-row warpgroup tile; 0 on the warp-level paths
+    warp_level: KernelPlan | None = None  # wgmma: the mma.sync plan the device API (fusion) runs
 
     @property
     def is_mma(self) -> bool:
         return self.instruction != "fma"
+
+    @property
+    def is_wgmma(self) -> bool:
+        return self.warpgroup_n > 0
 
 
 def _mma_warp_tile(p: Problem, family: str) -> tuple[int, int]:
@@ -275,21 +297,34 @@ def staged_c_layout(p: Problem, ab_bytes: int, max_bytes: int) -> SmemLayout | N
 
 
 def _min_blocks_per_sm(p: Problem, family: str, threads: int, shared_memory: int) -> int:
-    """2 for real 16-bit tensor-core blocks of 256 threads, else 1 (the compiler's choice).
+    """2 for real 16-bit tensor-core blocks and wgmma blocks of 256 threads, else 1 (the compiler's choice).
 
     Left alone, the compiler gives a 256-thread f16/bf16 block of a 128-wide problem 166
     registers, so one block fits per SM and nothing overlaps its load, compute and store.
     Asking for two blocks caps it at 128 registers without spilling (f16 128^3 on an H200:
     1945 -> 2337 GB/s). Harder caps spill (64 registers: 376 B of local memory, 1101
     GB/s), and 8-bit and complex fragments already spill at 128, so the rule stays narrow.
+    wgmma keeps only its accumulator (at most 64 registers) in registers, so it fits too.
     """
     sixteen_bit = family in ("mma.sync.m16n8k16", "mma.sync.m16n8k8") and p.a.size == 2 and not p.is_complex
     fits_two = 2 * (shared_memory + 1024) <= MAX_SHARED_MEMORY[p.sm] + 1024
-    return 2 if sixteen_bit and threads == 256 and fits_two else 1
+    return 2 if (sixteen_bit or family.startswith("wgmma.")) and threads == 256 and fits_two else 1
 
 
 def plan_kernel(p: Problem, threads: int | None = None) -> KernelPlan:
-    """Resolve the block GEMM for ``p``; ``threads`` (from BlockDim) overrides the suggestion."""
+    """Resolve the block GEMM for ``p``; ``threads`` (from BlockDim) overrides the suggestion.
+
+    sm_90a problems that :func:`wgmma_tile_n` accepts run on wgmma; everything else on the
+    warp-level path (mma.sync or FMA) of :func:`plan_warp_level`.
+    """
+    tile_n = wgmma_tile_n(p, threads)
+    if tile_n is not None:
+        return _plan_wgmma(p, tile_n, threads)
+    return plan_warp_level(p, threads)
+
+
+def plan_warp_level(p: Problem, threads: int | None = None) -> KernelPlan:
+    """The block GEMM on mma.sync (or FMA): warps own warp tiles, operands in padded layouts."""
     family = _dt.mma_family(p.a, p.b, p.c, p.sm)
     atom = atom_shape(family)
     warp_tile = _mma_warp_tile(p, family) if family != "fma" else (1, 1)
@@ -314,4 +349,121 @@ def plan_kernel(p: Problem, threads: int | None = None) -> KernelPlan:
         smem_b_offset=b_offset,
         smem_c_offset=c_offset if smem_c else 0,
         shared_memory=total,
+    )
+
+
+# ---------------------------------------------------------------------------------------------- wgmma (sm_90a)
+
+#: (A, B) input types wgmma runs here, and the accumulator types it may use with them.
+_WGMMA_INPUTS = {
+    (_dt.float16, _dt.float16): (_dt.float16, _dt.float32),
+    (_dt.bfloat16, _dt.bfloat16): (_dt.float32,),
+    **{(a, b): (_dt.float32,) for a in (_dt.float8_e4m3, _dt.float8_e5m2) for b in (_dt.float8_e4m3, _dt.float8_e5m2)},
+}
+#: Bytes of K one wgmma instruction reads per row (k16 for 16-bit, k32 for 8-bit types).
+_WGMMA_K_BYTES = 32
+#: Warpgroups a suggested wgmma block has at most (256 threads, like the warp-level rule).
+_WGMMA_MAX_GROUPS = 2
+
+
+def wgmma_tile_n(p: Problem, threads: int | None = None) -> int | None:
+    """Columns of C per warpgroup tile when the block GEMM can run on wgmma, else None.
+
+    wgmma is chosen exactly when: the target is sm_90a; the GEMM is real with f16/bf16 inputs
+    (-> f16 or f32 accumulation) or e4m3/e5m2 inputs (-> f32); M is a multiple of 64, N a
+    multiple of 8 up to 256 and K a multiple of the instruction's K (16, or 32 for fp8); fp8
+    has A row-major and B column-major (its instructions read both K-major); row-major
+    (N-major) B has N a multiple of 16 (its panels are at least 32 bytes wide); and the
+    block, when BlockDim fixes it, is whole warpgroups (a multiple of 128 threads).
+
+    The tile is 64 rows by the widest divisor of N whose accumulator stays within 256 bytes
+    per thread (128 columns of f32, 256 of f16), like the warp-level rule; N-major B takes
+    divisors that are multiples of 16.
+    """
+    if not (p.sm == 90 and p.arch_specific) or p.is_complex:
+        return None
+    row = _dt.find_combination(p.a, p.b, p.c, p.is_complex)
+    if row is None or row.accumulator not in _WGMMA_INPUTS.get((p.a, p.b), ()):
+        return None
+    if threads is not None and threads % 128:
+        return None
+    if p.m % 64 or p.n % 8 or p.n > 256 or (p.k * p.a.size) % _WGMMA_K_BYTES:
+        return None
+    if p.a.size == 1 and not (p.a_row_major and not p.b_row_major):
+        return None
+    step = 16 if p.b_row_major else 8
+    widest = _ACCUMULATOR_BYTES_PER_THREAD * 128 // (64 * row.accumulator.size)
+    tiles = [w for w in range(step, min(widest, p.n) + 1, step) if p.n % w == 0]
+    return max(tiles) if tiles else None
+
+
+def _panel_bytes(extent_bytes: int) -> int:
+    """Widest swizzle (128, 64 or 32 bytes) that divides a contiguous extent."""
+    return next(w for w in (128, 64, 32) if extent_bytes % w == 0)
+
+
+def _panel_layout(rows: int, cols: int, row_major: bool, element_size: int, panel_bytes: int) -> SmemLayout:
+    """Swizzled panels of a rows x cols operand kept in its global order."""
+    width = panel_bytes // element_size
+    outer = rows if row_major else cols
+    inner = cols if row_major else rows
+    return SmemLayout(
+        (rows, cols),
+        (width, 1) if row_major else (1, width),
+        swizzle=f"{panel_bytes}B",
+        panel_stride=outer * width if inner > width else 0,
+    )
+
+
+def wgmma_smem_layouts(p: Problem, tile_n: int) -> tuple[SmemLayout, SmemLayout]:
+    """Shared-memory layouts of A and B on the wgmma path: swizzled panels in the global order.
+
+    K-major operands (row-major A, column-major B) take the widest swizzle that divides a
+    row of K. M-major A takes 128-byte panels (64 rows of 16-bit values: what one
+    instruction reads). N-major B takes panels no wider than the narrowest instruction of a
+    tile (tiles are issued as power-of-two widths), at most 128 bytes.
+    """
+    a_bytes, b_bytes = p.a.size, p.b.size
+    pa = _panel_bytes(p.k * a_bytes) if p.a_row_major else 128
+    narrowest = tile_n & -tile_n
+    pb = min(128, narrowest * b_bytes) if p.b_row_major else _panel_bytes(p.k * b_bytes)
+    return (_panel_layout(p.m, p.k, p.a_row_major, a_bytes, pa), _panel_layout(p.k, p.n, p.b_row_major, b_bytes, pb))
+
+
+def wgmma_instruction(p: Problem, tile_n: int) -> str:
+    """The widest wgmma a tile issues: a tile ``tile_n`` wide runs as its power-of-two parts."""
+    width = 1 << (tile_n.bit_length() - 1)
+    return f"wgmma.m64n{width}k{_WGMMA_K_BYTES // p.a.size}"
+
+
+def _plan_wgmma(p: Problem, tile_n: int, threads: int | None) -> KernelPlan:
+    """The wgmma block GEMM: one warpgroup per 64 x tile_n tile, A and B in swizzled panels.
+
+    A and B start on 1024-byte boundaries (the 128B swizzle pattern repeats every 1024 bytes
+    and wgmma swizzles absolute addresses); C is staged as on the warp-level path.
+    """
+    tiles = (p.m // 64) * (p.n // tile_n)
+    threads = threads or 128 * min(_WGMMA_MAX_GROUPS, tiles)
+    smem_a, smem_b = wgmma_smem_layouts(p, tile_n)
+    b_offset = round_up(smem_a.cosize * p.a.size, 1024)
+    ab_bytes = b_offset + smem_b.cosize * p.b.size
+    smem_c = staged_c_layout(p, ab_bytes, MAX_SHARED_MEMORY[p.sm])
+    c_offset = round_up(ab_bytes, SMEM_BUFFER_ALIGNMENT)
+    total = c_offset + smem_c.cosize * p.element_size(p.c) if smem_c else ab_bytes
+    instruction = wgmma_instruction(p, tile_n)
+    return KernelPlan(
+        instruction=instruction,
+        atom=atom_shape(instruction),
+        warp_tile=(1, 1),
+        thread_tile=(1, 1),
+        threads=threads,
+        smem_a=smem_a,
+        smem_b=smem_b,
+        smem_c=smem_c,
+        min_blocks=_min_blocks_per_sm(p, instruction, threads, total),
+        smem_b_offset=b_offset,
+        smem_c_offset=c_offset if smem_c else 0,
+        shared_memory=total,
+        warpgroup_n=tile_n,
+        warp_level=plan_warp_level(p, threads),
     )

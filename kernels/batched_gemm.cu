@@ -6,8 +6,12 @@
 // shared memory and stored in whole rows (when the plan has room for C); otherwise each
 // element is scaled and stored straight to global memory. C is read only when beta != 0,
 // so NaN in C stays out.
+//
+// Plans with use_wgmma (sm_90a) copy A and B into swizzled panels instead and multiply with
+// WarpgroupGemm; everything else is the same.
 #include "blasdx/block_gemm.cuh"
 #include "blasdx/copy.cuh"
+#include "blasdx/warpgroup_gemm.cuh"
 
 // Blocks per SM the register allocation must leave room for (__launch_bounds__): the
 // plan's choice, or BLASDX_MIN_BLOCKS_PER_SM when an experiment defines it.
@@ -44,11 +48,48 @@ __device__ __forceinline__ void scale_store(complex<T>* dst, complex<S> alpha, c
     dst->y = convert<S>::template to<T>(im);
 }
 
+// A and B of one problem from global into shared memory, in the layout the block GEMM reads.
+template <class C>
+__device__ __forceinline__ void load_operands(unsigned char* smem, const typename C::a_type* a,
+                                              const typename C::b_type* b, int tid) {
+    if constexpr (C::use_wgmma) {  // swizzled panels, read by wgmma through the async proxy
+        wgmma::copy_to_panels<typename C::a_type, C::a_outer, C::a_inner, C::lda, C::a_panel_bytes, C::copy_bytes_a,
+                              C::threads>(smem, a, tid);
+        wgmma::copy_to_panels<typename C::b_type, C::b_outer, C::b_inner, C::ldb, C::b_panel_bytes, C::copy_bytes_b,
+                              C::threads>(smem + C::smem_b_offset, b, tid);
+        copy_wait_all();
+        wgmma::proxy_fence();
+    } else {
+        copy_matrix_to_shared<typename C::a_type, C::a_outer, C::a_inner, C::lda, C::smem_lda, C::copy_bytes_a,
+                              C::threads>(reinterpret_cast<typename C::a_type*>(smem), a, tid);
+        copy_matrix_to_shared<typename C::b_type, C::b_outer, C::b_inner, C::ldb, C::smem_ldb, C::copy_bytes_b,
+                              C::threads>(reinterpret_cast<typename C::b_type*>(smem + C::smem_b_offset), b, tid);
+        copy_wait_all();
+    }
+}
+
+// A * B from shared memory, every result element to epi(row, col, value).
+template <class C, class Epilogue>
+__device__ __forceinline__ void multiply(const typename C::a_type* sA, const typename C::b_type* sB, int tid,
+                                         Epilogue& epi) {
+    if constexpr (C::use_wgmma) {
+        WarpgroupGemm<C>::run(sA, sB, tid, epi);
+    } else {
+        BlockGemm<C>::template run<C::smem_lda, C::smem_ldb>(sA, sB, tid, epi);
+    }
+}
+
+// Swizzled panels repeat every 1024 bytes and wgmma swizzles absolute shared addresses.
+constexpr int SMEM_ALIGNMENT = Cfg::use_wgmma ? 1024 : 16;
+
 template <class Scalar>
 __device__ __forceinline__ void batched_gemm(const Cfg::a_type* __restrict__ a, const Cfg::b_type* __restrict__ b,
                                              Cfg::c_type* __restrict__ c, Scalar alpha, Scalar beta, i64 stride_a,
                                              i64 stride_b, i64 stride_c, bool read_c) {
-    extern __shared__ __align__(16) unsigned char smem[];
+    extern __shared__ __align__(SMEM_ALIGNMENT) unsigned char smem[];
+    if constexpr (Cfg::use_wgmma) {
+        if (shared_address(smem) % SMEM_ALIGNMENT != 0) __trap();  // would read garbage silently
+    }
     auto* sA = reinterpret_cast<Cfg::a_type*>(smem);
     auto* sB = reinterpret_cast<Cfg::b_type*>(smem + Cfg::smem_b_offset);
     const int tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
@@ -57,11 +98,7 @@ __device__ __forceinline__ void batched_gemm(const Cfg::a_type* __restrict__ a, 
     b += problem * stride_b;
     c += problem * stride_c;
 
-    copy_matrix_to_shared<Cfg::a_type, Cfg::a_outer, Cfg::a_inner, Cfg::lda, Cfg::smem_lda, Cfg::copy_bytes_a,
-                          Cfg::threads>(sA, a, tid);
-    copy_matrix_to_shared<Cfg::b_type, Cfg::b_outer, Cfg::b_inner, Cfg::ldb, Cfg::smem_ldb, Cfg::copy_bytes_b,
-                          Cfg::threads>(sB, b, tid);
-    copy_wait_all();
+    load_operands<Cfg>(smem, a, b, tid);
     __syncthreads();
 
     if constexpr (Cfg::stage_c) {
@@ -71,7 +108,7 @@ __device__ __forceinline__ void batched_gemm(const Cfg::a_type* __restrict__ a, 
                 scale_store(sC + (Cfg::c_row_major ? row * Cfg::smem_ldc + col : row + col * Cfg::smem_ldc), alpha,
                             beta, false, value);
             };
-            GEMM::run<Cfg::smem_lda, Cfg::smem_ldb>(sA, sB, tid, stage);
+            multiply<Cfg>(sA, sB, tid, stage);
             __syncthreads();
             copy_matrix_to_global<Cfg::c_type, Cfg::c_outer, Cfg::c_inner, Cfg::smem_ldc, Cfg::ldc, Cfg::copy_bytes_c,
                                   Cfg::threads>(c, sC, tid);
@@ -82,7 +119,7 @@ __device__ __forceinline__ void batched_gemm(const Cfg::a_type* __restrict__ a, 
         Cfg::c_type* dst = c + (Cfg::c_row_major ? i64(row) * Cfg::ldc + col : row + i64(col) * Cfg::ldc);
         scale_store(dst, alpha, beta, read_c, value);
     };
-    GEMM::run<Cfg::smem_lda, Cfg::smem_ldb>(sA, sB, tid, epilogue);
+    multiply<Cfg>(sA, sB, tid, epilogue);
 }
 
 }  // namespace blasdx

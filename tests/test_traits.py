@@ -125,19 +125,22 @@ CASES = {
         layout_a=((3, 7), (7, 1)), layout_b=((7, 5), (1, 7)), layout_c=((3, 5), (1, 3)),
         scalar=I32, accumulator=I32, arrangement=(R, K, K), type=bx.Type.real, sm=86, arch="sm_86",
     ),
-    # bf16 x bf16 -> f32, 128x128x32, sm_90a.
+    # bf16 x bf16 -> f32, 128x128x32, sm_90a: wgmma.
     #   ld: A row -> 32, B col -> 32, C col -> 128; sizes 4096, 4096, 16384
     #   bytes 8192 + 8192 + 65536 = 81920; A+B 16384
     #   padding: 64 B rows -> 40; C 512 B -> 132; padded total 10240*2 + 67584 = 88064 <= 227 KiB
-    #   warp tile: 4x8 (512 B) -> 2x8 (256 B); 4*2 = 8 tiles -> 256 threads
+    #   wgmma: M = 2 * 64, N = 128 (f32: at most 128 columns per warpgroup tile), K = 2 * 16
+    #   -> 2 tiles of 64x128 -> 2 warpgroups = 256 threads; A and B are K-major with rows of
+    #   32 * 2 = 64 B -> one 64B-swizzled panel each, 32 elements per row
     "bf16-sm90a": dict(
         ops=lambda: total(bx.Size(128, 128, 32), bx.Precision(BF16, BF16, F32), bx.Function.MM,
                           bx.SM(90, arch_specific=True), bx.Block()),
         size=(128, 128, 32), value_types=("bfloat16", "bfloat16", "float32"), precision=(BF16, BF16, F32),
         ld=(32, 32, 128), sizes=(4096, 4096, 16384), dims=((128, 32), (32, 128), (128, 128)),
         alignment=(2, 2, 4), smem=81920, smem_ab=16384, suggested_ld=(40, 40, 132),
-        instruction="mma.sync.m16n8k16", suggested_block_dim=(256, 1, 1), block_dim=(256, 1, 1),
-        layout_a=((128, 32), (40, 1)), layout_b=((32, 128), (1, 40)), layout_c=((128, 128), (1, 132)),
+        instruction="wgmma.m64n128k16", suggested_block_dim=(256, 1, 1), block_dim=(256, 1, 1),
+        layout_a=((128, 32), (32, 1)), layout_b=((32, 128), (1, 32)), layout_c=((128, 128), (1, 132)),
+        swizzle_a="64B", swizzle_b="64B",
         scalar=F32, accumulator=F32, arrangement=(R, K, K), type=bx.Type.real, sm=90, arch="sm_90a",
     ),
     # tf32 -> f32, 64x32x16, Arrangement(col, row) with MaxAlignment, sm_87.
@@ -251,7 +254,7 @@ def test_suggested_smem_layouts(case):
         layout = getattr(d, f"suggested_smem_layout_{which}")
         assert isinstance(layout, SmemLayout)
         assert (layout.shape, layout.strides) == expected
-        assert layout.swizzle is None
+        assert layout.swizzle == e.get(f"swizzle_{which}")
 
 
 def test_scalar_and_accumulator(case):
