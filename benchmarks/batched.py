@@ -1,11 +1,14 @@
-"""Batched small GEMMs, one problem per block: blasdx execute() against cuBLAS strided batched.
+"""Batched small GEMMs, one problem per block: blasdx execute() against cuBLASDx and cuBLAS strided batched.
 
-    python benchmarks/batched.py [--gbytes 2] [--cases f16-32 ...] [--json PATH]
+    python benchmarks/batched.py [--gbytes 2] [--cases f16-f32 ...] [--sizes 64x64x64 ...] [--json PATH]
 
 About ``--gbytes`` of operands per case so that L2 does not help; every competitor runs in
-this process on the same data, and every result is checked against the reference on a
-sample of problems before it is timed. Prints a table (GB/s counts A and B read, C read
-when beta != 0, C written), writes JSON and, with matplotlib, a PNG.
+this process on the same A and B, and every result is checked against the float64
+reference on a sample of problems before it is timed. cuBLASDx runs from the libraries
+that ``benchmarks/cublasdx_harness.py build`` makes (absent ones are reported as not
+built); cuBLAS through ``torch.bmm``. Prints a table (GB/s counts A and B read, C read when
+beta != 0, C written; TFLOP/s; % of the measured copy bandwidth), writes JSON and, with
+matplotlib, a PNG.
 """
 
 from __future__ import annotations
@@ -16,14 +19,18 @@ import sys
 import time
 from datetime import date
 from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 
-import blasdx as bx
-from blasdx import dtypes as dt
-from blasdx.reference import assert_close, reference_gemm, tolerance
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-# (name, A, B, C, sizes); every case runs at each size that fits one block.
+import blasdx as bx  # noqa: E402
+import cublasdx_harness as dx  # noqa: E402
+from blasdx import dtypes as dt  # noqa: E402
+from blasdx.reference import assert_close, reference_gemm, tolerance  # noqa: E402
+
+# (name, A, B, C); every case runs at each size of SIZES that fits one block.
 TYPES = {
     "f16->f32": (dt.float16, dt.float16, dt.float32),
     "f16->f16": (dt.float16, dt.float16, dt.float16),
@@ -35,6 +42,8 @@ TYPES = {
     "e4m3->f32": (dt.float8_e4m3, dt.float8_e4m3, dt.float32),
 }
 SIZES = [(32, 32, 32), (64, 64, 64), (128, 128, 64), (128, 128, 128), (48, 80, 24), (100, 100, 100)]
+COMPETITORS = ("blasdx", "cublasdx", "cublas")
+LABELS = {"blasdx": "blasdx", "cublasdx": "cuBLASDx", "cublas": "cuBLAS (torch.bmm)"}
 
 
 def torch_dtype(t: dt.DType):
@@ -55,7 +64,7 @@ def random_tensor(t: dt.DType, shape, gen):
     return x.to(torch_dtype(t))
 
 
-def time_ms(fn, repeats: int = 20) -> float:
+def time_ms(fn: Callable[[], Any], repeats: int = 20) -> float:
     """Median milliseconds of ``fn`` over CUDA events, after two warm-up calls."""
     import torch
 
@@ -70,6 +79,14 @@ def time_ms(fn, repeats: int = 20) -> float:
         end.synchronize()
         times.append(start.elapsed_time(end))
     return float(np.median(times))
+
+
+def descriptor(name: str, size, sm: int, arch_specific: bool) -> bx.Descriptor:
+    """The blasdx descriptor of a case: row-major A, B, C, MaxAlignment, the device's SM."""
+    ta, tb, tc = TYPES[name]
+    return (bx.Size(*size) + bx.Precision(ta, tb, tc) + bx.Function.MM
+            + bx.Arrangement(bx.row_major, bx.row_major, bx.row_major) + bx.MaxAlignment
+            + bx.SM(sm, arch_specific=arch_specific) + bx.Block())
 
 
 def cublas_call(a, b, c, name: str):
@@ -88,49 +105,6 @@ def cublas_call(a, b, c, name: str):
     return lambda: torch.bmm(a, b, out=c)
 
 
-def run_case(name: str, size, gbytes: float, sm: int, gen) -> dict | None:
-    import torch
-
-    ta, tb, tc = TYPES[name]
-    m, n, k = size
-    desc = (bx.Size(m, n, k) + bx.Precision(ta, tb, tc) + bx.Function.MM
-            + bx.Arrangement(bx.row_major, bx.row_major, bx.row_major) + bx.MaxAlignment + bx.SM(sm) + bx.Block())
-    if not desc.is_supported:
-        return None
-    per_problem = m * k * ta.size + k * n * tb.size + m * n * tc.size
-    batch = max(1, int(gbytes * 1e9 // per_problem))
-    a = random_tensor(ta, (batch, m, k), gen)
-    b = random_tensor(tb, (batch, k, n), gen)
-    c = torch.empty((batch, m, n), device="cuda", dtype=torch_dtype(tc))
-    compile_start = time.perf_counter()
-    desc.compile()
-    compile_s = time.perf_counter() - compile_start
-    desc.execute(a, b, c)
-    torch.cuda.synchronize()
-    pick = torch.randint(0, batch, (64,), generator=gen, device="cuda")
-    ref = reference_gemm(_host(a[pick], ta), _host(b[pick], tb))
-    assert_close(_host(c[pick], tc), ref, tolerance(ta, tc, k, desc.accumulator_type), what=f"blasdx {name} {size}")
-    row = {"case": name, "size": list(size), "batch": batch, "instruction": desc.instruction,
-           "block_dim": desc.block_dim[0], "compile_s": round(compile_s, 3)}
-    moved = batch * per_problem
-    flops = 2.0 * m * n * k * batch
-    ms = time_ms(lambda: desc.execute(a, b, c))
-    row.update(blasdx_ms=ms, blasdx_gbs=moved / ms / 1e6, blasdx_tflops=flops / ms / 1e9)
-    call = cublas_call(a, b, c, name)
-    if call is not None:
-        check = call()
-        assert_close(_host(check[pick].to(torch_dtype(tc)) if check.dtype != c.dtype else check[pick], tc),
-                     ref, tolerance(ta, tc, k, desc.accumulator_type) + (2e-3 if check.dtype != c.dtype else 0),
-                     what=f"cuBLAS {name} {size}")
-        ms_cublas = time_ms(call)
-        moved_cublas = batch * (m * k * ta.size + k * n * tb.size + m * n * check.element_size())
-        row.update(cublas_ms=ms_cublas, cublas_gbs=moved_cublas / ms_cublas / 1e6,
-                   cublas_out=str(check.dtype).replace("torch.", ""), speedup_vs_cublas=ms_cublas / ms)
-    del a, b, c
-    torch.cuda.empty_cache()
-    return row
-
-
 def _host(t, value: dt.DType) -> np.ndarray:
     import torch
 
@@ -138,6 +112,93 @@ def _host(t, value: dt.DType) -> np.ndarray:
     if value.name in ("bfloat16", "float8_e4m3"):
         return t.to(torch.float64).numpy()
     return t.numpy()
+
+
+def _figures(row: dict, who: str, ms: float, moved: float, flops: float, roof: float) -> None:
+    """Time, GB/s, TFLOP/s and fraction of copy bandwidth of one competitor, into ``row``."""
+    gbs = moved / ms / 1e6
+    row.update({f"{who}_ms": ms, f"{who}_gbs": gbs, f"{who}_tflops": flops / ms / 1e9, f"{who}_copy_fraction": gbs / roof})
+
+
+def run_case(name: str, size, args: argparse.Namespace, sm: int, roof: float, gen) -> dict | None:
+    """Every competitor on one case, each checked on a sample then timed; None if blasdx does not support it."""
+    import torch
+
+    ta, tb, tc = TYPES[name]
+    m, n, k = size
+    desc = descriptor(name, size, sm, args.arch_specific)
+    if not desc.is_supported:
+        return None
+    per_problem = m * k * ta.size + k * n * tb.size + m * n * tc.size
+    batch = max(1, int(args.gbytes * 1e9 // per_problem))
+    a = random_tensor(ta, (batch, m, k), gen)
+    b = random_tensor(tb, (batch, k, n), gen)
+    c = torch.empty((batch, m, n), device="cuda", dtype=torch_dtype(tc))
+    compile_start = time.perf_counter()
+    desc.compile()
+    compile_s = time.perf_counter() - compile_start
+    pick = torch.randint(0, batch, (64,), generator=gen, device="cuda")
+    ref = reference_gemm(_host(a[pick], ta), _host(b[pick], tb))
+    flops = 2.0 * m * n * k * batch
+    row = {"case": name, "size": list(size), "batch": batch, "flops": flops, "bytes": batch * per_problem,
+           "instruction": desc.instruction, "block_dim": desc.block_dim[0], "compile_s": round(compile_s, 3)}
+
+    desc.execute(a, b, c)
+    torch.cuda.synchronize()
+    assert_close(_host(c[pick], tc), ref, tolerance(ta, tc, k, desc.accumulator_type), what=f"blasdx {name} {size}")
+    _figures(row, "blasdx", time_ms(lambda: desc.execute(a, b, c)), batch * per_problem, flops, roof)
+    del c
+
+    _run_cublasdx(row, name, size, a, b, ref, pick, args.build_dir, roof)
+    _run_cublas(row, name, size, a, b, ref, pick, desc, roof)
+    for who in ("cublasdx", "cublas"):
+        if f"{who}_ms" in row:
+            row[f"ratio_vs_{who}"] = row[f"{who}_ms"] / row["blasdx_ms"]  # > 1: blasdx faster
+    del a, b
+    torch.cuda.empty_cache()
+    return row
+
+
+def _run_cublasdx(row: dict, name: str, size, a, b, ref, pick, build_dir: Path, roof: float) -> None:
+    """cuBLASDx's batched kernel on the same A and B, into its own C; notes why when it cannot run."""
+    import torch
+
+    case, why = dx.load_case(name, size, build_dir)
+    if case is None:
+        row["cublasdx_note"] = why
+        return
+    ta, tb, tc = TYPES[name]
+    m, n, k = size
+    c = torch.empty((a.shape[0], m, n), device="cuda", dtype=torch_dtype(tc))
+    case.batched(a, b, c)
+    torch.cuda.synchronize()
+    accumulator = dt.float16 if tc == dt.float16 else None  # cuBLASDx accumulates in C's type
+    assert_close(_host(c[pick], tc), ref, tolerance(ta, tc, k, accumulator), what=f"cuBLASDx {name} {size}")
+    moved = a.shape[0] * (m * k * ta.size + k * n * tb.size + m * n * tc.size)
+    _figures(row, "cublasdx", time_ms(lambda: case.batched(a, b, c)), moved, row["flops"], roof)
+    row.update(cublasdx_block_dim=case.threads, cublasdx_shared_memory=case.shared_memory("batched"))
+
+
+def _run_cublas(row: dict, name: str, size, a, b, ref, pick, desc: bx.Descriptor, roof: float) -> None:
+    """torch.bmm (cuBLAS strided batched) where cuBLAS has the types; its C may be in the input type."""
+    import torch
+
+    ta, tb, tc = TYPES[name]
+    m, n, k = size
+    c = torch.empty((a.shape[0], m, n), device="cuda", dtype=torch_dtype(tc))
+    call = cublas_call(a, b, c, name)
+    if call is None:
+        row["cublas_note"] = "no batched cuBLAS call for these types in torch"
+        return
+    check = call()
+    narrowed = check.dtype != c.dtype
+    sample = check[pick].to(torch_dtype(tc)) if narrowed else check[pick]
+    assert_close(_host(sample, tc), ref, tolerance(ta, tc, k, desc.accumulator_type) + (2e-3 if narrowed else 0),
+                 what=f"cuBLAS {name} {size}")
+    moved = a.shape[0] * (m * k * ta.size + k * n * tb.size + m * n * check.element_size())
+    row["cublas_out"] = str(check.dtype).replace("torch.", "")
+    del check
+    _figures(row, "cublas", time_ms(call), moved, row["flops"], roof)
 
 
 def copy_bandwidth(gbytes: float) -> float:
@@ -150,12 +211,29 @@ def copy_bandwidth(gbytes: float) -> float:
     return 2 * x.numel() / ms / 1e6
 
 
-def main() -> int:
+def cases_of(args: argparse.Namespace) -> list[tuple[str, tuple[int, int, int]]]:
+    """(name, size) pairs the filters select."""
+    try:
+        return dx.select_cases(args.cases, args.sizes or SIZES)
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--gbytes", type=float, default=2.0)
-    parser.add_argument("--cases", nargs="*", default=list(TYPES))
+    parser.add_argument("--gbytes", type=float, default=2.0, help="operand bytes per case (default 2 GB)")
+    parser.add_argument("--cases", nargs="*", default=None, help=dx.CASES_HELP)
+    parser.add_argument("--sizes", nargs="*", type=dx.parse_size, default=None, help="MxNxK sizes (default all)")
+    parser.add_argument("--arch-specific", action=argparse.BooleanOptionalAction, default=None,
+                        help="blasdx for sm_90a on Hopper, as cuBLASDx is built (default: on for SM 90)")
+    parser.add_argument("--build-dir", type=Path, default=dx.DEFAULT_BUILD_DIR, help="cuBLASDx libraries")
     parser.add_argument("--json", default="benchmarks/results/batched.json")
-    args = parser.parse_args()
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    cases = cases_of(args)
     try:
         import torch
 
@@ -166,48 +244,71 @@ def main() -> int:
         return 0
     major, minor = torch.cuda.get_device_capability()
     sm = 10 * major + minor
+    if args.arch_specific is None:
+        args.arch_specific = sm == 90
+    missing = [f"{n} {'x'.join(map(str, s))}" for n, s in cases if dx.availability(n, s, args.build_dir) == "not built"]
+    if missing:
+        print(f"cuBLASDx: not built for {len(missing)} of {len(cases)} cases ({args.build_dir}); "
+              "build with `python benchmarks/cublasdx_harness.py build`")
     gen = torch.Generator(device="cuda").manual_seed(0)
     roof = copy_bandwidth(args.gbytes)
     rows = []
-    for name in args.cases:
-        for size in SIZES:
-            row = run_case(name, size, args.gbytes, sm, gen)
-            if row is None:
-                continue
-            row["copy_fraction"] = row["blasdx_gbs"] / roof
+    for name, size in cases:
+        row = run_case(name, size, args, sm, roof, gen)
+        if row is not None:
             rows.append(row)
             print(_line(row), flush=True)
-    print(f"\ndevice {torch.cuda.get_device_name()}, copy bandwidth {roof:.0f} GB/s")
+    print(f"\ndevice {torch.cuda.get_device_name()}, copy bandwidth {roof:.0f} GB/s, "
+          f"blasdx for sm_{sm}{'a' if args.arch_specific else ''}")
     print(_table(rows))
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"date": date.today().isoformat(), "gpu": torch.cuda.get_device_name(), "copy_gbs": roof,
-            "torch": torch.__version__, "blasdx": bx.__version__}
+            "torch": torch.__version__, "blasdx": bx.__version__, "blasdx_arch_specific": args.arch_specific,
+            "cublasdx": "cuBLASDx 0.4 (nvidia-mathdx 25.6), nvcc, sm_90a", "gbytes": args.gbytes,
+            "ratio": "competitor time / blasdx time (> 1: blasdx faster)"}
     out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     print(f"JSON: {out}")
     _plot(rows, roof, out.with_suffix(".png"))
     return 0
 
 
+def _gbs(r: dict, who: str) -> str:
+    if f"{who}_gbs" not in r:
+        return f"{LABELS[who].split()[0]} n/a"
+    ratio = f" ({r[f'ratio_vs_{who}']:.2f}x)" if f"ratio_vs_{who}" in r else ""
+    return f"{LABELS[who].split()[0]} {r[f'{who}_gbs']:5.0f} GB/s{ratio}"
+
+
 def _line(r: dict) -> str:
     size = "x".join(map(str, r["size"]))
-    cub = f"{r['cublas_gbs']:7.0f} GB/s ({r['speedup_vs_cublas']:.2f}x)" if "cublas_gbs" in r else "   n/a"
-    return f"{r['case']:12s} {size:12s} blasdx {r['blasdx_gbs']:7.0f} GB/s {r['blasdx_tflops']:6.1f} TF/s  cuBLAS {cub}"
+    return (f"{r['case']:12s} {size:12s} blasdx {r['blasdx_gbs']:5.0f} GB/s {r['blasdx_tflops']:6.1f} TF/s  "
+            f"{_gbs(r, 'cublasdx')}  {_gbs(r, 'cublas')}")
+
+
+def _cell(r: dict, key: str, fmt: str, default: str = "n/a") -> str:
+    return format(r[key], fmt) if key in r else default
 
 
 def _table(rows: list[dict]) -> str:
-    head = "| case | M x N x K | instruction | threads | blasdx GB/s | TFLOP/s | % copy | cuBLAS GB/s (C type) | blasdx / cuBLAS |"
-    lines = [head, "|" + "---|" * 9]
+    head = ("| case | M x N x K | instruction | threads | blasdx GB/s | TFLOP/s | % copy | cuBLASDx GB/s | TFLOP/s "
+            "| % copy | cuBLAS GB/s (C type) | TFLOP/s | % copy | blasdx / cuBLASDx | blasdx / cuBLAS |")
+    lines = [head, "|" + "---|" * 15]
     for r in rows:
-        cub = (f"{r['cublas_gbs']:.0f} ({r['cublas_out']})", f"{r['speedup_vs_cublas']:.2f}x") if "cublas_gbs" in r \
-            else ("n/a", "n/a")
-        lines.append(f"| {r['case']} | {'x'.join(map(str, r['size']))} | {r['instruction']} | {r['block_dim']} | "
-                     f"{r['blasdx_gbs']:.0f} | {r['blasdx_tflops']:.1f} | {100 * r['copy_fraction']:.0f}% | "
-                     f"{cub[0]} | {cub[1]} |")
+        dx_note = r.get("cublasdx_note", "n/a")
+        cublas = f"{r['cublas_gbs']:.0f} ({r['cublas_out']})" if "cublas_gbs" in r else "n/a"
+        cells = [r["case"], "x".join(map(str, r["size"])), r["instruction"], str(r["block_dim"]),
+                 f"{r['blasdx_gbs']:.0f}", f"{r['blasdx_tflops']:.1f}", f"{100 * r['blasdx_copy_fraction']:.0f}%",
+                 _cell(r, "cublasdx_gbs", ".0f", dx_note), _cell(r, "cublasdx_tflops", ".1f"),
+                 _cell(r, "cublasdx_copy_fraction", ".0%"), cublas, _cell(r, "cublas_tflops", ".1f"),
+                 _cell(r, "cublas_copy_fraction", ".0%"), _cell(r, "ratio_vs_cublasdx", ".2f"),
+                 _cell(r, "ratio_vs_cublas", ".2f")]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def _plot(rows: list[dict], roof: float, path: Path) -> None:
+    """GB/s bars per case with the copy-bandwidth line; TFLOP/s bars with the bandwidth-bound ceiling."""
     try:
         import matplotlib
 
@@ -216,17 +317,28 @@ def _plot(rows: list[dict], roof: float, path: Path) -> None:
     except ImportError:
         print("(matplotlib not installed: no plot)")
         return
+    if not rows:
+        return
     labels = [f"{r['case']}\n{'x'.join(map(str, r['size']))}" for r in rows]
     x = np.arange(len(rows))
-    fig, ax = plt.subplots(figsize=(max(8, len(rows) * 0.5), 5))
-    ax.bar(x - 0.2, [r["blasdx_gbs"] for r in rows], 0.4, label="blasdx")
-    ax.bar(x + 0.2, [r.get("cublas_gbs", 0) for r in rows], 0.4, label="cuBLAS (torch.bmm)")
-    ax.axhline(roof, color="k", linestyle="--", label=f"copy {roof:.0f} GB/s")
-    ax.set_xticks(x, labels, rotation=90, fontsize=7)
-    ax.set_ylabel("GB/s")
-    ax.legend()
+    width = 0.27
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(max(10, len(rows) * 0.6), 9), sharex=True)
+    for i, who in enumerate(COMPETITORS):
+        offset = (i - 1) * width
+        top.bar(x + offset, [r.get(f"{who}_gbs", 0) for r in rows], width, label=LABELS[who])
+        bottom.bar(x + offset, [r.get(f"{who}_tflops", 0) for r in rows], width, label=LABELS[who])
+    top.axhline(roof, color="k", linestyle="--", label=f"copy bandwidth {roof:.0f} GB/s")
+    top.set_ylabel("GB/s (A, B read + C written)")
+    top.legend(fontsize=8)
+    ceiling = [roof * r["flops"] / r["bytes"] / 1e3 for r in rows]  # TFLOP/s at the copy bandwidth
+    bottom.scatter(x, ceiling, marker="_", s=300, color="k", label="roofline at copy bandwidth", zorder=3)
+    bottom.set_yscale("log")
+    bottom.set_ylabel("TFLOP/s")
+    bottom.legend(fontsize=8)
+    bottom.set_xticks(x, labels, rotation=90, fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+    plt.close(fig)
     print(f"plot: {path}")
 
 
