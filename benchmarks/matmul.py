@@ -157,7 +157,7 @@ def speed(name: str, size: int, gen) -> dict:
         out["torch_error"] = str(exc).splitlines()[0]
         return out
     got_t = _host(check[rows].to(torch.float64) if check.dtype != torch.int32 else check[rows], result)
-    assert_close(got_t, ref, tolerance(a, result, size, row.accumulator) + 1e-3, what=f"torch {name} {size}")
+    assert_close(got_t, ref, tolerance(a, result, size, row.accumulator) + 5e-3, what=f"torch {name} {size}")
     ms_t = time_ms(call)
     out.update(torch_ms=ms_t, torch_tflops=flops / ms_t / 1e9, ratio=ms_t / ms)
     return out

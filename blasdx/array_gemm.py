@@ -247,7 +247,7 @@ class CallPlan:
 
     __slots__ = (
         "kind", "shape", "dtype", "batch", "m", "n", "k", "beta", "desc", "kernel", "strides", "device_id",
-        "result_layout",
+        "result_layout", "spans",
     )
 
     def __repr__(self) -> str:
@@ -289,7 +289,7 @@ def plan_call(
     plan.dtype = result
     plan.device_id = device_id
     plan.beta = 0 if vacc is None else 1
-    plan.desc = plan.kernel = plan.strides = None
+    plan.desc = plan.kernel = plan.strides = plan.spans = None
     if out is not None:
         _check_out_shape(out, plan)
     mo = None if out is None else _matrix(out, "out")
@@ -451,11 +451,23 @@ def _cached_plan(key: tuple[Any, ...], build: Any) -> CallPlan:
     return plan
 
 
-def _check_overlap(out: ArrayView, others: tuple[tuple[str, ArrayView], ...]) -> None:
-    low, high = out.span
-    for name, view in others:
-        lo, hi = view.span
-        if high > low and hi > lo and lo < high and low < hi:
+def _spans(views: tuple[tuple[str, ArrayView], ...]) -> tuple[tuple[str, int, int], ...]:
+    """(name, low, high) byte offsets from each array's first element (a function of shape and strides)."""
+    spans = []
+    for name, v in views:
+        low, high = _arrays._span(0, v.shape, v.strides, v.dtype.size)
+        spans.append((name, low, high))
+    return tuple(spans)
+
+
+def _check_overlap(out: ArrayView, out_span: tuple[int, int], others: tuple[tuple[str, int, int], ...],
+                   ptrs: tuple[int, ...]) -> None:
+    """ExecutionError when out's bytes meet those of an array it is computed from."""
+    low, high = out.ptr + out_span[0], out.ptr + out_span[1]
+    if high <= low:
+        return
+    for (name, lo, hi), ptr in zip(others, ptrs):
+        if hi > lo and ptr + lo < high and low < ptr + hi:
             raise ExecutionError(
                 f"out: its memory overlaps {name}'s, which is read while out is written; pass a separate array"
             )
@@ -558,7 +570,12 @@ def mma(x: Any, y: Any, acc: Any, *, out: Any = None, fast_accumulation: bool = 
     else:
         if vout.readonly:
             raise ExecutionError("out: the array is read-only; pass a writable array")
-        _check_overlap(vout, (("x", vx), ("y", vy)) if in_place else (("x", vx), ("y", vy), ("acc", vacc)))
+        if not (in_place and plan.kind == "block"):  # execute() checks C against A and B itself
+            spans = plan.spans
+            if spans is None:
+                spans = plan.spans = _spans((("out", vout), ("x", vx), ("y", vy), ("acc", vacc)))
+            _check_overlap(vout, spans[0][1:], spans[1:3] if in_place else spans[1:],
+                           (vx.ptr, vy.ptr, vacc.ptr))
     _run(plan, vx, vy, acc, vacc, out, vout, stream, handle)
     return out
 
