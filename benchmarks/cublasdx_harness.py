@@ -31,10 +31,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = Path(__file__).resolve().parent / "cublasdx" / "case.cu"
 DEFAULT_BUILD_DIR = ROOT / ".scratch" / "cublasdx"
+DEFAULT_OBJ_DIR = ROOT / ".scratch" / "cublasdx-obj"
 DEFAULT_MATHDX = ROOT / ".scratch" / "mathdx" / "nvidia" / "mathdx"
 ARCH = "sm_90a"
-NVCC_FLAGS = ["-std=c++17", "-O3", "--expt-relaxed-constexpr", "-arch", ARCH, "-shared", "-Xcompiler", "-fPIC",
-              "-cudart", "static", "-Xlinker", "-s", "-Xcompiler", "-Wno-deprecated-declarations"]
+COMPILE_FLAGS = ["-std=c++17", "-O3", "--expt-relaxed-constexpr", "-arch", ARCH, "-Xcompiler", "-fPIC",
+                 "-Xcompiler", "-Wno-deprecated-declarations"]
+LINK_FLAGS = ["-arch", ARCH, "-shared", "-Xlinker", "-s"]  # stripped; plus -cudart static|shared
 
 # The C++ types of A, B, C per case name (the names of TYPES in batched.py).
 TYPES: dict[str, tuple[str, str, str]] = {
@@ -119,10 +121,15 @@ def find_mathdx(root: str | os.PathLike | None = None) -> Path:
                             "--mathdx DIR/nvidia/mathdx")
 
 
-def nvcc_command(nvcc: str, mathdx: Path, source: Path, output: Path) -> list[str]:
-    """The nvcc call that builds one case's shared library."""
+def compile_command(nvcc: str, mathdx: Path, source: Path, obj: Path) -> list[str]:
+    """The nvcc call that compiles one case (the slow part: CuTe templates, ptxas)."""
     includes = ["-I", str(mathdx / "include"), "-I", str(mathdx / "external" / "cutlass" / "include")]
-    return [nvcc, *NVCC_FLAGS, *includes, "-o", str(output), str(source)]
+    return [nvcc, *COMPILE_FLAGS, *includes, "-c", "-o", str(obj), str(source)]
+
+
+def link_command(nvcc: str, obj: Path, library: Path, cudart: str) -> list[str]:
+    """The nvcc call that links one case's object into a stripped shared library."""
+    return [nvcc, *LINK_FLAGS, "-cudart", cudart, "-o", str(library), str(obj)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -139,7 +146,20 @@ class BuildResult:
     status: str
     seconds: float = 0.0
     reason: str = ""
+    compile_key: str = ""
     key: str = ""
+    cudart: str = "static"
+
+
+@dataclass
+class BuildSetup:
+    """Where and how cases are built."""
+
+    build_dir: Path
+    obj_dir: Path
+    mathdx: Path
+    nvcc: str = "nvcc"
+    cudart: str = "static"
 
 
 _ERROR_LINE = re.compile(r"error[^:]*:\s*(.*)")
@@ -152,43 +172,55 @@ def rejection_reason(log: str) -> str:
         return asserts[0]
     for line in log.splitlines():
         found = _ERROR_LINE.search(line)
-        if found and "error" in line:
+        if found:
             return found[1].strip()[:300]
     return log.strip().splitlines()[-1][:300] if log.strip() else "nvcc failed without output"
 
 
-def _key(text: str, command: list[str]) -> str:
-    """Hash of what decides a library: the generated source and the flags."""
-    flags = " ".join(c for c in command[1:] if not c.startswith("/") and not c.endswith((".cu", ".so")))
-    return hashlib.sha256((text + "\n" + flags).encode()).hexdigest()[:16]
+def _hash(*parts: str) -> str:
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
-def build_case(name: str, size: Size, build_dir: Path, mathdx: Path, nvcc: str, manifest: dict) -> BuildResult:
-    """Build one case unless its library (or its recorded rejection) is up to date."""
+def _run(command: list[str]) -> tuple[bool, str]:
+    proc = subprocess.run(command, capture_output=True, text=True)
+    return proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def build_case(name: str, size: Size, setup: BuildSetup, manifest: dict) -> BuildResult:
+    """Compile (unless the object is current) and link one case; skip it when nothing changed."""
     stem = slug(name, size)
-    source = build_dir / f"{stem}.cu"
-    library = build_dir / f"{stem}.so"
+    source, obj = setup.obj_dir / f"{stem}.cu", setup.obj_dir / f"{stem}.o"
+    library = setup.build_dir / f"{stem}.so"
     text = translation_unit(name, size)
-    key = _key(text, nvcc_command(nvcc, mathdx, source, library))
+    compile_key = _hash(text, *COMPILE_FLAGS)
+    key = _hash(compile_key, *LINK_FLAGS, setup.cudart)
     previous = manifest.get(stem, {})
-    if previous.get("key") == key and (previous.get("status") == "rejected" or library.exists()):
-        return BuildResult(name, size, "up to date" if library.exists() else "rejected", 0.0,
-                           previous.get("reason", ""), key)
-    source.write_text(text)
+    if previous.get("compile_key") == compile_key and previous.get("status") == "rejected":
+        return BuildResult(name, size, "rejected", 0.0, previous.get("reason", ""), compile_key, key, setup.cudart)
+    if previous.get("key") == key and library.exists():
+        return BuildResult(name, size, "up to date", 0.0, "", compile_key, key, setup.cudart)
     start = time.perf_counter()
-    with tempfile.TemporaryDirectory(dir=build_dir) as tmp:
+    log_path = setup.build_dir / f"{stem}.log"
+    if not (obj.exists() and previous.get("compile_key") == compile_key):
+        source.write_text(text)
+        ok, log = _run(compile_command(setup.nvcc, setup.mathdx, source, obj))
+        if not ok:
+            obj.unlink(missing_ok=True)
+            library.unlink(missing_ok=True)
+            log_path.write_text(log)
+            status = "rejected" if "static assertion failed" in log else "failed"
+            return BuildResult(name, size, status, time.perf_counter() - start, rejection_reason(log), compile_key,
+                               key, setup.cudart)
+    with tempfile.TemporaryDirectory(dir=setup.build_dir) as tmp:
         partial = Path(tmp) / library.name
-        proc = subprocess.run(nvcc_command(nvcc, mathdx, source, partial), capture_output=True, text=True)
-        seconds = time.perf_counter() - start
-        log = proc.stdout + proc.stderr
-        if proc.returncode == 0:
+        ok, log = _run(link_command(setup.nvcc, obj, partial, setup.cudart))
+        if ok:
             os.replace(partial, library)
-            (build_dir / f"{stem}.log").unlink(missing_ok=True)
-            return BuildResult(name, size, "built", seconds, "", key)
-    (build_dir / f"{stem}.log").write_text(log)
-    library.unlink(missing_ok=True)
-    rejected = "static assertion failed" in log
-    return BuildResult(name, size, "rejected" if rejected else "failed", seconds, rejection_reason(log), key)
+            log_path.unlink(missing_ok=True)
+            return BuildResult(name, size, "built", time.perf_counter() - start, "", compile_key, key, setup.cudart)
+    log_path.write_text(log)
+    return BuildResult(name, size, "failed", time.perf_counter() - start, rejection_reason(log), compile_key, key,
+                       setup.cudart)
 
 
 def load_manifest(build_dir: Path) -> dict:
@@ -200,30 +232,32 @@ def load_manifest(build_dir: Path) -> dict:
         return {}
 
 
-def build(cases: list[tuple[str, Size]], build_dir: Path, jobs: int, mathdx: Path, nvcc: str) -> list[BuildResult]:
+def build(cases: list[tuple[str, Size]], setup: BuildSetup, jobs: int) -> list[BuildResult]:
     """Build ``cases`` with ``jobs`` nvcc processes at once; updates the manifest as results come in."""
-    build_dir.mkdir(parents=True, exist_ok=True)
-    manifest = load_manifest(build_dir)
+    setup.build_dir.mkdir(parents=True, exist_ok=True)
+    setup.obj_dir.mkdir(parents=True, exist_ok=True)
+    manifest = load_manifest(setup.build_dir)
     results: list[BuildResult] = []
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = {pool.submit(build_case, n, s, build_dir, mathdx, nvcc, manifest): (n, s) for n, s in cases}
+        futures = [pool.submit(build_case, n, s, setup, manifest) for n, s in cases]
         for future in concurrent.futures.as_completed(futures):
             result = future.result()
             results.append(result)
-            _record(manifest, result, build_dir)
-            (build_dir / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True))
+            _record(manifest, result, setup.build_dir)
+            (setup.build_dir / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True))
             print(_describe(result), flush=True)
     return results
 
 
 def _record(manifest: dict, r: BuildResult, build_dir: Path) -> None:
     """Store one result in the manifest (an up-to-date case keeps its earlier entry)."""
-    stem = slug(r.name, r.size)
     if r.status == "up to date":
         return
+    stem = slug(r.name, r.size)
     library = build_dir / f"{stem}.so"
-    manifest[stem] = {"name": r.name, "size": list(r.size), "status": "built" if r.status == "built" else r.status,
-                      "reason": r.reason, "key": r.key, "seconds": round(r.seconds, 1),
+    manifest[stem] = {"name": r.name, "size": list(r.size), "status": r.status, "reason": r.reason,
+                      "compile_key": r.compile_key, "key": r.key, "cudart": r.cudart,
+                      "seconds": round(r.seconds, 1) or manifest.get(stem, {}).get("seconds", 0),
                       "bytes": library.stat().st_size if library.exists() else 0}
 
 
@@ -245,13 +279,16 @@ def library_path(name: str, size: Size, build_dir: str | os.PathLike | None = No
 
 
 def availability(name: str, size: Size, build_dir: str | os.PathLike | None = None) -> str:
-    """``"built"``, ``"rejected by cuBLASDx: <reason>"`` or ``"not built"``."""
+    """``"built"``, ``"rejected by cuBLASDx: <reason>"``, ``"skipped: <reason>"`` or ``"not built"``."""
     folder = Path(build_dir or DEFAULT_BUILD_DIR)
     if library_path(name, size, folder).exists():
         return "built"
     entry = load_manifest(folder).get(slug(name, size), {})
     if entry.get("status") == "rejected":
-        return f"rejected by cuBLASDx: {entry.get('reason', '?')}"
+        reason = entry.get("reason", "?")
+        if reason.startswith("harness: "):
+            return f"skipped: {reason[len('harness: '):]}"
+        return f"rejected by cuBLASDx: {reason}"
     return "not built"
 
 
@@ -276,6 +313,39 @@ def _stream_handle(stream: Any) -> int:
     return int(getattr(stream, "cuda_stream", getattr(stream, "ptr", 0)))
 
 
+def _cudart_candidates() -> list[str]:
+    """Where a libcudart.so.13 may be: already loaded (by soname), PyTorch's wheels, the CUDA toolkit."""
+    found = ["libcudart.so.13"]
+    try:
+        import torch
+
+        site = Path(torch.__file__).resolve().parents[1]
+        found += [str(p) for p in sorted(site.glob("nvidia/*/lib/libcudart.so.13"))]
+        found += [str(p) for p in sorted((site / "torch" / "lib").glob("libcudart*.so*"))]
+    except ImportError:
+        pass
+    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if home:
+            found += [str(Path(home) / sub / "libcudart.so.13") for sub in ("lib64", "lib")]
+    return found
+
+
+def _open(path: Path) -> ctypes.CDLL:
+    """Load a case library; one linked with ``--cudart shared`` gets libcudart.so.13 preloaded first."""
+    try:
+        return ctypes.CDLL(str(path))
+    except OSError as exc:
+        if "libcudart" not in str(exc):
+            raise
+        for candidate in _cudart_candidates():
+            try:
+                ctypes.CDLL(candidate, mode=ctypes.RTLD_GLOBAL)
+                return ctypes.CDLL(str(path))
+            except OSError:
+                continue
+        raise
+
+
 class CublasDxCase:
     """One built case: ``batched(a, b, c, ...)`` and ``block_compute(a, b, c, ...)`` on torch tensors."""
 
@@ -288,7 +358,7 @@ class CublasDxCase:
                 f"cuBLASDx {name} {'x'.join(map(str, size))}: {state} ({path}); build it with "
                 f"`python benchmarks/cublasdx_harness.py build --cases '{name}' --sizes {'x'.join(map(str, size))}`")
         self.path = path
-        self.lib = ctypes.CDLL(str(path))
+        self.lib = _open(path)
         self._declare()
         self.bytes = tuple(ELEMENT_BYTES[t] for t in TYPES[name])
 
@@ -361,7 +431,7 @@ def load_case(name: str, size: Size, build_dir: str | os.PathLike | None = None)
     try:
         return CublasDxCase(name, size, build_dir), ""
     except CublasDxUnavailable as exc:
-        return None, availability(name, size, build_dir) if "rejected" in str(exc) else "not built"
+        return None, availability(name, size, build_dir)
     except OSError as exc:
         return None, f"cannot load: {exc}"
 
@@ -391,7 +461,11 @@ def main(argv: list[str] | None = None) -> int:
     build_p.add_argument("--cases", nargs="*", default=None, help=CASES_HELP)
     build_p.add_argument("--sizes", nargs="*", type=parse_size, default=None, help="MxNxK sizes (default all)")
     build_p.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1)
-    build_p.add_argument("--build-dir", type=Path, default=DEFAULT_BUILD_DIR)
+    build_p.add_argument("--build-dir", type=Path, default=DEFAULT_BUILD_DIR, help="where the libraries go")
+    build_p.add_argument("--obj-dir", type=Path, default=DEFAULT_OBJ_DIR, help="generated sources and objects")
+    build_p.add_argument("--cudart", choices=("static", "shared"), default="static",
+                         help="static: self-contained, ~0.7 MB more per library; shared: needs libcudart.so.13 "
+                              "at load time (PyTorch's, once torch is imported)")
     build_p.add_argument("--mathdx", default=None, help="the unpacked wheel's nvidia/mathdx folder")
     build_p.add_argument("--nvcc", default=os.environ.get("NVCC", "nvcc"))
     status_p = sub.add_parser("status", help="what is built, rejected or missing")
@@ -409,7 +483,8 @@ def main(argv: list[str] | None = None) -> int:
         print(exc, file=sys.stderr)
         return 2
     start = time.perf_counter()
-    results = build(cases, args.build_dir, args.jobs, mathdx, args.nvcc)
+    setup = BuildSetup(args.build_dir, args.obj_dir, mathdx, args.nvcc, args.cudart)
+    results = build(cases, setup, args.jobs)
     counts = {s: sum(r.status == s for r in results) for s in ("built", "up to date", "rejected", "failed")}
     size = sum(p.stat().st_size for p in args.build_dir.glob("*.so"))
     print(f"{counts} in {time.perf_counter() - start:.0f} s; libraries {size / 1e6:.1f} MB in {args.build_dir}")

@@ -50,6 +50,8 @@ constexpr unsigned kSmemAB =
 constexpr unsigned kSmemC = static_cast<unsigned>(cublasdx::cosize(Gemm::suggest_layout_smem_c()) * sizeof(TC));
 constexpr unsigned kSmemBatched = kSmemAB > kSmemC ? kSmemAB : kSmemC;
 constexpr unsigned kSmemCompute = kSmemAB;
+static_assert(kSmemBatched <= 227 * 1024,
+              "harness: the operands need more shared memory than the 227 KB an sm_90 block can have");
 
 template <class T>
 __device__ __forceinline__ T scalar(double v) {
