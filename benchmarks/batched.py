@@ -114,6 +114,18 @@ def _host(t, value: dt.DType) -> np.ndarray:
     return t.numpy()
 
 
+def checked(row: dict, who: str, got: np.ndarray, ref: np.ndarray, tol: float, what: str) -> bool:
+    """Compare with the reference; a mismatch is noted in the row and printed, and the competitor is not timed."""
+    try:
+        assert_close(got, ref, tol, what=what)
+    except AssertionError as exc:
+        row[f"{who}_check"] = f"wrong result: {exc}"
+        print(f"CHECK FAILED: {exc}", flush=True)
+        return False
+    row[f"{who}_check"] = "ok"
+    return True
+
+
 def _figures(row: dict, who: str, ms: float, moved: float, flops: float, roof: float) -> None:
     """Time, GB/s, TFLOP/s and fraction of copy bandwidth of one competitor, into ``row``."""
     gbs = moved / ms / 1e6
@@ -145,14 +157,15 @@ def run_case(name: str, size, args: argparse.Namespace, sm: int, roof: float, ge
 
     desc.execute(a, b, c)
     torch.cuda.synchronize()
-    assert_close(_host(c[pick], tc), ref, tolerance(ta, tc, k, desc.accumulator_type), what=f"blasdx {name} {size}")
-    _figures(row, "blasdx", time_ms(lambda: desc.execute(a, b, c)), batch * per_problem, flops, roof)
+    if checked(row, "blasdx", _host(c[pick], tc), ref, tolerance(ta, tc, k, desc.accumulator_type),
+               f"blasdx {name} {size}"):
+        _figures(row, "blasdx", time_ms(lambda: desc.execute(a, b, c)), batch * per_problem, flops, roof)
     del c
 
     _run_cublasdx(row, name, size, a, b, ref, pick, args.build_dir, roof)
     _run_cublas(row, name, size, a, b, ref, pick, desc, roof)
     for who in ("cublasdx", "cublas"):
-        if f"{who}_ms" in row:
+        if f"{who}_ms" in row and "blasdx_ms" in row:
             row[f"ratio_vs_{who}"] = row[f"{who}_ms"] / row["blasdx_ms"]  # > 1: blasdx faster
     del a, b
     torch.cuda.empty_cache()
@@ -170,13 +183,18 @@ def _run_cublasdx(row: dict, name: str, size, a, b, ref, pick, build_dir: Path, 
     ta, tb, tc = TYPES[name]
     m, n, k = size
     c = torch.empty((a.shape[0], m, n), device="cuda", dtype=torch_dtype(tc))
-    case.batched(a, b, c)
-    torch.cuda.synchronize()
-    accumulator = dt.float16 if tc == dt.float16 else None  # cuBLASDx accumulates in C's type
-    assert_close(_host(c[pick], tc), ref, tolerance(ta, tc, k, accumulator), what=f"cuBLASDx {name} {size}")
-    moved = a.shape[0] * (m * k * ta.size + k * n * tb.size + m * n * tc.size)
-    _figures(row, "cublasdx", time_ms(lambda: case.batched(a, b, c)), moved, row["flops"], roof)
     row.update(cublasdx_block_dim=case.threads, cublasdx_shared_memory=case.shared_memory("batched"))
+    try:
+        case.batched(a, b, c)
+        torch.cuda.synchronize()
+    except RuntimeError as exc:
+        row["cublasdx_note"] = str(exc)
+        print(f"cuBLASDx failed: {exc}", flush=True)
+        return
+    accumulator = dt.float16 if tc == dt.float16 else None  # cuBLASDx accumulates in C's type
+    if checked(row, "cublasdx", _host(c[pick], tc), ref, tolerance(ta, tc, k, accumulator), f"cuBLASDx {name} {size}"):
+        moved = a.shape[0] * (m * k * ta.size + k * n * tb.size + m * n * tc.size)
+        _figures(row, "cublasdx", time_ms(lambda: case.batched(a, b, c)), moved, row["flops"], roof)
 
 
 def _run_cublas(row: dict, name: str, size, a, b, ref, pick, desc: bx.Descriptor, roof: float) -> None:
@@ -193,12 +211,13 @@ def _run_cublas(row: dict, name: str, size, a, b, ref, pick, desc: bx.Descriptor
     check = call()
     narrowed = check.dtype != c.dtype
     sample = check[pick].to(torch_dtype(tc)) if narrowed else check[pick]
-    assert_close(_host(sample, tc), ref, tolerance(ta, tc, k, desc.accumulator_type) + (2e-3 if narrowed else 0),
-                 what=f"cuBLAS {name} {size}")
+    tol = tolerance(ta, tc, k, desc.accumulator_type) + (2e-3 if narrowed else 0)
+    ok = checked(row, "cublas", _host(sample, tc), ref, tol, f"cuBLAS {name} {size}")
     moved = a.shape[0] * (m * k * ta.size + k * n * tb.size + m * n * check.element_size())
     row["cublas_out"] = str(check.dtype).replace("torch.", "")
     del check
-    _figures(row, "cublas", time_ms(call), moved, row["flops"], roof)
+    if ok:
+        _figures(row, "cublas", time_ms(call), moved, row["flops"], roof)
 
 
 def copy_bandwidth(gbytes: float) -> float:
@@ -270,20 +289,25 @@ def main(argv: list[str] | None = None) -> int:
     out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     print(f"JSON: {out}")
     _plot(rows, roof, out.with_suffix(".png"))
-    return 0
+    wrong = [f"{r['case']} {r['size']} {who}" for r in rows for who in COMPETITORS
+             if r.get(f"{who}_check", "ok") != "ok"]
+    if wrong:
+        print(f"wrong results (not timed): {', '.join(wrong)}")
+    return 1 if wrong else 0
 
 
 def _gbs(r: dict, who: str) -> str:
     if f"{who}_gbs" not in r:
-        return f"{LABELS[who].split()[0]} n/a"
+        why = "WRONG" if r.get(f"{who}_check", "ok") != "ok" else r.get(f"{who}_note", "n/a").split(":")[0]
+        return f"{LABELS[who].split()[0]} {why}"
     ratio = f" ({r[f'ratio_vs_{who}']:.2f}x)" if f"ratio_vs_{who}" in r else ""
     return f"{LABELS[who].split()[0]} {r[f'{who}_gbs']:5.0f} GB/s{ratio}"
 
 
 def _line(r: dict) -> str:
     size = "x".join(map(str, r["size"]))
-    return (f"{r['case']:12s} {size:12s} blasdx {r['blasdx_gbs']:5.0f} GB/s {r['blasdx_tflops']:6.1f} TF/s  "
-            f"{_gbs(r, 'cublasdx')}  {_gbs(r, 'cublas')}")
+    tflops = f" {r['blasdx_tflops']:6.1f} TF/s" if "blasdx_tflops" in r else ""
+    return f"{r['case']:12s} {size:12s} {_gbs(r, 'blasdx')}{tflops}  {_gbs(r, 'cublasdx')}  {_gbs(r, 'cublas')}"
 
 
 def _cell(r: dict, key: str, fmt: str, default: str = "n/a") -> str:
@@ -295,10 +319,12 @@ def _table(rows: list[dict]) -> str:
             "| % copy | cuBLAS GB/s (C type) | TFLOP/s | % copy | blasdx / cuBLASDx | blasdx / cuBLAS |")
     lines = [head, "|" + "---|" * 15]
     for r in rows:
-        dx_note = r.get("cublasdx_note", "n/a")
-        cublas = f"{r['cublas_gbs']:.0f} ({r['cublas_out']})" if "cublas_gbs" in r else "n/a"
+        dx_note = r.get("cublasdx_note", "wrong" if r.get("cublasdx_check", "ok") != "ok" else "n/a")
+        cublas = f"{r['cublas_gbs']:.0f} ({r['cublas_out']})" if "cublas_gbs" in r else \
+            ("wrong" if r.get("cublas_check", "ok") != "ok" else "n/a")
         cells = [r["case"], "x".join(map(str, r["size"])), r["instruction"], str(r["block_dim"]),
-                 f"{r['blasdx_gbs']:.0f}", f"{r['blasdx_tflops']:.1f}", f"{100 * r['blasdx_copy_fraction']:.0f}%",
+                 _cell(r, "blasdx_gbs", ".0f", "wrong"), _cell(r, "blasdx_tflops", ".1f"),
+                 _cell(r, "blasdx_copy_fraction", ".0%"),
                  _cell(r, "cublasdx_gbs", ".0f", dx_note), _cell(r, "cublasdx_tflops", ".1f"),
                  _cell(r, "cublasdx_copy_fraction", ".0%"), cublas, _cell(r, "cublas_tflops", ".1f"),
                  _cell(r, "cublas_copy_fraction", ".0%"), _cell(r, "ratio_vs_cublasdx", ".2f"),

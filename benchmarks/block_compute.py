@@ -67,12 +67,17 @@ def auto_repeats(size, gflop_per_block: float) -> int:
     return int(min(20000, max(16, round(gflop_per_block * 1e9 / (2 * m * n * k)))))
 
 
-def check(name: str, size, got, ref, accumulator, what: str) -> None:
-    """First and last block's C against ``ref`` (= CHECK_REPEATS A B)."""
+def check(name: str, size, got, ref, accumulator, what: str) -> str:
+    """First and last block's C against ``ref`` (= CHECK_REPEATS A B): "ok" or what is wrong (printed)."""
     ta, _, tc = TYPES[name]
     tol = tolerance(ta, tc, CHECK_REPEATS * size[2], accumulator)
-    for block in (0, got.shape[0] - 1):
-        assert_close(_host(got[block], tc), ref, tol, what=f"{what} {name} {'x'.join(map(str, size))} block {block}")
+    try:
+        for block in (0, got.shape[0] - 1):
+            assert_close(_host(got[block], tc), ref, tol, what=f"{what} {name} {'x'.join(map(str, size))} block {block}")
+    except AssertionError as exc:
+        print(f"CHECK FAILED: {exc}", flush=True)
+        return f"wrong result: {exc}"
+    return "ok"
 
 
 def run_blasdx(name: str, size, a, b, ref, sms: int, repeats: int, args: argparse.Namespace, sm: int) -> dict:
@@ -88,14 +93,15 @@ def run_blasdx(name: str, size, a, b, ref, sms: int, repeats: int, args: argpars
     c = torch.empty((blocks, *size[:2]), device="cuda", dtype=torch_dtype(TYPES[name][2]))
     kernel.launch(blocks, (a, b, c, CHECK_REPEATS))
     torch.cuda.synchronize()
-    check(name, size, c, ref, desc.accumulator_type, "blasdx")
-    ms = time_ms(lambda: kernel.launch(blocks, (a, b, c, repeats)), TIMED_RUNS)
-    flops = 2.0 * np.prod(size) * repeats * blocks
-    return {"blasdx_threads": int(np.prod(desc.block_dim)), "blasdx_blocks_per_sm": occupancy,
-            "blasdx_shared_memory": kernel.shared_memory, "blasdx_registers": kernel.registers,
-            "blasdx_local_memory": kernel.local_memory, "blasdx_compile_s": round(compile_s, 3),
-            "blasdx_leading_dimension": list(desc.leading_dimension), "blasdx_ms": ms,
-            "blasdx_tflops": flops / ms / 1e9}
+    row = {"blasdx_threads": int(np.prod(desc.block_dim)), "blasdx_blocks_per_sm": occupancy,
+           "blasdx_shared_memory": kernel.shared_memory, "blasdx_registers": kernel.registers,
+           "blasdx_local_memory": kernel.local_memory, "blasdx_compile_s": round(compile_s, 3),
+           "blasdx_leading_dimension": list(desc.leading_dimension),
+           "blasdx_check": check(name, size, c, ref, desc.accumulator_type, "blasdx")}
+    if row["blasdx_check"] == "ok":
+        ms = time_ms(lambda: kernel.launch(blocks, (a, b, c, repeats)), TIMED_RUNS)
+        row.update(blasdx_ms=ms, blasdx_tflops=2.0 * np.prod(size) * repeats * blocks / ms / 1e9)
+    return row
 
 
 def run_cublasdx(name: str, size, a, b, ref, sms: int, repeats: int, build_dir: Path) -> dict:
@@ -105,18 +111,23 @@ def run_cublasdx(name: str, size, a, b, ref, sms: int, repeats: int, build_dir: 
     case, why = dx.load_case(name, size, build_dir)
     if case is None:
         return {"cublasdx_note": why}
-    occupancy = case.max_active_blocks("compute")
-    blocks = sms * max(1, occupancy)
     tc = TYPES[name][2]
-    c = torch.empty((blocks, *size[:2]), device="cuda", dtype=torch_dtype(tc))
-    case.block_compute(a, b, c, CHECK_REPEATS, blocks)
-    torch.cuda.synchronize()
-    check(name, size, c, ref, dt.float16 if tc == dt.float16 else None, "cuBLASDx")
-    ms = time_ms(lambda: case.block_compute(a, b, c, repeats, blocks), TIMED_RUNS)
-    flops = 2.0 * np.prod(size) * repeats * blocks
-    return {"cublasdx_threads": case.threads, "cublasdx_blocks_per_sm": occupancy,
-            "cublasdx_shared_memory": case.shared_memory("compute"), "cublasdx_ms": ms,
-            "cublasdx_tflops": flops / ms / 1e9}
+    try:
+        occupancy = case.max_active_blocks("compute")
+        blocks = sms * max(1, occupancy)
+        c = torch.empty((blocks, *size[:2]), device="cuda", dtype=torch_dtype(tc))
+        case.block_compute(a, b, c, CHECK_REPEATS, blocks)
+        torch.cuda.synchronize()
+    except RuntimeError as exc:
+        print(f"cuBLASDx failed: {exc}", flush=True)
+        return {"cublasdx_note": str(exc)}
+    row = {"cublasdx_threads": case.threads, "cublasdx_blocks_per_sm": occupancy,
+           "cublasdx_shared_memory": case.shared_memory("compute"),
+           "cublasdx_check": check(name, size, c, ref, dt.float16 if tc == dt.float16 else None, "cuBLASDx")}
+    if row["cublasdx_check"] == "ok":
+        ms = time_ms(lambda: case.block_compute(a, b, c, repeats, blocks), TIMED_RUNS)
+        row.update(cublasdx_ms=ms, cublasdx_tflops=2.0 * np.prod(size) * repeats * blocks / ms / 1e9)
+    return row
 
 
 def run_case(name: str, size, args: argparse.Namespace, sm: int, sms: int, gen) -> dict | None:
@@ -132,7 +143,7 @@ def run_case(name: str, size, args: argparse.Namespace, sm: int, sms: int, gen) 
     row = {"case": name, "size": list(size), "repeats": repeats}
     row.update(run_blasdx(name, size, a, b, ref, sms, repeats, args, sm))
     row.update(run_cublasdx(name, size, a, b, ref, sms, repeats, args.build_dir))
-    if "cublasdx_tflops" in row:
+    if "cublasdx_tflops" in row and "blasdx_tflops" in row:
         row["ratio_vs_cublasdx"] = row["blasdx_tflops"] / row["cublasdx_tflops"]  # > 1: blasdx faster
     return row
 
@@ -223,16 +234,32 @@ def main(argv: list[str] | None = None) -> int:
     out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     print(f"JSON: {out}")
     _plot(rows, out.with_suffix(".png"))
-    return 0
+    wrong = [f"{r['case']} {r['size']} {who}" for r in rows for who in ("blasdx", "cublasdx")
+             if r.get(f"{who}_check", "ok") != "ok"]
+    if wrong:
+        print(f"wrong results (not timed): {', '.join(wrong)}")
+    return 1 if wrong else 0
+
+
+def _status(r: dict, who: str) -> str:
+    """Why a competitor has no figure: a wrong result, its note, or n/a."""
+    if r.get(f"{who}_check", "ok") != "ok":
+        return "WRONG"
+    return r.get(f"{who}_note", "n/a")
+
+
+def _part(r: dict, who: str, label: str) -> str:
+    if f"{who}_tflops" not in r:
+        return f"{label} {_status(r, who)}"
+    return (f"{label} {r[f'{who}_tflops']:7.1f} TF/s ({r[f'{who}_threads']} thr x "
+            f"{r[f'{who}_blocks_per_sm']}/SM)")
 
 
 def _line(r: dict) -> str:
     size = "x".join(map(str, r["size"]))
-    dx_part = (f"cuBLASDx {r['cublasdx_tflops']:7.1f} TF/s ({r['cublasdx_threads']} thr x "
-               f"{r['cublasdx_blocks_per_sm']}/SM)  ratio {r['ratio_vs_cublasdx']:.2f}"
-               if "cublasdx_tflops" in r else f"cuBLASDx {r.get('cublasdx_note', 'n/a')}")
-    return (f"{r['case']:12s} {size:12s} x{r['repeats']:<6d} blasdx {r['blasdx_tflops']:7.1f} TF/s "
-            f"({r['blasdx_threads']} thr x {r['blasdx_blocks_per_sm']}/SM)  {dx_part}")
+    ratio = f"  ratio {r['ratio_vs_cublasdx']:.2f}" if "ratio_vs_cublasdx" in r else ""
+    return (f"{r['case']:12s} {size:12s} x{r['repeats']:<6d} {_part(r, 'blasdx', 'blasdx')}  "
+            f"{_part(r, 'cublasdx', 'cuBLASDx')}{ratio}")
 
 
 def _table(rows: list[dict]) -> str:
@@ -240,13 +267,15 @@ def _table(rows: list[dict]) -> str:
             "blocks/SM | TFLOP/s | blasdx / cuBLASDx |")
     lines = [head, "|" + "---|" * 11]
     for r in rows:
-        if "cublasdx_tflops" in r:
-            theirs = [str(r["cublasdx_threads"]), str(r["cublasdx_blocks_per_sm"]), f"{r['cublasdx_tflops']:.1f}",
-                      f"{r['ratio_vs_cublasdx']:.2f}"]
+        if "cublasdx_threads" in r:
+            theirs = [str(r["cublasdx_threads"]), str(r["cublasdx_blocks_per_sm"]),
+                      f"{r['cublasdx_tflops']:.1f}" if "cublasdx_tflops" in r else _status(r, "cublasdx")]
         else:
-            theirs = [r.get("cublasdx_note", "n/a"), "", "", "n/a"]
+            theirs = [_status(r, "cublasdx"), "", ""]
+        ours = f"{r['blasdx_tflops']:.1f}" if "blasdx_tflops" in r else _status(r, "blasdx")
+        ratio = f"{r['ratio_vs_cublasdx']:.2f}" if "ratio_vs_cublasdx" in r else "n/a"
         cells = [r["case"], "x".join(map(str, r["size"])), str(r["repeats"]), str(r["blasdx_threads"]),
-                 str(r["blasdx_blocks_per_sm"]), str(r["blasdx_registers"]), f"{r['blasdx_tflops']:.1f}", *theirs]
+                 str(r["blasdx_blocks_per_sm"]), str(r["blasdx_registers"]), ours, *theirs, ratio]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -266,7 +295,7 @@ def _plot(rows: list[dict], path: Path) -> None:
     labels = [f"{r['case']}\n{'x'.join(map(str, r['size']))}" for r in rows]
     x = np.arange(len(rows))
     fig, ax = plt.subplots(figsize=(max(10, len(rows) * 0.5), 5))
-    ax.bar(x - 0.2, [r["blasdx_tflops"] for r in rows], 0.4, label="blasdx (fusion API)")
+    ax.bar(x - 0.2, [r.get("blasdx_tflops", 0) for r in rows], 0.4, label="blasdx (fusion API)")
     ax.bar(x + 0.2, [r.get("cublasdx_tflops", 0) for r in rows], 0.4, label="cuBLASDx 0.4")
     ax.set_yscale("log")
     ax.set_ylabel("TFLOP/s (operands in shared memory)")
