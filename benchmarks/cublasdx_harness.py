@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -107,8 +108,22 @@ def translation_unit(name: str, size: Size) -> str:
     return head + TEMPLATE.read_text()
 
 
+def unpack_wheel(wheel: Path, into: Path = DEFAULT_MATHDX.parents[1]) -> Path:
+    """Unzip an nvidia-mathdx wheel (once) and return its ``nvidia/mathdx`` folder."""
+    target = into / "nvidia" / "mathdx"
+    if not (target / "include" / "cublasdx.hpp").exists():
+        with zipfile.ZipFile(wheel) as archive:
+            archive.extractall(into)
+    return target
+
+
 def find_mathdx(root: str | os.PathLike | None = None) -> Path:
-    """The unpacked wheel's ``nvidia/mathdx`` folder (holding include/ and external/cutlass/include)."""
+    """The unpacked wheel's ``nvidia/mathdx`` folder (holding include/ and external/cutlass/include).
+
+    ``root`` may also be the wheel itself, which is then unpacked under ``.scratch/mathdx``.
+    """
+    if root and str(root).endswith(".whl"):
+        root = unpack_wheel(Path(root))
     candidates = [Path(root)] if root else []
     if os.environ.get("MATHDX_ROOT"):
         candidates.append(Path(os.environ["MATHDX_ROOT"]))
@@ -117,8 +132,8 @@ def find_mathdx(root: str | os.PathLike | None = None) -> Path:
         if (path / "include" / "cublasdx.hpp").exists():
             return path
     tried = ", ".join(str(p) for p in candidates)
-    raise FileNotFoundError(f"cuBLASDx headers not found (tried {tried}); unzip the nvidia-mathdx wheel and pass "
-                            "--mathdx DIR/nvidia/mathdx")
+    raise FileNotFoundError(f"cuBLASDx headers not found (tried {tried}); pass --mathdx with the nvidia-mathdx "
+                            "wheel (.whl) or its unpacked nvidia/mathdx folder")
 
 
 def compile_command(nvcc: str, mathdx: Path, source: Path, obj: Path) -> list[str]:
@@ -466,7 +481,7 @@ def main(argv: list[str] | None = None) -> int:
     build_p.add_argument("--cudart", choices=("static", "shared"), default="static",
                          help="static: self-contained, ~0.7 MB more per library; shared: needs libcudart.so.13 "
                               "at load time (PyTorch's, once torch is imported)")
-    build_p.add_argument("--mathdx", default=None, help="the unpacked wheel's nvidia/mathdx folder")
+    build_p.add_argument("--mathdx", default=None, help="the nvidia-mathdx wheel, or its unpacked nvidia/mathdx folder")
     build_p.add_argument("--nvcc", default=os.environ.get("NVCC", "nvcc"))
     status_p = sub.add_parser("status", help="what is built, rejected or missing")
     status_p.add_argument("--build-dir", type=Path, default=DEFAULT_BUILD_DIR)
