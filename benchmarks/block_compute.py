@@ -73,7 +73,8 @@ def check(name: str, size, got, ref, accumulator, what: str) -> str:
     tol = tolerance(ta, tc, CHECK_REPEATS * size[2], accumulator)
     try:
         for block in (0, got.shape[0] - 1):
-            assert_close(_host(got[block], tc), ref, tol, what=f"{what} {name} {'x'.join(map(str, size))} block {block}")
+            label = f"{what} {name} {'x'.join(map(str, size))} block {block}"
+            assert_close(_host(got[block], tc), ref, tol, what=label)
     except AssertionError as exc:
         print(f"CHECK FAILED: {exc}", flush=True)
         return f"wrong result: {exc}"
@@ -86,7 +87,12 @@ def run_blasdx(name: str, size, a, b, ref, sms: int, repeats: int, args: argpars
 
     desc = block_descriptor(name, size, sm, args.arch_specific)
     start = time.perf_counter()
-    kernel = compile_blasdx(desc)
+    try:
+        kernel = compile_blasdx(desc)
+    except bx.BlasdxError as exc:
+        print(f"blasdx FAILED: {str(exc).splitlines()[0]}", flush=True)
+        return {"blasdx_threads": int(np.prod(desc.block_dim)), "blasdx_blocks_per_sm": 0, "blasdx_registers": 0,
+                "blasdx_check": f"error: {type(exc).__name__}: {str(exc).splitlines()[0]}"}
     compile_s = time.perf_counter() - start
     occupancy = kernel.max_active_blocks_per_sm()
     blocks = sms * max(1, occupancy)
@@ -243,8 +249,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _status(r: dict, who: str) -> str:
     """Why a competitor has no figure: a wrong result, its note, or n/a."""
-    if r.get(f"{who}_check", "ok") != "ok":
-        return "WRONG"
+    check = r.get(f"{who}_check", "ok")
+    if check != "ok":
+        return "ERROR" if check.startswith("error") else "WRONG"
     return r.get(f"{who}_note", "n/a")
 
 
