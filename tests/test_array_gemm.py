@@ -46,10 +46,10 @@ def fake_device(monkeypatch):
     array_gemm._CALLS.clear()
 
 
-def plan(x, y, acc=None, result=None, sm=90, sms=132, out=None, allow_block=True):
+def plan(x, y, acc=None, result=None, sm=90, sms=132, out=None, allow_block=True, fast=False):
     if result is None:
         result = acc.dtype if acc is not None else array_gemm.RESULT_TYPES[x.dtype]
-    return array_gemm.plan_call(x, y, acc, result, array_gemm._DeviceInfo(sm, sms), 0, out, allow_block)
+    return array_gemm.plan_call(x, y, acc, result, array_gemm._DeviceInfo(sm, sms), 0, out, allow_block, fast)
 
 
 # ---- the result-type table ----------------------------------------------------------------------
@@ -134,6 +134,17 @@ def test_fast_accumulation_only_for_fp8():
         bx.mma(view((2, 4)), view((4, 2)), view((2, 2), dt.float32), fast_accumulation=True, stream=0)
     with pytest.raises(ExecutionError, match=r"fast_accumulation: expected True or False"):
         bx.mma(view((2, 4)), view((4, 2)), view((2, 2), dt.float32), fast_accumulation=1, stream=0)
+
+
+def test_fast_accumulation_selects_the_tensor_core_accumulator_on_sm90():
+    x, y = view((64, 128), dt.float8_e4m3), col((128, 32), dt.float8_e4m3)
+    acc = view((64, 32), dt.float32)
+    fast = plan(x, y, acc, fast=True)
+    assert fast.desc.arch == "sm_90a" and fast.desc.instruction.startswith("wgmma")
+    slow = plan(x, y, acc)
+    assert slow.desc.arch == "sm_90" and slow.desc.instruction == "mma.sync.m16n8k32"
+    assert plan(x, y, acc, fast=True, sm=89).desc.arch == "sm_89"  # no effect elsewhere
+    assert plan(x, view((128, 32), dt.float8_e4m3), acc, fast=True).desc.instruction == "mma.sync.m16n8k32"
 
 
 def test_strides_must_be_row_or_column_major():

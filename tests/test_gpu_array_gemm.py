@@ -270,17 +270,27 @@ def test_blasdx_device_arrays(sm):
 
 
 def test_fast_accumulation_fp8(sm):
+    """On sm_90 the flag moves wgmma-shaped problems to the tensor core's accumulator; else nothing changes."""
     if sm < 89:
         pytest.skip("fp8 needs sm_89+")
     rng = np.random.default_rng(3)
-    x_host = random_operand(dt.float8_e4m3, (64, 128), rng)
-    y_host = random_operand(dt.float8_e4m3, (128, 32), rng)
+    a = dt.float8_e4m3
+    x_host = random_operand(a, (64, 256), rng)
+    y_host = random_operand(a, (256, 32), rng)
     acc_host = random_operand(dt.float32, (64, 32), rng)
-    x, y = _tensor(x_host, dt.float8_e4m3), _tensor(y_host, dt.float8_e4m3)
+    x, y = _tensor(x_host, a), _tensor(y_host, a, "C")  # column-major B: the layout fp8 wgmma reads
     acc = _tensor(acc_host, dt.float32)
+    ref = reference_gemm(x_host, y_host, acc_host, 1, 1)
     slow = _host(bx.mma(x, y, acc), dt.float32)
+    assert_close(slow, ref, tolerance(a, dt.float32, 256, dt.float32), what="fp8 mma")
     fast = _host(bx.mma(x, y, acc, fast_accumulation=True), dt.float32)
-    np.testing.assert_array_equal(fast, slow)
+    plan = next(p for p in array_gemm._CALLS.values() if p.kind == "block" and p.desc.arch.endswith("a")) \
+        if sm == 90 else None
+    instruction = plan.desc.instruction if plan is not None else None
+    assert sm != 90 or instruction.startswith("wgmma")
+    assert_close(fast, ref, tolerance(a, dt.float32, 256, dt.float32, instruction), what="fp8 mma, fast")
+    if sm != 90:
+        np.testing.assert_array_equal(fast, slow)
 
 
 def test_repeated_calls_reuse_the_plan(sm):

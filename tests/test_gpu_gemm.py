@@ -103,7 +103,7 @@ def run_gemm(desc: bx.Descriptor, row: dt.Combination, alpha, beta, rng, batch: 
     assert out is c
     got = torch_to_host(c, vc)
     ref = reference_gemm(a_host, b_host, c_host, alpha, beta)
-    tol = tolerance(row.a, row.c, k, desc.accumulator_type)
+    tol = tolerance(row.a, row.c, k, desc.accumulator_type, desc.instruction)
     assert_close(got, ref, tol, what=f"C of {desc!r} alpha={alpha} beta={beta}")
 
 
