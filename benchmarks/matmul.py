@@ -163,11 +163,83 @@ def speed(name: str, size: int, gen) -> dict:
     return out
 
 
+SWEEP = {  # (BM, BN, BK, threads, stages) tried per input type at --sweep-size
+    "f16": [(128, 128, 32, 256, 2), (128, 128, 32, 256, 3), (128, 128, 32, 256, 4), (128, 128, 64, 256, 3),
+            (128, 128, 32, 128, 3), (64, 128, 32, 128, 3), (128, 256, 32, 256, 3)],
+    "bf16": [(128, 128, 32, 256, 3), (128, 128, 64, 256, 3), (128, 128, 32, 128, 3)],
+    "tf32": [(128, 128, 16, 256, 3), (128, 128, 32, 256, 3), (64, 64, 16, 256, 3), (128, 64, 16, 256, 3)],
+    "f32": [(64, 64, 16, 256, 3), (64, 64, 32, 256, 3), (128, 64, 16, 256, 3), (128, 128, 16, 256, 3)],
+    "f64": [(64, 64, 16, 128, 3), (64, 64, 16, 256, 3), (128, 64, 16, 256, 3), (64, 64, 32, 128, 3)],
+    "int8": [(128, 128, 32, 256, 3), (128, 128, 64, 256, 3), (128, 128, 32, 256, 4)],
+}
+
+
+def sweep(size: int, gen) -> list[dict]:
+    """Multi-block tile shapes against each other on one square problem per type (for blasdx/tiled.py)."""
+    import torch
+
+    from blasdx import arrays, tiled
+
+    rows_out = []
+    sm = _sm()
+    for name, variants in SWEEP.items():
+        a = TYPES[name]
+        result = array_gemm.RESULT_TYPES[a]
+        if a.integral:
+            x = torch.randint(-8, 8, (size, size), device="cuda", dtype=torch.int8, generator=gen)
+            y = torch.randint(-8, 8, (size, size), device="cuda", dtype=torch.int8, generator=gen)
+        else:
+            x = torch.randn(size, size, device="cuda", generator=gen).to(_torch_dtype(a))
+            y = torch.randn(size, size, device="cuda", generator=gen).to(_torch_dtype(a))
+        bx_x, bx_y = (bx.tf32(x), bx.tf32(y)) if a == dt.tfloat32 else (x, y)
+        bx.matmul(bx_x, bx_y)
+        base = next(p for p in reversed(list(array_gemm._CALLS.values()))
+                    if p.kind == "tiled" and p.m == size and p.kernel.desc.a_value_type == a)
+        handle = arrays.resolve_stream(None, (x,))
+        core = arrays.as_core_stream(None, handle)
+        vx, vy = arrays.as_array(x, "x"), arrays.as_array(y, "y")
+        vx = vx._replace(dtype=a)
+        vy = vy._replace(dtype=a)
+        pick = torch.randint(0, size, (32,), generator=gen, device="cuda")
+        ref = reference_gemm(_host(x[pick], a), _host(y, a))
+        row = dt.find_combination(a, a, result, False)
+        for bm, bn, bk, threads, stages in variants:
+            tile = tiled.TileShape(bm, bn, bk, threads, stages)
+            entry = {"case": name, "size": size, "tile": [bm, bn, bk], "threads": threads, "stages": stages}
+            try:
+                desc = tiled.tile_descriptor(a, a, result, True, True, tile, sm)
+                kernel = tiled.TiledKernel(desc, base.kernel.vec_a, base.kernel.vec_b, stages)
+                compiled = kernel.compile()
+                entry.update(registers=compiled.registers, spill=compiled.local_memory)
+                plan = array_gemm.CallPlan()
+                for slot in array_gemm.CallPlan.__slots__:
+                    setattr(plan, slot, getattr(base, slot))
+                plan.kernel = kernel
+                out = torch.empty((size, size), device="cuda", dtype=_torch_dtype(result) if result != dt.int32
+                                  else torch.int32)
+                vout = arrays.as_array(out, "out")
+                run = lambda: array_gemm._launch_tiled(plan, vx, vy, None, vout, core, handle)  # noqa: E731
+                run()
+                torch.cuda.synchronize()
+                assert_close(_host(out[pick], result), ref, tolerance(a, result, size, row.accumulator),
+                             what=f"sweep {name} {tile}")
+                ms = time_ms(run)
+                entry.update(ms=ms, tflops=2.0 * size**3 / ms / 1e9)
+            except Exception as exc:  # a shape that does not compile or fit is a result too
+                entry["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+            rows_out.append(entry)
+            shown = f"{entry['tflops']:.1f} TFLOP/s, {entry['registers']} regs" if "tflops" in entry else entry["error"]
+            print(f"  sweep {name:5s} {bm}x{bn}x{bk} {threads}t {stages}s: {shown}", flush=True)
+    return rows_out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", nargs="*", type=int, default=SIZES)
     parser.add_argument("--types", nargs="*", default=list(TYPES), choices=list(TYPES))
     parser.add_argument("--json", default="benchmarks/results/matmul.json")
+    parser.add_argument("--sweep", action="store_true", help="also try multi-block tile shapes (for tiled.py)")
+    parser.add_argument("--sweep-size", type=int, default=4096)
     args = parser.parse_args()
     try:
         import torch
@@ -180,6 +252,7 @@ def main() -> int:
     sm = _sm()
     gen = torch.Generator(device="cuda").manual_seed(0)
     over = overhead()
+    swept = sweep(args.sweep_size, gen) if args.sweep else []
     results = []
     print("\n| case | size | path | blasdx TFLOP/s | torch TFLOP/s | blasdx / torch |")
     print("|---|---|---|---|---|---|")
@@ -197,7 +270,7 @@ def main() -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"date": date.today().isoformat(), "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
             "blasdx": bx.__version__}
-    out.write_text(json.dumps({"meta": meta, "overhead": over, "rows": results}, indent=1))
+    out.write_text(json.dumps({"meta": meta, "overhead": over, "rows": results, "sweep": swept}, indent=1))
     print(f"JSON: {out}")
     _plot(results, out.with_suffix(".png"))
     return 0

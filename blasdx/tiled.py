@@ -50,10 +50,11 @@ class TileShape:
     n: int
     k: int
     threads: int
+    stages: int = 3
 
 
 # K steps of 64 bytes give each 128-row operand tile 8 KB (16-bit 128 x 32, 32-bit 128 x 16):
-# two stages of A + B stay under the 48 KB that needs no opt-in. 8-bit inputs step 32 (one
+# three stages of A + B take under 60 KB, so two blocks fit an SM. 8-bit inputs step 32 (one
 # m16n8k32 atom): at 64, fp8 with row-major A spilled (255 registers + 24 B of stack).
 # f64 and the FFMA path keep 64 x 64 tiles: their accumulators would need more registers
 # than a thread has at 128 x 128.
@@ -63,12 +64,13 @@ _K_STEP_BYTES = 64
 def tile_shape(a: _dt.DType, m: int, n: int, sm: int) -> TileShape:
     """The tile for inputs of type ``a`` and an M x N result: 128 x 128 where the result is that large."""
     family = _dt.mma_family(a, a, a, sm)
+    stages = 3 if sm >= 80 else 2  # without cp.async (sm_75) a third stage only costs shared memory
     if a == _dt.float64 or family == "fma":
-        return TileShape(64, 64, 16, 128 if a == _dt.float64 else 256)
+        return TileShape(64, 64, 16, 128 if a == _dt.float64 else 256, stages)
     bm = 64 if m <= 64 else 128
     bn = 64 if n <= 64 else 128
     threads = 256 if bm * bn >= 128 * 128 else 128
-    return TileShape(bm, bn, 32 if a.size == 1 else _K_STEP_BYTES // a.size, threads)
+    return TileShape(bm, bn, 32 if a.size == 1 else _K_STEP_BYTES // a.size, threads, stages)
 
 
 def tile_descriptor(
@@ -112,14 +114,15 @@ def _stage_bytes(desc: Descriptor) -> int:
     return (b_offset + desc.b_size * desc.b_value_type.size + 15) // 16 * 16
 
 
-def generate(desc: Descriptor, vec_a: int, vec_b: int) -> str:
-    """kernels/tiled_gemm.cu instantiated for one tile descriptor and the two copy widths."""
+def generate(desc: Descriptor, vec_a: int, vec_b: int, stages: int = 3) -> str:
+    """kernels/tiled_gemm.cu instantiated for one tile descriptor, the two copy widths and the stage count."""
     return "\n".join(
         [
             _fusion.prelude({"TILE": desc}),
             f"#define BLASDX_TILED_VEC_A {vec_a}",
             f"#define BLASDX_TILED_VEC_B {vec_b}",
             f"#define BLASDX_TILED_STAGE_BYTES {_stage_bytes(desc)}",
+            f"#define BLASDX_TILED_STAGES {stages}",
             '#include "tiled_gemm.cu"',
             "",
         ]
@@ -129,14 +132,17 @@ def generate(desc: Descriptor, vec_a: int, vec_b: int) -> str:
 class TiledKernel:
     """The multi-block kernel of one (tile descriptor, copy widths): compiled once, launched per call."""
 
-    __slots__ = ("desc", "vec_a", "vec_b", "source", "shared_memory", "threads", "_compiled", "_configs", "_scalar")
+    __slots__ = (
+        "desc", "vec_a", "vec_b", "stages", "source", "shared_memory", "threads", "_compiled", "_configs", "_scalar",
+    )
 
-    def __init__(self, desc: Descriptor, vec_a: int, vec_b: int) -> None:
+    def __init__(self, desc: Descriptor, vec_a: int, vec_b: int, stages: int = 3) -> None:
         self.desc = desc
         self.vec_a = vec_a
         self.vec_b = vec_b
-        self.source = generate(desc, vec_a, vec_b)
-        self.shared_memory = 2 * _stage_bytes(desc)
+        self.stages = stages
+        self.source = generate(desc, vec_a, vec_b, stages)
+        self.shared_memory = stages * _stage_bytes(desc)
         self.threads = desc.max_threads_per_block
         self._compiled: Any = None
         self._configs: dict[tuple[int, int], Any] = {}
@@ -198,5 +204,5 @@ def tiled_kernel(
     found = _KERNELS.get(key)
     if found is None:
         desc = tile_descriptor(a, b, c, a_row_major, b_row_major, tile, sm)
-        found = _KERNELS[key] = TiledKernel(desc, vec_a, vec_b)
+        found = _KERNELS[key] = TiledKernel(desc, vec_a, vec_b, tile.stages)
     return found

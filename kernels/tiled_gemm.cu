@@ -3,10 +3,12 @@
 // Expects the generated prelude of one descriptor named TILE (blasdx.fusion.prelude): the
 // block tile BM x BN x BK, its types, A/B arrangements and shared-memory leading dimensions.
 // Also expects BLASDX_TILED_VEC_A / _VEC_B (bytes per global->shared copy, what the
-// pointers, leading dimensions and batch strides allow) and BLASDX_TILED_STAGE_BYTES (one
-// A + B stage). Each block owns one BM x BN tile of D and walks K in BK steps through two
-// shared-memory stages: while the block GEMM (register API) multiplies stage s, cp.async
-// fills stage s ^ 1. Tiles past the edges of M, N or K are zero-filled, so the block GEMM
+// pointers, leading dimensions and batch strides allow), BLASDX_TILED_STAGE_BYTES (one
+// A + B stage) and BLASDX_TILED_STAGES. Each block owns one BM x BN tile of D and walks K
+// in BK steps through STAGES shared-memory stages: while the block GEMM (register API)
+// multiplies step s, cp.async fills the stages of the next STAGES - 1 steps, and one
+// barrier per step both publishes step s and frees the stage step s - 1 used. Tiles past
+// the edges of M, N or K are zero-filled, so the block GEMM
 // itself never predicates; the epilogue stores only the elements inside D, with runtime
 // strides, so C and D may have any layout (and may be the same array).
 #include "blasdx/api.cuh"
@@ -21,6 +23,8 @@ using TC = G::c_value_type;
 using S = G::scalar_type;
 constexpr int THREADS = G::max_threads_per_block;
 constexpr int STAGE_BYTES = BLASDX_TILED_STAGE_BYTES;
+constexpr int STAGES = BLASDX_TILED_STAGES;
+static_assert(STAGES >= 2, "the next K step loads while this one multiplies");
 static_assert(STAGE_BYTES >= G::shared_memory_size_ab && STAGE_BYTES % 16 == 0,
               "a stage holds the A and B tiles and keeps the next one 16-byte aligned");
 static_assert(!G::is_complex, "the multi-block kernel runs real GEMMs");
@@ -109,19 +113,22 @@ extern "C" __global__ void __launch_bounds__(blasdx::tiled::THREADS, 1)
         const TA* pa = a + p * batch_stride_a;
         const TB* pb = b + p * batch_stride_b;
         typename G::accumulator acc;
-        if (steps > 0) load_stage(smem, pa, pb, m, n, k, lda, ldb, m0, n0, 0, tid);
-        commit();
+        for (int i = 0; i < STAGES - 1; ++i) {  // prologue: the first STAGES - 1 steps in flight
+            if (i < steps) load_stage(smem + i * STAGE_BYTES, pa, pb, m, n, k, lda, ldb, m0, n0, i * G::k, tid);
+            commit();
+        }
         for (int s = 0; s < steps; ++s) {
-            if (s + 1 < steps) {  // fill the other stage while this one is multiplied
-                load_stage(smem + ((s + 1) & 1) * STAGE_BYTES, pa, pb, m, n, k, lda, ldb, m0, n0, (s + 1) * G::k, tid);
+            wait_pending<STAGES - 2>();  // step s has landed (for this thread) ...
+            __syncthreads();             // ... for every thread, and step s - 1's stage is free
+            const int next = s + STAGES - 1;
+            if (next < steps) {
+                load_stage(smem + (next % STAGES) * STAGE_BYTES, pa, pb, m, n, k, lda, ldb, m0, n0, next * G::k, tid);
             }
             commit();
-            wait_pending<1>();
-            __syncthreads();
-            auto bufs = G::slice_shared_memory_ab(smem + (s & 1) * STAGE_BYTES);
+            auto bufs = G::slice_shared_memory_ab(smem + (s % STAGES) * STAGE_BYTES);
             G::execute(bufs.a, bufs.b, acc);
-            __syncthreads();  // the stage is refilled next step
         }
+        __syncthreads();  // the next problem's prologue overwrites the stages
         const TC* pc = c + p * batch_stride_c;
         TC* pd = d + p * batch_stride_d;
         acc.for_each([&](int r, int col, typename G::accumulator::value_type v) {
