@@ -216,16 +216,20 @@ def build_case(name: str, size: Size, setup: BuildSetup, manifest: dict) -> Buil
         return BuildResult(name, size, "up to date", 0.0, "", compile_key, key, setup.cudart)
     start = time.perf_counter()
     log_path = setup.build_dir / f"{stem}.log"
-    if not (obj.exists() and previous.get("compile_key") == compile_key):
+    obj_key = obj.with_suffix(".key")
+    if not (obj.exists() and obj_key.exists() and obj_key.read_text() == compile_key):
         source.write_text(text)
+        obj_key.unlink(missing_ok=True)
         ok, log = _run(compile_command(setup.nvcc, setup.mathdx, source, obj))
-        if not ok:
+        if ok:
+            obj_key.write_text(compile_key)
+        else:
             obj.unlink(missing_ok=True)
             library.unlink(missing_ok=True)
             log_path.write_text(log)
             status = "rejected" if "static assertion failed" in log else "failed"
-            return BuildResult(name, size, status, time.perf_counter() - start, rejection_reason(log), compile_key,
-                               key, setup.cudart)
+            return BuildResult(name, size, status, time.perf_counter() - start, rejection_reason(log),
+                               compile_key, key, setup.cudart)
     with tempfile.TemporaryDirectory(dir=setup.build_dir) as tmp:
         partial = Path(tmp) / library.name
         ok, log = _run(link_command(setup.nvcc, obj, partial, setup.cudart))
@@ -445,7 +449,7 @@ def load_case(name: str, size: Size, build_dir: str | os.PathLike | None = None)
     """(case, "") when its library loads, else (None, why not)."""
     try:
         return CublasDxCase(name, size, build_dir), ""
-    except CublasDxUnavailable as exc:
+    except CublasDxUnavailable:
         return None, availability(name, size, build_dir)
     except OSError as exc:
         return None, f"cannot load: {exc}"
