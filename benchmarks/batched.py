@@ -155,15 +155,12 @@ def run_case(name: str, size, args: argparse.Namespace, sm: int, roof: float, ge
     tol, label = tolerance(ta, tc, k, desc.accumulator_type), f"blasdx {name} {size}"
     if _blasdx_ran(row, desc, a, b, c) and checked(row, "blasdx", _host(c[pick], tc), ref, tol, label):
         _figures(row, "blasdx", time_ms(lambda: desc.execute(a, b, c)), batch * per_problem, flops, roof)
-    del c
 
     _run_cublasdx(row, name, size, a, b, ref, pick, args.build_dir, roof)
     _run_cublas(row, name, size, a, b, ref, pick, desc, roof)
     for who in ("cublasdx", "cublas"):
         if f"{who}_ms" in row and "blasdx_ms" in row:
             row[f"ratio_vs_{who}"] = row[f"{who}_ms"] / row["blasdx_ms"]  # > 1: blasdx faster
-    del a, b
-    torch.cuda.empty_cache()
     return row
 
 
@@ -286,6 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for name, size in cases:
         row = run_case(name, size, args, sm, roof, gen)
+        torch.cuda.empty_cache()  # this case's operands are gone
         if row is not None:
             rows.append(row)
             print(_line(row), flush=True)
