@@ -5,9 +5,12 @@
 
 Each case (types x size) instantiates ``benchmarks/cublasdx/case.cu`` with one cuBLASDx
 descriptor (row-major A, B, C, ``MaxAlignment``, ``SM<900>``, suggested block dim) and is
-built for sm_90a against the headers of the ``nvidia-mathdx`` wheel (unpacked; ``--mathdx``
-or ``$MATHDX_ROOT``, default ``.scratch/mathdx/nvidia/mathdx``). Libraries that are up to
-date are skipped; cases cuBLASDx rejects are recorded with the reason in ``manifest.json``.
+built for sm_90a against the headers of the ``nvidia-mathdx`` wheel (``--mathdx`` the wheel or
+its unpacked ``nvidia/mathdx``, or ``$MATHDX_ROOT``; default ``.scratch/mathdx/nvidia/mathdx``).
+nvcc compiles each case into ``--obj-dir`` and links a stripped library into ``--build-dir``
+(cudart static by default: about 0.8 MB a library; ``--cudart shared``: about 0.17 MB, with
+libcudart.so.13 loaded from PyTorch or the CUDA toolkit at run time). Up-to-date cases are
+skipped; cases that do not compile are recorded with the reason in ``manifest.json``.
 """
 
 from __future__ import annotations
