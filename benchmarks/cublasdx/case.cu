@@ -4,7 +4,8 @@
 // CASE_TA, CASE_TB, CASE_TC and CASE_NAME, then includes this file. The library built from
 // it exports plain C host functions that benchmarks load with ctypes:
 //
-//   cublasdx_batched        C[i] = alpha A[i] B[i] + beta C[i], one problem per block,
+//   cublasdx_batched        C[i] = alpha A[i] B[i] + beta C[i], one problem per block (a kernel
+//                           that never reads C when beta == 0),
 //                           contiguous row-major [batch, rows, cols] operands
 //   cublasdx_block_compute  A and B loaded to shared memory once, then acc += A B
 //                           `repeats` times with the register API; C[block] = acc
@@ -76,6 +77,8 @@ __device__ __forceinline__ auto load_ab(const TA* a, const TB* b, long long item
     return cute::make_tuple(sA, sB);
 }
 
+// HasBeta = false never reads C (and keeps the second fragment's registers free).
+template <bool HasBeta>
 __global__ void __launch_bounds__(kThreads)
 batched_kernel(const TA* a, const TB* b, TC* c, double alpha_in, double beta_in) {
     extern __shared__ __align__(128) unsigned char smem[];
@@ -89,8 +92,8 @@ batched_kernel(const TA* a, const TB* b, TC* c, double alpha_in, double beta_in)
 
     auto gC = cublasdx::make_tensor(c + item * kSizeC, Gemm::get_layout_gmem_c());
     auto sC = cublasdx::make_tensor(reinterpret_cast<TC*>(smem), Gemm::suggest_layout_smem_c());
-    if (beta_in == 0.0) {
-        cublasdx::axpby(alpha, acc, beta, acc);  // beta == 0: acc = alpha acc, C never read
+    if constexpr (!HasBeta) {
+        cublasdx::axpby(alpha, acc, beta, acc);  // beta == 0: acc = alpha acc
         cublasdx::copy_fragment<kAlignC>(acc, sC, partitioner);
     } else {
         cublasdx::copy<Gemm, kAlignC>(gC, sC);
@@ -124,6 +127,11 @@ cudaError_t allow_shared_memory(Kernel kernel, unsigned bytes) {
     return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
 }
 
+cudaError_t allow_batched_shared_memory() {
+    const cudaError_t err = allow_shared_memory(batched_kernel<false>, kSmemBatched);
+    return err != cudaSuccess ? err : allow_shared_memory(batched_kernel<true>, kSmemBatched);
+}
+
 }  // namespace bench
 
 extern "C" {
@@ -151,9 +159,9 @@ unsigned cublasdx_shared_memory(int kernel) { return kernel == 0 ? bench::kSmemB
 int cublasdx_max_active_blocks(int kernel, int* blocks) {
     cudaError_t err;
     if (kernel == 0) {
-        err = bench::allow_shared_memory(bench::batched_kernel, bench::kSmemBatched);
+        err = bench::allow_batched_shared_memory();
         if (err == cudaSuccess) {
-            err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, bench::batched_kernel, bench::kThreads,
+            err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, bench::batched_kernel<false>, bench::kThreads,
                                                                 bench::kSmemBatched);
         }
     } else {
@@ -169,15 +177,16 @@ int cublasdx_max_active_blocks(int kernel, int* blocks) {
 // C = alpha A B + beta C for `batch` problems; returns a cudaError_t.
 int cublasdx_batched(const void* a, const void* b, void* c, long long batch, double alpha, double beta,
                      void* stream) {
-    static cudaError_t configured = bench::allow_shared_memory(bench::batched_kernel, bench::kSmemBatched);
+    static cudaError_t configured = bench::allow_batched_shared_memory();
     if (configured != cudaSuccess) {
         return static_cast<int>(configured);
     }
     if (batch <= 0 || batch > 0x7fffffffLL) {
         return batch == 0 ? 0 : static_cast<int>(cudaErrorInvalidValue);
     }
-    bench::batched_kernel<<<static_cast<unsigned>(batch), bench::Gemm::block_dim, bench::kSmemBatched,
-                            static_cast<cudaStream_t>(stream)>>>(
+    const auto kernel = beta == 0.0 ? bench::batched_kernel<false> : bench::batched_kernel<true>;
+    kernel<<<static_cast<unsigned>(batch), bench::Gemm::block_dim, bench::kSmemBatched,
+             static_cast<cudaStream_t>(stream)>>>(
         static_cast<const bench::TA*>(a), static_cast<const bench::TB*>(b), static_cast<bench::TC*>(c), alpha, beta);
     return static_cast<int>(cudaGetLastError());
 }
