@@ -1,8 +1,8 @@
 // One cuBLASDx descriptor per translation unit, for the blasdx benchmarks.
 //
-// cublasdx_harness.py writes a small .cu per case that defines CASE_M, CASE_N, CASE_K,
-// CASE_TA, CASE_TB, CASE_TC and CASE_NAME, then includes this file. The library built from
-// it exports plain C host functions that benchmarks load with ctypes:
+// cublasdx_harness.py writes a .cu per case: the defines of CASE_M, CASE_N, CASE_K, CASE_TA,
+// CASE_TB, CASE_TC and CASE_NAME, then this file's text. The library built from it exports
+// plain C host functions that benchmarks load with ctypes:
 //
 //   cublasdx_batched        C[i] = alpha A[i] B[i] + beta C[i], one problem per block (a kernel
 //                           that never reads C when beta == 0),
