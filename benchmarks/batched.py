@@ -152,7 +152,7 @@ def run_case(name: str, size, args: argparse.Namespace, sm: int, roof: float, ge
     flops = 2.0 * m * n * k * batch
     row = {"case": name, "size": list(size), "batch": batch, "flops": flops, "bytes": batch * per_problem,
            "instruction": desc.instruction, "block_dim": desc.block_dim[0]}
-    tol, label = tolerance(ta, tc, k, desc.accumulator_type), f"blasdx {name} {size}"
+    tol, label = tolerance(ta, tc, k, desc.accumulator_type, desc.instruction), f"blasdx {name} {size}"
     if _blasdx_ran(row, desc, a, b, c) and checked(row, "blasdx", _host(c[pick], tc), ref, tol, label):
         _figures(row, "blasdx", time_ms(lambda: desc.execute(a, b, c)), batch * per_problem, flops, roof)
 
