@@ -11,8 +11,10 @@
 //   traits           GEMM::m, n, k, lda, ldb, ldc, a_size, b_size, c_size (elements),
 //                    a_value_type, b_value_type, c_value_type, scalar_value_type,
 //                    accumulator_value_type, block_dim, max_threads_per_block,
-//                    shared_memory_size (A + B + C), shared_memory_size_ab (A + B)
-//   shared memory    GEMM::slice_shared_memory(smem) -> {a, b, c}, slice_shared_memory_ab
+//                    shared_memory_size (A + B + C), shared_memory_size_ab (A + B), swizzled
+//   shared memory    GEMM::slice_shared_memory(smem) -> {a, b, c}, slice_shared_memory_ab,
+//                    GEMM::a_index(row, col), b_index(row, col) (element offsets in sA, sB),
+//                    GEMM::shared_fence() (after writing sA / sB yourself)
 //   copies           GEMM::load_a / load_b / load_c (global -> shared), GEMM::store_c
 //                    (shared -> global; any element type shaped like C), GEMM::copy_wait()
 //   shared-memory    GEMM::execute(alpha, sA, sB, beta, sC [, a_op, b_op, c_load_op, c_store_op])
@@ -23,7 +25,10 @@
 //   transforms       blasdx::identity, blasdx::conjugate, blasdx::scale<S>{factor}, any functor
 //
 // Shared-memory matrices use the descriptor's arrangement and leading dimensions
-// (GEMM::lda ...) and start on 16-byte boundaries (slice_shared_memory gives that).
+// (GEMM::lda ...) and start on 16-byte boundaries (slice_shared_memory gives that). sm_90a
+// plans that run on wgmma (GEMM::swizzled) keep sA and sB as swizzled K-panels instead
+// (wgmma.cuh), on 1024-byte boundaries that slice_shared_memory finds inside the block it is
+// given; a_index / b_index address either layout, and C stays plain.
 // The GEMM runs on the first max_threads_per_block threads of the block; a larger block is
 // fine, the extra threads skip the GEMM (they still must reach every __syncthreads()).
 // Nothing here synchronises on its own except copy_wait(): call __syncthreads() between
@@ -148,6 +153,31 @@ template <class T> struct is_accumulator { static constexpr bool value = false; 
 
 }  // namespace detail
 
+// The wgmma side (warpgroup_gemm.cuh), which the generated prelude includes for wgmma plans only.
+template <class Cfg> struct WarpgroupGemm;
+template <class Cfg> struct warpgroup_fragment;
+
+namespace detail {
+
+// Whether a load transform leaves real elements as they are (then wgmma may read A and B).
+template <class Op> struct keeps_real { static constexpr bool value = is_identity<Op>::value; };
+template <> struct keeps_real<conjugate> { static constexpr bool value = true; };
+
+// Whether Cfg's plan runs on wgmma (configs without the flag are warp-level ones).
+template <class Cfg, class = void> struct uses_wgmma { static constexpr bool value = false; };
+template <class Cfg> struct uses_wgmma<Cfg, decltype(void(Cfg::use_wgmma))> {
+    static constexpr bool value = Cfg::use_wgmma;
+};
+
+// The per-thread registers of the accumulator: wgmma tiles, or the warp-level fragment.
+template <class Cfg>
+using fragment_of = typename std_conditional<uses_wgmma<Cfg>::value, warpgroup_fragment<Cfg>,
+                                             thread_fragment<Cfg>>::type;
+
+__host__ __device__ constexpr int round_up(int value, int multiple) { return (value + multiple - 1) / multiple * multiple; }
+
+}  // namespace detail
+
 // ---- the register accumulator -----------------------------------------------------------------
 
 // Register accumulators above this size (bytes per thread) would spill to local memory.
@@ -159,7 +189,8 @@ constexpr int MAX_ACCUMULATOR_BYTES = 512;
 // accumulator in local memory.
 template <class Cfg>
 class accumulator {
-    using shape = fragment_shape<Cfg>;
+    using fragment_type = detail::fragment_of<Cfg>;
+    using shape = typename fragment_type::shape;
 
   public:
     using value_type = typename shape::value_type;  // accumulator_type, complex<> for complex GEMMs
@@ -215,8 +246,8 @@ class accumulator {
         axpby(scalar_value_type{1}, scalar_value_type{}, c, ld, store_op);
     }
 
-    // The raw registers and the owning thread, for BlockGemm::accumulate.
-    __device__ __forceinline__ thread_fragment<Cfg>& fragment() { return frag_; }
+    // The raw registers and the owning thread, for BlockGemm / WarpgroupGemm::accumulate.
+    __device__ __forceinline__ fragment_type& fragment() { return frag_; }
     __device__ __forceinline__ int thread() const { return tid_; }
 
   private:
@@ -237,7 +268,7 @@ class accumulator {
         }
     }
 
-    thread_fragment<Cfg> frag_;
+    fragment_type frag_;
     int tid_;
 };
 
@@ -251,6 +282,7 @@ template <class Cfg> struct is_accumulator<accumulator<Cfg>> { static constexpr 
 template <class Cfg>
 struct Gemm {
     using engine = BlockGemm<Cfg>;
+    using warpgroup_engine = WarpgroupGemm<Cfg>;  // used only when swizzled
 
     // -- types
     using a_value_type = typename Cfg::a_type;
@@ -273,6 +305,8 @@ struct Gemm {
     static constexpr int a_size = lda * a_outer, b_size = ldb * b_outer, c_size = ldc * c_outer;
     static constexpr int alignment_a = Cfg::alignment_a, alignment_b = Cfg::alignment_b;
     static constexpr int alignment_c = Cfg::alignment_c;
+    // sA and sB in wgmma's swizzled panels (sm_90a plans that run on wgmma), else plain.
+    static constexpr bool swizzled = detail::uses_wgmma<Cfg>::value;
 
     // -- threads
     static constexpr int max_threads_per_block = Cfg::threads;
@@ -280,12 +314,43 @@ struct Gemm {
     static_assert(Cfg::block_dim_x * Cfg::block_dim_y * Cfg::block_dim_z == Cfg::threads,
                   "block_dim must hold exactly the GEMM's threads");
 
-    // -- shared memory: A, B, C one after another, each on a 16-byte boundary
+    // -- shared memory: A, B, C one after another, each on a 16-byte boundary; swizzled A and B
+    // are dense panels on 1024-byte boundaries (the swizzle repeats every 1024 bytes and wgmma
+    // applies it to absolute addresses), counted from the first such boundary of the block:
+    // the sizes include the shared_memory_slack that finding it may skip.
+    static constexpr int shared_alignment = swizzled ? 1024 : 16;
+    static constexpr int shared_memory_slack = shared_alignment - 16;
+    static constexpr int shared_a_bytes = (swizzled ? a_outer * a_inner : a_size) * int(sizeof(a_value_type));
+    static constexpr int shared_b_bytes = (swizzled ? b_outer * b_inner : b_size) * int(sizeof(b_value_type));
     static constexpr int shared_a_offset = 0;
-    static constexpr int shared_b_offset = (a_size * int(sizeof(a_value_type)) + 15) / 16 * 16;
-    static constexpr int shared_c_offset = (shared_b_offset + b_size * int(sizeof(b_value_type)) + 15) / 16 * 16;
-    static constexpr int shared_memory_size = shared_c_offset + c_size * int(sizeof(c_value_type));
-    static constexpr int shared_memory_size_ab = shared_b_offset + b_size * int(sizeof(b_value_type));
+    static constexpr int shared_b_offset = detail::round_up(shared_a_bytes, shared_alignment);
+    static constexpr int shared_c_offset = detail::round_up(shared_b_offset + shared_b_bytes, 16);
+    static constexpr int shared_memory_size =
+        shared_memory_slack + shared_c_offset + c_size * int(sizeof(c_value_type));
+    static constexpr int shared_memory_size_ab = shared_memory_slack + shared_b_offset + shared_b_bytes;
+
+    // Offset in elements of A(row, col) (row < m, col < k) in sA, and of B(row, col) in sB:
+    // the descriptor's arrangement and leading dimension, or the swizzled panels.
+    __host__ __device__ static constexpr int a_index(int row, int col) {
+        if constexpr (swizzled) {
+            return warpgroup_engine::a_index(row, col);
+        } else {
+            return a_row_major ? row * lda + col : row + col * lda;
+        }
+    }
+    __host__ __device__ static constexpr int b_index(int row, int col) {
+        if constexpr (swizzled) {
+            return warpgroup_engine::b_index(row, col);
+        } else {
+            return b_row_major ? row * ldb + col : row + col * ldb;
+        }
+    }
+
+    // Makes this thread's ordinary stores to sA / sB visible to wgmma (the async proxy); call it
+    // after filling them yourself, before the __syncthreads() ahead of execute. A no-op unless swizzled.
+    __device__ __forceinline__ static void shared_fence() {
+        if constexpr (swizzled) warpgroup_engine::proxy_fence();
+    }
 
     struct shared_buffers {
         a_value_type* a;
@@ -299,14 +364,14 @@ struct Gemm {
 
     // sA, sB, sC in a shared-memory block of shared_memory_size bytes (16-byte aligned).
     __device__ __forceinline__ static shared_buffers slice_shared_memory(void* smem) {
-        auto* base = static_cast<unsigned char*>(smem);
+        auto* base = aligned_base(smem);
         return {reinterpret_cast<a_value_type*>(base + shared_a_offset),
                 reinterpret_cast<b_value_type*>(base + shared_b_offset),
                 reinterpret_cast<c_value_type*>(base + shared_c_offset)};
     }
     // sA, sB only (shared_memory_size_ab bytes): what the register API needs.
     __device__ __forceinline__ static shared_buffers_ab slice_shared_memory_ab(void* smem) {
-        auto* base = static_cast<unsigned char*>(smem);
+        auto* base = aligned_base(smem);
         return {reinterpret_cast<a_value_type*>(base + shared_a_offset),
                 reinterpret_cast<b_value_type*>(base + shared_b_offset)};
     }
@@ -320,18 +385,32 @@ struct Gemm {
 
     template <int LDG = lda>
     __device__ __forceinline__ static void load_a(const a_value_type* gA, a_value_type* sA) {
-        constexpr int W = detail::copy_width(alignment_a, int(sizeof(a_value_type)), a_inner, LDG, lda);
         const int tid = thread_id();
-        if (tid < max_threads_per_block) {
-            copy_matrix_to_shared<a_value_type, a_outer, a_inner, LDG, lda, W, max_threads_per_block>(sA, gA, tid);
+        if constexpr (swizzled) {
+            constexpr int W = detail::copy_width(alignment_a, int(sizeof(a_value_type)), a_inner, LDG, a_inner);
+            if (tid < max_threads_per_block) {
+                warpgroup_engine::template load_a<LDG, W>(sA, gA, tid);
+            }
+        } else {
+            constexpr int W = detail::copy_width(alignment_a, int(sizeof(a_value_type)), a_inner, LDG, lda);
+            if (tid < max_threads_per_block) {
+                copy_matrix_to_shared<a_value_type, a_outer, a_inner, LDG, lda, W, max_threads_per_block>(sA, gA, tid);
+            }
         }
     }
     template <int LDG = ldb>
     __device__ __forceinline__ static void load_b(const b_value_type* gB, b_value_type* sB) {
-        constexpr int W = detail::copy_width(alignment_b, int(sizeof(b_value_type)), b_inner, LDG, ldb);
         const int tid = thread_id();
-        if (tid < max_threads_per_block) {
-            copy_matrix_to_shared<b_value_type, b_outer, b_inner, LDG, ldb, W, max_threads_per_block>(sB, gB, tid);
+        if constexpr (swizzled) {
+            constexpr int W = detail::copy_width(alignment_b, int(sizeof(b_value_type)), b_inner, LDG, b_inner);
+            if (tid < max_threads_per_block) {
+                warpgroup_engine::template load_b<LDG, W>(sB, gB, tid);
+            }
+        } else {
+            constexpr int W = detail::copy_width(alignment_b, int(sizeof(b_value_type)), b_inner, LDG, ldb);
+            if (tid < max_threads_per_block) {
+                copy_matrix_to_shared<b_value_type, b_outer, b_inner, LDG, ldb, W, max_threads_per_block>(sB, gB, tid);
+            }
         }
     }
     // C, or any matrix shaped like C (T: e.g. __half results of a float GEMM staged in shared
@@ -353,9 +432,10 @@ struct Gemm {
             copy_matrix_to_global<T, c_outer, c_inner, LDS, LDG, W, max_threads_per_block>(gC, sC, tid);
         }
     }
-    // Wait for this thread's loads, then for the whole block.
+    // Wait for this thread's loads, then for the whole block (swizzled: fenced for wgmma too).
     __device__ __forceinline__ static void copy_wait() {
         copy_wait_all();
+        shared_fence();
         __syncthreads();
     }
 
@@ -374,14 +454,26 @@ struct Gemm {
             c_value_type* dst = sC + (c_row_major ? row * ldc + col : row + col * ldc);
             detail::axpby_element(dst, alpha, beta, read_c, value, c_load_op, c_store_op);
         };
-        engine::template run<lda, ldb>(sA, sB, tid, epilogue, a_op, b_op);
+        if constexpr (!swizzled) {
+            engine::template run<lda, ldb>(sA, sB, tid, epilogue, a_op, b_op);
+        } else if constexpr (wgmma_reads<AOp, BOp>()) {
+            warpgroup_engine::run(sA, sB, tid, epilogue);
+        } else {
+            warpgroup_engine::run_mma(sA, sB, tid, epilogue, a_op, b_op);
+        }
     }
 
     // -- register API: acc += op(A) op(B) for the elements this thread owns.
     template <class AOp = identity, class BOp = identity>
     __device__ __forceinline__ static void execute(const a_value_type* sA, const b_value_type* sB, accumulator& acc,
                                                    const AOp& a_op = AOp{}, const BOp& b_op = BOp{}) {
-        engine::template accumulate<lda, ldb>(acc.fragment(), sA, sB, acc.thread(), a_op, b_op);
+        if constexpr (!swizzled) {
+            engine::template accumulate<lda, ldb>(acc.fragment(), sA, sB, acc.thread(), a_op, b_op);
+        } else if constexpr (wgmma_reads<AOp, BOp>()) {
+            warpgroup_engine::accumulate(acc.fragment(), sA, sB, acc.thread());
+        } else {
+            warpgroup_engine::accumulate_mma(acc.fragment(), sA, sB, acc.thread(), a_op, b_op);
+        }
     }
 
     // A new accumulator holding op(A) op(B).
@@ -392,6 +484,24 @@ struct Gemm {
         accumulator acc;
         execute(sA, sB, acc, a_op, b_op);
         return acc;
+    }
+
+  private:
+    // wgmma reads A and B straight from shared memory, so it runs only when the load
+    // transforms leave real elements unchanged; others take mma.sync over the same panels.
+    template <class AOp, class BOp> __host__ __device__ static constexpr bool wgmma_reads() {
+        return detail::keeps_real<AOp>::value && detail::keeps_real<BOp>::value;
+    }
+
+    // The first shared_alignment boundary at or after smem (smem itself when plain).
+    __device__ __forceinline__ static unsigned char* aligned_base(void* smem) {
+        auto* base = static_cast<unsigned char*>(smem);
+        if constexpr (swizzled) {
+            const u32 skip = (shared_alignment - shared_address(base) % shared_alignment) % shared_alignment;
+            return base + skip;
+        } else {
+            return base;
+        }
     }
 };
 

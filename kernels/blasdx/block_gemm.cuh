@@ -10,6 +10,10 @@
 // A / B element on its way from shared memory into the fragments; identity by default.
 // accumulate() is the register form for the fusion API (api.cuh): it adds A * B into a
 // thread_fragment that holds every output element a thread owns, all tiles at once.
+//
+// A leading dimension of PANELS means the operand sits in wgmma's swizzled panels
+// (Cfg::a_panel_bytes / b_panel_bytes wide, wgmma.cuh): the fusion API of sm_90a plans reads
+// them with mma.sync when load transforms keep wgmma out (warpgroup_gemm.cuh).
 #pragma once
 
 #include "copy.cuh"
@@ -29,6 +33,23 @@ template <> struct is_identity<identity> { static constexpr bool value = true; }
 template <bool ROW_MAJOR, int LD, class T>
 __device__ __forceinline__ const T& matrix_at(const T* s, int row, int col) {
     return ROW_MAJOR ? s[row * LD + col] : s[row + col * LD];
+}
+
+// The leading-dimension argument of an operand stored in swizzled wgmma panels.
+constexpr int PANELS = -1;
+
+// Defined in wgmma.cuh, which only wgmma plans include (so that other kernels compile as before).
+namespace wgmma {
+template <class T, int OUTER, int INNER, int PANEL_BYTES> struct panels;
+}  // namespace wgmma
+
+// Element (row, col) of a ROWS x COLS matrix stored as panels PANEL_BYTES wide along its
+// contiguous dimension (columns when ROW_MAJOR).
+template <bool ROW_MAJOR, int ROWS, int COLS, int PANEL_BYTES, class T>
+__device__ __forceinline__ const T* panel_at(const T* s, int row, int col) {
+    using layout = wgmma::panels<T, ROW_MAJOR ? ROWS : COLS, ROW_MAJOR ? COLS : ROWS, PANEL_BYTES>;
+    const int offset = ROW_MAJOR ? layout::offset(row, col) : layout::offset(col, row);
+    return reinterpret_cast<const T*>(reinterpret_cast<const unsigned char*>(s) + offset);
 }
 
 // One part (0 real, 1 imaginary) of a value, the imaginary part negated when CONJ.
@@ -78,6 +99,16 @@ struct BlockGemm {
     static constexpr int threads = Cfg::threads;
     static_assert(threads >= 32 && threads <= 1024, "a block GEMM runs on 32 to 1024 threads");
 
+    // A(row, kk) and B(kk, col) in wgmma panels (LD == PANELS; plain layouts index directly).
+    template <int LDA> __device__ __forceinline__ static const a_type* a_ptr(const a_type* sA, int row, int kk) {
+        static_assert(LDA == PANELS, "a_ptr reads panels");
+        return panel_at<Cfg::a_row_major, m, k, Cfg::a_panel_bytes>(sA, row, kk);
+    }
+    template <int LDB> __device__ __forceinline__ static const b_type* b_ptr(const b_type* sB, int kk, int col) {
+        static_assert(LDB == PANELS, "b_ptr reads panels");
+        return panel_at<Cfg::b_row_major, k, n, Cfg::b_panel_bytes>(sB, kk, col);
+    }
+
     // ---- tensor-core path ---------------------------------------------------------------
 
     // A fragment (16 x K atom) at (m0, k0) with ldmatrix: 8x8 block i covers rows 8*(i%2),
@@ -86,7 +117,11 @@ struct BlockGemm {
     __device__ static void load_a_ldmatrix(u32* reg, const a_type* sA, int m0, int k0, int lane) {
         constexpr int MATS = Atom::A_ELEMS / 2;
         const int i = (lane / 8) % MATS, r = lane % 8;
-        if constexpr (Cfg::a_row_major) {
+        if constexpr (LDA == PANELS) {  // 8-element rows are whole 16-byte chunks, which the swizzle keeps whole
+            const bool row_major = Cfg::a_row_major;
+            ldmatrix<MATS, !row_major>(reg, a_ptr<LDA>(sA, m0 + 8 * (i % 2) + (row_major ? r : 0),
+                                                        k0 + 8 * (i / 2) + (row_major ? 0 : r)));
+        } else if constexpr (Cfg::a_row_major) {
             ldmatrix<MATS, false>(reg, sA + (m0 + 8 * (i % 2) + r) * LDA + k0 + 8 * (i / 2));
         } else {
             ldmatrix<MATS, true>(reg, sA + m0 + 8 * (i % 2) + (k0 + 8 * (i / 2) + r) * LDA);
@@ -98,7 +133,10 @@ struct BlockGemm {
     __device__ static void load_b_ldmatrix(u32* reg, const b_type* sB, int n0, int k0, int lane) {
         constexpr int MATS = Atom::B_ELEMS / 2;
         const int j = (lane / 8) % MATS, r = lane % 8;
-        if constexpr (Cfg::b_row_major) {
+        if constexpr (LDB == PANELS) {
+            const bool row_major = Cfg::b_row_major;
+            ldmatrix<MATS, row_major>(reg, b_ptr<LDB>(sB, k0 + 8 * j + (row_major ? r : 0), n0 + (row_major ? 0 : r)));
+        } else if constexpr (Cfg::b_row_major) {
             ldmatrix<MATS, true>(reg, sB + (k0 + 8 * j + r) * LDB + n0);
         } else {
             ldmatrix<MATS, false>(reg, sB + k0 + 8 * j + (n0 + r) * LDB);
@@ -122,8 +160,8 @@ struct BlockGemm {
         // Real 16-bit operands in whole 8x8 blocks with 16-byte rows are read with ldmatrix
         // (one instruction per fragment); anything else element by element, predicated.
         constexpr bool SIXTEEN_BIT = sizeof(fa_type) == 2 && !is_complex;
-        constexpr bool LDSM_A = SIXTEEN_BIT && FULL_M && FULL_K && (LDA * 2) % 16 == 0;
-        constexpr bool LDSM_B = SIXTEEN_BIT && FULL_N && FULL_K && (LDB * 2) % 16 == 0;
+        constexpr bool LDSM_A = SIXTEEN_BIT && FULL_M && FULL_K && (LDA == PANELS || (LDA * 2) % 16 == 0);
+        constexpr bool LDSM_B = SIXTEEN_BIT && FULL_N && FULL_K && (LDB == PANELS || (LDB * 2) % 16 == 0);
 
         fragment<fa_type, atom::A_ELEMS> fa[A_FRAGS][FM];
         fragment<fb_type, atom::B_ELEMS> fb[PARTS][FN];
@@ -146,7 +184,12 @@ struct BlockGemm {
                 for (int p = 0; p < PARTS; ++p) {
                     fa_type v = zero<fa_type>();
                     if (in) {
-                        v = part_of<Cfg::conj_a>(transformed(a_op, matrix_at<Cfg::a_row_major, LDA>(sA, row, kk)), p);
+                        if constexpr (LDA == PANELS) {
+                            v = part_of<Cfg::conj_a>(transformed(a_op, *a_ptr<LDA>(sA, row, kk)), p);
+                        } else {
+                            v = part_of<Cfg::conj_a>(transformed(a_op, matrix_at<Cfg::a_row_major, LDA>(sA, row, kk)),
+                                                     p);
+                        }
                     }
                     fa[p][i].elems()[e] = preparer<atom>::apply(v);
                 }
@@ -172,7 +215,12 @@ struct BlockGemm {
                 for (int p = 0; p < PARTS; ++p) {
                     fb_type v = zero<fb_type>();
                     if (in) {
-                        v = part_of<Cfg::conj_b>(transformed(b_op, matrix_at<Cfg::b_row_major, LDB>(sB, kk, col)), p);
+                        if constexpr (LDB == PANELS) {
+                            v = part_of<Cfg::conj_b>(transformed(b_op, *b_ptr<LDB>(sB, kk, col)), p);
+                        } else {
+                            v = part_of<Cfg::conj_b>(transformed(b_op, matrix_at<Cfg::b_row_major, LDB>(sB, kk, col)),
+                                                     p);
+                        }
                     }
                     fb[p][j].elems()[e] = preparer<atom>::apply(v);
                 }

@@ -6,8 +6,15 @@
 // block's warpgroups take in turn; a tile accumulates over all of K in registers, then hands
 // every element to epi(row, col, value) like BlockGemm::run does. Sizes tile exactly (the
 // plan chooses this path only then), so nothing is predicated.
+//
+// The fusion API (api.cuh) adds the register form: accumulate() adds A * B into a
+// warpgroup_fragment, every tile a thread owns at once; and the *_mma forms, which read the
+// same panels with mma.sync so that load transforms (which wgmma cannot apply on its way
+// from shared memory) still work, each warp computing the 16 rows of the tile that its
+// wgmma fragment holds, so results land in the same registers.
 #pragma once
 
+#include "block_gemm.cuh"
 #include "types.cuh"
 #include "wgmma.cuh"
 
@@ -80,36 +87,216 @@ struct WarpgroupGemm {
         }
     }
 
+    // Origin of warpgroup tile `tile` (M tiles first).
+    __device__ __forceinline__ static int tile_m0(int tile) { return (tile % TILES_M) * 64; }
+    __device__ __forceinline__ static int tile_n0(int tile) { return (tile / TILES_M) * TILE_N; }
+
+    // Issues every K step of the tile at (m0, n0) into acc; the caller fences, commits and waits.
+    __device__ __forceinline__ static void issue_tile(reg_type* acc, u32 a_base, u32 b_base, int m0, int n0) {
+#pragma unroll
+        for (int k0 = 0; k0 < k; k0 += K_STEP) issue(acc, a_descriptor(a_base, m0, k0), b_base, n0, k0);
+    }
+
+    // Hands the tile's accumulator (this thread's part: acc_type[TILE_N / 2]) to epi(row, col, value).
+    template <class Epilogue>
+    __device__ __forceinline__ static void emit(const acc_type* values, int m0, int n0, int tid, Epilogue& epi) {
+        const int warp = (tid / 32) % 4, lane = tid % 32;
+        const int row = m0 + 16 * warp + lane / 4, col = n0 + 2 * (lane % 4);
+#pragma unroll
+        for (int j = 0; j < TILE_N / 8; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) epi(row + 8 * (e / 2), col + 8 * j + e % 2, values[4 * j + e]);
+    }
+
     // Every element of the warpgroup tiles this thread's warpgroup owns goes to epi(row, col, value).
     template <class Epilogue>
     __device__ static void run(const a_type* sA, const b_type* sB, int tid, Epilogue& epi) {
-        const int group = tid / 128, warp = (tid / 32) % 4, lane = tid % 32;
+        const int group = tid / 128;
         const u32 a_base = shared_address(sA), b_base = shared_address(sB);
         for (int tile = group; tile < TILES; tile += GROUPS) {
-            const int m0 = (tile % TILES_M) * 64, n0 = (tile / TILES_M) * TILE_N;
+            const int m0 = tile_m0(tile), n0 = tile_n0(tile);
             reg_type acc[REGS];
 #pragma unroll
             for (int r = 0; r < REGS; ++r) acc[r] = reg_type(0);
 #pragma unroll
             for (int r = 0; r < REGS; ++r) wgmma::fence_operand(acc[r]);
             wgmma::fence();
-#pragma unroll
-            for (int k0 = 0; k0 < k; k0 += K_STEP) issue(acc, a_descriptor(a_base, m0, k0), b_base, n0, k0);
+            issue_tile(acc, a_base, b_base, m0, n0);
             wgmma::commit();
             wgmma::wait<0>();
 #pragma unroll
             for (int r = 0; r < REGS; ++r) wgmma::fence_operand(acc[r]);
-
-            const acc_type* values = reinterpret_cast<const acc_type*>(acc);
-            const int row = m0 + 16 * warp + lane / 4, col = n0 + 2 * (lane % 4);
-#pragma unroll
-            for (int j = 0; j < TILE_N / 8; ++j)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) epi(row + 8 * (e / 2), col + 8 * j + e % 2, values[4 * j + e]);
+            emit(reinterpret_cast<const acc_type*>(acc), m0, n0, tid, epi);
         }
         // the block's other warpgroups may still read shared memory through the async proxy;
         // callers sync the block before reusing it, as after BlockGemm::run
     }
+
+    // ---- the fusion API -------------------------------------------------------------------
+
+    // Offsets in elements of A(row, col) and B(row, col) in their panels.
+    __host__ __device__ static constexpr int a_index(int row, int col) {
+        return (Cfg::a_row_major ? A::offset(row, col) : A::offset(col, row)) / int(sizeof(a_type));
+    }
+    __host__ __device__ static constexpr int b_index(int row, int col) {
+        return (Cfg::b_row_major ? B::offset(row, col) : B::offset(col, row)) / int(sizeof(b_type));
+    }
+
+    // Block-cooperative copies of global A / B (leading dimension LDG) into panels, VEC bytes at a time.
+    template <int LDG, int VEC>
+    __device__ __forceinline__ static void load_a(a_type* sA, const a_type* gA, int tid) {
+        wgmma::copy_to_panels<a_type, Cfg::a_outer, Cfg::a_inner, LDG, Cfg::a_panel_bytes, VEC, Cfg::threads>(
+            reinterpret_cast<unsigned char*>(sA), gA, tid);
+    }
+    template <int LDG, int VEC>
+    __device__ __forceinline__ static void load_b(b_type* sB, const b_type* gB, int tid) {
+        wgmma::copy_to_panels<b_type, Cfg::b_outer, Cfg::b_inner, LDG, Cfg::b_panel_bytes, VEC, Cfg::threads>(
+            reinterpret_cast<unsigned char*>(sB), gB, tid);
+    }
+
+    // This thread's shared-memory stores become visible to wgmma (then sync the block).
+    __device__ __forceinline__ static void proxy_fence() { wgmma::proxy_fence(); }
+
+    // frag += A * B for every tile thread tid owns: all tiles issued, then one wait.
+    template <class Fragment>
+    __device__ static void accumulate(Fragment& frag, const a_type* sA, const b_type* sB, int tid) {
+        using shape = typename Fragment::shape;
+        constexpr int ALL = shape::ITEMS * REGS;
+        static_assert(sizeof(frag.regs) == ALL * sizeof(reg_type), "a fragment item is one tile's registers");
+        if (!shape::active(tid)) return;
+        reg_type* acc = reinterpret_cast<reg_type*>(frag.regs);
+        const u32 a_base = shared_address(sA), b_base = shared_address(sB);
+#pragma unroll
+        for (int r = 0; r < ALL; ++r) wgmma::fence_operand(acc[r]);
+        wgmma::fence();
+#pragma unroll
+        for (int t = 0; t < shape::ITEMS; ++t) {
+            if (shape::item_exists(tid, t)) {
+                const int tile = shape::tile(tid, t);
+                issue_tile(acc + t * REGS, a_base, b_base, tile_m0(tile), tile_n0(tile));
+            }
+        }
+        wgmma::commit();
+        wgmma::wait<0>();
+#pragma unroll
+        for (int r = 0; r < ALL; ++r) wgmma::fence_operand(acc[r]);
+    }
+
+    // Columns of a tile one mma.sync pass covers: at most 64 (32 for 8-bit operands, whose
+    // fragments are read element by element), so that the B fragments stay in registers.
+    static constexpr int CHUNK_N = (TILE_N & -TILE_N) < (sizeof(a_type) == 1 ? 32 : 64)
+                                       ? (TILE_N & -TILE_N)
+                                       : (sizeof(a_type) == 1 ? 32 : 64);
+
+    // The warp-level config that covers this warp's 16 rows of a chunk with mma.sync atoms.
+    struct warp_config : Cfg {
+        static constexpr int warp_m = 1, warp_n = CHUNK_N / Cfg::atom::N;
+    };
+    using warp_engine = BlockGemm<warp_config>;
+    static_assert(Cfg::atom::M == 16 && Cfg::atom::N == 8 && Cfg::atom::C_ELEMS == 4,
+                  "the mma.sync fallback needs m16n8 atoms, whose C fragment is wgmma's per 8 columns");
+
+    // acc (this thread's acc_type[TILE_N / 2] of the tile at (m0, n0)) += op(A) op(B), with mma.sync.
+    template <class AOp, class BOp>
+    __device__ __forceinline__ static void accumulate_tile_mma(acc_type* acc, const a_type* sA, const b_type* sB,
+                                                               int m0, int n0, int tid, const AOp& a_op,
+                                                               const BOp& b_op) {
+        using atom = typename Cfg::atom;
+        const int row0 = m0 + 16 * ((tid / 32) % 4), lane = tid % 32;
+#pragma unroll
+        for (int c = 0; c < TILE_N / CHUNK_N; ++c) {  // columns c * CHUNK_N ...: elements from c * CHUNK_N / 2
+            auto& chunk = *reinterpret_cast<acc_type(*)[1][1][CHUNK_N / 8][4]>(acc + c * CHUNK_N / 2);
+#pragma unroll 2
+            for (int k0 = 0; k0 < k; k0 += atom::K) {
+                warp_engine::template mma_step<PANELS, PANELS>(chunk, sA, sB, row0, n0 + c * CHUNK_N, k0, lane, a_op,
+                                                               b_op);
+            }
+        }
+    }
+
+    // accumulate() with load transforms: mma.sync reading the panels.
+    template <class Fragment, class AOp, class BOp>
+    __device__ static void accumulate_mma(Fragment& frag, const a_type* sA, const b_type* sB, int tid,
+                                          const AOp& a_op, const BOp& b_op) {
+        using shape = typename Fragment::shape;
+        if (!shape::active(tid)) return;
+#pragma unroll
+        for (int t = 0; t < shape::ITEMS; ++t) {
+            if (shape::item_exists(tid, t)) {
+                const int tile = shape::tile(tid, t);
+                accumulate_tile_mma(frag.regs[t], sA, sB, tile_m0(tile), tile_n0(tile), tid, a_op, b_op);
+            }
+        }
+    }
+
+    // run() with load transforms: mma.sync reading the panels, one tile at a time.
+    template <class Epilogue, class AOp, class BOp>
+    __device__ static void run_mma(const a_type* sA, const b_type* sB, int tid, Epilogue& epi, const AOp& a_op,
+                                   const BOp& b_op) {
+        for (int tile = tid / 128; tile < TILES; tile += GROUPS) {
+            const int m0 = tile_m0(tile), n0 = tile_n0(tile);
+            alignas(16) acc_type acc[TILE_N / 2];
+#pragma unroll
+            for (int r = 0; r < TILE_N / 2; ++r) acc[r] = acc_type(0);
+            accumulate_tile_mma(acc, sA, sB, m0, n0, tid, a_op, b_op);
+            emit(acc, m0, n0, tid, epi);
+        }
+    }
+};
+
+// ---- the register accumulator of a wgmma plan ------------------------------------------------
+//
+// Warpgroup w of the block takes 64 x TILE_N tiles w, w + GROUPS, ... (one item each); inside
+// a tile warp i owns rows 16i .. 16i + 15, and per 8 columns a lane holds the 4 elements of the
+// mma.sync m16n8 C fragment: element 4j + e at row lane/4 + 8*(e/2), column 8j + 2*(lane%4) + e%2.
+// The same interface as fragment_shape (block_gemm.cuh), which accumulator (api.cuh) reads.
+template <class Cfg>
+struct warpgroup_fragment_shape {
+    using acc_type = typename Cfg::accumulator_type;
+    using value_type = acc_type;
+    static constexpr int m = Cfg::m, n = Cfg::n, TILE_N = Cfg::wgmma_n;
+    static constexpr int TILES_M = m / 64, TILES = TILES_M * (n / TILE_N), GROUPS = Cfg::threads / 128;
+    static constexpr int ITEMS = (TILES + GROUPS - 1) / GROUPS;
+    static constexpr int PER_ITEM = TILE_N / 2;
+    static constexpr int SIZE = ITEMS * PER_ITEM;
+    static constexpr bool FULL_M = true, FULL_N = true;  // wgmma plans tile C exactly
+    using item_type = acc_type[PER_ITEM];
+
+    __device__ __forceinline__ static bool active(int tid) { return tid < GROUPS * 128; }
+    __device__ __forceinline__ static int tile(int tid, int t) { return tid / 128 + t * GROUPS; }
+    __device__ __forceinline__ static bool item_exists(int tid, int t) {
+        return TILES % GROUPS == 0 || tile(tid, t) < TILES;
+    }
+    __device__ __forceinline__ static int row_base(int tid, int t) {
+        return (tile(tid, t) % TILES_M) * 64 + 16 * ((tid / 32) % 4) + (tid % 32) / 4;
+    }
+    __device__ __forceinline__ static int col_base(int tid, int t) {
+        return (tile(tid, t) / TILES_M) * TILE_N + 2 * (tid % 4);
+    }
+    __device__ __forceinline__ static int row_offset(int r) { return 8 * ((r % 4) / 2); }
+    __device__ __forceinline__ static int col_offset(int r) { return 8 * (r / 4) + r % 2; }
+    __device__ __forceinline__ static int row(int tid, int idx) {
+        return row_base(tid, idx / PER_ITEM) + row_offset(idx % PER_ITEM);
+    }
+    __device__ __forceinline__ static int col(int tid, int idx) {
+        return col_base(tid, idx / PER_ITEM) + col_offset(idx % PER_ITEM);
+    }
+    __device__ __forceinline__ static bool valid(int tid, int idx) {
+        return active(tid) && item_exists(tid, idx / PER_ITEM);
+    }
+    __device__ __forceinline__ static value_type get(const item_type* regs, int idx) {
+        return regs[idx / PER_ITEM][idx % PER_ITEM];
+    }
+    __device__ __forceinline__ static void set(item_type* regs, int idx, const value_type& v) {
+        regs[idx / PER_ITEM][idx % PER_ITEM] = v;
+    }
+};
+
+// Every tile one thread owns in a wgmma plan, in registers (wgmma writes them in place).
+template <class Cfg>
+struct warpgroup_fragment {
+    using shape = warpgroup_fragment_shape<Cfg>;
+    alignas(16) typename shape::item_type regs[shape::ITEMS];
 };
 
 }  // namespace blasdx
