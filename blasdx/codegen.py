@@ -52,7 +52,7 @@ def _bool(value: bool) -> str:
 def config_struct(desc: Descriptor, name: str = "blasdx_config") -> str:
     """The ``struct name { ... };`` of compile-time constants that BlockGemm is built from."""
     plan = desc.plan
-    warp = plan.warp_level or plan  # what BlockGemm (the device API) runs: mma.sync or FMA
+    warp = plan.warp_level or plan  # what BlockGemm runs: mma.sync or FMA (wgmma plans: with load transforms)
     p = desc._problem_shape()
     a, b, c = desc.precision
     cplx = desc.is_complex
@@ -113,7 +113,7 @@ def _wgmma_lines(plan: _h.KernelPlan) -> list[str]:
     if not plan.is_wgmma:
         return ["    static constexpr bool use_wgmma = false;"]
     return [
-        f"    // batched kernel: {plan.instruction} from swizzled shared-memory panels (warpgroup_gemm.cuh)",
+        f"    // {plan.instruction} from swizzled shared-memory panels (warpgroup_gemm.cuh), batched and fused",
         "    static constexpr bool use_wgmma = true;",
         f"    static constexpr int wgmma_n = {plan.warpgroup_n};  // columns of C per 64-row warpgroup tile",
         f"    static constexpr int a_panel_bytes = {plan.smem_a.swizzle_bytes}, "

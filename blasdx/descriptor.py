@@ -358,16 +358,25 @@ class Descriptor:
         """Bytes of A, B and C in shared memory with the descriptor's leading dimensions.
 
         This is what the shared-memory API (``execute(alpha, sA, sB, beta, sC)``) needs;
-        each buffer starts on a 16-byte boundary.
+        each buffer starts on a 16-byte boundary. On wgmma plans (sm_90a) A and B are dense
+        swizzled panels on 1024-byte boundaries, plus the bytes that aligning a 16-byte
+        aligned block to 1024 may skip (see :meth:`_device_ab_bytes`).
         """
-        sa, sb, sc = self.element_sizes
-        align = _h.SMEM_BUFFER_ALIGNMENT
-        return _h.round_up(self.a_size * sa, align) + _h.round_up(self.b_size * sb, align) + self.c_size * sc
+        _, _, sc = self.element_sizes
+        return _h.round_up(self._device_ab_bytes(), _h.SMEM_BUFFER_ALIGNMENT) + self.c_size * sc
 
     @property
     def shared_memory_size_ab(self) -> int:
         """Bytes of A and B only: what the register-accumulator API needs."""
+        return self._device_ab_bytes()
+
+    def _device_ab_bytes(self) -> int:
+        """Bytes of A then B as the device API (api.cuh ``Gemm``) places them."""
         sa, sb, _ = self.element_sizes
+        if self._plannable and self.plan.is_wgmma:
+            align = _h.WGMMA_SMEM_ALIGNMENT
+            a_bytes, b_bytes = self.m * self.k * sa, self.k * self.n * sb
+            return align - _h.SMEM_BUFFER_ALIGNMENT + _h.round_up(a_bytes, align) + b_bytes
         return _h.round_up(self.a_size * sa, _h.SMEM_BUFFER_ALIGNMENT) + self.b_size * sb
 
     @property

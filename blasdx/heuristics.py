@@ -16,6 +16,7 @@ __all__ = [
     "MAX_SHARED_MEMORY",
     "MAX_THREADS_PER_BLOCK",
     "SMEM_BUFFER_ALIGNMENT",
+    "WGMMA_SMEM_ALIGNMENT",
     "Problem",
     "KernelPlan",
     "SmemLayout",
@@ -42,6 +43,9 @@ MAX_THREADS_PER_BLOCK = 1024
 
 #: Each shared-memory buffer (A, B, C) starts on a 16-byte boundary so that 16-byte copies work.
 SMEM_BUFFER_ALIGNMENT = 16
+#: Swizzled wgmma panels start on 1024-byte boundaries: the 128B swizzle repeats every 1024
+#: bytes and wgmma applies it to absolute shared-memory addresses.
+WGMMA_SMEM_ALIGNMENT = 1024
 
 #: Accumulator bytes one thread may hold in registers per warp tile; beyond this the
 #: compiler starts spilling once fragments and addresses are counted (64 registers).
@@ -122,6 +126,22 @@ class SmemLayout:
         """Bytes per swizzled panel row (0 when not swizzled)."""
         return int(self.swizzle[:-1]) if self.swizzle else 0
 
+    def index(self, row: int, col: int) -> int:
+        """Offset in elements of element (row, col); the device API's ``a_index`` / ``b_index``.
+
+        Swizzled: the panel of the contiguous index, then the row of the panel and the
+        position in it, whose 16-byte chunk is XOR-ed with bits 7.. of the byte offset.
+        """
+        if not self.swizzle:
+            return row * self.strides[0] + col * self.strides[1]
+        width = self.leading_dimension  # elements per panel row
+        element = self.swizzle_bytes // width
+        row_major = self.strides[1] == 1
+        outer, inner = (row, col) if row_major else (col, row)
+        offset = (outer * width + inner % width) * element
+        offset ^= ((offset >> 7) & (self.swizzle_bytes // 16 - 1)) << 4
+        return (inner // width) * self.panel_stride + offset // element
+
     @property
     def cosize(self) -> int:
         """Elements spanned, i.e. what the buffer must hold (swizzled panels are dense)."""
@@ -182,7 +202,7 @@ class KernelPlan:
     smem_c_offset: int = 0
     shared_memory: int = 0  # dynamic shared memory of the batched kernel, bytes
     warpgroup_n: int = 0  # wgmma: columns of C per 64-row warpgroup tile; 0 on the warp-level paths
-    warp_level: KernelPlan | None = None  # wgmma: the mma.sync plan the device API (fusion) runs
+    warp_level: KernelPlan | None = None  # wgmma: the mma.sync plan behind the device API's load transforms
 
     @property
     def is_mma(self) -> bool:
@@ -445,7 +465,7 @@ def _plan_wgmma(p: Problem, tile_n: int, threads: int | None) -> KernelPlan:
     tiles = (p.m // 64) * (p.n // tile_n)
     threads = threads or 128 * min(_WGMMA_MAX_GROUPS, tiles)
     smem_a, smem_b = wgmma_smem_layouts(p, tile_n)
-    b_offset = round_up(smem_a.cosize * p.a.size, 1024)
+    b_offset = round_up(smem_a.cosize * p.a.size, WGMMA_SMEM_ALIGNMENT)
     ab_bytes = b_offset + smem_b.cosize * p.b.size
     smem_c = staged_c_layout(p, ab_bytes, MAX_SHARED_MEMORY[p.sm])
     c_offset = round_up(ab_bytes, SMEM_BUFFER_ALIGNMENT)

@@ -127,17 +127,19 @@ CASES = {
     ),
     # bf16 x bf16 -> f32, 128x128x32, sm_90a: wgmma.
     #   ld: A row -> 32, B col -> 32, C col -> 128; sizes 4096, 4096, 16384
-    #   bytes 8192 + 8192 + 65536 = 81920; A+B 16384
+    #   bytes 8192 + 8192 + 65536 = 81920 in plain layouts; A+B 16384
     #   padding: 64 B rows -> 40; C 512 B -> 132; padded total 10240*2 + 67584 = 88064 <= 227 KiB
     #   wgmma: M = 2 * 64, N = 128 (f32: at most 128 columns per warpgroup tile), K = 2 * 16
     #   -> 2 tiles of 64x128 -> 2 warpgroups = 256 threads; A and B are K-major with rows of
-    #   32 * 2 = 64 B -> one 64B-swizzled panel each, 32 elements per row
+    #   32 * 2 = 64 B -> one 64B-swizzled panel each, 32 elements per row. The device API keeps
+    #   A and B in those panels on 1024-byte boundaries found inside a 16-byte aligned block:
+    #   1008 B of slack + 8192 + 8192 (A+B 17392) + C 65536 = 82928
     "bf16-sm90a": dict(
         ops=lambda: total(bx.Size(128, 128, 32), bx.Precision(BF16, BF16, F32), bx.Function.MM,
                           bx.SM(90, arch_specific=True), bx.Block()),
         size=(128, 128, 32), value_types=("bfloat16", "bfloat16", "float32"), precision=(BF16, BF16, F32),
         ld=(32, 32, 128), sizes=(4096, 4096, 16384), dims=((128, 32), (32, 128), (128, 128)),
-        alignment=(2, 2, 4), smem=81920, smem_ab=16384, suggested_ld=(40, 40, 132),
+        alignment=(2, 2, 4), smem=82928, smem_ab=17392, suggested_ld=(40, 40, 132),
         instruction="wgmma.m64n128k16", suggested_block_dim=(256, 1, 1), block_dim=(256, 1, 1),
         layout_a=((128, 32), (32, 1)), layout_b=((32, 128), (1, 32)), layout_c=((128, 128), (1, 132)),
         swizzle_a="64B", swizzle_b="64B",

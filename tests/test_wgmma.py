@@ -192,7 +192,7 @@ def test_traits_and_config_of_a_wgmma_descriptor():
     assert "static constexpr bool use_wgmma = true;" in source
     assert "static constexpr int wgmma_n = 128;" in source
     assert "static constexpr int a_panel_bytes = 128, b_panel_bytes = 128;" in source
-    # the device API (BlockGemm) keeps the mma.sync atom
+    # the mma.sync atom stays: the device API reads the panels with it under load transforms
     assert "using atom = blasdx::mma_m16n8k16<__half, __half, float>;" in source
     plain = gemm((128, 128, 64), F16, F16, F32, (C, R, C), arch_specific=False).source()
     assert "static constexpr bool use_wgmma = false;" in plain and "wgmma_n" not in plain
@@ -299,8 +299,9 @@ def test_ineligible_sm90a_descriptors_compile_to_hmma(compiled, name):
     assert not re.search(r"\b(LDL|STL)\b", sass)
 
 
-def test_fusion_api_keeps_mma_sync_for_wgmma_descriptors():
-    """The register and shared-memory device APIs of an sm_90a descriptor still run mma.sync."""
+def test_fusion_api_with_load_transforms_reads_the_panels_with_mma_sync():
+    """With a load transform (A scaled) the device APIs of a wgmma descriptor run mma.sync
+    (tests/test_wgmma_fusion.py covers the wgmma forms)."""
     from .test_fusion import type_source
 
     row = dt.find_combination(F16, F16, F32, False)
