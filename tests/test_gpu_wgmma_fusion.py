@@ -1,0 +1,82 @@
+"""GPU correctness of the fusion device API on wgmma plans (sm_90a on a compute capability 9.0 GPU).
+
+Every wgmma type (f16 -> f16 | f32, bf16 -> f32, e4m3/e5m2 -> f16 | f32) in every
+arrangement it reads, at 64^3, 128x128x64 and 128^3, through every API form of
+tests/test_wgmma_fusion.py (register API once and twice, the accumulator walked by hand,
+shared memory filled through a_index / b_index, the shared-memory API), without load
+transforms (wgmma) and with one (mma.sync over the panels), against the float64 reference
+with C poisoned when beta = 0.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import blasdx as bx
+from blasdx import dtypes as dt
+from blasdx.reference import assert_close, random_operand, reference_gemm, to_float64, tolerance
+
+from .gpu_support import require_gpu, strided_operand, torch_to_host
+from .test_wgmma_fusion import CASES, KERNEL_NAMES, OPS, case_id, compile_all, gemm
+
+pytestmark = pytest.mark.gpu
+
+R = bx.row_major
+SCALARS = [(1.0, 0.0), (-1.5, 0.5)]
+#: How many times each kernel adds A B into its result.
+PRODUCTS = {"twice": 2}
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    """Every case's kernels, compiled up front; skip off compute capability 9.0."""
+    sm = require_gpu()
+    if sm != 90:
+        pytest.skip(f"sm_90a code runs only on compute capability 9.0 devices, this one is {sm // 10}.{sm % 10}")
+    return compile_all([gemm(size, types, arr) for types, arr, size in CASES])
+
+
+def run_case(kernel: bx.FusedKernel, desc: bx.Descriptor, ops: str, alpha, beta, rng, batch: int = 3) -> None:
+    """One problem per block on tightly stored operands, against the float64 reference."""
+    a_t, b_t, c_t = desc.precision
+    m, n, k = desc.size
+    a_host = random_operand(a_t, (batch, m, k), rng)
+    b_host = random_operand(b_t, (batch, k, n), rng)
+    c_host = random_operand(c_t, (batch, m, n), rng)
+    if beta == 0:
+        c_host[...] = np.nan
+    arr = desc.arrangement
+    a = strided_operand(a_host, a_t, arr.a is R, k if arr.a is R else m)
+    b = strided_operand(b_host, b_t, arr.b is R, n if arr.b is R else k)
+    c = strided_operand(c_host, c_t, arr.c is R, n if arr.c is R else m)
+    kernel.launch(batch, (a, b, c, alpha, beta))
+    got = torch_to_host(c, c_t)
+    factor = OPS[ops][2] * PRODUCTS.get(kernel.name, 1)
+    ref = reference_gemm(factor * to_float64(a_host), to_float64(b_host), c_host, alpha, beta)
+    tol = tolerance(a_t, c_t, k * PRODUCTS.get(kernel.name, 1), desc.accumulator_type, desc.instruction)
+    assert_close(got, ref, tol, what=f"C of {kernel.name} ({ops}) for {desc!r} alpha={alpha} beta={beta}")
+
+
+@pytest.mark.parametrize("ops", list(OPS))
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_every_api_form_on_every_wgmma_combination(kernels, case, ops):
+    types, arr, size = case
+    desc = gemm(size, types, arr)
+    assert desc.instruction.startswith("wgmma.") and dt.find_combination(*types, False) is not None
+    rng = np.random.default_rng(abs(hash((case_id(case), ops))) % 2**32)
+    for name in KERNEL_NAMES:
+        kernel = kernels[(desc, ops, name)]
+        for alpha, beta in SCALARS:
+            run_case(kernel, desc, ops, alpha, beta, rng)
+
+
+def test_a_block_larger_than_the_gemm(kernels):
+    """Warpgroups beyond max_threads_per_block skip the GEMM; shared memory still lines up."""
+    desc = gemm((128, 128, 64), (bx.float16, bx.float16, bx.float32), (R, bx.col_major, bx.col_major))
+    for name in ("register_api", "shared_api"):
+        kernel = kernels[(desc, "wgmma", name)]
+        block = desc.max_threads_per_block + 128
+        kernel = bx.compile_kernel("#define MAX_THREADS 1024\n" + kernel.user_source, name, {"GEMM": desc},
+                                   block=block)
+        run_case(kernel, desc, "wgmma", -1.5, 0.5, np.random.default_rng(7))
