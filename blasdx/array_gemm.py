@@ -300,7 +300,7 @@ def plan_call(
     desc = None
     if allow_block:
         desc = _block_descriptor(vx, vy, mx, my, out, mo, result, m, n, k, device.sm, plan.batch, arch_specific)
-    tile = _tiled.tile_shape(vx.dtype, m, n, device.sm)
+    tile = _tiled.tile_shape(vx.dtype, m, n, device.sm, result)
     tiles = math.ceil(m / tile.m) * math.ceil(n / tile.n)
     if desc is not None and (tiles == 1 or plan.batch >= device.multiprocessors):
         plan.kind, plan.desc = "block", desc

@@ -53,24 +53,58 @@ class TileShape:
     stages: int = 3
 
 
-# K steps of 64 bytes give each 128-row operand tile 8 KB (16-bit 128 x 32, 32-bit 128 x 16):
-# three stages of A + B take under 60 KB, so two blocks fit an SM. 8-bit inputs step 32 (one
-# m16n8k32 atom): at 64, fp8 with row-major A spilled (255 registers + 24 B of stack).
-# f64 and the FFMA path keep 64 x 64 tiles: their accumulators would need more registers
-# than a thread has at 128 x 128.
-_K_STEP_BYTES = 64
+# Tile shapes measured with ``benchmarks/matmul.py --sweep`` (4096^3, H100, 2026-11-22;
+# TFLOP/s of the chosen shape against the runner-up):
+#   f16 -> f16       128 x 128 x 32, 128 threads   190 (256 threads: 136, 128 x 256 x 32: 180)
+#   other 16-bit     128 x 128 x 64, 256 threads   bf16 133 (x 32: 129; 128 threads: 121)
+#   tf32             128 x 128 x 32, 256 threads   53 (x 16: 47)
+#   f32 (FFMA)        64 x  64 x 16, 256 threads   23 (x 32 and 128 x 128 alike)
+#   f64               64 x  64 x 32, 128 threads   19 (x 16: 18)
+#   int8 / uint8     128 x 128 x 64, 256 threads   131 (x 32: 114)
+# fp8 keeps K steps of 32: at 64 its row-major A spilled. Three cp.async stages beat two
+# (f16: 136 vs 120) and four add nothing. Results of at most 64 rows or columns take 64-wide
+# tiles so that small problems still spread over the SMs.
+_TILES: dict[str, tuple[int, int, int, int]] = {
+    "f16->f16": (128, 128, 32, 128),
+    "16-bit": (128, 128, 64, 256),
+    "tfloat32": (128, 128, 32, 256),
+    "float32": (64, 64, 16, 256),
+    "float64": (64, 64, 32, 128),
+    "8-bit int": (128, 128, 64, 256),
+    "fp8": (128, 128, 32, 256),
+}
 
 
-def tile_shape(a: _dt.DType, m: int, n: int, sm: int) -> TileShape:
-    """The tile for inputs of type ``a`` and an M x N result: 128 x 128 where the result is that large."""
-    family = _dt.mma_family(a, a, a, sm)
+def _family(a: _dt.DType, c: _dt.DType, sm: int) -> str:
+    if a == _dt.float16 and c == _dt.float16:
+        return "f16->f16"
+    if a.size == 2:
+        return "16-bit"
+    if a in (_dt.int8, _dt.uint8):
+        return "8-bit int"
+    if a.size == 1:
+        return "fp8"
+    if a == _dt.float64 and sm >= 80:
+        return "float64"
+    if a == _dt.tfloat32:
+        return "tfloat32"
+    return "float32"  # FFMA: f32, and f64 before sm_80 (DFMA)
+
+
+def tile_shape(a: _dt.DType, m: int, n: int, sm: int, c: _dt.DType | None = None) -> TileShape:
+    """The measured tile for inputs of type ``a`` (result ``c``) and an M x N result."""
     stages = 3 if sm >= 80 else 2  # without cp.async (sm_75) a third stage only costs shared memory
-    if a == _dt.float64 or family == "fma":
-        return TileShape(64, 64, 16, 128 if a == _dt.float64 else 256, stages)
-    bm = 64 if m <= 64 else 128
-    bn = 64 if n <= 64 else 128
-    threads = 256 if bm * bn >= 128 * 128 else 128
-    return TileShape(bm, bn, 32 if a.size == 1 else _K_STEP_BYTES // a.size, threads, stages)
+    bm, bn, bk, threads = _TILES[_family(a, c if c is not None else RESULT_OF.get(a, a), sm)]
+    if sm < 80 and a.size == 2:
+        bk = 32  # two 128 x 64 stages would exceed sm_75's 64 KB
+    shrunk = (bm > 64 and m <= 64) or (bn > 64 and n <= 64)
+    if shrunk:
+        bm, bn, threads = min(bm, 64) if m <= 64 else bm, min(bn, 64) if n <= 64 else bn, min(threads, 128)
+    return TileShape(bm, bn, bk, threads, stages)
+
+
+#: The result type a multi-block call of each input type produces when none is given.
+RESULT_OF = {_dt.float8_e4m3: _dt.float16, _dt.float8_e5m2: _dt.float16, _dt.float16: _dt.float16}
 
 
 def tile_descriptor(
@@ -199,7 +233,7 @@ def tiled_kernel(
     vec_b: int,
 ) -> TiledKernel:
     """The (memoised) multi-block kernel for these types, arrangements, result size class and copy widths."""
-    tile = tile_shape(a, m, n, sm)
+    tile = tile_shape(a, m, n, sm, c)
     key = (a, b, c, a_row_major, b_row_major, tile, sm, vec_a, vec_b)
     found = _KERNELS.get(key)
     if found is None:
