@@ -60,7 +60,8 @@ def config_struct(desc: Descriptor, name: str = "blasdx_config") -> str:
     lda, ldb, ldc = desc.leading_dimension
     al_a, al_b, al_c = desc.alignment
     smem_lda, smem_ldb = plan.smem_a.leading_dimension, plan.smem_b.leading_dimension
-    smem_ldc = plan.smem_c.leading_dimension if plan.smem_c else p.c_inner
+    staged = plan.smem_c or plan.smem_c_over_ab
+    smem_ldc = staged.leading_dimension if staged else p.c_inner
     conj_a, conj_b = desc.conjugate
     lines = [
         f"struct {name} {{",
@@ -87,6 +88,8 @@ def config_struct(desc: Descriptor, name: str = "blasdx_config") -> str:
         f"    static constexpr int smem_c_offset = {plan.smem_c_offset}, smem_ldc = {smem_ldc}, "
         f"c_outer = {p.c_outer}, c_inner = {p.c_inner};",
         f"    static constexpr int copy_bytes_c = {_h.vector_bytes(al_c, sc, p.c_inner, ldc, smem_ldc)};",
+        "    // or, when it is not, staged over the consumed A and B (offset 0) from a register accumulator",
+        f"    static constexpr bool stage_c_over_ab = {_bool(plan.smem_c_over_ab is not None)};",
         f"    static constexpr int threads = {desc.max_threads_per_block};",
         f"    static constexpr int min_blocks_per_sm = {plan.min_blocks};  // __launch_bounds__, see heuristics",
         f"    static constexpr bool use_mma = {_bool(warp.is_mma)};  // {warp.instruction}",

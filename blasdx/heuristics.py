@@ -7,7 +7,7 @@ why it is what it is; ``tests/test_heuristics.py`` pins the results.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import ceil
 
 from . import dtypes as _dt
@@ -20,7 +20,9 @@ __all__ = [
     "Problem",
     "KernelPlan",
     "SmemLayout",
+    "accumulator_bytes_per_thread",
     "atom_shape",
+    "c_over_ab_layout",
     "padded_leading_dimension",
     "wgmma_tile_n",
     "plan_kernel",
@@ -197,6 +199,7 @@ class KernelPlan:
     smem_a: SmemLayout
     smem_b: SmemLayout
     smem_c: SmemLayout | None = None  # where C is staged for coalesced stores, when it is
+    smem_c_over_ab: SmemLayout | None = None  # C staged over the consumed A and B (offset 0), when smem_c is None
     min_blocks: int = 1  # blocks per SM the register allocation must allow (__launch_bounds__)
     smem_b_offset: int = 0  # bytes from the start of dynamic shared memory
     smem_c_offset: int = 0
@@ -316,6 +319,60 @@ def staged_c_layout(p: Problem, ab_bytes: int, max_bytes: int) -> SmemLayout | N
     return SmemLayout((p.m, p.n), (ld, 1) if p.c_row_major else (1, ld))
 
 
+def accumulator_bytes_per_thread(p: Problem, plan: KernelPlan) -> int:
+    """Bytes of accumulator one thread holds when it keeps every tile it owns in registers.
+
+    The same count as the device API's register accumulator (``fragment_shape`` in
+    block_gemm.cuh, ``warpgroup_fragment_shape`` in warpgroup_gemm.cuh): tiles per warp (or
+    warpgroup, or work items per thread on the FMA path) times one tile's registers.
+    """
+    acc = _dt.find_combination(p.a, p.b, p.c, p.is_complex).accumulator.size * (2 if p.is_complex else 1)
+    if plan.is_wgmma:
+        tiles = (p.m // 64) * (p.n // plan.warpgroup_n)
+        return ceil(tiles / (plan.threads // 128)) * plan.warpgroup_n // 2 * acc
+    if plan.is_mma:
+        am, an, _ = plan.atom
+        fm, fn = plan.warp_tile
+        tiles = ceil(p.m / (fm * am)) * ceil(p.n / (fn * an))
+        return ceil(tiles / max(1, plan.threads // 32)) * fm * fn * (am * an // 32) * acc
+    tm, tn = plan.thread_tile
+    work = ceil(p.m / tm) * ceil(p.n / tn)
+    return ceil(work / plan.threads) * tm * tn * acc
+
+
+def c_over_ab_layout(p: Problem, plan: KernelPlan, ab_bytes: int) -> SmemLayout | None:
+    """Layout of C staged over the consumed A and B buffers (offset 0), or None.
+
+    When A + B + C leave no room for two blocks per SM (``staged_c_layout`` says None), the
+    epilogue stored each fragment element straight to global memory: 2-8 byte scattered
+    stores. Measured on an H100 (one problem per block, 2 GB of operands, beta = 0) those
+    cases ran at 59-75% of copy bandwidth where cuBLASDx reaches 93-99%: f16->f32 and
+    bf16->f32 at 128^3 (1792 GB/s against 2841), tf32 at 128x128x64, 128^3 and 100^3, f32
+    (FFMA) at 128-wide. Instead the block computes its whole product into registers first,
+    synchronises (nobody reads A or B any more), writes alpha * acc into the A/B buffers and
+    stores whole rows, as the staged path does, without more shared memory.
+
+    Taken when C is not staged, the padded C fits in the bytes A and B occupy (unpadded C when
+    only that fits, as A and B drop their padding), and the whole accumulator of a thread
+    stays within ``_ACCUMULATOR_BYTES_PER_THREAD`` (what one warp tile may hold anyway, below
+    the device API's 512-byte register accumulator limit), so the kernel needs no more
+    registers than it had and does not spill.
+    """
+    if plan.smem_c is not None or accumulator_bytes_per_thread(p, plan) > _ACCUMULATOR_BYTES_PER_THREAD:
+        return None
+    size = p.element_size(p.c)
+    for ld in (padded_leading_dimension(p.c_inner, size), p.c_inner):
+        layout = SmemLayout((p.m, p.n), (ld, 1) if p.c_row_major else (1, ld))
+        if layout.cosize * size <= ab_bytes:
+            return layout
+    return None
+
+
+def _with_c_over_ab(p: Problem, plan: KernelPlan, ab_bytes: int) -> KernelPlan:
+    layout = c_over_ab_layout(p, plan, ab_bytes)
+    return replace(plan, smem_c_over_ab=layout) if layout is not None else plan
+
+
 def _min_blocks_per_sm(p: Problem, family: str, threads: int, shared_memory: int) -> int:
     """2 for real 16-bit tensor-core blocks and wgmma blocks of 256 threads, else 1 (the compiler's choice).
 
@@ -356,7 +413,7 @@ def plan_warp_level(p: Problem, threads: int | None = None) -> KernelPlan:
     smem_c = staged_c_layout(p, ab_bytes, MAX_SHARED_MEMORY[p.sm])
     c_offset = round_up(ab_bytes, SMEM_BUFFER_ALIGNMENT)
     total = c_offset + smem_c.cosize * p.element_size(p.c) if smem_c else ab_bytes
-    return KernelPlan(
+    plan = KernelPlan(
         instruction=family,
         atom=atom,
         warp_tile=warp_tile,
@@ -370,6 +427,7 @@ def plan_warp_level(p: Problem, threads: int | None = None) -> KernelPlan:
         smem_c_offset=c_offset if smem_c else 0,
         shared_memory=total,
     )
+    return _with_c_over_ab(p, plan, ab_bytes)
 
 
 # ---------------------------------------------------------------------------------------------- wgmma (sm_90a)
@@ -471,7 +529,7 @@ def _plan_wgmma(p: Problem, tile_n: int, threads: int | None) -> KernelPlan:
     c_offset = round_up(ab_bytes, SMEM_BUFFER_ALIGNMENT)
     total = c_offset + smem_c.cosize * p.element_size(p.c) if smem_c else ab_bytes
     instruction = wgmma_instruction(p, tile_n)
-    return KernelPlan(
+    plan = KernelPlan(
         instruction=instruction,
         atom=atom_shape(instruction),
         warp_tile=(1, 1),
@@ -487,3 +545,4 @@ def _plan_wgmma(p: Problem, tile_n: int, threads: int | None) -> KernelPlan:
         warpgroup_n=tile_n,
         warp_level=plan_warp_level(p, threads),
     )
+    return _with_c_over_ab(p, plan, ab_bytes)

@@ -3,7 +3,8 @@
 // Expects `blasdx_config` (generated) and BLASDX_COMPLEX (0 or 1) to be defined. A and B
 // are copied to shared memory in their global order (16-byte copies where alignment
 // allows), the block GEMM accumulates in registers. With beta == 0, results are staged in
-// shared memory and stored in whole rows (when the plan has room for C); otherwise each
+// shared memory and stored in whole rows (when the plan has room for C, or, with
+// stage_c_over_ab, over A and B once the whole product is in registers); otherwise each
 // element is scaled and stored straight to global memory. C is read only when beta != 0,
 // so NaN in C stays out.
 //
@@ -12,6 +13,7 @@
 #include "blasdx/block_gemm.cuh"
 #include "blasdx/copy.cuh"
 #include "blasdx/warpgroup_gemm.cuh"
+#include "blasdx/api.cuh"
 
 // Blocks per SM the register allocation must leave room for (__launch_bounds__): the
 // plan's choice, or BLASDX_MIN_BLOCKS_PER_SM when an experiment defines it.
@@ -79,6 +81,31 @@ __device__ __forceinline__ void multiply(const typename C::a_type* sA, const typ
     }
 }
 
+// alpha * A B staged over A and B, then stored in whole rows: every tile this thread owns is
+// accumulated in registers (the device API's accumulator, dispatched as its register execute),
+// the block waits until nobody reads A or B, and C goes into shared memory from offset 0.
+template <class C, class Scalar>
+__device__ __forceinline__ void store_over_operands(typename C::c_type* c, unsigned char* smem,
+                                                    const typename C::a_type* sA, const typename C::b_type* sB,
+                                                    int tid, Scalar alpha) {
+    accumulator<C> acc;
+    if constexpr (C::use_wgmma) {
+        WarpgroupGemm<C>::accumulate(acc.fragment(), sA, sB, acc.thread());
+    } else {
+        BlockGemm<C>::template accumulate<C::smem_lda, C::smem_ldb>(acc.fragment(), sA, sB, acc.thread(),
+                                                                    identity{}, identity{});
+    }
+    __syncthreads();
+    auto* sC = reinterpret_cast<typename C::c_type*>(smem);
+    acc.for_each([&](int row, int col, const typename accumulator<C>::value_type& value) {
+        scale_store(sC + (C::c_row_major ? row * C::smem_ldc + col : row + col * C::smem_ldc), alpha, Scalar{}, false,
+                    value);
+    });
+    __syncthreads();
+    copy_matrix_to_global<typename C::c_type, C::c_outer, C::c_inner, C::smem_ldc, C::ldc, C::copy_bytes_c,
+                          C::threads>(c, sC, tid);
+}
+
 // Swizzled panels repeat every 1024 bytes and wgmma swizzles absolute shared addresses.
 constexpr int SMEM_ALIGNMENT = Cfg::use_wgmma ? 1024 : 16;
 
@@ -112,6 +139,12 @@ __device__ __forceinline__ void batched_gemm(const Cfg::a_type* __restrict__ a, 
             __syncthreads();
             copy_matrix_to_global<Cfg::c_type, Cfg::c_outer, Cfg::c_inner, Cfg::smem_ldc, Cfg::ldc, Cfg::copy_bytes_c,
                                   Cfg::threads>(c, sC, tid);
+            return;
+        }
+    }
+    if constexpr (Cfg::stage_c_over_ab) {
+        if (!read_c) {
+            store_over_operands<Cfg>(c, smem, sA, sB, tid, alpha);
             return;
         }
     }

@@ -13,6 +13,7 @@ import re
 import pytest
 
 import blasdx as bx
+from blasdx import codegen
 from blasdx import dtypes as dt
 
 SMS = (75, 80, 89, 90)
@@ -131,3 +132,41 @@ def test_sixteen_bit_fragments_use_ldmatrix(a, order, sm):
     if order[0] is bx.col_major or order[1] is bx.row_major:
         assert re.search(r"\bLDSM\.16\.MT88", sass), "M/N-contiguous operand not loaded with ldmatrix.trans"
     assert "LDGSTS" in sass or sm < 80, "16-byte aligned operands are copied with cp.async"
+
+
+#: Descriptors that stage C over the consumed A and B (heuristics.c_over_ab_layout): (size, A, C, sm_90a).
+C_OVER_AB = [
+    ((128, 128, 128), dt.float16, dt.float32, False),
+    ((128, 128, 128), dt.float16, dt.float32, True),
+    ((128, 128, 128), dt.bfloat16, dt.float32, True),
+    ((128, 128, 64), dt.tfloat32, dt.float32, False),
+    ((100, 100, 100), dt.tfloat32, dt.float32, False),
+    ((128, 128, 128), dt.float32, dt.float32, False),
+]
+
+
+@pytest.mark.parametrize(
+    "size,a,c,arch_specific", C_OVER_AB,
+    ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else getattr(v, "name", str(v)),
+)
+def test_c_over_ab_compiles_to_whole_row_stores(size, a, c, arch_specific):
+    """The whole product stays in registers (no local memory, within the block's budget) and C
+    leaves through shared memory in 16-byte stores (16-byte aligned C)."""
+    desc = (
+        bx.Size(*size)
+        + bx.Precision(a, a, c)
+        + bx.Type.real
+        + bx.Function.MM
+        + bx.Arrangement(bx.row_major, bx.col_major, bx.col_major)
+        + bx.SM(90, arch_specific=arch_specific)
+        + bx.Block()
+        + bx.MaxAlignment
+    )
+    assert desc.plan.smem_c_over_ab is not None and desc.plan.smem_c is None
+    assert "stage_c_over_ab = true" in codegen.generate(desc).source
+    kernel = desc.compile()
+    assert kernel.local_memory == 0, f"{desc!r} spills {kernel.local_memory} B per thread"
+    assert 0 < kernel.registers <= min(255, 65536 // (desc.max_threads_per_block * desc.plan.min_blocks)), kernel
+    sass = kernel.sass()
+    assert not re.search(r"\b(LDL|STL)\b", sass), f"{desc!r} touches local memory"
+    assert re.search(r"\bSTS", sass) and re.search(r"\bSTG\.E\.128\b", sass), "C is not stored in whole rows"

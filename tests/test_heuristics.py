@@ -315,3 +315,88 @@ def test_c_is_not_staged_when_two_blocks_would_not_fit():
 def test_min_blocks_per_sm(size, a, c, expected):
     plan = _plan(size, a, c)
     assert plan.min_blocks == expected, plan
+
+
+# ---- C staged over the consumed A and B -------------------------------------------------------
+
+#: Descriptors whose C does not fit beside A and B for two blocks per SM but fits over them,
+#: with the whole accumulator in registers: (size, A, C, sm_90a).
+C_OVER_AB = [
+    ((128, 128, 128), F16, F32, False),
+    ((128, 128, 128), F16, F32, True),  # wgmma: 64 KiB of panels hold the unpadded C exactly
+    ((128, 128, 128), BF16, F32, False),
+    ((128, 128, 128), BF16, F32, True),
+    ((128, 128, 64), TF32, F32, False),
+    ((128, 128, 128), TF32, F32, False),
+    ((100, 100, 100), TF32, F32, False),
+    ((128, 128, 128), F32, F32, False),  # FFMA
+]
+
+
+def _plan90(size, a, c, arch_specific=False, arr=(True, False, False)):
+    return h.plan_kernel(h.Problem(*size, a, a, c, False, *arr, 90, arch_specific))
+
+
+@pytest.mark.parametrize("arr", [(True, False, False), (False, False, False), (True, True, True)])
+@pytest.mark.parametrize("size,a,c,arch_specific", C_OVER_AB)
+def test_c_is_staged_over_a_and_b(size, a, c, arch_specific, arr):
+    plan = _plan90(size, a, c, arch_specific, arr)
+    p = h.Problem(*size, a, a, c, False, *arr, 90, arch_specific)
+    layout = plan.smem_c_over_ab
+    assert plan.smem_c is None and layout is not None
+    assert plan.is_wgmma == arch_specific
+    assert layout.shape == size[:2]
+    assert layout.cosize * c.size <= plan.shared_memory  # over A and B, no more shared memory
+    assert h.accumulator_bytes_per_thread(p, plan) <= 256
+    c_inner = p.c_inner
+    assert layout.leading_dimension in (h.padded_leading_dimension(c_inner, c.size), c_inner)
+
+
+def test_c_over_ab_keeps_the_padding_when_it_fits():
+    # 128^3 f16 -> f32 on mma.sync: A + B = 69600 B hold the padded C (127 * 132 + 128) * 4 = 67568 B
+    plan = _plan90((128, 128, 128), F16, F32)
+    assert plan.smem_c_over_ab.strides == (1, 132)
+    assert plan.shared_memory == 69600
+    # wgmma: dense panels of 65536 B hold only the unpadded C (65536 B)
+    plan = _plan90((128, 128, 128), F16, F32, True)
+    assert plan.smem_c_over_ab.strides == (1, 128)
+    assert plan.shared_memory == 65536
+
+
+@pytest.mark.parametrize(
+    "size,a,c,arch_specific",
+    [
+        ((64, 64, 64), F16, F32, False),  # staged after A and B
+        ((100, 100, 100), F16, F32, False),
+        ((100, 100, 100), F16, F16, False),
+        ((128, 128, 128), I8, I32, False),
+        ((128, 128, 128), E4, F32, True),
+        ((256, 256, 32), F16, F32, False),  # accumulator of 1 KiB per thread
+        ((256, 256, 64), F64, F64, False),  # C larger than A and B
+    ],
+)
+def test_c_over_ab_only_where_it_fits(size, a, c, arch_specific):
+    plan = _plan90(size, a, c, arch_specific)
+    assert plan.smem_c_over_ab is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(1, 256), st.integers(1, 256), st.integers(1, 256),
+    st.sampled_from([(F16, F32), (F16, F16), (TF32, F32), (F32, F32), (F64, F64), (I8, I32)]),
+    st.booleans(), st.sampled_from([80, 90]),
+)
+def test_c_over_ab_properties(m, n, k, types, cplx, sm):
+    a, c = types
+    if cplx and a in (I8, TF32):
+        cplx = False
+    p = h.Problem(m, n, k, a, a, c, cplx, True, False, False, sm)
+    if dt.find_combination(a, a, c, cplx) is None:
+        return
+    plan = h.plan_kernel(p)
+    layout = plan.smem_c_over_ab
+    if layout is None:
+        return
+    assert plan.smem_c is None and plan.smem_c_offset == 0
+    assert layout.cosize * p.element_size(c) <= plan.shared_memory
+    assert h.accumulator_bytes_per_thread(p, plan) <= 256
