@@ -73,7 +73,8 @@ def test_every_api_form_on_every_wgmma_combination(kernels, case, ops):
 
 def test_a_block_larger_than_the_gemm(kernels):
     """Warpgroups beyond max_threads_per_block skip the GEMM; shared memory still lines up."""
-    desc = gemm((128, 128, 64), (bx.float16, bx.float16, bx.float32), (R, bx.col_major, bx.col_major))
+    desc = next(d for d, ops, _ in kernels if ops == "wgmma" and d.size == (128, 128, 64)
+                and d.precision == (dt.float16, dt.float16, dt.float32))
     for name in ("register_api", "shared_api"):
         kernel = kernels[(desc, "wgmma", name)]
         block = desc.max_threads_per_block + 128
