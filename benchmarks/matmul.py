@@ -21,31 +21,17 @@ from pathlib import Path
 
 import numpy as np
 
-import blasdx as bx
-from blasdx import array_gemm
-from blasdx import dtypes as dt
-from blasdx.reference import assert_close, reference_gemm, tolerance
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import blasdx as bx  # noqa: E402
+from batched import time_ms  # noqa: E402  (median of CUDA-event timings, shared by the benchmarks)
+from blasdx import array_gemm  # noqa: E402
+from blasdx import dtypes as dt  # noqa: E402
+from blasdx.reference import assert_close, reference_gemm, tolerance  # noqa: E402
 
 TYPES = {"f16": dt.float16, "bf16": dt.bfloat16, "tf32": dt.tfloat32, "f32": dt.float32, "f64": dt.float64,
          "int8": dt.int8, "e4m3": dt.float8_e4m3}
 SIZES = [256, 512, 1024, 2048, 4096, 8192]
-
-
-def time_ms(fn, repeats: int = 10) -> float:
-    """Median milliseconds over CUDA events, after two warm-up calls."""
-    import torch
-
-    for _ in range(2):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return float(np.median(times))
 
 
 def host_us(fn, calls: int = 2000) -> float:
@@ -125,18 +111,25 @@ def _competitor(name: str, x, y):
     return lambda: torch.matmul(x, y)
 
 
-def speed(name: str, size: int, gen) -> dict:
+def _square_operands(a: dt.DType, size: int, gen):
+    """Random size x size torch operands of type ``a`` and what bx.matmul takes (tf32-marked for tf32)."""
     import torch
 
-    a = TYPES[name]
-    result = array_gemm.RESULT_TYPES[a]
     if a.integral:
         x = torch.randint(-8, 8, (size, size), device="cuda", dtype=torch.int8, generator=gen)
         y = torch.randint(-8, 8, (size, size), device="cuda", dtype=torch.int8, generator=gen)
     else:
         x = torch.randn(size, size, device="cuda", generator=gen).to(_torch_dtype(a))
         y = torch.randn(size, size, device="cuda", generator=gen).to(_torch_dtype(a))
-    bx_x, bx_y = (bx.tf32(x), bx.tf32(y)) if a == dt.tfloat32 else (x, y)
+    return (x, y, bx.tf32(x), bx.tf32(y)) if a == dt.tfloat32 else (x, y, x, y)
+
+
+def speed(name: str, size: int, gen) -> dict:
+    import torch
+
+    a = TYPES[name]
+    result = array_gemm.RESULT_TYPES[a]
+    x, y, bx_x, bx_y = _square_operands(a, size, gen)
     got = bx.matmul(bx_x, bx_y)
     torch.cuda.synchronize()
     rows = torch.randint(0, size, (64,), generator=gen, device="cuda")
@@ -145,7 +138,7 @@ def speed(name: str, size: int, gen) -> dict:
     assert_close(_host(got[rows], result), ref, tolerance(a, result, size, row.accumulator),
                  what=f"bx.matmul {name} {size}")
     flops = 2.0 * size**3
-    ms = time_ms(lambda: bx.matmul(bx_x, bx_y))
+    ms = time_ms(lambda: bx.matmul(bx_x, bx_y), 10)
     out = {"case": name, "size": size, "blasdx_ms": ms, "blasdx_tflops": flops / ms / 1e9}
     plan = next(iter(p for k, p in array_gemm._CALLS.items() if p.m == size and p.dtype == result), None)
     if plan is not None:
@@ -158,7 +151,7 @@ def speed(name: str, size: int, gen) -> dict:
         return out
     got_t = _host(check[rows].to(torch.float64) if check.dtype != torch.int32 else check[rows], result)
     assert_close(got_t, ref, tolerance(a, result, size, row.accumulator) + 5e-3, what=f"torch {name} {size}")
-    ms_t = time_ms(call)
+    ms_t = time_ms(call, 10)
     out.update(torch_ms=ms_t, torch_tflops=flops / ms_t / 1e9, ratio=ms_t / ms)
     return out
 
@@ -185,13 +178,7 @@ def sweep(size: int, gen) -> list[dict]:
     for name, variants in SWEEP.items():
         a = TYPES[name]
         result = array_gemm.RESULT_TYPES[a]
-        if a.integral:
-            x = torch.randint(-8, 8, (size, size), device="cuda", dtype=torch.int8, generator=gen)
-            y = torch.randint(-8, 8, (size, size), device="cuda", dtype=torch.int8, generator=gen)
-        else:
-            x = torch.randn(size, size, device="cuda", generator=gen).to(_torch_dtype(a))
-            y = torch.randn(size, size, device="cuda", generator=gen).to(_torch_dtype(a))
-        bx_x, bx_y = (bx.tf32(x), bx.tf32(y)) if a == dt.tfloat32 else (x, y)
+        x, y, bx_x, bx_y = _square_operands(a, size, gen)
         bx.matmul(bx_x, bx_y)
         base = next(p for p in reversed(list(array_gemm._CALLS.values()))
                     if p.kind == "tiled" and p.m == size and p.kernel.desc.a_value_type == a)
@@ -223,7 +210,7 @@ def sweep(size: int, gen) -> list[dict]:
                 torch.cuda.synchronize()
                 assert_close(_host(out[pick], result), ref, tolerance(a, result, size, row.accumulator),
                              what=f"sweep {name} {tile}")
-                ms = time_ms(run)
+                ms = time_ms(run, 10)
                 entry.update(ms=ms, tflops=2.0 * size**3 / ms / 1e9)
             except Exception as exc:  # a shape that does not compile or fit is a result too
                 entry["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"

@@ -234,12 +234,8 @@ def _device_of(views: tuple[ArrayView, ...], names: tuple[str, ...]) -> int:
 
 
 def _alignment(ptr: int, itemsize: int, batch_stride: int, batch: int) -> int:
-    """The Alignment (bytes, <= 16) the pointer and the batch stride allow."""
-    width = 16
-    for term in (ptr, batch_stride * itemsize if batch > 1 else 0):
-        while width > itemsize and term % width:
-            width //= 2
-    return max(width, itemsize)
+    """The Alignment (bytes, <= 16) the pointer and the batch stride allow (the copy-width rule)."""
+    return _tiled.copy_width(ptr, itemsize, 0, 1, batch_stride, batch)
 
 
 class CallPlan:
