@@ -64,6 +64,33 @@ def random_tensor(t: dt.DType, shape, gen):
     return x.to(torch_dtype(t))
 
 
+def cuda_sm() -> int | None:
+    """The GPU's SM (90, 80, ...), or None after saying why the benchmark is skipped (no torch or GPU)."""
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise RuntimeError("no GPU")
+    except Exception as exc:
+        print(f"skipped: needs PyTorch with a CUDA GPU ({exc})")
+        return None
+    major, minor = torch.cuda.get_device_capability()
+    return 10 * major + minor
+
+
+def pyplot():
+    """matplotlib.pyplot on the Agg backend, or None (said once) when matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("(matplotlib not installed: no plot)")
+        return None
+    return plt
+
+
 def time_ms(fn: Callable[[], Any], repeats: int = 20) -> float:
     """Median milliseconds of ``fn`` over CUDA events, after two warm-up calls."""
     import torch
@@ -262,16 +289,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     cases = cases_of(args)
-    try:
-        import torch
-
-        if not torch.cuda.is_available():
-            raise RuntimeError("no GPU")
-    except Exception as exc:
-        print(f"skipped: needs PyTorch with a CUDA GPU ({exc})")
+    sm = cuda_sm()
+    if sm is None:
         return 0
-    major, minor = torch.cuda.get_device_capability()
-    sm = 10 * major + minor
+    import torch
+
     if args.arch_specific is None:
         args.arch_specific = sm == 90
     missing = [f"{n} {'x'.join(map(str, s))}" for n, s in cases if dx.availability(n, s, args.build_dir) == "not built"]
@@ -346,13 +368,8 @@ def _table(rows: list[dict]) -> str:
 
 def _plot(rows: list[dict], roof: float, path: Path) -> None:
     """GB/s bars per case with the copy-bandwidth line; TFLOP/s bars with the bandwidth-bound ceiling."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("(matplotlib not installed: no plot)")
+    plt = pyplot()
+    if plt is None:
         return
     if not rows:
         return

@@ -27,7 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import blasdx as bx  # noqa: E402
 import cublasdx_harness as dx  # noqa: E402
-from batched import SIZES, TYPES, _host, descriptor, random_tensor, time_ms, torch_dtype  # noqa: E402
+from batched import (  # noqa: E402
+    SIZES, TYPES, _host, cuda_sm, descriptor, pyplot, random_tensor, time_ms, torch_dtype,
+)
 from blasdx import dtypes as dt  # noqa: E402
 from blasdx.reference import assert_close, reference_gemm, tolerance  # noqa: E402
 
@@ -205,16 +207,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.compile_only:
         return compile_only(args)
     cases = cases_of(args)
-    try:
-        import torch
-
-        if not torch.cuda.is_available():
-            raise RuntimeError("no GPU")
-    except Exception as exc:
-        print(f"skipped: needs PyTorch with a CUDA GPU ({exc})")
+    sm = cuda_sm()
+    if sm is None:
         return 0
-    major, minor = torch.cuda.get_device_capability()
-    sm = 10 * major + minor
+    import torch
+
     if args.arch_specific is None:
         args.arch_specific = sm == 90
     sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -289,13 +286,8 @@ def _table(rows: list[dict]) -> str:
 
 def _plot(rows: list[dict], path: Path) -> None:
     """TFLOP/s bars per case, blasdx and cuBLASDx side by side (log scale: FMA and tensor-core cases differ 50x)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("(matplotlib not installed: no plot)")
+    plt = pyplot()
+    if plt is None:
         return
     if not rows:
         return

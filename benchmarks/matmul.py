@@ -24,7 +24,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import blasdx as bx  # noqa: E402
-from batched import time_ms  # noqa: E402  (median of CUDA-event timings, shared by the benchmarks)
+from batched import cuda_sm, pyplot, time_ms  # noqa: E402  (shared by the benchmarks)
 from blasdx import array_gemm  # noqa: E402
 from blasdx import dtypes as dt  # noqa: E402
 from blasdx.reference import assert_close, reference_gemm, tolerance  # noqa: E402
@@ -58,7 +58,7 @@ def overhead() -> dict:
     y = torch.randn(batch, s, s, device="cuda", dtype=torch.float16)
     acc = torch.zeros(batch, s, s, device="cuda", dtype=torch.float32)
     desc = (bx.Size(s, s, s) + bx.Precision(bx.float16, bx.float16, bx.float32) + bx.Function.MM
-            + bx.Arrangement(bx.row_major, bx.row_major, bx.row_major) + bx.MaxAlignment + bx.SM(_sm()) + bx.Block())
+            + bx.Arrangement(bx.row_major, bx.row_major, bx.row_major) + bx.MaxAlignment + bx.SM(cuda_sm()) + bx.Block())
     bx.mma(x, y, acc, out=acc)
     rows = {
         "execute (held descriptor)": host_us(lambda: desc.execute(x, y, acc, beta=1)),
@@ -72,13 +72,6 @@ def overhead() -> dict:
     for name, us in rows.items():
         print(f"  {name:28s} {us:7.2f} us  ({us / base:.2f}x execute)")
     return {"problem": f"{batch}x{s}^3 f16", "us": rows}
-
-
-def _sm() -> int:
-    import torch
-
-    major, minor = torch.cuda.get_device_capability()
-    return 10 * major + minor
 
 
 def _torch_dtype(t: dt.DType):
@@ -174,7 +167,7 @@ def sweep(size: int, gen) -> list[dict]:
     from blasdx import arrays, tiled
 
     rows_out = []
-    sm = _sm()
+    sm = cuda_sm()
     for name, variants in SWEEP.items():
         a = TYPES[name]
         result = array_gemm.RESULT_TYPES[a]
@@ -228,15 +221,11 @@ def main() -> int:
     parser.add_argument("--sweep", action="store_true", help="also try multi-block tile shapes (for tiled.py)")
     parser.add_argument("--sweep-size", type=int, default=4096)
     args = parser.parse_args()
-    try:
-        import torch
-
-        if not torch.cuda.is_available():
-            raise RuntimeError("no GPU")
-    except Exception as exc:
-        print(f"skipped: needs PyTorch with a CUDA GPU ({exc})")
+    sm = cuda_sm()
+    if sm is None:
         return 0
-    sm = _sm()
+    import torch
+
     gen = torch.Generator(device="cuda").manual_seed(0)
     over = overhead()
     swept = sweep(args.sweep_size, gen) if args.sweep else []
@@ -264,13 +253,8 @@ def main() -> int:
 
 
 def _plot(rows: list[dict], path: Path) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("(matplotlib not installed: no plot)")
+    plt = pyplot()
+    if plt is None:
         return
     labels = [f"{r['case']} {r['size']}" for r in rows]
     x = np.arange(len(rows))
