@@ -27,6 +27,7 @@ import numpy as np
 from . import arrays as _arrays
 from . import dtypes as _dt
 from . import execute as _execute
+from . import hopper as _hopper
 from . import tiled as _tiled
 from .arrays import ArrayView, DeviceArray, as_array, resolve_stream
 from .errors import DeviceError, ExecutionError
@@ -239,16 +240,31 @@ def _alignment(ptr: int, itemsize: int, batch_stride: int, batch: int) -> int:
 
 
 class CallPlan:
-    """What every call with the same dtypes, shapes, strides, alignments and device does."""
+    """What every call with the same dtypes, shapes, strides, alignments and device does.
+
+    ``kind`` is the path: "block" (one block per problem), "hopper" (the sm_90 wgmma + TMA
+    engine) or "tiled" (the multi-block mma.sync kernel); ``reason`` says why the engine
+    was not taken when it was not.
+    """
 
     __slots__ = (
         "kind", "shape", "dtype", "batch", "m", "n", "k", "beta", "desc", "kernel", "strides", "device_id",
-        "result_layout", "spans",
+        "result_layout", "spans", "reason",
     )
 
     def __repr__(self) -> str:
-        what = repr(self.desc) if self.kind == "block" else repr(self.kernel.desc)
-        return f"CallPlan({self.kind}, result {self.shape} {self.dtype}, {what})"
+        if self.kind == "block":
+            what = repr(self.desc)
+        elif self.kind == "hopper":
+            what = self.kernel.describe()
+        else:
+            what = repr(self.kernel.desc)
+        why = f", {self.reason}" if self.reason else ""
+        return f"CallPlan({self.kind}, result {self.shape} {self.dtype}, {what}{why})"
+
+    def describe(self) -> str:
+        """One line: the path, what it runs, and why the Hopper engine was not taken (if not)."""
+        return repr(self)[len("CallPlan("):-1]
 
 
 def plan_call(
@@ -287,7 +303,7 @@ def plan_call(
     plan.dtype = result
     plan.device_id = device_id
     plan.beta = 0 if vacc is None else 1
-    plan.desc = plan.kernel = plan.strides = plan.spans = None
+    plan.desc = plan.kernel = plan.strides = plan.spans = plan.reason = None
     if out is not None:
         _check_out_shape(out, plan)
     mo = None if out is None else _matrix(out, "out")
@@ -301,14 +317,46 @@ def plan_call(
     if desc is not None and (tiles == 1 or plan.batch >= device.multiprocessors):
         plan.kind, plan.desc = "block", desc
         return plan
+    plan.strides = (mx, my, ma)
+    engine, plan.reason = _engine_plan(vx, vy, mx, my, result, m, n, k, plan.batch, device)
+    if engine is not None:
+        plan.kind, plan.kernel = "hopper", engine
+        return plan
     plan.kind = "tiled"
     vec_a = _tiled.copy_width(vx.ptr, vx.dtype.size, mx.ld, mx.outer, mx.batch_stride, mx.batch or 1)
     vec_b = _tiled.copy_width(vy.ptr, vy.dtype.size, my.ld, my.outer, my.batch_stride, my.batch or 1)
     plan.kernel = _tiled.tiled_kernel(
         vx.dtype, vy.dtype, result, mx.row_major, my.row_major, m, n, device.sm, vec_a, vec_b
     )
-    plan.strides = (mx, my, ma)
     return plan
+
+
+def _engine_plan(vx: ArrayView, vy: ArrayView, mx: Matrix, my: Matrix, result: _dt.DType, m: int, n: int, k: int,
+                 batch: int, device: _DeviceInfo, config: Any = None, splits: int | None = None
+                 ) -> tuple[Any, str | None]:
+    """The Hopper engine's plan of this call, or (None, why it does not run it).
+
+    ``config`` / ``splits`` override the engine's own choice (benchmark sweeps, tests).
+    """
+    if device.sm != 90:
+        return None, f"the wgmma engine needs sm_90 (this GPU is sm_{device.sm})"
+    if not _hopper.serves(vx.dtype, result):
+        served = ", ".join(f"{a.name} -> {c.name}" for a, c in sorted(_hopper.SERVED, key=str))
+        return None, f"the wgmma engine runs {served}"
+    if k == 0:
+        return None, "K = 0: nothing to multiply"
+    route_a = _hopper.route("x", vx.dtype, vx.ptr, mx.row_major, mx.ld, mx.outer, mx.batch_stride,
+                            (mx.batch or 1) > 1)
+    route_b = _hopper.route("y", vy.dtype, vy.ptr, not my.row_major, my.ld, my.outer, my.batch_stride,
+                            (my.batch or 1) > 1)
+    try:
+        engine = _hopper.EnginePlan(
+            vx.dtype, result, m, n, k, batch, route_a, route_b, mx.ld, my.ld, mx.batch or 1, my.batch or 1,
+            mx.batch_stride, my.batch_stride, vx.ptr, vy.ptr, device.multiprocessors, config, splits,
+        )
+    except ExecutionError as exc:  # TMA refused an operand: the multi-block kernel reads anything
+        return None, f"TMA: {exc}"
+    return engine, None
 
 
 def _check_out_shape(vout: ArrayView, plan: CallPlan) -> None:
@@ -479,12 +527,15 @@ def _run(plan: CallPlan, x_view: ArrayView, y_view: ArrayView, acc: Any, vacc: A
     """Launch the plan's kernel into ``out`` (already allocated or checked)."""
     if plan.batch == 0 or plan.m == 0 or plan.n == 0:
         return
-    if plan.kind == "tiled":
+    if plan.kind in ("tiled", "hopper"):
         core = _arrays.as_core_stream(stream, handle)
         producers = tuple(v.stream for v in (x_view, y_view, vacc, vout) if v is not None and v.stream is not None)
         if producers:
             _arrays.wait_for_producers(core, handle, producers)
-        _launch_tiled(plan, x_view, y_view, vacc, vout, core, handle)
+        if plan.kind == "hopper":
+            plan.kernel.run(plan.device_id, core, handle, x_view, y_view, vacc, vout, 1.0, float(plan.beta))
+        else:
+            _launch_tiled(plan, x_view, y_view, vacc, vout, core, handle)
     else:
         if vacc is not None and vout.ptr != vacc.ptr:
             _copy_into(out, acc, handle)

@@ -12,10 +12,12 @@ import re
 import pytest
 
 import blasdx as bx
-from blasdx import array_gemm
+from blasdx import array_gemm, cuda_driver
 from blasdx import dtypes as dt
 from blasdx.arrays import ArrayView
 from blasdx.errors import DeviceError, ExecutionError
+
+from .tma_rules import FakeEncoder
 
 PTR = 0x7F0000000000  # 256-byte aligned, like every allocator's
 
@@ -39,8 +41,9 @@ def col(shape, dtype=dt.float16, ptr=PTR) -> ArrayView:
 
 @pytest.fixture(autouse=True)
 def fake_device(monkeypatch):
-    """An sm_90 device with 132 SMs; nothing launches in these tests."""
+    """An sm_90 device with 132 SMs (tensor maps checked by the driver's rules); nothing launches."""
     monkeypatch.setattr(array_gemm, "_device_info", lambda device_id: array_gemm._DeviceInfo(90, 132))
+    monkeypatch.setattr(cuda_driver, "encode_tiled", FakeEncoder())
     array_gemm._CALLS.clear()
     yield
     array_gemm._CALLS.clear()
@@ -211,10 +214,11 @@ def test_in_place_mma_describes_acc_layout():
 
 
 def test_big_problems_tile_over_a_grid():
-    p = plan(view((4096, 4096)), col((4096, 4096)))
+    assert plan(view((4096, 4096)), col((4096, 4096))).kind == "hopper"  # sm_90: the wgmma engine
+    p = plan(view((4096, 4096)), col((4096, 4096)), sm=80)
     assert p.kind == "tiled"
     assert p.kernel.desc.size == (128, 128, 32) and p.kernel.threads == 128  # f16 -> f16: the measured best
-    bf = plan(view((4096, 4096), dt.bfloat16), col((4096, 4096), dt.bfloat16))
+    bf = plan(view((4096, 4096), dt.bfloat16), col((4096, 4096), dt.bfloat16), sm=80)
     assert bf.kernel.desc.size == (128, 128, 64) and bf.kernel.threads == 256 and bf.kernel.stages == 3
     assert p.kernel.grid(4096, 4096, 1) == (32 * 32, 1, 1)
     assert p.kernel.desc.arrangement.b is bx.col_major
@@ -222,22 +226,24 @@ def test_big_problems_tile_over_a_grid():
 
 def test_one_block_per_problem_when_the_batch_fills_the_gpu():
     many = plan(view((132, 200, 200)), view((200, 200)))
-    few = plan(view((4, 200, 200)), view((200, 200)))
+    few = plan(view((4, 200, 200)), view((200, 200)), sm=80)
     assert many.kind == "block" and many.desc.size == (200, 200, 200)
     assert few.kind == "tiled"  # 4 tiles per problem spread 4 problems over 16 blocks
+    assert plan(view((4, 200, 200)), view((200, 200))).kind == "hopper"
     assert plan(view((1, 64, 64)), view((64, 64))).kind == "block"  # one tile per problem anyway
 
 
 def test_tiled_copy_width_follows_alignment():
-    p = plan(view((1000, 1000), ptr=PTR + 2), view((1000, 1000)))
+    p = plan(view((1000, 1000), ptr=PTR + 2), view((1000, 1000)), sm=80)
     assert (p.kernel.vec_a, p.kernel.vec_b) == (2, 16)
-    p = plan(view((1000, 1000), strides=(1004, 1)), view((1000, 1000)))
+    p = plan(view((1000, 1000), strides=(1004, 1)), view((1000, 1000)), sm=80)
     assert p.kernel.vec_a == 8  # 2008-byte rows
 
 
 def test_mma_that_reads_acc_and_writes_out_can_stay_multi_block():
-    p = plan(view((8, 8)), view((8, 8)), view((8, 8), dt.float32), allow_block=False)
+    p = plan(view((8, 8)), view((8, 8)), view((8, 8), dt.float32), allow_block=False, sm=80)
     assert p.kind == "tiled"
+    assert plan(view((8, 8)), view((8, 8)), view((8, 8), dt.float32), allow_block=False).kind == "hopper"
 
 
 def test_empty_shapes_plan_without_a_kernel_build():

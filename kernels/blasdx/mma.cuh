@@ -122,7 +122,6 @@ template <> struct mma_m16n8k8<__half, __half, __half> : shape_m16n8k8_16bit {
 };
 
 // tf32 operands live in shared memory as float; fragments hold them rounded to tf32.
-struct tf32 {};
 template <> struct mma_m16n8k8<tf32, tf32, float> : shape_m16n8k8_tf32 {
     using a_type = float; using b_type = float; using acc_type = float;
     __device__ static float prepare(float v) {

@@ -17,6 +17,9 @@ typedef long long i64;
 template <bool B, class T, class F> struct std_conditional { using type = T; };
 template <class T, class F> struct std_conditional<false, T, F> { using type = F; };
 
+// Tag of tf32 operands: stored as float, multiplied with 10 mantissa bits by the tensor cores.
+struct tf32 {};
+
 template <class T>
 struct alignas(2 * sizeof(T)) complex {
     T x, y;

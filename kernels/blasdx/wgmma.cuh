@@ -236,7 +236,8 @@ struct width_check {
 // WIDTH x K_STEP step, d the accumulator registers (floats, or f16x2 words for f16). TRANS_A /
 // TRANS_B select M-major A / N-major B (16-bit types only). The type list is the supported one.
 template <class TA, class TB, class TAcc> struct mma {
-    static_assert(sizeof(TA) == 0, "wgmma runs f16 x f16 -> f16 | f32, bf16 x bf16 -> f32 and e4m3/e5m2 -> f32 here");
+    static_assert(sizeof(TA) == 0,
+                  "wgmma runs f16 x f16 -> f16 | f32, bf16 x bf16 -> f32, tf32 -> f32 and e4m3/e5m2 -> f32 here");
 };
 
 #define BLASDX_WG_SIXTEEN_BIT(TA, TACC, REG, WIDTHS, OP)                                         \
@@ -254,6 +255,19 @@ BLASDX_WG_SIXTEEN_BIT(__half, float, float, BLASDX_WG_F32_WIDTHS, "k16.f32.f16.f
 BLASDX_WG_SIXTEEN_BIT(__half, __half, u32, BLASDX_WG_F16_WIDTHS, "k16.f16.f16.f16")
 BLASDX_WG_SIXTEEN_BIT(__nv_bfloat16, float, float, BLASDX_WG_F32_WIDTHS, "k16.f32.bf16.bf16")
 #undef BLASDX_WG_SIXTEEN_BIT
+
+// tf32 (operands stored as float; the tensor core reads their upper 19 bits): K-major only.
+template <> struct mma<tf32, tf32, float> {
+    static constexpr int K_STEP = 8;
+    static constexpr bool TRANSPOSES = false;
+    using reg_type = float;
+    template <int WIDTH, bool TRANS_A, bool TRANS_B>
+    __device__ __forceinline__ static void issue(float* d, u64 desc_a, u64 desc_b) {
+        (void)width_check<WIDTH>{};
+        static_assert(!TRANS_A && !TRANS_B, "tf32 wgmma reads A and B K-major only");
+        BLASDX_WG_F32_WIDTHS("k8.f32.tf32.tf32", BLASDX_WG_NO_T, )
+    }
+};
 
 #ifdef __CUDA_FP8_TYPES_EXIST__
 #define BLASDX_WG_FP8(TA, TB, OP)                                                                \

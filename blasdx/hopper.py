@@ -1,0 +1,419 @@
+"""The Hopper engine's host side: tile configuration, how operands reach TMA, compile, launch.
+
+On an sm_90 GPU, ``bx.matmul`` / ``bx.mma`` run the types wgmma serves (f16 -> f16 | f32,
+bf16 -> f32, tf32 -> f32) through kernels/hopper_gemm.cu: TMA loads into a stage ring,
+warp-specialised wgmma consumers, a persistent grid, and split K when the output has too
+few tiles to fill the GPU. This module decides everything a call needs from the operands'
+shapes, strides and pointers (:class:`EnginePlan`), once per kind of call:
+
+* the tile configuration and the number of K splits (:func:`choose_config`, the one rule);
+* each operand's route (:class:`OperandRoute`): read in place by TMA, or first repacked
+  into a K-major scratch copy (kernels/repack.cu) when TMA cannot describe it (a row or
+  batch stride that is not a multiple of 16 bytes) or the instruction cannot read its
+  layout (tf32 wgmma reads K-major operands only);
+* the tensor maps (encoded once, re-pointed per call) and the launch parameters.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+from . import cuda_driver as _driver
+from . import dtypes as _dt
+from .cache import cached_compile
+
+__all__ = [
+    "SERVED", "EngineConfig", "OperandRoute", "EnginePlan", "choose_config", "split_count", "serves", "route",
+    "gemm_source", "KERNEL_NAME",
+]
+
+KERNEL_NAME = "blasdx_hopper_gemm"
+REDUCE_NAME = "blasdx_splitk_reduce"
+REPACK_NAME = "blasdx_repack"
+ARCH = "sm_90a"
+
+#: (input, result) type pairs the engine runs; other types take the multi-block mma.sync kernel.
+SERVED = {
+    (_dt.float16, _dt.float16), (_dt.float16, _dt.float32), (_dt.bfloat16, _dt.float32), (_dt.tfloat32, _dt.float32),
+}
+_MMA_TYPES = {"float16": "__half", "bfloat16": "__nv_bfloat16", "tfloat32": "blasdx::tf32"}
+_STORAGE_TYPES = {"float16": "__half", "bfloat16": "__nv_bfloat16", "tfloat32": "float", "float32": "float"}
+_UNSIGNED = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int", 8: "unsigned long long"}
+_SWIZZLE = 128  # bytes: one stage row of K (K-major) or one 64-element panel row (MN-major)
+_SCRATCH_ALIGNMENT = 256  # scratch allocations start on 256 bytes; maps of repacked operands are encoded at it
+
+
+def serves(a: _dt.DType, c: _dt.DType) -> bool:
+    """Whether the engine runs inputs of type ``a`` with results of type ``c``."""
+    return (a, c) in SERVED
+
+
+# ---------------------------------------------------------------------------------------------
+# tile configurations and the rule that picks one
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """One tile configuration: the block's output tile, K step, ring depth, consumers, raster group."""
+
+    bm: int
+    bn: int
+    bk: int
+    stages: int
+    consumers: int
+    group_m: int = 8
+
+    @property
+    def threads(self) -> int:
+        """Producer warpgroup plus consumers."""
+        return 128 * (1 + self.consumers)
+
+    def stage_bytes(self, itemsize: int) -> int:
+        return (self.bm + self.bn) * self.bk * itemsize
+
+    def shared_memory(self, itemsize: int) -> int:
+        """Dynamic shared memory: alignment slack, the stages, two barriers per stage (gemm.cuh)."""
+        return 1024 + self.stages * self.stage_bytes(itemsize) + 16 * self.stages
+
+    def __str__(self) -> str:
+        consumers = "1 consumer" if self.consumers == 1 else f"{self.consumers} consumers"
+        return f"{self.bm}x{self.bn}x{self.bk}, {self.stages} stages, {consumers}, group {self.group_m}"
+
+
+# Configurations per output shape class (K step: 128 bytes of the input type).
+#   wide:   128 x 256 tiles, 2 consumers of 64 x 256 (128 f32 accumulators each), 4 stages.
+#   square: 128 x 128 tiles, 2 consumers of 64 x 128, 6 stages: twice the tiles of `wide`.
+#   narrow: 64 x 256 tiles, 1 consumer, 5 stages: outputs of at most 64 rows (decode shapes).
+WIDE = EngineConfig(128, 256, 64, 4, 2)
+SQUARE = EngineConfig(128, 128, 64, 6, 2)
+NARROW = EngineConfig(64, 256, 64, 5, 1)
+CONFIGS = {"wide": WIDE, "square": SQUARE, "narrow": NARROW}
+
+#: A split covers at least this many K steps (fewer would cost more in partial sums than it gains).
+MIN_STEPS_PER_SPLIT = 4
+MAX_SPLITS = 16
+
+
+def choose_config(a: _dt.DType, m: int, n: int, k: int, batch: int, multiprocessors: int) -> tuple[EngineConfig, int]:
+    """The tile configuration and K split count of an M x N x K product with ``batch`` problems.
+
+    Outputs of at most 64 rows take `narrow`; outputs whose `wide` tiles fill the GPU
+    take `wide`, others `square` (twice the tiles). Then :func:`split_count`.
+    """
+    bk = _SWIZZLE // a.size
+    if m <= 64:
+        config = NARROW
+    elif batch * math.ceil(m / WIDE.bm) * math.ceil(n / WIDE.bn) >= multiprocessors:
+        config = WIDE
+    else:
+        config = SQUARE
+    config = replace(config, bk=bk)
+    return config, split_count(config, m, n, k, batch, multiprocessors)
+
+
+def split_count(config: EngineConfig, m: int, n: int, k: int, batch: int, multiprocessors: int) -> int:
+    """K splits that bring the work units up to the SM count, each at least MIN_STEPS_PER_SPLIT deep."""
+    units = batch * math.ceil(m / config.bm) * math.ceil(n / config.bn)
+    steps = math.ceil(k / config.bk)
+    if units >= multiprocessors or steps < 2 * MIN_STEPS_PER_SPLIT:
+        return 1
+    splits = min(multiprocessors // units, steps // MIN_STEPS_PER_SPLIT, MAX_SPLITS)
+    if splits <= 1:
+        return 1
+    chunk = math.ceil(steps / splits)
+    return math.ceil(steps / chunk)  # no split left empty
+
+
+# ---------------------------------------------------------------------------------------------
+# operands
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OperandRoute:
+    """How one operand reaches the kernel.
+
+    ``k_major``: the layout the kernel reads (K contiguous). ``repack``: None when TMA reads
+    the array in place, else why it is first copied into a K-major scratch array.
+    """
+
+    argument: str
+    k_major: bool
+    repack: str | None = None
+
+
+def route(argument: str, dtype: _dt.DType, ptr: int, k_major: bool, ld: int, outer: int, batch_stride: int,
+          batched: bool) -> OperandRoute:
+    """The route of an operand: ``k_major`` its own layout, ``ld`` / ``batch_stride`` in elements."""
+    size = dtype.size
+    if not k_major and dtype.size != 2:
+        return OperandRoute(argument, True, f"{dtype.name} wgmma reads K-major operands only")
+    if ptr % 16:
+        return OperandRoute(argument, True, f"TMA needs a 16-byte aligned address, not {ptr:#x}")
+    if outer > 1 and (ld * size) % 16:
+        return OperandRoute(argument, True, f"TMA needs row strides of whole 16 bytes, not {ld} x {size} bytes")
+    if batched and (batch_stride * size) % 16:
+        return OperandRoute(
+            argument, True, f"TMA needs batch strides of whole 16 bytes, not {batch_stride} x {size} bytes"
+        )
+    return OperandRoute(argument, k_major)
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+@dataclass(frozen=True)
+class _Operand:
+    """One operand as the tensor map sees it: extents and byte strides, innermost first."""
+
+    dims: tuple[int, int, int]
+    strides: tuple[int, int]
+    box: tuple[int, int, int]
+    batched: bool
+
+
+def _operand(route_: OperandRoute, dtype: _dt.DType, rows: int, k: int, ld: int, batch: int, batch_stride: int,
+             tile_rows: int, bk: int) -> _Operand:
+    """The tensor map geometry of an operand of ``rows`` (M or N) x K per problem.
+
+    A repacked operand is K-major with rows padded to 16 bytes, problems back to back.
+    """
+    size = dtype.size
+    batched = batch > 1
+    if route_.repack is not None:
+        ld = _round_up(k, 16 // size)
+        batch_stride = rows * ld
+    inner, outer = (k, rows) if route_.k_major else (rows, k)
+    row_bytes = ld * size if outer > 1 else _round_up(max(inner * size, 16), 16)
+    if batched:
+        batch_bytes = batch_stride * size
+    else:
+        batch_bytes = _round_up(max(outer * row_bytes, 16), 16)
+    box = (bk, tile_rows, 1) if route_.k_major else (_SWIZZLE // size, bk, 1)
+    return _Operand((inner, outer, batch if batched else 1), (row_bytes, batch_bytes), box, batched)
+
+
+# ---------------------------------------------------------------------------------------------
+# sources
+# ---------------------------------------------------------------------------------------------
+
+
+def gemm_source(a: _dt.DType, c: _dt.DType, config: EngineConfig, a_k_major: bool, b_k_major: bool) -> str:
+    """kernels/hopper_gemm.cu instantiated for the input and result types, layouts and tile."""
+    storage, mma = _STORAGE_TYPES[a.name], _MMA_TYPES[a.name]
+    return "\n".join([
+        '#include "blasdx/types.cuh"',
+        "struct HopperConfig {",
+        f"    using a_type = {storage};",
+        f"    using b_type = {storage};",
+        f"    using a_mma = {mma};",
+        f"    using b_mma = {mma};",
+        f"    using c_type = {_STORAGE_TYPES[c.name]};",
+        f"    static constexpr int bm = {config.bm}, bn = {config.bn}, bk = {config.bk};",
+        f"    static constexpr int stages = {config.stages}, consumers = {config.consumers}, "
+        f"group_m = {config.group_m};",
+        f"    static constexpr bool a_k_major = {str(a_k_major).lower()}, b_k_major = {str(b_k_major).lower()};",
+        "};",
+        '#include "hopper_gemm.cu"',
+        "",
+    ])
+
+
+def reduce_source(c: _dt.DType) -> str:
+    """kernels/splitk_reduce.cu for results of type ``c``."""
+    return f'#include "blasdx/types.cuh"\nusing splitk_c_type = {_STORAGE_TYPES[c.name]};\n#include "splitk_reduce.cu"\n'
+
+
+def repack_source(itemsize: int) -> str:
+    """kernels/repack.cu for elements of ``itemsize`` bytes."""
+    return f'using repack_type = {_UNSIGNED[itemsize]};\n#include "repack.cu"\n'
+
+
+# ---------------------------------------------------------------------------------------------
+# the plan of one kind of call
+# ---------------------------------------------------------------------------------------------
+
+_GEMM_PARAMS = ("map", "map", "u64", "u64", "u64", "i32", "i32", "i32", "i32", "i32", "i32", "i32",
+                "i64", "i64", "i64", "i64", "i64", "i64", "f32", "f32")
+_REDUCE_PARAMS = ("u64", "u64", "u64", "i32", "i32", "i32", "i32", "i64", "i64", "i64", "i64", "i64", "i64", "f32",
+                  "f32")
+_REPACK_PARAMS = ("u64", "u64", "i32", "i32", "i64", "i64", "i64", "i64", "i64", "i32")
+_MAX_GRID_Z = 65535
+
+
+class _Kernel:
+    """A kernel source with its parameter block; compiled on first use, its function handle kept per device."""
+
+    __slots__ = ("source", "name", "arch", "shared_memory", "params", "functions", "_compiled")
+
+    def __init__(self, source: str, name: str, arch: str, params: tuple[str, ...], shared_memory: int = 0) -> None:
+        self.source, self.name, self.arch = source, name, arch
+        self.shared_memory = shared_memory
+        self.params = _driver.ParameterBlock(params)
+        self.functions: dict[int, int] = {}
+        self._compiled: Any = None
+
+    @property
+    def compiled(self) -> Any:
+        """The CompiledKernel (through both cache levels)."""
+        if self._compiled is None:
+            self._compiled = cached_compile(self.source, self.name, self.arch)
+        return self._compiled
+
+    def function(self, device_id: int) -> int:
+        """The CUkernel address, loaded and opted in to its shared memory on ``device_id`` (current)."""
+        found = self.functions.get(device_id)
+        if found is None:
+            kernel = self.compiled.kernel(dynamic_shared_memory=self.shared_memory)
+            found = self.functions[device_id] = int(kernel.handle)
+        return found
+
+    def launch(self, device_id: int, grid: tuple[int, int, int], block: tuple[int, int, int], stream: int,
+               values: tuple[Any, ...]) -> None:
+        """Fill the scalar parameters (maps are set by the caller, under the lock) and launch."""
+        params = self.params
+        for i, value in enumerate(values):
+            if value is not None:
+                params.set(i, value)
+        _driver.launch(self.function(device_id), grid, block, self.shared_memory, stream, params)
+
+
+class EnginePlan:
+    """What every call of one kind (types, shapes, strides, alignments, device) runs on the engine."""
+
+    def __init__(self, a: _dt.DType, c: _dt.DType, m: int, n: int, k: int, batch: int, route_a: OperandRoute,
+                 route_b: OperandRoute, lda: int, ldb: int, batch_a: int, batch_b: int, batch_stride_a: int,
+                 batch_stride_b: int, ptr_a: int, ptr_b: int, multiprocessors: int, config: EngineConfig | None = None,
+                 splits: int | None = None) -> None:
+        """Choose and check (kernels compile at the first run); ExecutionError when TMA refuses an operand.
+
+        ``ptr_a`` / ``ptr_b`` are this call's addresses: the tensor maps are encoded now
+        (later calls only re-point them), so a tensor TMA cannot describe is found before
+        anything runs. ``config`` / ``splits`` override the rule (benchmark sweeps).
+        """
+        self.a, self.c = a, c
+        self.m, self.n, self.k, self.batch = m, n, k, batch
+        self.route_a, self.route_b = route_a, route_b
+        chosen, chosen_splits = choose_config(a, m, n, k, batch, multiprocessors)
+        self.config = config or chosen
+        self.splits = splits if splits is not None else (chosen_splits if config is None else 1)
+        self.multiprocessors = multiprocessors
+        self.operand_a = _operand(route_a, a, m, k, lda, batch_a, batch_stride_a, self.config.bm, self.config.bk)
+        self.operand_b = _operand(route_b, a, n, k, ldb, batch_b, batch_stride_b, self.config.bn, self.config.bk)
+        self.tiles = math.ceil(m / self.config.bm) * math.ceil(n / self.config.bn)
+        self.units = batch * self.splits * self.tiles
+        if self.units >= 2**31:
+            raise ValueError(f"{self.units} work units exceed the scheduler's 32-bit range")
+        self.grid = (max(1, min(self.units, multiprocessors)), 1, 1)
+        self._gemm = _Kernel(gemm_source(a, c, self.config, route_a.k_major, route_b.k_major), KERNEL_NAME, ARCH,
+                             _GEMM_PARAMS, self.config.shared_memory(a.size))
+        self._reduce = _Kernel(reduce_source(c), REDUCE_NAME, "sm_90", _REDUCE_PARAMS) if self.splits > 1 else None
+        needs_repack = route_a.repack is not None or route_b.repack is not None
+        self._repack = _Kernel(repack_source(a.size), REPACK_NAME, "sm_90", _REPACK_PARAMS) if needs_repack else None
+        self._maps = [
+            _driver.encode_tiled(a.name, ptr if r.repack is None else _SCRATCH_ALIGNMENT, op.dims, op.strides, op.box,
+                                 _SWIZZLE)
+            for ptr, r, op in ((ptr_a, route_a, self.operand_a), (ptr_b, route_b, self.operand_b))
+        ]
+
+    def __repr__(self) -> str:
+        return f"EnginePlan({self.describe()})"
+
+    def describe(self) -> str:
+        """The path and what it chose: tile, stages, splits, operand routes."""
+        text = f"hopper wgmma+TMA, {self.config}, {self.splits} K split{'s' if self.splits > 1 else ''}"
+        for r in (self.route_a, self.route_b):
+            layout = "K-major" if r.k_major else "MN-major"
+            text += f", {r.argument} {layout}" + (f" (repacked: {r.repack})" if r.repack else "")
+        return text
+
+    @property
+    def compiled(self) -> Any:
+        """The GEMM's CompiledKernel (SASS, registers, spills)."""
+        return self._gemm.compiled
+
+    # -- per call -------------------------------------------------------------------------------
+
+    def run(self, device_id: int, stream_core: Any, stream: int, a: Any, b: Any, c: Any, d: Any, alpha: float,
+            beta: float) -> None:
+        """D = alpha * A B + beta * C on ``stream``: A, B, C, D are ArrayViews (C None when beta == 0)."""
+        scratch = []
+        try:
+            a_ptr = self._prepare(a, self.route_a, self.operand_a, self.m, device_id, stream_core, stream, scratch)
+            b_ptr = self._prepare(b, self.route_b, self.operand_b, self.n, device_id, stream_core, stream, scratch)
+            workspace = 0
+            if self.splits > 1:
+                nbytes = 4 * self.splits * self.batch * self.m * self.n
+                workspace = self._allocate(nbytes, device_id, stream_core, scratch)
+            c_ptr, c_strides = (0, (0, 0, 0)) if c is None else (c.ptr, _strides(c))
+            d_strides = _strides(d)
+            with self._gemm.params.lock:
+                self._point_maps(a_ptr, b_ptr)
+                self._gemm.launch(device_id, self.grid, (self.config.threads, 1, 1), stream, (
+                    None, None, c_ptr, d.ptr if self.splits == 1 else 0, workspace, self.m, self.n, self.k,
+                    self.batch, int(self.operand_a.batched), int(self.operand_b.batched), self.splits,
+                    *c_strides, *d_strides, alpha, beta,
+                ))
+            if self.splits > 1:
+                total = self.batch * self.m * self.n
+                grid = (max(1, min(math.ceil(total / 256), 8 * self.multiprocessors)), 1, 1)
+                with self._reduce.params.lock:
+                    self._reduce.launch(device_id, grid, (256, 1, 1), stream, (
+                        workspace, c_ptr, d.ptr, self.m, self.n, self.batch, self.splits, *c_strides, *d_strides,
+                        alpha, beta,
+                    ))
+        finally:
+            for buffer in scratch:
+                buffer.close(stream_core)
+
+    def _point_maps(self, a_ptr: int, b_ptr: int) -> None:
+        """Point the tensor maps at this call's operands (under the GEMM's lock)."""
+        self._maps[0].replace_address(a_ptr)
+        self._maps[1].replace_address(b_ptr)
+        self._gemm.params.set_map(0, self._maps[0])
+        self._gemm.params.set_map(1, self._maps[1])
+
+    def _prepare(self, view: Any, route_: OperandRoute, op: _Operand, rows: int, device_id: int, stream_core: Any,
+                 stream: int, scratch: list) -> int:
+        """The address TMA reads the operand from: the array itself, or its K-major repacked copy."""
+        if route_.repack is None:
+            return view.ptr
+        k = self.k
+        ld = op.strides[0] // self.a.size
+        problems = op.dims[2]
+        target = self._allocate(op.strides[1] * problems, device_id, stream_core, scratch)
+        shape, strides = tuple(view.shape), tuple(view.strides)
+        row_stride, col_stride = strides[-2:]
+        source_batch = strides[0] if len(shape) == 3 and shape[0] > 1 else 0
+        # repacked rows are M (A: rows of x) or N (B: columns of y) and run along K
+        if route_.argument == "x":
+            src_row, src_col = row_stride, col_stride
+        else:
+            src_row, src_col = col_stride, row_stride
+        grid = (math.ceil(k / 32), math.ceil(rows / 32), min(problems, _MAX_GRID_Z))
+        with self._repack.params.lock:
+            self._repack.launch(device_id, grid, (32, 8, 1), stream, (
+                view.ptr, target, rows, k, src_row, src_col, source_batch, ld, op.strides[1] // self.a.size,
+                problems,
+            ))
+        return target
+
+    @staticmethod
+    def _allocate(nbytes: int, device_id: int, stream_core: Any, scratch: list) -> int:
+        """Stream-ordered scratch memory, freed (stream-ordered) when the call's launches are queued."""
+        from cuda.core import Device
+
+        buffer = Device(device_id).allocate(max(nbytes, 16), stream=stream_core)
+        scratch.append(buffer)
+        return int(buffer.handle)
+
+
+def _strides(view: Any) -> tuple[int, int, int]:
+    """(row, column, batch) element strides of a result-shaped view (batch 0 when it does not vary)."""
+    rs, cs = view.strides[-2:]
+    bs = view.strides[0] if len(view.shape) == 3 and view.shape[0] > 1 else 0
+    return rs, cs, bs

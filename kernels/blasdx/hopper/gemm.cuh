@@ -1,0 +1,128 @@
+// The device-level GEMM of the Hopper engine: a warp-specialised, persistent block.
+//
+// The block has 1 + CONSUMERS warpgroups. Warpgroup 0 is the producer: it gives up
+// registers (setmaxnreg) and one of its threads walks the scheduler's work units, loading
+// each unit's K steps with TMA into the stage ring. Consumer warpgroup c takes rows
+// [c * BM / CONSUMERS, (c + 1) * BM / CONSUMERS) of every output tile: for each stage it
+// waits for the data, issues the stage's wgmmas, and frees the stage the previous group
+// read once that group has completed (one group stays in flight). When a unit's K range
+// is done it hands its accumulator to the epilogue functor, while the producer already
+// loads the next unit. Nothing else synchronises the warpgroups.
+//
+// Cfg names the types and the tile (the generated prelude's struct, or a user's):
+//   a_type, b_type         storage types of A and B (float for tf32)
+//   a_mma, b_mma           the instruction's operand types (blasdx::tf32 for tf32)
+//   bm, bn, bk, stages, consumers, group_m, a_k_major, b_k_major
+#pragma once
+
+#include "epilogue.cuh"
+#include "pipeline.cuh"
+#include "scheduler.cuh"
+#include "tma.cuh"
+#include "warpgroup_mma.cuh"
+
+namespace blasdx {
+namespace hopper {
+
+template <class Cfg>
+struct DeviceGemm {
+    static constexpr int BM = Cfg::bm, BN = Cfg::bn, BK = Cfg::bk, STAGES = Cfg::stages;
+    static constexpr int CONSUMERS = Cfg::consumers;
+    static constexpr int WG_M = BM / CONSUMERS, ATOMS_M = WG_M / 64;
+    static constexpr int THREADS = 128 * (1 + CONSUMERS);
+    // Registers per thread after the hand-over: the producer keeps few, consumers get the rest.
+    static constexpr int PRODUCER_REGISTERS = 40;
+    static constexpr int CONSUMER_REGISTERS = CONSUMERS == 1 ? 256 : 232;
+
+    using SA = StageOperand<typename Cfg::a_type, BM, BK, Cfg::a_k_major>;
+    using SB = StageOperand<typename Cfg::b_type, BN, BK, Cfg::b_k_major>;
+    using Acc = Accumulator<ATOMS_M, BN>;
+    using Sched = Scheduler<BM, BN, BK, Cfg::group_m>;
+    using Stages = Ring<STAGES>;
+
+    static constexpr int STAGE_BYTES = SA::BYTES + SB::BYTES;
+    // Dynamic shared memory: 1024 bytes of slack to align the stages to a swizzle atom.
+    static constexpr int SHARED_BYTES = ATOM_BYTES + STAGES * STAGE_BYTES + int(sizeof(Stages));
+
+    static_assert(CONSUMERS == 1 || CONSUMERS == 2, "one or two consumer warpgroups");
+    static_assert(WG_M % 64 == 0 && ATOMS_M <= 2, "a consumer owns one or two 64-row slices of the tile");
+    static_assert(BN == 64 || BN == 128 || BN == 256, "one wgmma spans the tile's N: 64, 128 or 256");
+    static_assert(STAGES >= 2, "the producer loads ahead while consumers multiply");
+    static_assert(SA::BYTES % ATOM_BYTES == 0 && SB::BYTES % ATOM_BYTES == 0, "stages stay atom-aligned");
+    static_assert(SHARED_BYTES <= 232448, "the stages fit the 227 KB of shared memory a Hopper block can have");
+    static_assert(ATOMS_M * BN / 2 + 40 <= CONSUMER_REGISTERS, "the accumulator fits the consumer's registers");
+
+    __device__ __forceinline__ static unsigned char* stage(unsigned char* smem, int s) { return smem + s * STAGE_BYTES; }
+
+    // The whole block's work; `smem` is the dynamic shared memory (SHARED_BYTES).
+    template <class Epilogue>
+    __device__ __forceinline__ static void run(unsigned char* smem_raw, const TensorMap* map_a,
+                                               const TensorMap* map_b, const Sched& sched, bool batched_a,
+                                               bool batched_b, const Epilogue& epi) {
+        unsigned char* smem = smem_raw + ((ATOM_BYTES - shared_address(smem_raw) % ATOM_BYTES) % ATOM_BYTES);
+        Stages* ring = reinterpret_cast<Stages*>(smem + STAGES * STAGE_BYTES);
+        if (threadIdx.x == 0) {
+            ring->init(4 * CONSUMERS);
+            prefetch_tensor_map(map_a);
+            prefetch_tensor_map(map_b);
+        }
+        __syncthreads();
+        const int warpgroup = threadIdx.x / 128;
+        if (warpgroup == 0) {
+            release_registers<PRODUCER_REGISTERS>();
+            if (threadIdx.x == 0) produce(smem, ring, map_a, map_b, sched, batched_a, batched_b);
+        } else {
+            claim_registers<CONSUMER_REGISTERS>();
+            consume(smem, ring, sched, warpgroup - 1, epi);
+        }
+    }
+
+    __device__ __forceinline__ static void produce(unsigned char* smem, Stages* ring, const TensorMap* map_a,
+                                                   const TensorMap* map_b, const Sched& sched, bool batched_a,
+                                                   bool batched_b) {
+        RingState<STAGES> at;
+        for (int unit = blockIdx.x; unit < sched.units; unit += gridDim.x) {
+            const Work w = sched.work(unit);
+            for (int step = w.k_begin; step < w.k_end; ++step) {
+                wait(&ring->empty[at.stage], at.parity ^ 1);
+                unsigned char* s = stage(smem, at.stage);
+                u64* full = &ring->full[at.stage];
+                arrive_expect_bytes(full, STAGE_BYTES);
+                SA::load(s, map_a, full, w.m0, step * BK, batched_a ? w.batch : 0);
+                SB::load(s + SA::BYTES, map_b, full, w.n0, step * BK, batched_b ? w.batch : 0);
+                at.advance();
+            }
+        }
+    }
+
+    template <class Epilogue>
+    __device__ __forceinline__ static void consume(unsigned char* smem, Stages* ring, const Sched& sched,
+                                                   int consumer, const Epilogue& epi) {
+        const bool lead = threadIdx.x % 32 == 0;  // one arrival per warp frees a stage
+        RingState<STAGES> at;
+        Acc acc;
+        for (int unit = blockIdx.x; unit < sched.units; unit += gridDim.x) {
+            const Work w = sched.work(unit);
+            acc.zero();
+            int held = -1;  // the stage the group in flight reads
+            for (int step = w.k_begin; step < w.k_end; ++step) {
+                wait(&ring->full[at.stage], at.parity);
+                const u32 a_base = shared_address(stage(smem, at.stage));
+                mma_stage<typename Cfg::a_mma, typename Cfg::b_mma, SA, SB, ATOMS_M, BN, BK>(
+                    acc, a_base, a_base + SA::BYTES, consumer * WG_M);
+                wgmma::wait<1>();
+                if (held >= 0 && lead) arrive(&ring->empty[held]);
+                held = at.stage;
+                at.advance();
+            }
+            wgmma::wait<0>();
+            if (held >= 0 && lead) arrive(&ring->empty[held]);
+            acc.pin();
+            acc.for_each_pair(w.m0 + consumer * WG_M, w.n0,
+                              [&](int row, int col, float v0, float v1) { epi(w, row, col, v0, v1); });
+        }
+    }
+};
+
+}  // namespace hopper
+}  // namespace blasdx

@@ -1,0 +1,45 @@
+// The stage ring between the producer (TMA) and the consumer warpgroups (wgmma).
+//
+// STAGES shared-memory stages, each with a `full` barrier (one producer arrival plus the
+// stage's TMA bytes) and an `empty` barrier (one arrival per consumer warp once its wgmmas
+// have read the stage). Producer and consumers walk the same sequence of stages; a
+// RingState is the position in it: the stage and the parity of the pass over the ring.
+// The producer waits on `empty` with the opposite parity, so its first pass never blocks.
+#pragma once
+
+#include "sync.cuh"
+
+namespace blasdx {
+namespace hopper {
+
+template <int STAGES>
+struct Ring {
+    u64 full[STAGES];
+    u64 empty[STAGES];
+
+    // One thread initialises; the block syncs before anyone uses the barriers.
+    __device__ __forceinline__ void init(int consumer_arrivals) {
+#pragma unroll
+        for (int s = 0; s < STAGES; ++s) {
+            barrier_init(&full[s], 1);
+            barrier_init(&empty[s], consumer_arrivals);
+        }
+        barrier_init_fence();
+    }
+};
+
+template <int STAGES>
+struct RingState {
+    int stage = 0;
+    u32 parity = 0;
+
+    __device__ __forceinline__ void advance() {
+        if (++stage == STAGES) {
+            stage = 0;
+            parity ^= 1;
+        }
+    }
+};
+
+}  // namespace hopper
+}  // namespace blasdx

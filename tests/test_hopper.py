@@ -1,0 +1,237 @@
+"""The Hopper engine without a GPU: configuration rule, split K, operand routes, tensor-map
+geometry (checked against the driver's rules by a stand-in), plan reasons, the parameter
+block, and the sm_90a kernels' SASS (wgmma, TMA, register hand-over, no local memory).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from blasdx import array_gemm, cuda_driver, hopper
+from blasdx import dtypes as dt
+from blasdx.arrays import ArrayView
+from blasdx.cache import cached_compile
+
+from .tma_rules import FakeEncoder
+
+PTR = 0x7F0000000000
+SMS = 132
+
+
+def view(shape, dtype=dt.float16, strides=None, ptr=PTR) -> ArrayView:
+    if strides is None:
+        strides, acc = [], 1
+        for n in reversed(shape):
+            strides.insert(0, acc)
+            acc *= max(n, 1)
+    return ArrayView(ptr, tuple(shape), tuple(strides), dtype, 0, False, None)
+
+
+def col(shape, dtype=dt.float16, ptr=PTR) -> ArrayView:
+    rows, cols = shape[-2:]
+    strides = (1, rows) if len(shape) == 2 else (rows * cols, 1, rows)
+    return view(shape, dtype, strides, ptr)
+
+
+@pytest.fixture
+def encoder(monkeypatch) -> FakeEncoder:
+    fake = FakeEncoder()
+    monkeypatch.setattr(cuda_driver, "encode_tiled", fake)
+    array_gemm._CALLS.clear()
+    return fake
+
+
+def plan(x, y, acc=None, sm=90):
+    result = acc.dtype if acc is not None else array_gemm.RESULT_TYPES[x.dtype]
+    return array_gemm.plan_call(x, y, acc, result, array_gemm._DeviceInfo(sm, SMS), 0)
+
+
+# ---- the configuration rule -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("shape", "config", "splits"), [
+    ((8192, 8192, 8192), "wide", 1),
+    ((4096, 4096, 4096), "wide", 1),
+    ((2048, 2048, 2048), "square", 1),  # 128 wide tiles < 132 SMs: square tiles, 256 of them
+    ((1024, 1024, 1024), "square", 2),  # 64 tiles: two K splits
+    ((16, 8192, 8192), "narrow", 4),  # decode: 32 tiles of 64 x 256, four splits of 2048
+    ((64, 4096, 14336), "narrow", 8),
+    ((128, 8192, 28672), "square", 2),
+    ((8192, 8192, 512), "wide", 1),
+])
+def test_config_rule(shape, config, splits):
+    m, n, k = shape
+    chosen, n_splits = hopper.choose_config(dt.bfloat16, m, n, k, 1, SMS)
+    assert (chosen.bm, chosen.bn, chosen.stages, chosen.consumers) == (
+        hopper.CONFIGS[config].bm, hopper.CONFIGS[config].bn, hopper.CONFIGS[config].stages,
+        hopper.CONFIGS[config].consumers)
+    assert n_splits == splits
+
+
+@pytest.mark.parametrize(("a", "bk"), [(dt.float16, 64), (dt.bfloat16, 64), (dt.tfloat32, 32)])
+def test_k_step_is_one_swizzle_row(a, bk):
+    assert hopper.choose_config(a, 4096, 4096, 4096, 1, SMS)[0].bk == bk
+
+
+@settings(max_examples=300, deadline=None)
+@given(m=st.integers(1, 20000), n=st.integers(1, 20000), k=st.integers(1, 70000), batch=st.integers(1, 40),
+       sms=st.sampled_from([1, 8, 78, 114, 132]))
+def test_splits_are_never_empty_and_fit_the_gpu(m, n, k, batch, sms):
+    config, splits = hopper.choose_config(dt.float16, m, n, k, batch, sms)
+    steps = math.ceil(k / config.bk)
+    assert 1 <= splits <= hopper.MAX_SPLITS
+    chunk = math.ceil(steps / splits)
+    assert (splits - 1) * chunk < steps, "the last split has K steps"
+    if splits > 1:
+        tiles = batch * math.ceil(m / config.bm) * math.ceil(n / config.bn)
+        assert tiles * splits <= sms and chunk >= hopper.MIN_STEPS_PER_SPLIT
+    assert config.shared_memory(2) <= 232448
+    assert hopper.choose_config(dt.tfloat32, m, n, k, batch, sms)[0].shared_memory(4) <= 232448
+
+
+# ---- operand routes and tensor-map geometry ----------------------------------------------------------
+
+
+def test_routes_say_why_an_operand_is_repacked():
+    assert hopper.route("x", dt.float16, PTR, True, 1024, 512, 0, False) == hopper.OperandRoute("x", True)
+    assert hopper.route("y", dt.float16, PTR, False, 1024, 512, 0, False) == hopper.OperandRoute("y", False)
+    r = hopper.route("y", dt.tfloat32, PTR, False, 1024, 512, 0, False)
+    assert r.k_major and r.repack == "tfloat32 wgmma reads K-major operands only"
+    r = hopper.route("x", dt.float16, PTR + 2, True, 1024, 512, 0, False)
+    assert r.repack == f"TMA needs a 16-byte aligned address, not {PTR + 2:#x}"
+    r = hopper.route("x", dt.bfloat16, PTR, True, 1001, 512, 0, False)
+    assert r.repack == "TMA needs row strides of whole 16 bytes, not 1001 x 2 bytes"
+    assert hopper.route("x", dt.bfloat16, PTR, True, 1001, 1, 0, False).repack is None  # one row: no stride
+    r = hopper.route("x", dt.bfloat16, PTR, True, 1024, 512, 1001, True)
+    assert r.repack == "TMA needs batch strides of whole 16 bytes, not 1001 x 2 bytes"
+
+
+@pytest.mark.parametrize("layout", ["RR", "RC", "CR", "CC"])
+def test_tensor_maps_of_every_layout(encoder, layout):
+    m, n, k = 1000, 600, 704  # rows of 2000, 1200, 1408 bytes: whole 16 bytes
+    x = view((m, k)) if layout[0] == "R" else col((m, k))
+    y = view((k, n)) if layout[1] == "R" else col((k, n))
+    p = plan(x, y)
+    assert p.kind == "hopper" and "repacked" not in p.describe()
+    config = p.kernel.config
+    map_a, map_b = encoder.calls
+    if layout[0] == "R":  # K-major A: rows of K, one box {bk, bm}
+        assert (map_a.dims, map_a.strides, map_a.box) == ((k, m, 1), (2 * k, 2 * k * m), (64, config.bm, 1))
+    else:  # M-major A: rows of M, boxes {64, bk}
+        assert (map_a.dims, map_a.strides, map_a.box) == ((m, k, 1), (2 * m, 2 * m * k), (64, 64, 1))
+    if layout[1] == "C":
+        assert (map_b.dims, map_b.strides, map_b.box) == ((k, n, 1), (2 * k, 2 * k * n), (64, config.bn, 1))
+    else:
+        assert (map_b.dims, map_b.strides, map_b.box) == ((n, k, 1), (2 * n, 2 * n * k), (64, 64, 1))
+    assert map_a.pointer == PTR and map_a.swizzle == 128
+
+
+def test_tensor_maps_of_batches_and_broadcasts(encoder):
+    p = plan(view((6, 256, 512), dt.bfloat16), view((512, 384), dt.bfloat16))
+    assert p.kind == "hopper" and p.batch == 6
+    map_a, map_b = encoder.calls
+    assert map_a.dims == (512, 256, 6) and map_a.strides == (1024, 1024 * 256)
+    assert map_b.dims == (384, 512, 1)  # broadcast: one problem, any valid batch stride
+    assert p.kernel.operand_a.batched and not p.kernel.operand_b.batched
+
+
+def test_repacked_operands_are_k_major_and_padded(encoder):
+    p = plan(view((300, 201), dt.float16, strides=(203, 1)), view((201, 150), dt.float16))
+    assert "x K-major (repacked: TMA needs row strides of whole 16 bytes, not 203 x 2 bytes)" in p.describe()
+    map_a = encoder.calls[0]
+    assert map_a.dims == (201, 300, 1) and map_a.strides == (2 * 208, 2 * 208 * 300) and map_a.pointer == 256
+    encoder.calls.clear()
+    p = plan(view((640, 960), dt.tfloat32), view((960, 800), dt.tfloat32))  # row-major B is N-major
+    assert "y K-major (repacked: tfloat32 wgmma reads K-major operands only)" in p.describe()
+    assert encoder.calls[1].dims == (960, 800, 1) and encoder.calls[1].box == (32, p.kernel.config.bn, 1)
+
+
+def test_plans_say_why_the_engine_is_not_taken(encoder):
+    assert "the wgmma engine needs sm_90 (this GPU is sm_80)" in plan(view((4096, 4096)), view((4096, 4096)),
+                                                                       sm=80).describe()
+    p = plan(view((4096, 4096), dt.float32), view((4096, 4096), dt.float32))
+    assert p.kind == "tiled" and "the wgmma engine runs" in p.reason
+    p = plan(view((64, 0)), view((0, 64)), view((64, 64), dt.float32))
+    assert p.kind == "tiled" and p.reason == "K = 0: nothing to multiply"
+
+
+def test_tma_refusal_falls_back_to_the_multi_block_kernel(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise array_gemm.ExecutionError("cuTensorMapEncodeTiled refused: CUDA_ERROR_INVALID_VALUE")
+
+    monkeypatch.setattr(cuda_driver, "encode_tiled", refuse)
+    array_gemm._CALLS.clear()
+    p = plan(view((4096, 4096)), view((4096, 4096)))
+    assert p.kind == "tiled" and p.reason.startswith("TMA: cuTensorMapEncodeTiled refused")
+
+
+# ---- the launch's parameter block ---------------------------------------------------------------------
+
+
+def test_parameter_block_points_at_its_slots():
+    import ctypes
+
+    block = cuda_driver.ParameterBlock(("map", "u64", "i32", "f32"))
+    tmap = cuda_driver.TensorMap()
+    assert tmap.address % 64 == 0
+    block.set_map(0, tmap)
+    block.set(1, 0xDEAD0000)
+    block.set(2, -7)
+    block.set(3, 0.5)
+    assert block.pointers[0] == tmap.address
+    assert ctypes.c_uint64.from_address(block.pointers[1]).value == 0xDEAD0000
+    assert ctypes.c_int32.from_address(block.pointers[2]).value == -7
+    assert ctypes.c_float.from_address(block.pointers[3]).value == 0.5
+    assert len(hopper._GEMM_PARAMS) == 20 and hopper._GEMM_PARAMS[:2] == ("map", "map")
+
+
+# ---- the kernels compile for sm_90a and use the intended instructions ---------------------------------
+
+COMBINATIONS = [
+    (a, c, ak, bk)
+    for a, c in sorted(hopper.SERVED, key=lambda p: (p[0].name, p[1].name))
+    for ak, bk in ((True, True), (True, False), (False, True), (False, False))
+    if a.size == 2 or (ak and bk)
+]
+
+
+def _instructions(sass: str) -> set[str]:
+    return set(re.findall(r"\b(HGMMA|UTMALDG|USETMAXREG|SYNCS|LDL|STL)\b", sass))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("a", "c", "a_k_major", "b_k_major"), COMBINATIONS,
+                         ids=lambda v: v.name if isinstance(v, dt.DType) else ("K" if v else "MN"))
+def test_engine_compiles_with_wgmma_tma_and_no_spills(a, c, a_k_major, b_k_major):
+    config = hopper.choose_config(a, 4096, 4096, 4096, 1, SMS)[0]
+    compiled = cached_compile(hopper.gemm_source(a, c, config, a_k_major, b_k_major), hopper.KERNEL_NAME, "sm_90a")
+    ops = _instructions(compiled.sass())
+    assert {"HGMMA", "UTMALDG", "USETMAXREG", "SYNCS"} <= ops
+    assert not ops & {"LDL", "STL"} and compiled.local_memory == 0
+    assert compiled.registers <= 168, "the register cap at entry of 384 threads, before the hand-over"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(hopper.CONFIGS))
+def test_every_config_compiles(name):
+    config = hopper.replace(hopper.CONFIGS[name], bk=64)
+    compiled = cached_compile(hopper.gemm_source(dt.bfloat16, dt.float32, config, True, False), hopper.KERNEL_NAME,
+                              "sm_90a")
+    sass = compiled.sass()
+    assert compiled.local_memory == 0 and "HGMMA" in sass
+    width = {"wide": 256, "square": 128, "narrow": 256}[name]
+    assert f"HGMMA.64x{width}x16.F32.BF16" in sass
+
+
+@pytest.mark.parametrize("c", [dt.float16, dt.float32])
+def test_split_reduce_and_repack_compile(c):
+    reduce = cached_compile(hopper.reduce_source(c), hopper.REDUCE_NAME, "sm_90")
+    assert reduce.local_memory == 0
+    for size in (2, 4):
+        repack = cached_compile(hopper.repack_source(size), hopper.REPACK_NAME, "sm_90")
+        assert repack.local_memory == 0 and repack.shared_memory == 32 * 33 * size
