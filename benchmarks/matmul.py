@@ -1,12 +1,17 @@
-"""bx.matmul / bx.mma: host cost of a repeated call, and the multi-block path against torch.matmul.
+"""bx.matmul / bx.mma: host cost of a repeated call, and the device-level paths against torch and Triton.
 
-    python benchmarks/matmul.py [--sizes 256 1024 4096] [--types f16 bf16 ...] [--json PATH]
+    python benchmarks/matmul.py [--sizes 256 1024 4096] [--shapes 16x8192x8192 ...] [--types f16 bf16 ...]
+                                [--engine-sweep 8192x8192x8192 ...] [--json PATH]
 
 1. Overhead: many small problems (1000 x 32^3, f16 -> f32), so the host decides the time.
    Compares a held descriptor's execute(), bx.mma(..., out=acc) (in place: the same work
    plus the array-level look-up), bx.matmul (plus allocating the result) and torch.matmul.
-2. Speed: square products through the multi-block kernel against torch.matmul (cuBLAS) on
-   the same data, each result checked on 64 sampled rows against the float64 reference.
+2. Speed: square and skinny products through bx.matmul (on Hopper the wgmma + TMA engine,
+   elsewhere the multi-block kernel) against torch.matmul (cuBLAS) and a Triton persistent
+   TMA matmul (benchmarks/triton_matmul.py) on the same data, each result checked on 64
+   sampled rows against the float64 product. Time per call includes the host's launch
+   cost (one call between CUDA events on an idle GPU).
+3. --engine-sweep: every Hopper engine configuration and K split on the given shapes.
 Prints tables, writes JSON and, with matplotlib, a PNG beside it.
 """
 
@@ -14,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from datetime import date
@@ -104,49 +110,137 @@ def _competitor(name: str, x, y):
     return lambda: torch.matmul(x, y)
 
 
-def _square_operands(a: dt.DType, size: int, gen):
-    """Random size x size torch operands of type ``a`` and what bx.matmul takes (tf32-marked for tf32)."""
+def _operands(a: dt.DType, m: int, n: int, k: int, gen):
+    """Random row-major torch operands (m x k, k x n) of type ``a`` and what bx.matmul takes (tf32-marked)."""
     import torch
 
     if a.integral:
-        x = torch.randint(-8, 8, (size, size), device="cuda", dtype=torch.int8, generator=gen)
-        y = torch.randint(-8, 8, (size, size), device="cuda", dtype=torch.int8, generator=gen)
+        x = torch.randint(-8, 8, (m, k), device="cuda", dtype=torch.int8, generator=gen)
+        y = torch.randint(-8, 8, (k, n), device="cuda", dtype=torch.int8, generator=gen)
     else:
-        x = torch.randn(size, size, device="cuda", generator=gen).to(_torch_dtype(a))
-        y = torch.randn(size, size, device="cuda", generator=gen).to(_torch_dtype(a))
+        x = torch.randn(m, k, device="cuda", generator=gen).to(_torch_dtype(a))
+        y = torch.randn(k, n, device="cuda", generator=gen).to(_torch_dtype(a))
     return (x, y, bx.tf32(x), bx.tf32(y)) if a == dt.tfloat32 else (x, y, x, y)
 
 
-def speed(name: str, size: int, gen) -> dict:
+def _square_operands(a: dt.DType, size: int, gen):
+    return _operands(a, size, size, size, gen)
+
+
+def _checker(name: str, x, y, gen):
+    """check(result, what): the result's sampled rows against the float64 product (torch float64 on the GPU)."""
     import torch
 
     a = TYPES[name]
     result = array_gemm.RESULT_TYPES[a]
-    x, y, bx_x, bx_y = _square_operands(a, size, gen)
-    got = bx.matmul(bx_x, bx_y)
-    torch.cuda.synchronize()
-    rows = torch.randint(0, size, (64,), generator=gen, device="cuda")
-    ref = reference_gemm(_host(x[rows], a), _host(y, a))
-    row = dt.find_combination(a, a, result, False)
-    assert_close(_host(got[rows], result), ref, tolerance(a, result, size, row.accumulator),
-                 what=f"bx.matmul {name} {size}")
-    flops = 2.0 * size**3
+    m, k = x.shape
+    rows = torch.randint(0, m, (min(m, 64),), generator=gen, device="cuda")
+    ref = (x[rows].to(torch.float64) @ y.to(torch.float64)).cpu().numpy()
+    acc = dt.find_combination(a, a, result, False).accumulator
+
+    def check(got, what: str, slack: float = 0.0) -> None:
+        host = got[rows].to(torch.float64).cpu().numpy() if got.dtype != torch.int32 else got[rows].cpu().numpy()
+        assert_close(host, ref, tolerance(a, result, k, acc) + slack, what=what)
+
+    return check
+
+
+def _competitors(name: str, x, y) -> dict:
+    """The competitor calls of a case: torch (cuBLAS) always, the Triton matmul where it runs."""
+    calls = {"torch": _competitor(name, x, y)}
+    if name in ("f16", "bf16", "tf32"):
+        try:
+            from triton_matmul import triton_matmul
+
+            calls["triton"] = lambda: triton_matmul(x, y)
+        except Exception as exc:  # no Triton here: say so in the row
+            calls["triton"] = exc
+    return calls
+
+
+def speed(name: str, shape: tuple[int, int, int], gen) -> dict:
+    """bx.matmul against each competitor on one product, every result checked."""
+    a = TYPES[name]
+    m, n, k = shape
+    x, y, bx_x, bx_y = _operands(a, m, n, k, gen)
+    check = _checker(name, x, y, gen)
+    check(bx.matmul(bx_x, bx_y), f"bx.matmul {name} {shape}")
+    flops = 2.0 * m * n * k
     ms = time_ms(lambda: bx.matmul(bx_x, bx_y), 10)
-    out = {"case": name, "size": size, "blasdx_ms": ms, "blasdx_tflops": flops / ms / 1e9}
-    plan = next(iter(p for k, p in array_gemm._CALLS.items() if p.m == size and p.dtype == result), None)
+    out = {"case": name, "shape": list(shape), "blasdx_ms": ms, "blasdx_tflops": flops / ms / 1e9}
+    plan = next((p for p in reversed(list(array_gemm._CALLS.values())) if p.shape == (m, n)), None)
     if plan is not None:
         out["path"] = plan.kind
-    try:
-        call = _competitor(name, x, y)
-        check = call()
-    except (RuntimeError, TypeError) as exc:
-        out["torch_error"] = str(exc).splitlines()[0]
-        return out
-    got_t = _host(check[rows].to(torch.float64) if check.dtype != torch.int32 else check[rows], result)
-    assert_close(got_t, ref, tolerance(a, result, size, row.accumulator) + 5e-3, what=f"torch {name} {size}")
-    ms_t = time_ms(call, 10)
-    out.update(torch_ms=ms_t, torch_tflops=flops / ms_t / 1e9, ratio=ms_t / ms)
+        out["plan"] = plan.describe()
+    for who, call in _competitors(name, x, y).items():
+        if isinstance(call, Exception):
+            out[f"{who}_error"] = f"{type(call).__name__}: {str(call).splitlines()[0][:120]}"
+            continue
+        try:
+            check(call(), f"{who} {name} {shape}", 5e-3)
+        except (RuntimeError, TypeError, AssertionError, ValueError) as exc:
+            out[f"{who}_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+            continue
+        ms_c = time_ms(call, 10)
+        out.update({f"{who}_ms": ms_c, f"{who}_tflops": flops / ms_c / 1e9, f"vs_{who}": ms_c / ms})
     return out
+
+
+# Engine configurations tried by --engine-sweep: (name, stages, group_m) per base configuration, and splits.
+ENGINE_SWEEP = [("wide", 4, 8), ("wide", 3, 8), ("wide", 4, 4), ("wide", 4, 16), ("wide", 4, 32), ("square", 6, 8),
+                ("square", 4, 8), ("square", 8, 8), ("narrow", 5, 8), ("narrow", 4, 8)]
+ENGINE_SPLITS = (1, 2, 4)
+
+
+def engine_sweep(name: str, shapes: list[tuple[int, int, int]], gen) -> list[dict]:
+    """Every engine configuration and split count on each shape (for blasdx/hopper.py's rule)."""
+    import dataclasses
+
+    import torch
+
+    from blasdx import arrays, hopper
+
+    a = TYPES[name]
+    result = array_gemm.RESULT_TYPES[a]
+    device = array_gemm._device_info(torch.cuda.current_device())
+    rows_out = []
+    for m, n, k in shapes:
+        x, y, _, _ = _operands(a, m, n, k, gen)
+        check = _checker(name, x, y, gen)
+        vx, vy = arrays.as_array(x, "x")._replace(dtype=a), arrays.as_array(y, "y")._replace(dtype=a)
+        mx, my = array_gemm._matrix(vx, "x"), array_gemm._matrix(vy, "y")
+        out = torch.empty((m, n), device="cuda", dtype=_torch_dtype(result))
+        vout = arrays.as_array(out, "out")
+        handle = arrays.resolve_stream(None, (out,))
+        core = arrays.as_core_stream(None, handle)
+        default = hopper.choose_config(a, m, n, k, 1, device.multiprocessors)
+        for base, stages, group in ENGINE_SWEEP:
+            config = dataclasses.replace(hopper.CONFIGS[base], stages=stages, group_m=group, bk=128 // a.size)
+            for splits in ENGINE_SPLITS:
+                if splits > 1 and math.ceil(k / config.bk) < 2 * splits:
+                    continue
+                entry = {"case": name, "shape": [m, n, k], "config": str(config), "splits": splits,
+                         "default": (config, splits) == default}
+                try:
+                    engine, reason = array_gemm._engine_plan(vx, vy, mx, my, result, m, n, k, 1, device, config,
+                                                             splits)
+                    if engine is None:
+                        raise RuntimeError(reason)
+                    run = lambda: engine.run(device_id=torch.cuda.current_device(), stream_core=core,  # noqa: E731
+                                             stream=handle, a=vx, b=vy, c=None, d=vout, alpha=1.0, beta=0.0)
+                    out.fill_(float("nan"))
+                    run()
+                    check(out, f"sweep {name} {config} x{splits}")
+                    ms = time_ms(run, 10)
+                    entry.update(ms=ms, tflops=2.0 * m * n * k / ms / 1e9,
+                                 registers=engine.compiled.registers)
+                except Exception as exc:  # a configuration that does not fit is a result too
+                    entry["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+                rows_out.append(entry)
+                shown = f"{entry['tflops']:7.1f} TFLOP/s" if "tflops" in entry else entry["error"]
+                mark = " (rule)" if entry["default"] else ""
+                print(f"  engine {name} {m}x{n}x{k} {config} x{splits}: {shown}{mark}", flush=True)
+    return rows_out
 
 
 SWEEP = {  # (BM, BN, BK, threads, stages) tried per input type at --sweep-size
@@ -173,8 +267,11 @@ def sweep(size: int, gen) -> list[dict]:
         result = array_gemm.RESULT_TYPES[a]
         x, y, bx_x, bx_y = _square_operands(a, size, gen)
         bx.matmul(bx_x, bx_y)
-        base = next(p for p in reversed(list(array_gemm._CALLS.values()))
-                    if p.kind == "tiled" and p.m == size and p.kernel.desc.a_value_type == a)
+        base = next((p for p in reversed(list(array_gemm._CALLS.values()))
+                     if p.kind == "tiled" and p.m == size and p.kernel.desc.a_value_type == a), None)
+        if base is None:  # this GPU runs the type on the Hopper engine: --engine-sweep tunes that
+            print(f"  sweep {name}: runs on the Hopper engine here, not the multi-block kernel")
+            continue
         handle = arrays.resolve_stream(None, (x,))
         core = arrays.as_core_stream(None, handle)
         vx, vy = arrays.as_array(x, "x"), arrays.as_array(y, "y")
@@ -213,13 +310,27 @@ def sweep(size: int, gen) -> list[dict]:
     return rows_out
 
 
+#: The decode-like and deep shapes of the device-level goals, M x N x K.
+SKINNY = [(16, 8192, 8192), (64, 4096, 14336), (128, 8192, 28672), (8192, 8192, 512)]
+
+
+def _shape(text: str) -> tuple[int, int, int]:
+    m, n, k = (int(v) for v in text.lower().split("x"))
+    return m, n, k
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", nargs="*", type=int, default=SIZES)
+    parser.add_argument("--sizes", nargs="*", type=int, default=SIZES, help="square sizes")
+    parser.add_argument("--shapes", nargs="*", type=_shape, default=SKINNY, help="MxNxK products besides the squares")
     parser.add_argument("--types", nargs="*", default=list(TYPES), choices=list(TYPES))
     parser.add_argument("--json", default="benchmarks/results/matmul.json")
+    parser.add_argument("--no-overhead", action="store_true", help="skip the host-cost table")
     parser.add_argument("--sweep", action="store_true", help="also try multi-block tile shapes (for tiled.py)")
     parser.add_argument("--sweep-size", type=int, default=4096)
+    parser.add_argument("--engine-sweep", nargs="*", type=_shape, default=None, metavar="MxNxK",
+                        help="try every Hopper engine configuration on these shapes (for hopper.py)")
+    parser.add_argument("--engine-sweep-type", default="bf16", choices=["f16", "bf16", "tf32"])
     args = parser.parse_args()
     sm = cuda_sm()
     if sm is None:
@@ -227,26 +338,31 @@ def main() -> int:
     import torch
 
     gen = torch.Generator(device="cuda").manual_seed(0)
-    over = overhead()
+    over = {} if args.no_overhead else overhead()
     swept = sweep(args.sweep_size, gen) if args.sweep else []
+    engine_swept = engine_sweep(args.engine_sweep_type, args.engine_sweep, gen) if args.engine_sweep else []
     results = []
-    print("\n| case | size | path | blasdx TFLOP/s | torch TFLOP/s | blasdx / torch |")
-    print("|---|---|---|---|---|---|")
+    shapes = [(s, s, s) for s in args.sizes] + list(args.shapes)
+    print("\n| case | M x N x K | path | blasdx TFLOP/s | torch TFLOP/s | triton TFLOP/s | vs torch | vs triton |")
+    print("|---|---|---|---|---|---|---|---|")
     for name in args.types:
         if name == "e4m3" and sm < 89:
             continue
-        for size in args.sizes:
-            r = speed(name, size, gen)
+        for shape in shapes:
+            r = speed(name, shape, gen)
             results.append(r)
-            tor = (f"{r['torch_tflops']:.1f}", f"{r['ratio']:.2f}x") if "torch_tflops" in r else (
-                r.get("torch_error", "n/a"), "n/a")
-            print(f"| {name} | {size} | {r.get('path', '?')} | {r['blasdx_tflops']:.1f} | {tor[0]} | {tor[1]} |",
-                  flush=True)
+            cells = []
+            for who in ("torch", "triton"):
+                cells.append(f"{r[who + '_tflops']:.1f}" if who + "_tflops" in r else r.get(who + "_error", "n/a")[:40])
+            ratios = [f"{r['vs_' + who]:.2f}x" if "vs_" + who in r else "n/a" for who in ("torch", "triton")]
+            print(f"| {name} | {'x'.join(map(str, shape))} | {r.get('path', '?')} | {r['blasdx_tflops']:.1f} | "
+                  f"{cells[0]} | {cells[1]} | {ratios[0]} | {ratios[1]} |", flush=True)
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"date": date.today().isoformat(), "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
             "blasdx": bx.__version__}
-    out.write_text(json.dumps({"meta": meta, "overhead": over, "rows": results, "sweep": swept}, indent=1))
+    out.write_text(json.dumps({"meta": meta, "overhead": over, "rows": results, "sweep": swept,
+                               "engine_sweep": engine_swept}, indent=1))
     print(f"JSON: {out}")
     _plot(results, out.with_suffix(".png"))
     return 0
@@ -254,13 +370,14 @@ def main() -> int:
 
 def _plot(rows: list[dict], path: Path) -> None:
     plt = pyplot()
-    if plt is None:
+    if plt is None or not rows:
         return
-    labels = [f"{r['case']} {r['size']}" for r in rows]
+    labels = [f"{r['case']} {'x'.join(map(str, r['shape']))}" for r in rows]
     x = np.arange(len(rows))
-    fig, ax = plt.subplots(figsize=(max(8, len(rows) * 0.4), 5))
-    ax.bar(x - 0.2, [r["blasdx_tflops"] for r in rows], 0.4, label="bx.matmul (multi-block)")
-    ax.bar(x + 0.2, [r.get("torch_tflops", 0) for r in rows], 0.4, label="torch.matmul (cuBLAS)")
+    fig, ax = plt.subplots(figsize=(max(8, len(rows) * 0.45), 5))
+    ax.bar(x - 0.27, [r["blasdx_tflops"] for r in rows], 0.27, label="bx.matmul")
+    ax.bar(x, [r.get("torch_tflops", 0) for r in rows], 0.27, label="torch.matmul (cuBLAS)")
+    ax.bar(x + 0.27, [r.get("triton_tflops", 0) for r in rows], 0.27, label="Triton persistent TMA")
     ax.set_xticks(x, labels, rotation=90, fontsize=7)
     ax.set_ylabel("TFLOP/s")
     ax.set_yscale("log")

@@ -17,6 +17,7 @@ shapes, strides and pointers (:class:`EnginePlan`), once per kind of call:
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -93,7 +94,7 @@ NARROW = EngineConfig(64, 256, 64, 5, 1)
 CONFIGS = {"wide": WIDE, "square": SQUARE, "narrow": NARROW}
 
 #: A split covers at least this many K steps (fewer would cost more in partial sums than it gains).
-MIN_STEPS_PER_SPLIT = 4
+MIN_STEPS_PER_SPLIT = 8
 MAX_SPLITS = 16
 
 
@@ -248,7 +249,7 @@ _MAX_GRID_Z = 65535
 class _Kernel:
     """A kernel source with its parameter block; compiled on first use, its function handle kept per device."""
 
-    __slots__ = ("source", "name", "arch", "shared_memory", "params", "functions", "_compiled")
+    __slots__ = ("source", "name", "arch", "shared_memory", "params", "functions", "_compiled", "_last")
 
     def __init__(self, source: str, name: str, arch: str, params: tuple[str, ...], shared_memory: int = 0) -> None:
         self.source, self.name, self.arch = source, name, arch
@@ -256,6 +257,7 @@ class _Kernel:
         self.params = _driver.ParameterBlock(params)
         self.functions: dict[int, int] = {}
         self._compiled: Any = None
+        self._last: list[Any] = [object()] * len(params)  # values as last set (nothing equals the sentinel)
 
     @property
     def compiled(self) -> Any:
@@ -272,14 +274,17 @@ class _Kernel:
             found = self.functions[device_id] = int(kernel.handle)
         return found
 
-    def launch(self, device_id: int, grid: tuple[int, int, int], block: tuple[int, int, int], stream: int,
-               values: tuple[Any, ...]) -> None:
-        """Fill the scalar parameters (maps are set by the caller, under the lock) and launch."""
-        params = self.params
+    def fill(self, values: tuple[Any, ...]) -> None:
+        """Set the scalar parameters that changed since the last call (None: a map, set by the caller)."""
+        params, last = self.params, self._last
         for i, value in enumerate(values):
-            if value is not None:
+            if value is not None and value != last[i]:
                 params.set(i, value)
-        _driver.launch(self.function(device_id), grid, block, self.shared_memory, stream, params)
+        self._last = list(values)
+
+    def launch(self, device_id: int, grid: tuple[int, int, int], block: tuple[int, int, int], stream: int) -> None:
+        """Launch with the parameters as filled (the caller holds the block's lock)."""
+        _driver.launch(self.function(device_id), grid, block, self.shared_memory, stream, self.params)
 
 
 class EnginePlan:
@@ -319,6 +324,8 @@ class EnginePlan:
                                  _SWIZZLE)
             for ptr, r, op in ((ptr_a, route_a, self.operand_a), (ptr_b, route_b, self.operand_b))
         ]
+        self._mapped = tuple(ptr if r.repack is None else _SCRATCH_ALIGNMENT
+                             for ptr, r in ((ptr_a, route_a), (ptr_b, route_b)))
 
     def __repr__(self) -> str:
         return f"EnginePlan({self.describe()})"
@@ -340,76 +347,106 @@ class EnginePlan:
 
     def run(self, device_id: int, stream_core: Any, stream: int, a: Any, b: Any, c: Any, d: Any, alpha: float,
             beta: float) -> None:
-        """D = alpha * A B + beta * C on ``stream``: A, B, C, D are ArrayViews (C None when beta == 0)."""
-        scratch = []
-        try:
-            a_ptr = self._prepare(a, self.route_a, self.operand_a, self.m, device_id, stream_core, stream, scratch)
-            b_ptr = self._prepare(b, self.route_b, self.operand_b, self.n, device_id, stream_core, stream, scratch)
-            workspace = 0
-            if self.splits > 1:
-                nbytes = 4 * self.splits * self.batch * self.m * self.n
-                workspace = self._allocate(nbytes, device_id, stream_core, scratch)
-            c_ptr, c_strides = (0, (0, 0, 0)) if c is None else (c.ptr, _strides(c))
-            d_strides = _strides(d)
-            with self._gemm.params.lock:
-                self._point_maps(a_ptr, b_ptr)
-                self._gemm.launch(device_id, self.grid, (self.config.threads, 1, 1), stream, (
-                    None, None, c_ptr, d.ptr if self.splits == 1 else 0, workspace, self.m, self.n, self.k,
-                    self.batch, int(self.operand_a.batched), int(self.operand_b.batched), self.splits,
-                    *c_strides, *d_strides, alpha, beta,
-                ))
-            if self.splits > 1:
-                total = self.batch * self.m * self.n
-                grid = (max(1, min(math.ceil(total / 256), 8 * self.multiprocessors)), 1, 1)
-                with self._reduce.params.lock:
-                    self._reduce.launch(device_id, grid, (256, 1, 1), stream, (
-                        workspace, c_ptr, d.ptr, self.m, self.n, self.batch, self.splits, *c_strides, *d_strides,
-                        alpha, beta,
-                    ))
-        finally:
-            for buffer in scratch:
-                buffer.close(stream_core)
+        """D = alpha * A B + beta * C on ``stream``: A, B, C, D are ArrayViews (C None: beta is 0)."""
+        if c is None:
+            beta = 0.0
+        a_ptr = self._prepare(a, self.route_a, self.operand_a, self.m, "a", device_id, stream_core, stream)
+        b_ptr = self._prepare(b, self.route_b, self.operand_b, self.n, "b", device_id, stream_core, stream)
+        workspace = 0
+        if self.splits > 1:
+            nbytes = 4 * self.splits * self.batch * self.m * self.n
+            workspace = _SCRATCH.get(device_id, stream, stream_core, "splits", nbytes)
+        c_ptr, c_strides = (0, (0, 0, 0)) if c is None else (c.ptr, _strides(c))
+        d_strides = _strides(d)
+        gemm = self._gemm
+        with gemm.params.lock:
+            self._point_maps(a_ptr, b_ptr)
+            gemm.fill((None, None, c_ptr, d.ptr if self.splits == 1 else 0, workspace, self.m, self.n, self.k,
+                       self.batch, int(self.operand_a.batched), int(self.operand_b.batched), self.splits,
+                       *c_strides, *d_strides, alpha, beta))
+            gemm.launch(device_id, self.grid, (self.config.threads, 1, 1), stream)
+        if self.splits > 1:
+            total = self.batch * self.m * self.n
+            grid = (max(1, min(math.ceil(total / 256), 8 * self.multiprocessors)), 1, 1)
+            with self._reduce.params.lock:
+                self._reduce.fill((workspace, c_ptr, d.ptr, self.m, self.n, self.batch, self.splits, *c_strides,
+                                   *d_strides, alpha, beta))
+                self._reduce.launch(device_id, grid, (256, 1, 1), stream)
 
     def _point_maps(self, a_ptr: int, b_ptr: int) -> None:
-        """Point the tensor maps at this call's operands (under the GEMM's lock)."""
-        self._maps[0].replace_address(a_ptr)
-        self._maps[1].replace_address(b_ptr)
-        self._gemm.params.set_map(0, self._maps[0])
-        self._gemm.params.set_map(1, self._maps[1])
+        """Point the tensor maps at this call's operands (under the GEMM's lock; a driver call only on change)."""
+        maps = self._maps
+        if a_ptr != self._mapped[0]:
+            maps[0].replace_address(a_ptr)
+        if b_ptr != self._mapped[1]:
+            maps[1].replace_address(b_ptr)
+        self._mapped = (a_ptr, b_ptr)
+        self._gemm.params.set_map(0, maps[0])
+        self._gemm.params.set_map(1, maps[1])
 
-    def _prepare(self, view: Any, route_: OperandRoute, op: _Operand, rows: int, device_id: int, stream_core: Any,
-                 stream: int, scratch: list) -> int:
+    def _prepare(self, view: Any, route_: OperandRoute, op: _Operand, rows: int, slot: str, device_id: int,
+                 stream_core: Any, stream: int) -> int:
         """The address TMA reads the operand from: the array itself, or its K-major repacked copy."""
         if route_.repack is None:
             return view.ptr
-        k = self.k
-        ld = op.strides[0] // self.a.size
+        k, size = self.k, self.a.size
         problems = op.dims[2]
-        target = self._allocate(op.strides[1] * problems, device_id, stream_core, scratch)
+        target = _SCRATCH.get(device_id, stream, stream_core, slot, op.strides[1] * problems)
         shape, strides = tuple(view.shape), tuple(view.strides)
         row_stride, col_stride = strides[-2:]
         source_batch = strides[0] if len(shape) == 3 and shape[0] > 1 else 0
         # repacked rows are M (A: rows of x) or N (B: columns of y) and run along K
-        if route_.argument == "x":
-            src_row, src_col = row_stride, col_stride
-        else:
-            src_row, src_col = col_stride, row_stride
+        src_row, src_col = (row_stride, col_stride) if route_.argument == "x" else (col_stride, row_stride)
         grid = (math.ceil(k / 32), math.ceil(rows / 32), min(problems, _MAX_GRID_Z))
         with self._repack.params.lock:
-            self._repack.launch(device_id, grid, (32, 8, 1), stream, (
-                view.ptr, target, rows, k, src_row, src_col, source_batch, ld, op.strides[1] // self.a.size,
-                problems,
-            ))
+            self._repack.fill((view.ptr, target, rows, k, src_row, src_col, source_batch, op.strides[0] // size,
+                               op.strides[1] // size, problems))
+            self._repack.launch(device_id, grid, (32, 8, 1), stream)
         return target
 
-    @staticmethod
-    def _allocate(nbytes: int, device_id: int, stream_core: Any, scratch: list) -> int:
-        """Stream-ordered scratch memory, freed (stream-ordered) when the call's launches are queued."""
+
+class _ScratchPool:
+    """Device scratch kept per (device, stream, use) and reused call after call on that stream.
+
+    Work on one stream runs in order, so a buffer that the previous call's kernels used is
+    free for the next call's; other streams get their own. A buffer that is too small is
+    freed stream-ordered and replaced by a larger one.
+    """
+
+    LIMIT = 64  # buffers kept; the oldest is freed beyond this
+
+    def __init__(self) -> None:
+        self._buffers: dict[tuple[int, int, str], tuple[Any, int, int, Any]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, device_id: int, stream: int, stream_core: Any, use: str, nbytes: int) -> int:
+        """The address of at least ``nbytes`` of device memory for ``use`` on ``stream``."""
+        key = (device_id, stream, use)
+        found = self._buffers.get(key)
+        if found is not None and found[1] >= nbytes:
+            return found[2]
         from cuda.core import Device
 
-        buffer = Device(device_id).allocate(max(nbytes, 16), stream=stream_core)
-        scratch.append(buffer)
-        return int(buffer.handle)
+        with self._lock:
+            if found is not None:
+                self._free(self._buffers.pop(key))
+            while len(self._buffers) >= self.LIMIT:
+                self._free(self._buffers.pop(next(iter(self._buffers))))
+            size = max(256, 1 << (nbytes - 1).bit_length())  # powers of two: few regrowths
+            buffer = Device(device_id).allocate(size, stream=stream_core)
+            self._buffers[key] = (buffer, size, int(buffer.handle), stream_core)
+            return self._buffers[key][2]
+
+    @staticmethod
+    def _free(entry: tuple[Any, int, int, Any]) -> None:
+        buffer, _, _, stream_core = entry
+        try:
+            buffer.close(stream_core)
+        except Exception:  # the stream is gone: free once the device is done with it
+            buffer.close()
+
+
+_SCRATCH = _ScratchPool()
 
 
 def _strides(view: Any) -> tuple[int, int, int]:

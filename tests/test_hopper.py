@@ -59,6 +59,7 @@ def plan(x, y, acc=None, sm=90):
     ((4096, 4096, 4096), "wide", 1),
     ((2048, 2048, 2048), "square", 1),  # 128 wide tiles < 132 SMs: square tiles, 256 of them
     ((1024, 1024, 1024), "square", 2),  # 64 tiles: two K splits
+    ((512, 512, 512), "square", 1),  # 8 K steps: too shallow to split
     ((16, 8192, 8192), "narrow", 4),  # decode: 32 tiles of 64 x 256, four splits of 2048
     ((64, 4096, 14336), "narrow", 8),
     ((128, 8192, 28672), "square", 2),
