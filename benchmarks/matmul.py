@@ -187,8 +187,8 @@ def speed(name: str, shape: tuple[int, int, int], gen) -> dict:
 
 
 # Engine configurations tried by --engine-sweep: (name, stages, group_m) per base configuration, and splits.
-ENGINE_SWEEP = [("wide", 4, 8), ("wide", 3, 8), ("wide", 4, 4), ("wide", 4, 16), ("wide", 4, 32), ("square", 6, 8),
-                ("square", 4, 8), ("square", 8, 8), ("narrow", 5, 8), ("narrow", 4, 8)]
+ENGINE_SWEEP = [("wide", 4, 8), ("wide", 3, 8), ("wide", 4, 16), ("square", 6, 8), ("square", 4, 8),
+                ("square", 5, 16), ("narrow", 5, 8), ("narrow", 4, 8)]
 ENGINE_SPLITS = (1, 2, 4)
 
 
@@ -222,8 +222,8 @@ def engine_sweep(name: str, shapes: list[tuple[int, int, int]], gen) -> list[dic
                 entry = {"case": name, "shape": [m, n, k], "config": str(config), "splits": splits,
                          "default": (config, splits) == default}
                 try:
-                    engine, reason = array_gemm._engine_plan(vx, vy, mx, my, result, m, n, k, 1, device, config,
-                                                             splits)
+                    engine, reason = array_gemm._engine_plan(vx, vy, mx, my, result, m, n, k, 1, device, vout,
+                                                             config, splits)
                     if engine is None:
                         raise RuntimeError(reason)
                     run = lambda: engine.run(device_id=torch.cuda.current_device(), stream_core=core,  # noqa: E731

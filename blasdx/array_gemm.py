@@ -318,7 +318,7 @@ def plan_call(
         plan.kind, plan.desc = "block", desc
         return plan
     plan.strides = (mx, my, ma)
-    engine, plan.reason = _engine_plan(vx, vy, mx, my, result, m, n, k, plan.batch, device)
+    engine, plan.reason = _engine_plan(vx, vy, mx, my, result, m, n, k, plan.batch, device, out)
     if engine is not None:
         plan.kind, plan.kernel = "hopper", engine
         return plan
@@ -332,10 +332,11 @@ def plan_call(
 
 
 def _engine_plan(vx: ArrayView, vy: ArrayView, mx: Matrix, my: Matrix, result: _dt.DType, m: int, n: int, k: int,
-                 batch: int, device: _DeviceInfo, config: Any = None, splits: int | None = None
-                 ) -> tuple[Any, str | None]:
+                 batch: int, device: _DeviceInfo, vout: ArrayView | None = None, config: Any = None,
+                 splits: int | None = None) -> tuple[Any, str | None]:
     """The Hopper engine's plan of this call, or (None, why it does not run it).
 
+    ``vout`` is the result array when one is given (None: a new C-contiguous one);
     ``config`` / ``splits`` override the engine's own choice (benchmark sweeps, tests).
     """
     if device.sm != 90:
@@ -349,10 +350,14 @@ def _engine_plan(vx: ArrayView, vy: ArrayView, mx: Matrix, my: Matrix, result: _
                             (mx.batch or 1) > 1)
     route_b = _hopper.route("y", vy.dtype, vy.ptr, not my.row_major, my.ld, my.outer, my.batch_stride,
                             (my.batch or 1) > 1)
+    d_layout = None
+    if vout is not None:
+        rs, cs = vout.strides[-2:]
+        d_layout = (rs, cs, vout.strides[0] if len(vout.shape) == 3 and vout.shape[0] > 1 else 0, vout.ptr)
     try:
         engine = _hopper.EnginePlan(
             vx.dtype, result, m, n, k, batch, route_a, route_b, mx.ld, my.ld, mx.batch or 1, my.batch or 1,
-            mx.batch_stride, my.batch_stride, vx.ptr, vy.ptr, device.multiprocessors, config, splits,
+            mx.batch_stride, my.batch_stride, vx.ptr, vy.ptr, device.multiprocessors, d_layout, config, splits,
         )
     except ExecutionError as exc:  # TMA refused an operand: the multi-block kernel reads anything
         return None, f"TMA: {exc}"

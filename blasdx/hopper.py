@@ -75,9 +75,10 @@ class EngineConfig:
     def stage_bytes(self, itemsize: int) -> int:
         return (self.bm + self.bn) * self.bk * itemsize
 
-    def shared_memory(self, itemsize: int) -> int:
-        """Dynamic shared memory: alignment slack, the stages, two barriers per stage (gemm.cuh)."""
-        return 1024 + self.stages * self.stage_bytes(itemsize) + 16 * self.stages
+    def shared_memory(self, itemsize: int, staged_store: bool = False) -> int:
+        """Dynamic shared memory (gemm.cuh): alignment slack, the stages, the epilogue's staging, barriers."""
+        staging = self.consumers * STAGING_BYTES if staged_store else 0
+        return 1024 + self.stages * self.stage_bytes(itemsize) + staging + 16 * self.stages
 
     def __str__(self) -> str:
         consumers = "1 consumer" if self.consumers == 1 else f"{self.consumers} consumers"
@@ -92,6 +93,9 @@ WIDE = EngineConfig(128, 256, 64, 4, 2)
 SQUARE = EngineConfig(128, 128, 64, 6, 2)
 NARROW = EngineConfig(64, 256, 64, 5, 1)
 CONFIGS = {"wide": WIDE, "square": SQUARE, "narrow": NARROW}
+
+#: Shared memory per consumer of the TMA-store epilogue: two chunks of 64 rows x 128 bytes.
+STAGING_BYTES = 2 * 64 * 128
 
 #: A split covers at least this many K steps (fewer would cost more in partial sums than it gains).
 MIN_STEPS_PER_SPLIT = 8
@@ -203,8 +207,9 @@ def _operand(route_: OperandRoute, dtype: _dt.DType, rows: int, k: int, ld: int,
 # ---------------------------------------------------------------------------------------------
 
 
-def gemm_source(a: _dt.DType, c: _dt.DType, config: EngineConfig, a_k_major: bool, b_k_major: bool) -> str:
-    """kernels/hopper_gemm.cu instantiated for the input and result types, layouts and tile."""
+def gemm_source(a: _dt.DType, c: _dt.DType, config: EngineConfig, a_k_major: bool, b_k_major: bool,
+                store_by_tma: bool = False) -> str:
+    """kernels/hopper_gemm.cu instantiated for the input and result types, layouts, tile and store path."""
     storage, mma = _STORAGE_TYPES[a.name], _MMA_TYPES[a.name]
     return "\n".join([
         '#include "blasdx/types.cuh"',
@@ -218,6 +223,7 @@ def gemm_source(a: _dt.DType, c: _dt.DType, config: EngineConfig, a_k_major: boo
         f"    static constexpr int stages = {config.stages}, consumers = {config.consumers}, "
         f"group_m = {config.group_m};",
         f"    static constexpr bool a_k_major = {str(a_k_major).lower()}, b_k_major = {str(b_k_major).lower()};",
+        f"    static constexpr bool store_by_tma = {str(store_by_tma).lower()};",
         "};",
         '#include "hopper_gemm.cu"',
         "",
@@ -238,7 +244,7 @@ def repack_source(itemsize: int) -> str:
 # the plan of one kind of call
 # ---------------------------------------------------------------------------------------------
 
-_GEMM_PARAMS = ("map", "map", "u64", "u64", "u64", "i32", "i32", "i32", "i32", "i32", "i32", "i32",
+_GEMM_PARAMS = ("map", "map", "map", "u64", "u64", "u64", "i32", "i32", "i32", "i32", "i32", "i32", "i32",
                 "i64", "i64", "i64", "i64", "i64", "i64", "f32", "f32")
 _REDUCE_PARAMS = ("u64", "u64", "u64", "i32", "i32", "i32", "i32", "i64", "i64", "i64", "i64", "i64", "i64", "f32",
                   "f32")
@@ -292,13 +298,16 @@ class EnginePlan:
 
     def __init__(self, a: _dt.DType, c: _dt.DType, m: int, n: int, k: int, batch: int, route_a: OperandRoute,
                  route_b: OperandRoute, lda: int, ldb: int, batch_a: int, batch_b: int, batch_stride_a: int,
-                 batch_stride_b: int, ptr_a: int, ptr_b: int, multiprocessors: int, config: EngineConfig | None = None,
+                 batch_stride_b: int, ptr_a: int, ptr_b: int, multiprocessors: int,
+                 d_layout: tuple[int, int, int, int] | None = None, config: EngineConfig | None = None,
                  splits: int | None = None) -> None:
         """Choose and check (kernels compile at the first run); ExecutionError when TMA refuses an operand.
 
         ``ptr_a`` / ``ptr_b`` are this call's addresses: the tensor maps are encoded now
         (later calls only re-point them), so a tensor TMA cannot describe is found before
-        anything runs. ``config`` / ``splits`` override the rule (benchmark sweeps).
+        anything runs. ``d_layout`` is D's (row, column, batch) element strides and address
+        (None: a new C-contiguous result); a row-major D whose rows and problems start on 16
+        bytes is stored with TMA. ``config`` / ``splits`` override the rule (benchmark sweeps).
         """
         self.a, self.c = a, c
         self.m, self.n, self.k, self.batch = m, n, k, batch
@@ -314,8 +323,12 @@ class EnginePlan:
         if self.units >= 2**31:
             raise ValueError(f"{self.units} work units exceed the scheduler's 32-bit range")
         self.grid = (max(1, min(self.units, multiprocessors)), 1, 1)
-        self._gemm = _Kernel(gemm_source(a, c, self.config, route_a.k_major, route_b.k_major), KERNEL_NAME, ARCH,
-                             _GEMM_PARAMS, self.config.shared_memory(a.size))
+        if d_layout is None:
+            d_layout = (n, 1, m * n if batch > 1 else 0, 0)
+        self.store_d = _store_geometry(c, m, n, batch, d_layout) if self.splits == 1 else None
+        staged = self.store_d is not None
+        self._gemm = _Kernel(gemm_source(a, c, self.config, route_a.k_major, route_b.k_major, staged), KERNEL_NAME,
+                             ARCH, _GEMM_PARAMS, self.config.shared_memory(a.size, staged))
         self._reduce = _Kernel(reduce_source(c), REDUCE_NAME, "sm_90", _REDUCE_PARAMS) if self.splits > 1 else None
         needs_repack = route_a.repack is not None or route_b.repack is not None
         self._repack = _Kernel(repack_source(a.size), REPACK_NAME, "sm_90", _REPACK_PARAMS) if needs_repack else None
@@ -324,15 +337,21 @@ class EnginePlan:
                                  _SWIZZLE)
             for ptr, r, op in ((ptr_a, route_a, self.operand_a), (ptr_b, route_b, self.operand_b))
         ]
-        self._mapped = tuple(ptr if r.repack is None else _SCRATCH_ALIGNMENT
-                             for ptr, r in ((ptr_a, route_a), (ptr_b, route_b)))
+        self._mapped = [ptr if r.repack is None else _SCRATCH_ALIGNMENT
+                        for ptr, r in ((ptr_a, route_a), (ptr_b, route_b))]
+        if staged:
+            ptr_d = d_layout[3] or _SCRATCH_ALIGNMENT  # a new result's address is not known yet
+            op = self.store_d
+            self._maps.append(_driver.encode_tiled(c.name, ptr_d, op.dims, op.strides, op.box, _SWIZZLE))
+            self._mapped.append(ptr_d)
 
     def __repr__(self) -> str:
         return f"EnginePlan({self.describe()})"
 
     def describe(self) -> str:
-        """The path and what it chose: tile, stages, splits, operand routes."""
+        """The path and what it chose: tile, stages, splits, operand routes, how D is stored."""
         text = f"hopper wgmma+TMA, {self.config}, {self.splits} K split{'s' if self.splits > 1 else ''}"
+        text += ", D by TMA" if self.store_d is not None else ", D by direct stores"
         for r in (self.route_a, self.route_b):
             layout = "K-major" if r.k_major else "MN-major"
             text += f", {r.argument} {layout}" + (f" (repacked: {r.repack})" if r.repack else "")
@@ -360,8 +379,8 @@ class EnginePlan:
         d_strides = _strides(d)
         gemm = self._gemm
         with gemm.params.lock:
-            self._point_maps(a_ptr, b_ptr)
-            gemm.fill((None, None, c_ptr, d.ptr if self.splits == 1 else 0, workspace, self.m, self.n, self.k,
+            self._point_maps(a_ptr, b_ptr, d.ptr)
+            gemm.fill((None, None, None, c_ptr, d.ptr if self.splits == 1 else 0, workspace, self.m, self.n, self.k,
                        self.batch, int(self.operand_a.batched), int(self.operand_b.batched), self.splits,
                        *c_strides, *d_strides, alpha, beta))
             gemm.launch(device_id, self.grid, (self.config.threads, 1, 1), stream)
@@ -373,16 +392,19 @@ class EnginePlan:
                                    *d_strides, alpha, beta))
                 self._reduce.launch(device_id, grid, (256, 1, 1), stream)
 
-    def _point_maps(self, a_ptr: int, b_ptr: int) -> None:
-        """Point the tensor maps at this call's operands (under the GEMM's lock; a driver call only on change)."""
-        maps = self._maps
-        if a_ptr != self._mapped[0]:
-            maps[0].replace_address(a_ptr)
-        if b_ptr != self._mapped[1]:
-            maps[1].replace_address(b_ptr)
-        self._mapped = (a_ptr, b_ptr)
-        self._gemm.params.set_map(0, maps[0])
-        self._gemm.params.set_map(1, maps[1])
+    def _point_maps(self, a_ptr: int, b_ptr: int, d_ptr: int) -> None:
+        """Point the tensor maps at this call's operands (under the GEMM's lock; a driver call only on change).
+
+        Without a TMA store, D's parameter takes A's map (the kernel does not read it).
+        """
+        maps, mapped, params = self._maps, self._mapped, self._gemm.params
+        for i, ptr in enumerate((a_ptr, b_ptr, d_ptr)[:len(maps)]):
+            if ptr != mapped[i]:
+                maps[i].replace_address(ptr)
+                mapped[i] = ptr
+        params.set_map(0, maps[0])
+        params.set_map(1, maps[1])
+        params.set_map(2, maps[2] if len(maps) > 2 else maps[0])
 
     def _prepare(self, view: Any, route_: OperandRoute, op: _Operand, rows: int, slot: str, device_id: int,
                  stream_core: Any, stream: int) -> int:
@@ -447,6 +469,18 @@ class _ScratchPool:
 
 
 _SCRATCH = _ScratchPool()
+
+
+def _store_geometry(c: _dt.DType, m: int, n: int, batch: int, d_layout: tuple[int, int, int, int]) -> _Operand | None:
+    """D's tensor map for the TMA-store epilogue, or None when D is not row-major with 16-byte rows and problems."""
+    row, col, batch_stride, ptr = d_layout
+    size = c.size
+    if col != 1 or ptr % 16 or (m > 1 and (row * size) % 16) or (batch > 1 and (batch_stride * size) % 16):
+        return None
+    row_bytes = row * size if m > 1 else _round_up(max(n * size, 16), 16)
+    batched = batch > 1
+    batch_bytes = batch_stride * size if batched else _round_up(max(m * row_bytes, 16), 16)
+    return _Operand((n, m, batch), (row_bytes, batch_bytes), (_SWIZZLE // size, 64, 1), batched)
 
 
 def _strides(view: Any) -> tuple[int, int, int]:

@@ -77,13 +77,14 @@ def _engine_call(torch, x, y, acc, out, a: dt.DType, c: dt.DType, alpha=1.0, bet
     mx, my = array_gemm._matrix(vx, "x"), array_gemm._matrix(vy, "y")
     batch = out.shape[0] if out.dim() == 3 else 1
     device = array_gemm._device_info(out.device.index)
-    engine, reason = array_gemm._engine_plan(vx, vy, mx, my, c, mx.rows, my.cols, mx.cols, batch, device, config,
-                                             splits)
+    vout = arrays.as_array(out, "out")
+    engine, reason = array_gemm._engine_plan(vx, vy, mx, my, c, mx.rows, my.cols, mx.cols, batch, device, vout,
+                                             config, splits)
     assert engine is not None, reason
     handle = arrays.resolve_stream(None, (out,))
     core = arrays.as_core_stream(None, handle)
     vacc = None if acc is None else arrays.as_array(acc, "acc")
-    engine.run(out.device.index, core, handle, vx, vy, vacc, arrays.as_array(out, "out"), alpha, beta)
+    engine.run(out.device.index, core, handle, vx, vy, vacc, vout, alpha, beta)
     return engine
 
 

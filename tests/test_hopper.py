@@ -120,7 +120,8 @@ def test_tensor_maps_of_every_layout(encoder, layout):
     p = plan(x, y)
     assert p.kind == "hopper" and "repacked" not in p.describe()
     config = p.kernel.config
-    map_a, map_b = encoder.calls
+    map_a, map_b, map_d = encoder.calls
+    assert (map_d.dims, map_d.strides, map_d.box) == ((n, m, 1), (2 * n, 2 * n * m), (64, 64, 1))  # f16 D
     if layout[0] == "R":  # K-major A: rows of K, one box {bk, bm}
         assert (map_a.dims, map_a.strides, map_a.box) == ((k, m, 1), (2 * k, 2 * k * m), (64, config.bm, 1))
     else:  # M-major A: rows of M, boxes {64, bk}
@@ -135,7 +136,8 @@ def test_tensor_maps_of_every_layout(encoder, layout):
 def test_tensor_maps_of_batches_and_broadcasts(encoder):
     p = plan(view((6, 256, 512), dt.bfloat16), view((512, 384), dt.bfloat16))
     assert p.kind == "hopper" and p.batch == 6
-    map_a, map_b = encoder.calls
+    map_a, map_b, map_d = encoder.calls
+    assert map_d.dims == (384, 256, 6) and map_d.strides == (4 * 384, 4 * 384 * 256)
     assert map_a.dims == (512, 256, 6) and map_a.strides == (1024, 1024 * 256)
     assert map_b.dims == (384, 512, 1)  # broadcast: one problem, any valid batch stride
     assert p.kernel.operand_a.batched and not p.kernel.operand_b.batched
@@ -159,6 +161,19 @@ def test_plans_say_why_the_engine_is_not_taken(encoder):
     assert p.kind == "tiled" and "the wgmma engine runs" in p.reason
     p = plan(view((64, 0)), view((0, 64)), view((64, 64), dt.float32))
     assert p.kind == "tiled" and p.reason == "K = 0: nothing to multiply"
+
+
+def test_d_is_stored_by_tma_when_row_major_on_16_bytes(encoder):
+    p = plan(view((512, 512)), view((512, 512)))
+    assert "D by TMA" in p.describe() and p.kernel.store_d.box == (64, 64, 1)  # f16 D: 64 columns per chunk
+    p = plan(view((512, 512)), view((512, 512)), view((512, 512), dt.float32))  # mma into a new result
+    assert "D by TMA" in p.describe()
+    out = view((512, 512), dt.float32, strides=(1, 512))  # column-major D: direct stores
+    p = array_gemm.plan_call(view((512, 512)), view((512, 512)), view((512, 512), dt.float32), dt.float32,
+                             array_gemm._DeviceInfo(90, SMS), 0, out)
+    assert "D by direct stores" in p.describe()
+    assert "D by direct stores" in plan(view((500, 17)), view((17, 17))).describe()  # 34-byte rows
+    assert "2 K splits, D by direct stores" in plan(view((1024, 1024)), view((1024, 1024))).describe()
 
 
 def test_tma_refusal_falls_back_to_the_multi_block_kernel(monkeypatch):
@@ -188,7 +203,7 @@ def test_parameter_block_points_at_its_slots():
     assert ctypes.c_uint64.from_address(block.pointers[1]).value == 0xDEAD0000
     assert ctypes.c_int32.from_address(block.pointers[2]).value == -7
     assert ctypes.c_float.from_address(block.pointers[3]).value == 0.5
-    assert len(hopper._GEMM_PARAMS) == 20 and hopper._GEMM_PARAMS[:2] == ("map", "map")
+    assert len(hopper._GEMM_PARAMS) == 21 and hopper._GEMM_PARAMS[:3] == ("map", "map", "map")
 
 
 # ---- the kernels compile for sm_90a and use the intended instructions ---------------------------------
@@ -202,7 +217,7 @@ COMBINATIONS = [
 
 
 def _instructions(sass: str) -> set[str]:
-    return set(re.findall(r"\b(HGMMA|UTMALDG|USETMAXREG|SYNCS|LDL|STL)\b", sass))
+    return set(re.findall(r"\b(HGMMA|UTMALDG|UTMASTG|USETMAXREG|SYNCS|LDL|STL)\b", sass))
 
 
 @pytest.mark.slow
@@ -210,9 +225,10 @@ def _instructions(sass: str) -> set[str]:
                          ids=lambda v: v.name if isinstance(v, dt.DType) else ("K" if v else "MN"))
 def test_engine_compiles_with_wgmma_tma_and_no_spills(a, c, a_k_major, b_k_major):
     config = hopper.choose_config(a, 4096, 4096, 4096, 1, SMS)[0]
-    compiled = cached_compile(hopper.gemm_source(a, c, config, a_k_major, b_k_major), hopper.KERNEL_NAME, "sm_90a")
+    source = hopper.gemm_source(a, c, config, a_k_major, b_k_major, store_by_tma=True)
+    compiled = cached_compile(source, hopper.KERNEL_NAME, "sm_90a")
     ops = _instructions(compiled.sass())
-    assert {"HGMMA", "UTMALDG", "USETMAXREG", "SYNCS"} <= ops
+    assert {"HGMMA", "UTMALDG", "UTMASTG", "USETMAXREG", "SYNCS"} <= ops
     assert not ops & {"LDL", "STL"} and compiled.local_memory == 0
     assert compiled.registers <= 168, "the register cap at entry of 384 threads, before the hand-over"
 
@@ -224,7 +240,7 @@ def test_every_config_compiles(name):
     compiled = cached_compile(hopper.gemm_source(dt.bfloat16, dt.float32, config, True, False), hopper.KERNEL_NAME,
                               "sm_90a")
     sass = compiled.sass()
-    assert compiled.local_memory == 0 and "HGMMA" in sass
+    assert compiled.local_memory == 0 and "HGMMA" in sass and "UTMASTG" not in sass  # direct stores
     width = {"wide": 256, "square": 128, "narrow": 256}[name]
     assert f"HGMMA.64x{width}x16.F32.BF16" in sass
 

@@ -1,13 +1,21 @@
-// Epilogues of the Hopper engine: what happens to each pair of accumulator elements.
+// Epilogues of the Hopper engine: what happens to a consumer's finished accumulator tile.
 //
-// An epilogue is a functor called as epi(work, row, col, v0, v1) for the elements (row, col)
-// and (row, col + 1) of the output tile's problem, both possibly outside M x N (the
-// functor predicates). The device GEMM (gemm.cuh) calls it from the consumer warpgroups
-// once a tile's accumulation is complete; users pass their own (bias, activation, ...).
+// Two levels. A pair functor is called as f(work, row, col, v0, v1) for the elements
+// (row, col) and (row, col + 1) of the unit's problem, both possibly outside M x N (the
+// functor predicates): LinearCombination, SplitKPartial, or a user's (bias, activation).
+// A tile epilogue is what the device GEMM (gemm.cuh) calls with the whole accumulator:
+// * StoreEachPair<F> hands every pair to F, which writes global memory itself;
+// * StageThroughShared<TC, F> asks F for the final values (F::value), writes them into a
+//   128-byte-swizzled shared-memory chunk and stores the chunk with TMA, two chunks in
+//   flight: the stores drain while the consumer goes on to its next tile.
+// A tile epilogue declares the shared memory it needs per consumer (staging_bytes).
 #pragma once
 
 #include "../types.cuh"
+#include "../wgmma.cuh"
 #include "scheduler.cuh"
+#include "sync.cuh"
+#include "tma.cuh"
 
 namespace blasdx {
 namespace hopper {
@@ -40,10 +48,13 @@ __device__ __forceinline__ bool pairs_aligned(const T* base, i64 row_stride, i64
            reinterpret_cast<unsigned long long>(base) % (2 * sizeof(T)) == 0;
 }
 
+// ---- pair functors ------------------------------------------------------------------------------
+
 // D = alpha * acc + beta * C, C read only when beta != 0; C and D of any strides (they may
 // be the same matrix). Element strides; a batch stride of 0 broadcasts.
 template <class TC>
 struct LinearCombination {
+    using value_type = TC;
     const TC* c;
     TC* d;
     int m, n;
@@ -61,29 +72,32 @@ struct LinearCombination {
         d_pairs = pairs_aligned(d, d_row, d_col, d_batch);
     }
 
-    __device__ __forceinline__ void operator()(const Work& w, int row, int col, float v0, float v1) const {
-        if (row >= m || col >= n) return;
-        TC* pd = d + w.batch * d_batch + row * d_row + col * d_col;
-        const TC* pc = c + w.batch * c_batch + row * c_row + col * c_col;
+    // alpha * (v0, v1) + beta * C at (row, col), (row, col + 1); C is read inside M x N only.
+    __device__ __forceinline__ void value(const Work& w, int row, int col, float& v0, float& v1) const {
         v0 *= alpha;
         v1 *= alpha;
-        const bool both = col + 1 < n;
-        if (read_c) {
-            if (both && c_pairs) {
-                float c0, c1;
-                load_pair(pc, c0, c1);
-                v0 += beta * c0;
-                v1 += beta * c1;
-            } else {
-                v0 += beta * load_float(pc);
-                if (both) v1 += beta * load_float(pc + c_col);
-            }
+        if (!read_c || row >= m || col >= n) return;
+        const TC* pc = c + w.batch * c_batch + row * c_row + col * c_col;
+        if (col + 1 < n && c_pairs) {
+            float c0, c1;
+            load_pair(pc, c0, c1);
+            v0 += beta * c0;
+            v1 += beta * c1;
+        } else {
+            v0 += beta * load_float(pc);
+            if (col + 1 < n) v1 += beta * load_float(pc + c_col);
         }
-        if (both && d_pairs) {
+    }
+
+    __device__ __forceinline__ void operator()(const Work& w, int row, int col, float v0, float v1) const {
+        if (row >= m || col >= n) return;
+        value(w, row, col, v0, v1);
+        TC* pd = d + w.batch * d_batch + row * d_row + col * d_col;
+        if (col + 1 < n && d_pairs) {
             store_pair(pd, v0, v1);
         } else {
             store_float(pd, v0);
-            if (both) store_float(pd + d_col, v1);
+            if (col + 1 < n) store_float(pd + d_col, v1);
         }
     }
 };
@@ -102,6 +116,87 @@ struct SplitKPartial {
         } else {
             p[0] = v0;
             if (col + 1 < n) p[1] = v1;
+        }
+    }
+};
+
+// ---- tile epilogues -----------------------------------------------------------------------------
+
+// Every pair to the functor F (which stores).
+template <class F>
+struct StoreEachPair {
+    static constexpr int staging_bytes = 0;
+    F pair;
+
+    template <class Acc>
+    __device__ __forceinline__ void operator()(const Work& w, const Acc& acc, int row0, int col0, int /*consumer*/,
+                                               unsigned char* /*staging*/) const {
+        acc.for_each_pair(row0, col0, [&](int row, int col, float v0, float v1) { pair(w, row, col, v0, v1); });
+    }
+    __device__ __forceinline__ void finish(int /*consumer*/) const {}
+};
+
+// F::value(work, row, col, v0, v1) gives the final values, written as TC through shared
+// memory and stored with the tensor map of D (box {128 / sizeof(TC), 64, 1}, 128B swizzle;
+// TMA drops what lies outside D). Each 64-row slice of the tile is cut into chunks of 128
+// bytes of columns; two chunk buffers per consumer alternate, so one store is in flight
+// while the next chunk is written. Only the consumer's first thread issues and waits for
+// stores; named barrier 1 + consumer keeps its 128 threads in step.
+template <class TC, class F>
+struct StageThroughShared {
+    static constexpr int COLUMNS = 128 / int(sizeof(TC));  // per chunk
+    static constexpr int CHUNK_BYTES = 64 * 128;
+    static constexpr int BUFFERS = 2;
+    static constexpr int staging_bytes = BUFFERS * CHUNK_BYTES;
+    const TensorMap* map;
+    F values;
+
+    template <class Acc>
+    __device__ __forceinline__ void operator()(const Work& w, const Acc& acc, int row0, int col0, int consumer,
+                                               unsigned char* staging) const {
+        constexpr int CHUNKS = Acc::N / COLUMNS;
+        static_assert(Acc::N % COLUMNS == 0, "the tile is whole chunks wide");
+        const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
+        const bool leader = threadIdx.x % 128 == 0;
+#pragma unroll
+        for (int i = 0; i < Acc::ATOMS_M; ++i) {
+#pragma unroll
+            for (int chunk = 0; chunk < CHUNKS; ++chunk) {
+                unsigned char* buffer = staging + ((i * CHUNKS + chunk) % BUFFERS) * CHUNK_BYTES;
+                if (leader) store_wait_read<BUFFERS - 1>();  // the store that used this buffer has read it
+                barrier(consumer);
+#pragma unroll
+                for (int j = 0; j < COLUMNS / 8; ++j) {
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int r = 16 * warp + lane / 4 + 8 * h, c = 8 * j + 2 * (lane % 4);
+                        const int reg = 4 * (chunk * COLUMNS / 8 + j) + 2 * h;
+                        float v0 = acc.r[i][reg], v1 = acc.r[i][reg + 1];
+                        values.value(w, row0 + 64 * i + r, col0 + chunk * COLUMNS + c, v0, v1);
+                        store_pair(reinterpret_cast<TC*>(buffer + wgmma::swizzle<128>(r * 128 + c * int(sizeof(TC)))),
+                                   v0, v1);
+                    }
+                }
+                async_proxy_fence();
+                barrier(consumer);
+                if (leader) {
+                    store_box(map, buffer, col0 + chunk * COLUMNS, row0 + 64 * i, w.batch);
+                    store_commit();
+                }
+            }
+        }
+    }
+
+    // Before the consumer exits: its stores have read their shared memory and completed.
+    __device__ __forceinline__ void finish(int /*consumer*/) const {
+        if (threadIdx.x % 128 == 0) store_wait<0>();
+    }
+
+    __device__ __forceinline__ static void barrier(int consumer) {
+        if (consumer == 0) {
+            named_barrier<1, 128>();
+        } else {
+            named_barrier<2, 128>();
         }
     }
 };

@@ -6,8 +6,8 @@
 // [c * BM / CONSUMERS, (c + 1) * BM / CONSUMERS) of every output tile: for each stage it
 // waits for the data, issues the stage's wgmmas, and frees the stage the previous group
 // read once that group has completed (one group stays in flight). When a unit's K range
-// is done it hands its accumulator to the epilogue functor, while the producer already
-// loads the next unit. Nothing else synchronises the warpgroups.
+// is done it hands its accumulator to the tile epilogue (epilogue.cuh), while the producer
+// already loads the next unit. Nothing else synchronises the warpgroups.
 //
 // Cfg names the types and the tile (the generated prelude's struct, or a user's):
 //   a_type, b_type         storage types of A and B (float for tf32)
@@ -41,27 +41,35 @@ struct DeviceGemm {
     using Stages = Ring<STAGES>;
 
     static constexpr int STAGE_BYTES = SA::BYTES + SB::BYTES;
-    // Dynamic shared memory: 1024 bytes of slack to align the stages to a swizzle atom.
-    static constexpr int SHARED_BYTES = ATOM_BYTES + STAGES * STAGE_BYTES + int(sizeof(Stages));
+    // Dynamic shared memory: 1024 bytes of slack to align the stages to a swizzle atom, the
+    // stages, each consumer's staging for its epilogue, the barriers.
+    template <class Epilogue>
+    __host__ __device__ static constexpr int shared_bytes() {
+        return ATOM_BYTES + STAGES * STAGE_BYTES + CONSUMERS * Epilogue::staging_bytes + int(sizeof(Stages));
+    }
 
     static_assert(CONSUMERS == 1 || CONSUMERS == 2, "one or two consumer warpgroups");
     static_assert(WG_M % 64 == 0 && ATOMS_M <= 2, "a consumer owns one or two 64-row slices of the tile");
     static_assert(BN == 64 || BN == 128 || BN == 256, "one wgmma spans the tile's N: 64, 128 or 256");
     static_assert(STAGES >= 2, "the producer loads ahead while consumers multiply");
     static_assert(SA::BYTES % ATOM_BYTES == 0 && SB::BYTES % ATOM_BYTES == 0, "stages stay atom-aligned");
-    static_assert(SHARED_BYTES <= 232448, "the stages fit the 227 KB of shared memory a Hopper block can have");
     static_assert(ATOMS_M * BN / 2 + 40 <= CONSUMER_REGISTERS, "the accumulator fits the consumer's registers");
 
     __device__ __forceinline__ static unsigned char* stage(unsigned char* smem, int s) { return smem + s * STAGE_BYTES; }
 
-    // The whole block's work; `smem` is the dynamic shared memory (SHARED_BYTES).
+    // The whole block's work; `smem` is the dynamic shared memory (shared_bytes<Epilogue>()).
     template <class Epilogue>
     __device__ __forceinline__ static void run(unsigned char* smem_raw, const TensorMap* map_a,
                                                const TensorMap* map_b, const Sched& sched, bool batched_a,
                                                bool batched_b, const Epilogue& epi) {
+        static_assert(shared_bytes<Epilogue>() <= 232448, "the stages fit the 227 KB a Hopper block can have");
         unsigned char* smem = smem_raw + ((ATOM_BYTES - shared_address(smem_raw) % ATOM_BYTES) % ATOM_BYTES);
-        Stages* ring = reinterpret_cast<Stages*>(smem + STAGES * STAGE_BYTES);
+        unsigned char* staging = smem + STAGES * STAGE_BYTES;
+        Stages* ring = reinterpret_cast<Stages*>(staging + CONSUMERS * Epilogue::staging_bytes);
         if (threadIdx.x == 0) {
+            u32 granted;
+            asm("mov.u32 %0, %%dynamic_smem_size;\n" : "=r"(granted));
+            if (granted < u32(shared_bytes<Epilogue>())) __trap();  // a launch with less would corrupt memory
             ring->init(4 * CONSUMERS);
             prefetch_tensor_map(map_a);
             prefetch_tensor_map(map_b);
@@ -73,7 +81,8 @@ struct DeviceGemm {
             if (threadIdx.x == 0) produce(smem, ring, map_a, map_b, sched, batched_a, batched_b);
         } else {
             claim_registers<CONSUMER_REGISTERS>();
-            consume(smem, ring, sched, warpgroup - 1, epi);
+            const int consumer = warpgroup - 1;
+            consume(smem, ring, sched, consumer, epi, staging + consumer * Epilogue::staging_bytes);
         }
     }
 
@@ -97,7 +106,7 @@ struct DeviceGemm {
 
     template <class Epilogue>
     __device__ __forceinline__ static void consume(unsigned char* smem, Stages* ring, const Sched& sched,
-                                                   int consumer, const Epilogue& epi) {
+                                                   int consumer, const Epilogue& epi, unsigned char* staging) {
         const bool lead = threadIdx.x % 32 == 0;  // one arrival per warp frees a stage
         RingState<STAGES> at;
         Acc acc;
@@ -118,9 +127,9 @@ struct DeviceGemm {
             wgmma::wait<0>();
             if (held >= 0 && lead) arrive(&ring->empty[held]);
             acc.pin();
-            acc.for_each_pair(w.m0 + consumer * WG_M, w.n0,
-                              [&](int row, int col, float v0, float v1) { epi(w, row, col, v0, v1); });
+            epi(w, acc, w.m0 + consumer * WG_M, w.n0, consumer, staging);
         }
+        epi.finish(consumer);
     }
 };
 

@@ -1,4 +1,4 @@
-// TMA (the bulk tensor copy engine, sm_90): tiles of a global tensor into shared memory.
+// TMA (the bulk tensor copy engine, sm_90): tiles of a global tensor into and out of shared memory.
 //
 // A tensor map is built on the host (cuTensorMapEncodeTiled) and passed by value as a
 // `const __grid_constant__ TensorMap` kernel parameter; its generic address is what the
@@ -31,6 +31,27 @@ __device__ __forceinline__ void load_box(void* dst, const TensorMap* map, u64* b
         "l"(reinterpret_cast<u64>(map)), "r"(shared_address(bar)), "r"(c0), "r"(c1), "r"(c2)
         : "memory");
 }
+
+// Box of a rank-3 map at (c0, c1, c2) from src (shared memory, laid out as the map says)
+// into global memory; parts outside the tensor are not written. Completes in bulk groups.
+__device__ __forceinline__ void store_box(const TensorMap* map, const void* src, int c0, int c1, int c2) {
+    asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];\n" ::"l"(
+                     reinterpret_cast<u64>(map)),
+                 "r"(shared_address(src)), "r"(c0), "r"(c1), "r"(c2)
+                 : "memory");
+}
+__device__ __forceinline__ void store_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Until at most PENDING committed store groups still read their shared memory.
+template <int PENDING> __device__ __forceinline__ void store_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(PENDING) : "memory");
+}
+// Until at most PENDING committed store groups are incomplete (their writes done).
+template <int PENDING> __device__ __forceinline__ void store_wait() {
+    asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(PENDING) : "memory");
+}
+
+// Writes of this thread to shared memory become visible to the async proxy (TMA, wgmma).
+__device__ __forceinline__ void async_proxy_fence() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
 }  // namespace hopper
 }  // namespace blasdx

@@ -62,8 +62,9 @@ struct StageOperand {
 // A warpgroup's accumulator: ATOMS_M slices of 64 rows x N columns in f32 registers, in
 // wgmma's fragment layout (wgmma.cuh): register 4j + e of a slice holds row 16 * warp +
 // lane / 4 + 8 * (e / 2), column 8j + 2 * (lane % 4) + e % 2.
-template <int ATOMS_M, int N>
+template <int ATOMS_M_, int N_>
 struct Accumulator {
+    static constexpr int ATOMS_M = ATOMS_M_, N = N_;
     float r[ATOMS_M][N / 2];
 
     __device__ __forceinline__ void zero() {
