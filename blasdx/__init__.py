@@ -3,6 +3,7 @@
 from .arrays import from_device, to_device
 from .compiler import CompiledKernel, CompileOptions
 from .descriptor import Descriptor
+from .device_gemm import DeviceGemm
 from .dtypes import (
     DType,
     bfloat16,
@@ -43,7 +44,7 @@ from .precompile import precompile
 __version__ = "0.1.0"
 
 __all__ = [
-    "Descriptor", "DType",
+    "Descriptor", "DeviceGemm", "DType",
     "bfloat16", "float8_e4m3", "float8_e5m2", "float16", "float32", "float64", "int8", "int32", "tfloat32", "uint8",
     "BlasdxError", "CompileError", "DescriptorError", "DeviceError", "ExecutionError", "UnsupportedError",
     "SM", "Alignment", "Arrangement", "Block", "BlockDim", "Function", "LeadingDimension", "MaxAlignment",

@@ -17,7 +17,7 @@ from typing import Any
 
 from .errors import DeviceError, ExecutionError
 
-__all__ = ["TensorMap", "ParameterBlock", "encode_tiled", "launch", "TENSOR_MAP_TYPES"]
+__all__ = ["TensorMap", "ParameterBlock", "encode_tiled", "launch", "parameters_of", "TENSOR_MAP_TYPES"]
 
 _LIB: list[Any] = []
 _LIB_LOCK = threading.Lock()
@@ -146,8 +146,9 @@ _SLOT_TYPES = {"u64": ctypes.c_uint64, "i32": ctypes.c_int32, "i64": ctypes.c_in
 class ParameterBlock:
     """Storage for a kernel's parameters in order, and the pointer array cuLaunchKernel reads.
 
-    ``kinds`` names each parameter: "map" (a TensorMap, set with :meth:`set_map`), or a
-    scalar slot "u64" (pointers), "i32", "i64", "f32", "f64" (set with :meth:`set`). The
+    ``kinds`` names each parameter: "map" (a TensorMap, set with :meth:`set_map`), a scalar
+    slot "u64" (pointers), "i32", "i64", "f32", "f64" (set with :meth:`set`), or "bytesN"
+    (N raw bytes, filled by :func:`parameters_of`). The
     driver copies the values at launch, so a block is reused call after call; a lock keeps
     two threads from filling it at once (take it with ``with block.lock:``).
     """
@@ -164,7 +165,7 @@ class ParameterBlock:
             if kind == "map":
                 self.slots.append(None)
             else:
-                slot = _SLOT_TYPES[kind]()
+                slot = (ctypes.c_char * int(kind[5:]))() if kind.startswith("bytes") else _SLOT_TYPES[kind]()
                 self.slots.append(slot)
                 self.pointers[i] = ctypes.addressof(slot)
 
@@ -176,6 +177,30 @@ class ParameterBlock:
     def set(self, index: int, value: Any) -> None:
         """Scalar parameter ``index`` takes ``value``."""
         self.slots[index].value = value
+
+
+def parameters_of(values: Sequence[Any]) -> ParameterBlock:
+    """A block holding ``values`` as they are: TensorMaps, ints (addresses, 64-bit), numpy scalars (their bytes)."""
+    import numpy as np
+
+    kinds: list[str] = []
+    for value in values:
+        if isinstance(value, TensorMap):
+            kinds.append("map")
+        elif isinstance(value, np.generic):
+            kinds.append(f"bytes{value.dtype.itemsize}")
+        else:
+            kinds.append("u64")
+    block = ParameterBlock(kinds)
+    for i, value in enumerate(values):
+        if isinstance(value, TensorMap):
+            block.set_map(i, value)
+        elif isinstance(value, np.generic):
+            raw = value.tobytes()
+            ctypes.memmove(block.pointers[i], raw, len(raw))
+        else:
+            block.set(i, int(value))
+    return block
 
 
 def launch(function: int, grid: tuple[int, int, int], block: tuple[int, int, int], shared_memory: int, stream: int,

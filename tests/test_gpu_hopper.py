@@ -264,3 +264,53 @@ def test_streams_and_repeat_calls(torch):
     for x, y, got in zip(xs, ys, outs):
         _check(torch, got, x, y, a, c, 256, what="stream")
     assert gpu_sm() == 90
+
+
+# ---- the engine in a user's kernel (bx.DeviceGemm) ----------------------------------------------
+
+FUSED = r"""
+struct Scale {
+    float s;
+    __device__ void value(const blasdx::hopper::Work&, int, int, float& v0, float& v1) const { v0 *= s; v1 *= s; }
+};
+extern "C" __global__ void __launch_bounds__(LINEAR::threads, 1)
+scaled(const __grid_constant__ blasdx::hopper::TensorMap map_a, const __grid_constant__ blasdx::hopper::TensorMap map_b,
+       const __grid_constant__ blasdx::hopper::TensorMap map_d, float s, int m, int n, int k, int batch) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    using G = LINEAR::gemm;
+    const G::Sched sched(m, n, k, batch, 1);
+    G::run(smem, &map_a, &map_b, sched, batch > 1, batch > 1,
+           blasdx::hopper::StageThroughShared<LINEAR::c_type, Scale>{&map_d, Scale{s}});
+}
+"""
+
+
+@pytest.mark.parametrize(("a", "c", "layout"), [
+    (dt.bfloat16, dt.bfloat16, "RR"), (dt.float16, dt.float32, "CC"), (dt.float16, dt.float16, "RC"),
+    (dt.tfloat32, dt.float32, "RC"),
+])
+def test_device_gemm_in_a_fused_kernel(torch, a, c, layout):
+    gen = torch.Generator(device="cuda").manual_seed(16)
+    batch, m, n, k = 2, 700, 520, 392
+    layouts = [bx.row_major if ch == "R" else bx.col_major for ch in layout]
+    dg = bx.DeviceGemm.for_problem(a, c, m, n, k, a_layout=layouts[0], b_layout=layouts[1])
+    kernel = bx.compile_kernel(FUSED, "scaled", {"LINEAR": dg})
+    x = _random(torch, (batch, m, k), a, gen, layout[0])
+    y = _random(torch, (batch, k, n), a, gen, layout[1])
+    d = _poisoned(torch, (batch, m, n), c)
+    maps = (dg.tensor_map_a(x), dg.tensor_map_b(y), dg.tensor_map_d(d))  # tf32 operands are float32 arrays
+    kernel.launch(dg.grid(m, n, batch), (*maps, 0.25, m, n, k, batch))
+    torch.cuda.synchronize()
+    _check(torch, d, x, y, a, c, k, alpha=0.25, what=f"DeviceGemm {a.name}->{c.name} {layout}")
+
+
+def test_fused_linear_example(torch):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, str(root / "examples" / "fused_linear.py"), "--m", "1000", "--n", "776",
+                           "--k", "520"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "relative error" in done.stdout and "speed-up" in done.stdout

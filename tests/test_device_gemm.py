@@ -1,0 +1,120 @@
+"""bx.DeviceGemm without a GPU: validation, traits, the C++ it puts in scope, a fused kernel that
+compiles to wgmma + TMA loads and stores, tensor-map arguments, and the tensor maps it builds
+(checked against the driver's rules by a stand-in).
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+import blasdx as bx
+from blasdx import cuda_driver, hopper
+from blasdx import dtypes as dt
+from blasdx.arrays import ArrayView
+from blasdx.errors import DescriptorError, ExecutionError
+
+from .tma_rules import FakeEncoder
+
+PTR = 0x7F0000000000
+
+SOURCE = r"""
+struct Scale {
+    float s;
+    __device__ void value(const blasdx::hopper::Work&, int, int, float& v0, float& v1) const { v0 *= s; v1 *= s; }
+};
+extern "C" __global__ void __launch_bounds__(LINEAR::threads, 1)
+scaled(const __grid_constant__ blasdx::hopper::TensorMap map_a, const __grid_constant__ blasdx::hopper::TensorMap map_b,
+       const __grid_constant__ blasdx::hopper::TensorMap map_d, float s, int m, int n, int k) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    using G = LINEAR::gemm;
+    const G::Sched sched(m, n, k, 1, 1);
+    G::run(smem, &map_a, &map_b, sched, false, false,
+           blasdx::hopper::StageThroughShared<LINEAR::c_type, Scale>{&map_d, Scale{s}});
+}
+"""
+
+
+def view(shape, dtype, strides=None, ptr=PTR) -> ArrayView:
+    if strides is None:
+        strides, acc = [], 1
+        for n in reversed(shape):
+            strides.insert(0, acc)
+            acc *= n
+    return ArrayView(ptr, tuple(shape), tuple(strides), dtype, 0, False, None)
+
+
+def test_validation_names_the_argument():
+    with pytest.raises(DescriptorError, match=r"a: the engine takes float16, bfloat16, tfloat32 inputs, not float64"):
+        bx.DeviceGemm(bx.float64)
+    with pytest.raises(DescriptorError, match=r"c: D is stored as float16, bfloat16, float32, not int32"):
+        bx.DeviceGemm(bx.float16, bx.int32)
+    with pytest.raises(DescriptorError, match=r"tfloat32 wgmma reads K-major operands only"):
+        bx.DeviceGemm(bx.tfloat32, bx.float32, bx.row_major, bx.row_major)
+    with pytest.raises(DescriptorError, match=r"a_layout: expected bx.row_major or bx.col_major"):
+        bx.DeviceGemm(bx.float16, bx.float16, "row")
+
+
+def test_traits_follow_the_engine_rule():
+    dg = bx.DeviceGemm.for_problem("bfloat16", "bfloat16", 8192, 8192, 8192)
+    assert dg.config.bm == 128 and dg.config.bn == 256 and dg.config.bk == 64
+    assert dg.block_dim == (384, 1, 1) and dg.arch == "sm_90a"
+    assert dg.shared_memory == dg.config.shared_memory(2, staged_store=True) <= 232448
+    assert bx.DeviceGemm.for_problem(bx.float16, bx.float32, 16, 8192, 8192).config.bm == 64
+    assert bx.DeviceGemm(bx.tfloat32, bx.float32, bx.row_major, bx.col_major).config.bk == 32
+    assert dg.grid(8192, 8192, multiprocessors=132) == 132 and dg.grid(128, 256, multiprocessors=132) == 1
+
+
+@pytest.mark.parametrize("c", [bx.float16, bx.bfloat16, bx.float32])
+def test_fused_kernel_compiles_to_wgmma_and_tma(c):
+    dg = bx.DeviceGemm(bx.bfloat16, c, bx.row_major, bx.col_major)
+    kernel = bx.compile_kernel(SOURCE, "scaled", {"LINEAR": dg})
+    assert kernel.block == (384, 1, 1) and kernel.shared_memory == dg.shared_memory
+    assert kernel.local_memory == 0
+    sass = kernel.compiled.sass()
+    for op in ("HGMMA.64x256x16.F32.BF16", "UTMALDG", "UTMASTG", "USETMAXREG"):
+        assert op in sass
+    assert [p.tensor_map for p in kernel.params] == [True, True, True, False, False, False, False]
+    assert "struct LINEAR {" in bx.header({"LINEAR": dg}).text
+
+
+def test_tensor_map_arguments_are_checked():
+    dg = bx.DeviceGemm(bx.float16, bx.float16, bx.row_major, bx.col_major)
+    kernel = bx.compile_kernel(SOURCE, "scaled", {"LINEAR": dg})
+    with pytest.raises(ExecutionError, match=r"args\[0\] \(map_a\): parameter `const __grid_constant__ "
+                                             r"blasdx::hopper::TensorMap map_a` takes a tensor map"):
+        kernel.arguments((view((64, 64), dt.float16), None, None, 1.0, 1, 1, 1))
+
+
+def test_tensor_maps_of_arrays(monkeypatch):
+    fake = FakeEncoder()
+    monkeypatch.setattr(cuda_driver, "encode_tiled", fake)
+    dg = bx.DeviceGemm(bx.bfloat16, bx.float32, bx.row_major, bx.row_major)
+    dg.tensor_map_a(view((1000, 512), dt.bfloat16))
+    dg.tensor_map_b(view((512, 768), dt.bfloat16))
+    dg.tensor_map_d(view((1000, 768), dt.float32))
+    a, b, d = fake.calls
+    assert (a.dims, a.strides, a.box) == ((512, 1000, 1), (1024, 1024 * 1000), (64, 128, 1))
+    assert (b.dims, b.strides, b.box) == ((768, 512, 1), (1536, 1536 * 512), (64, 64, 1))  # N-major panels
+    assert (d.dims, d.box, d.type_name) == ((768, 1000, 1), (32, 64, 1), "float32")
+    with pytest.raises(ExecutionError, match=r"a: TMA needs row strides of whole 16 bytes"):
+        dg.tensor_map_a(view((1000, 511), dt.bfloat16))
+    with pytest.raises(ExecutionError, match=r"b: expected bfloat16 elements, got float16"):
+        dg.tensor_map_b(view((512, 768), dt.float16))
+    with pytest.raises(ExecutionError, match=r"a: expected a row_major array"):
+        dg.tensor_map_a(view((1000, 512), dt.bfloat16, strides=(1, 1000)))
+    with pytest.raises(ExecutionError, match=r"d: TMA stores need a 16-byte aligned address"):
+        dg.tensor_map_d(view((1000, 767), dt.float32, strides=(767, 1)))
+
+
+def test_prelude_matches_the_engine_source():
+    """The struct DeviceGemm generates instantiates the same configuration as bx.matmul's kernels."""
+    dg = bx.DeviceGemm(bx.float16, bx.float16, bx.col_major, bx.row_major, hopper.SQUARE)
+    text = dg.prelude("G")
+    assert "static constexpr int bm = 128, bn = 128, bk = 64;" in text
+    assert "static constexpr bool a_k_major = false, b_k_major = false;" in text
+    engine = hopper.gemm_source(dt.float16, dt.float16, dg.config, False, False)
+    for line in re.findall(r"static constexpr [^\n]+", engine):
+        if "store_by_tma" not in line:
+            assert line in text
