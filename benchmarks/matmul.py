@@ -186,9 +186,9 @@ def speed(name: str, shape: tuple[int, int, int], gen) -> dict:
     return out
 
 
-# Engine configurations tried by --engine-sweep: (name, stages, group_m) per base configuration, and splits.
-ENGINE_SWEEP = [("wide", 4, 8), ("wide", 3, 8), ("wide", 4, 16), ("square", 6, 8), ("square", 4, 8),
-                ("square", 5, 16), ("narrow", 5, 8), ("narrow", 4, 8)]
+# Engine configurations tried by --engine-sweep: (base configuration, stages, group_m, cluster), and splits.
+ENGINE_SWEEP = [("wide", 4, 8, 1), ("wide", 4, 8, 2), ("wide", 3, 8, 2), ("wide", 4, 16, 2), ("square", 6, 8, 1),
+                ("square", 6, 8, 2), ("square", 4, 8, 2), ("narrow", 5, 8, 1)]
 ENGINE_SPLITS = (1, 2, 4)
 
 
@@ -214,8 +214,9 @@ def engine_sweep(name: str, shapes: list[tuple[int, int, int]], gen) -> list[dic
         handle = arrays.resolve_stream(None, (out,))
         core = arrays.as_core_stream(None, handle)
         default = hopper.choose_config(a, m, n, k, 1, device.multiprocessors)
-        for base, stages, group in ENGINE_SWEEP:
-            config = dataclasses.replace(hopper.CONFIGS[base], stages=stages, group_m=group, bk=128 // a.size)
+        for base, stages, group, cluster in ENGINE_SWEEP:
+            config = dataclasses.replace(hopper.CONFIGS[base], stages=stages, group_m=group, bk=128 // a.size,
+                                         cluster=cluster)
             for splits in ENGINE_SPLITS:
                 if splits > 1 and math.ceil(k / config.bk) < 2 * splits:
                     continue

@@ -17,7 +17,9 @@ from typing import Any
 
 from .errors import DeviceError, ExecutionError
 
-__all__ = ["TensorMap", "ParameterBlock", "encode_tiled", "launch", "parameters_of", "TENSOR_MAP_TYPES"]
+__all__ = [
+    "TensorMap", "ParameterBlock", "encode_tiled", "launch", "max_active_clusters", "parameters_of", "TENSOR_MAP_TYPES",
+]
 
 _LIB: list[Any] = []
 _LIB_LOCK = threading.Lock()
@@ -43,6 +45,12 @@ def _libcuda() -> Any:
             lib.cuTensorMapReplaceAddress.restype = ctypes.c_int
             lib.cuLaunchKernel.argtypes = [p, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, p, p, p]
             lib.cuLaunchKernel.restype = ctypes.c_int
+            lib.cuKernelGetFunction.argtypes = [p, p]
+            lib.cuKernelGetFunction.restype = ctypes.c_int
+            lib.cuOccupancyMaxActiveClusters.argtypes = [p, p, p]
+            lib.cuOccupancyMaxActiveClusters.restype = ctypes.c_int
+            lib.cuLaunchKernelEx.argtypes = [p, p, p, p]
+            lib.cuLaunchKernelEx.restype = ctypes.c_int
             lib.cuGetErrorName.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
             lib.cuGetErrorName.restype = ctypes.c_int
             _LIB.append(lib)
@@ -203,11 +211,54 @@ def parameters_of(values: Sequence[Any]) -> ParameterBlock:
     return block
 
 
-def launch(function: int, grid: tuple[int, int, int], block: tuple[int, int, int], shared_memory: int, stream: int,
-           params: ParameterBlock) -> None:
-    """cuLaunchKernel of ``function`` (a CUfunction or CUkernel address) in the current context."""
+class _LaunchAttribute(ctypes.Structure):
+    """CUlaunchAttribute: an id, padding, and a 64-byte value union."""
+
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_uint * 16)]
+
+
+class _LaunchConfig(ctypes.Structure):
+    """CUlaunchConfig."""
+
+    _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3), ("shared_memory", ctypes.c_uint),
+                ("stream", ctypes.c_void_p), ("attrs", ctypes.POINTER(_LaunchAttribute)), ("count", ctypes.c_uint)]
+
+
+def _cluster_config(grid: tuple[int, int, int], block: tuple[int, int, int], shared_memory: int, stream: int,
+                    cluster: int) -> tuple[_LaunchConfig, _LaunchAttribute]:
+    attribute = _LaunchAttribute()
+    attribute.id = _enum("CUlaunchAttributeID", "CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION")
+    attribute.value[0], attribute.value[1], attribute.value[2] = cluster, 1, 1
+    config = _LaunchConfig((ctypes.c_uint * 3)(*grid), (ctypes.c_uint * 3)(*block), shared_memory, stream,
+                           ctypes.pointer(attribute), 1)
+    return config, attribute
+
+
+def max_active_clusters(function: int, block: tuple[int, int, int], shared_memory: int, cluster: int) -> int | None:
+    """How many clusters of ``cluster`` blocks of ``function`` the current device runs at once (None: unknown)."""
     lib = _libcuda()
-    code = lib.cuLaunchKernel(function, *grid, *block, shared_memory, stream, params.pointers, None)
+    try:
+        handle = ctypes.c_void_p()
+        if lib.cuKernelGetFunction(ctypes.byref(handle), function):  # a CUfunction already
+            handle = ctypes.c_void_p(function)
+        config, _attribute = _cluster_config((cluster, 1, 1), block, shared_memory, 0, cluster)
+        count = ctypes.c_int()
+        if lib.cuOccupancyMaxActiveClusters(ctypes.byref(count), handle, ctypes.byref(config)):
+            return None
+        return count.value
+    except AttributeError:  # a driver without these entry points
+        return None
+
+
+def launch(function: int, grid: tuple[int, int, int], block: tuple[int, int, int], shared_memory: int, stream: int,
+           params: ParameterBlock, cluster: int = 1) -> None:
+    """Launch ``function`` (a CUfunction or CUkernel address) in the current context; ``cluster`` blocks along x."""
+    lib = _libcuda()
+    if cluster == 1:
+        code = lib.cuLaunchKernel(function, *grid, *block, shared_memory, stream, params.pointers, None)
+    else:
+        config, _attribute = _cluster_config(grid, block, shared_memory, stream, cluster)
+        code = lib.cuLaunchKernelEx(ctypes.byref(config), function, params.pointers, None)
     if code:
         raise DeviceError(f"cuLaunchKernel failed: {_error_name(lib, code)} (grid {grid}, block {block}, "
-                          f"{shared_memory} bytes of shared memory)")
+                          f"{shared_memory} bytes of shared memory, clusters of {cluster})")

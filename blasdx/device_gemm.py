@@ -152,7 +152,8 @@ class DeviceGemm:
             f"    using a_mma = {mma};",
             f"    using b_mma = {mma};",
             f"    static constexpr int bm = {cfg.bm}, bn = {cfg.bn}, bk = {cfg.bk};",
-            f"    static constexpr int stages = {cfg.stages}, consumers = {cfg.consumers}, group_m = {cfg.group_m};",
+            f"    static constexpr int stages = {cfg.stages}, consumers = {cfg.consumers}, group_m = {cfg.group_m}, "
+            f"cluster_m = {cfg.cluster};",
             f"    static constexpr bool a_k_major = {str(self.a_k_major).lower()}, "
             f"b_k_major = {str(self.b_k_major).lower()};",
             "};",
@@ -177,8 +178,9 @@ class DeviceGemm:
             from cuda.core import Device
 
             multiprocessors = int(Device().properties.multiprocessor_count)
-        tiles = batch * math.ceil(m / self.config.bm) * math.ceil(n / self.config.bn)
-        return max(1, min(tiles, multiprocessors))
+        cluster = self.config.cluster
+        tiles = batch * math.ceil(math.ceil(m / self.config.bm) / cluster) * math.ceil(n / self.config.bn)
+        return cluster * max(1, min(tiles, multiprocessors // cluster))
 
     def tensor_map_a(self, array: Any) -> _driver.TensorMap:
         """The tensor map of A ([M, K] or [batch, M, K], this GEMM's layout) for ``run``'s map_a."""
@@ -190,7 +192,7 @@ class DeviceGemm:
         """The tensor map of B ([K, N] or [batch, K, N], this GEMM's layout) for ``run``'s map_b."""
         view = self._view(array, "b", self.a, self.b_layout)
         k, cols = view.shape[-2:]
-        return self._encode(view, "b", cols, k, self.b_k_major, self.config.bn, self.b_layout)
+        return self._encode(view, "b", cols, k, self.b_k_major, self.config.bn // self.config.cluster, self.b_layout)
 
     def tensor_map_d(self, array: Any) -> _driver.TensorMap:
         """The tensor map of a row-major D ([M, N] or [batch, M, N], type c) for StageThroughShared."""

@@ -66,6 +66,7 @@ class EngineConfig:
     stages: int
     consumers: int
     group_m: int = 8
+    cluster: int = 1  # blocks per cluster along M, sharing B's tile by TMA multicast
 
     @property
     def threads(self) -> int:
@@ -82,7 +83,8 @@ class EngineConfig:
 
     def __str__(self) -> str:
         consumers = "1 consumer" if self.consumers == 1 else f"{self.consumers} consumers"
-        return f"{self.bm}x{self.bn}x{self.bk}, {self.stages} stages, {consumers}, group {self.group_m}"
+        cluster = f", clusters of {self.cluster}" if self.cluster > 1 else ""
+        return f"{self.bm}x{self.bn}x{self.bk}, {self.stages} stages, {consumers}, group {self.group_m}{cluster}"
 
 
 # Configurations per output shape class (K step: 128 bytes of the input type).
@@ -185,7 +187,9 @@ def _operand(route_: OperandRoute, dtype: _dt.DType, rows: int, k: int, ld: int,
              tile_rows: int, bk: int) -> _Operand:
     """The tensor map geometry of an operand of ``rows`` (M or N) x K per problem.
 
-    A repacked operand is K-major with rows padded to 16 bytes, problems back to back.
+    ``tile_rows`` is the M or N extent one K-major box covers (a whole tile, or a cluster
+    block's part of B). A repacked operand is K-major with rows padded to 16 bytes,
+    problems back to back.
     """
     size = dtype.size
     batched = batch > 1
@@ -221,7 +225,7 @@ def gemm_source(a: _dt.DType, c: _dt.DType, config: EngineConfig, a_k_major: boo
         f"    using c_type = {_STORAGE_TYPES[c.name]};",
         f"    static constexpr int bm = {config.bm}, bn = {config.bn}, bk = {config.bk};",
         f"    static constexpr int stages = {config.stages}, consumers = {config.consumers}, "
-        f"group_m = {config.group_m};",
+        f"group_m = {config.group_m}, cluster_m = {config.cluster};",
         f"    static constexpr bool a_k_major = {str(a_k_major).lower()}, b_k_major = {str(b_k_major).lower()};",
         f"    static constexpr bool store_by_tma = {str(store_by_tma).lower()};",
         "};",
@@ -288,9 +292,10 @@ class _Kernel:
                 params.set(i, value)
         self._last = list(values)
 
-    def launch(self, device_id: int, grid: tuple[int, int, int], block: tuple[int, int, int], stream: int) -> None:
+    def launch(self, device_id: int, grid: tuple[int, int, int], block: tuple[int, int, int], stream: int,
+               cluster: int = 1) -> None:
         """Launch with the parameters as filled (the caller holds the block's lock)."""
-        _driver.launch(self.function(device_id), grid, block, self.shared_memory, stream, self.params)
+        _driver.launch(self.function(device_id), grid, block, self.shared_memory, stream, self.params, cluster)
 
 
 class EnginePlan:
@@ -317,12 +322,16 @@ class EnginePlan:
         self.splits = splits if splits is not None else (chosen_splits if config is None else 1)
         self.multiprocessors = multiprocessors
         self.operand_a = _operand(route_a, a, m, k, lda, batch_a, batch_stride_a, self.config.bm, self.config.bk)
-        self.operand_b = _operand(route_b, a, n, k, ldb, batch_b, batch_stride_b, self.config.bn, self.config.bk)
-        self.tiles = math.ceil(m / self.config.bm) * math.ceil(n / self.config.bn)
-        self.units = batch * self.splits * self.tiles
+        cluster = self.config.cluster
+        self.operand_b = _operand(route_b, a, n, k, ldb, batch_b, batch_stride_b, self.config.bn // cluster,
+                                  self.config.bk)
+        self.tiles = math.ceil(math.ceil(m / self.config.bm) / cluster) * math.ceil(n / self.config.bn)
+        self.units = batch * self.splits * self.tiles  # of clusters
         if self.units >= 2**31:
             raise ValueError(f"{self.units} work units exceed the scheduler's 32-bit range")
-        self.grid = (max(1, min(self.units, multiprocessors)), 1, 1)
+        # clusters: as many as run at once, read off the device at the first run (an SM's pair may be missing)
+        self.grid = (cluster * max(1, min(self.units, multiprocessors // cluster)), 1, 1)
+        self._grid_checked = cluster == 1
         if d_layout is None:
             d_layout = (n, 1, m * n if batch > 1 else 0, 0)
         self.store_d = _store_geometry(c, m, n, batch, d_layout) if self.splits == 1 else None
@@ -383,7 +392,9 @@ class EnginePlan:
             gemm.fill((None, None, None, c_ptr, d.ptr if self.splits == 1 else 0, workspace, self.m, self.n, self.k,
                        self.batch, int(self.operand_a.batched), int(self.operand_b.batched), self.splits,
                        *c_strides, *d_strides, alpha, beta))
-            gemm.launch(device_id, self.grid, (self.config.threads, 1, 1), stream)
+            if not self._grid_checked:
+                self._fit_grid(device_id)
+            gemm.launch(device_id, self.grid, (self.config.threads, 1, 1), stream, self.config.cluster)
         if self.splits > 1:
             total = self.batch * self.m * self.n
             grid = (max(1, min(math.ceil(total / 256), 8 * self.multiprocessors)), 1, 1)
@@ -391,6 +402,15 @@ class EnginePlan:
                 self._reduce.fill((workspace, c_ptr, d.ptr, self.m, self.n, self.batch, self.splits, *c_strides,
                                    *d_strides, alpha, beta))
                 self._reduce.launch(device_id, grid, (256, 1, 1), stream)
+
+    def _fit_grid(self, device_id: int) -> None:
+        """A persistent grid of clusters no larger than the device runs at once."""
+        cluster = self.config.cluster
+        fits = _driver.max_active_clusters(self._gemm.function(device_id), (self.config.threads, 1, 1),
+                                           self._gemm.shared_memory, cluster)
+        if fits:
+            self.grid = (cluster * max(1, min(self.units, fits)), 1, 1)
+        self._grid_checked = True
 
     def _point_maps(self, a_ptr: int, b_ptr: int, d_ptr: int) -> None:
         """Point the tensor maps at this call's operands (under the GEMM's lock; a driver call only on change).

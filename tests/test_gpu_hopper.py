@@ -239,15 +239,20 @@ def test_every_config_and_split(torch):
     """Each tile configuration, with and without split K, on one odd-shaped product."""
     a, c = dt.bfloat16, dt.float32
     gen = torch.Generator(device="cuda").manual_seed(14)
-    m, n, k = 259, 390, 1100
-    x, y = _random(torch, (m, k), a, gen), _random(torch, (k, n), a, gen, "C")
-    for name, config in hopper.CONFIGS.items():
+    m, n, k = 259, 390, 1100  # 3 tile rows of 128: the last cluster's second block lies past M
+    configs = dict(hopper.CONFIGS)
+    configs.update({f"{name} in clusters": hopper.replace(config, cluster=2) for name, config in hopper.CONFIGS.items()
+                    if config.consumers == 2})
+    for name, config in configs.items():
         for splits in (1, 3):
-            d = _poisoned(torch, (m, n), c)
-            engine = _engine_call(torch, x, y, None, d, a, c, config=config, splits=splits)
-            assert engine.splits == splits and engine.config.bm == config.bm
-            _check(torch, d, x, y, a, c, k, what=f"{name} {splits} splits")
-            assert math.ceil(k / config.bk) >= splits
+            for layout in ("RC", "CR"):
+                x = _random(torch, (m, k), a, gen, layout[0])
+                y = _random(torch, (k, n), a, gen, layout[1])
+                d = _poisoned(torch, (m, n), c)
+                engine = _engine_call(torch, x, y, None, d, a, c, config=config, splits=splits)
+                assert engine.splits == splits and engine.config == hopper.replace(config, bk=64)
+                _check(torch, d, x, y, a, c, k, what=f"{name} {splits} splits {layout}")
+                assert math.ceil(k / config.bk) >= splits
 
 
 def test_streams_and_repeat_calls(torch):
@@ -285,15 +290,15 @@ scaled(const __grid_constant__ blasdx::hopper::TensorMap map_a, const __grid_con
 """
 
 
-@pytest.mark.parametrize(("a", "c", "layout"), [
-    (dt.bfloat16, dt.bfloat16, "RR"), (dt.float16, dt.float32, "CC"), (dt.float16, dt.float16, "RC"),
-    (dt.tfloat32, dt.float32, "RC"),
+@pytest.mark.parametrize(("a", "c", "layout", "cluster"), [
+    (dt.bfloat16, dt.bfloat16, "RR", 1), (dt.float16, dt.float32, "CC", 2), (dt.float16, dt.float16, "RC", 1),
+    (dt.tfloat32, dt.float32, "RC", 2),
 ])
-def test_device_gemm_in_a_fused_kernel(torch, a, c, layout):
+def test_device_gemm_in_a_fused_kernel(torch, a, c, layout, cluster):
     gen = torch.Generator(device="cuda").manual_seed(16)
     batch, m, n, k = 2, 700, 520, 392
     layouts = [bx.row_major if ch == "R" else bx.col_major for ch in layout]
-    dg = bx.DeviceGemm.for_problem(a, c, m, n, k, a_layout=layouts[0], b_layout=layouts[1])
+    dg = bx.DeviceGemm(a, c, layouts[0], layouts[1], hopper.replace(hopper.WIDE, cluster=cluster))
     kernel = bx.compile_kernel(FUSED, "scaled", {"LINEAR": dg})
     x = _random(torch, (batch, m, k), a, gen, layout[0])
     y = _random(torch, (batch, k, n), a, gen, layout[1])

@@ -245,6 +245,33 @@ def test_every_config_compiles(name):
     assert f"HGMMA.64x{width}x16.F32.BF16" in sass
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize(("a_k_major", "b_k_major"), [(True, True), (False, False)])
+def test_clusters_multicast_b_and_free_stages_in_both_blocks(a_k_major, b_k_major):
+    config = hopper.replace(hopper.WIDE, bk=64, cluster=2)
+    source = hopper.gemm_source(dt.bfloat16, dt.float32, config, a_k_major, b_k_major, store_by_tma=True)
+    compiled = cached_compile(source, hopper.KERNEL_NAME, "sm_90a")
+    sass = compiled.sass()
+    assert compiled.local_memory == 0
+    assert "UTMALDG.3D.MULTICAST" in sass and "UCGABAR_WAIT" in sass  # multicast loads, the cluster barrier
+    assert "MEMBAR.ALL.GPU" in sass and sass.count("MEMBAR.ALL.GPU") == 1  # only the start-up cluster sync
+
+
+def test_cluster_geometry(encoder):
+    """Clusters split B's K-major box between the blocks and count work in pairs of tile rows."""
+    from blasdx.arrays import ArrayView as AV
+
+    x, y = view((1000, 512), dt.bfloat16), col((512, 768), dt.bfloat16)
+    config = hopper.replace(hopper.WIDE, cluster=2)
+    mx, my = array_gemm._matrix(x, "x"), array_gemm._matrix(y, "y")
+    engine, _ = array_gemm._engine_plan(x, y, mx, my, dt.float32, 1000, 768, 512, 1, array_gemm._DeviceInfo(90, SMS),
+                                        None, config, 1)
+    assert encoder.calls[1].box == (64, 128, 1)  # half of the 256 rows of B per block
+    assert engine.tiles == 4 * 3 and engine.grid == (2 * 12, 1, 1)  # ceil(8 / 2) row pairs x 3 columns
+    assert "clusters of 2" in engine.describe()
+    assert AV is ArrayView
+
+
 @pytest.mark.parametrize("c", [dt.float16, dt.float32])
 def test_split_reduce_and_repack_compile(c):
     reduce = cached_compile(hopper.reduce_source(c), hopper.REDUCE_NAME, "sm_90")

@@ -13,6 +13,11 @@
 //   a_type, b_type         storage types of A and B (float for tf32)
 //   a_mma, b_mma           the instruction's operand types (blasdx::tf32 for tf32)
 //   bm, bn, bk, stages, consumers, group_m, a_k_major, b_k_major
+//   cluster_m              blocks per cluster along M (1 or 2): the blocks of a cluster take
+//                          vertically adjacent tiles and each loads half of their common B
+//                          tile, multicast into both (half the B traffic through L2); a
+//                          stage is free again once the consumers of every block of the
+//                          cluster have read it, so consumers free it in each block.
 #pragma once
 
 #include "epilogue.cuh"
@@ -27,7 +32,7 @@ namespace hopper {
 template <class Cfg>
 struct DeviceGemm {
     static constexpr int BM = Cfg::bm, BN = Cfg::bn, BK = Cfg::bk, STAGES = Cfg::stages;
-    static constexpr int CONSUMERS = Cfg::consumers;
+    static constexpr int CONSUMERS = Cfg::consumers, CLUSTER = Cfg::cluster_m;
     static constexpr int WG_M = BM / CONSUMERS, ATOMS_M = WG_M / 64;
     static constexpr int THREADS = 128 * (1 + CONSUMERS);
     // Registers per thread after the hand-over: the producer keeps few, consumers get the rest.
@@ -37,7 +42,7 @@ struct DeviceGemm {
     using SA = StageOperand<typename Cfg::a_type, BM, BK, Cfg::a_k_major>;
     using SB = StageOperand<typename Cfg::b_type, BN, BK, Cfg::b_k_major>;
     using Acc = Accumulator<ATOMS_M, BN>;
-    using Sched = Scheduler<BM, BN, BK, Cfg::group_m>;
+    using Sched = Scheduler<BM, BN, BK, Cfg::group_m, CLUSTER>;
     using Stages = Ring<STAGES>;
 
     static constexpr int STAGE_BYTES = SA::BYTES + SB::BYTES;
@@ -49,6 +54,7 @@ struct DeviceGemm {
     }
 
     static_assert(CONSUMERS == 1 || CONSUMERS == 2, "one or two consumer warpgroups");
+    static_assert(CLUSTER == 1 || CLUSTER == 2, "clusters of one or two blocks");
     static_assert(WG_M % 64 == 0 && ATOMS_M <= 2, "a consumer owns one or two 64-row slices of the tile");
     static_assert(BN == 64 || BN == 128 || BN == 256, "one wgmma spans the tile's N: 64, 128 or 256");
     static_assert(STAGES >= 2, "the producer loads ahead while consumers multiply");
@@ -56,6 +62,12 @@ struct DeviceGemm {
     static_assert(ATOMS_M * BN / 2 + 40 <= CONSUMER_REGISTERS, "the accumulator fits the consumer's registers");
 
     __device__ __forceinline__ static unsigned char* stage(unsigned char* smem, int s) { return smem + s * STAGE_BYTES; }
+
+    // Stage s has been read by this warp: free it in every block of the cluster (each loads part of it into all).
+    __device__ __forceinline__ static void release(Stages* ring, int s, int rank) {
+        arrive(&ring->empty[s]);
+        if constexpr (CLUSTER > 1) arrive_in_block(&ring->empty[s], rank ^ 1);
+    }
 
     // The whole block's work; `smem` is the dynamic shared memory (shared_bytes<Epilogue>()).
     template <class Epilogue>
@@ -70,11 +82,15 @@ struct DeviceGemm {
             u32 granted;
             asm("mov.u32 %0, %%dynamic_smem_size;\n" : "=r"(granted));
             if (granted < u32(shared_bytes<Epilogue>())) __trap();  // a launch with less would corrupt memory
-            ring->init(4 * CONSUMERS);
+            ring->init(4 * CONSUMERS * CLUSTER);
             prefetch_tensor_map(map_a);
             prefetch_tensor_map(map_b);
         }
-        __syncthreads();
+        if constexpr (CLUSTER > 1) {
+            cluster_sync();  // the peer's barriers exist before anyone multicasts into or frees them
+        } else {
+            __syncthreads();
+        }
         const int warpgroup = threadIdx.x / 128;
         if (warpgroup == 0) {
             release_registers<PRODUCER_REGISTERS>();
@@ -90,15 +106,28 @@ struct DeviceGemm {
                                                    const TensorMap* map_b, const Sched& sched, bool batched_a,
                                                    bool batched_b) {
         RingState<STAGES> at;
-        for (int unit = blockIdx.x; unit < sched.units; unit += gridDim.x) {
-            const Work w = sched.work(unit);
+        const int rank = CLUSTER > 1 ? int(cluster_rank()) : 0;
+        for (int unit = blockIdx.x / CLUSTER; unit < sched.units; unit += gridDim.x / CLUSTER) {
+            const Work w = sched.work(unit, rank);
+            const bool has_a = w.m0 < sched.m;  // a cluster's last tile row may lie past M
             for (int step = w.k_begin; step < w.k_end; ++step) {
                 wait(&ring->empty[at.stage], at.parity ^ 1);
                 unsigned char* s = stage(smem, at.stage);
                 u64* full = &ring->full[at.stage];
-                arrive_expect_bytes(full, STAGE_BYTES);
-                SA::load(s, map_a, full, w.m0, step * BK, batched_a ? w.batch : 0);
-                SB::load(s + SA::BYTES, map_b, full, w.n0, step * BK, batched_b ? w.batch : 0);
+                arrive_expect_bytes(full, (has_a ? SA::BYTES : 0) + SB::BYTES);
+                if (has_a) SA::load(s, map_a, full, w.m0, step * BK, batched_a ? w.batch : 0);
+                if constexpr (CLUSTER > 1) {
+                    SB::template load_part<CLUSTER>(s + SA::BYTES, map_b, full, w.n0, step * BK,
+                                                    batched_b ? w.batch : 0, rank, (1 << CLUSTER) - 1);
+                } else {
+                    SB::load(s + SA::BYTES, map_b, full, w.n0, step * BK, batched_b ? w.batch : 0);
+                }
+                at.advance();
+            }
+        }
+        if constexpr (CLUSTER > 1) {  // stay until every consumer of the cluster has freed every stage here
+            for (int i = 0; i < STAGES; ++i) {
+                wait(&ring->empty[at.stage], at.parity ^ 1);
                 at.advance();
             }
         }
@@ -108,10 +137,11 @@ struct DeviceGemm {
     __device__ __forceinline__ static void consume(unsigned char* smem, Stages* ring, const Sched& sched,
                                                    int consumer, const Epilogue& epi, unsigned char* staging) {
         const bool lead = threadIdx.x % 32 == 0;  // one arrival per warp frees a stage
+        const int rank = CLUSTER > 1 ? int(cluster_rank()) : 0;
         RingState<STAGES> at;
         Acc acc;
-        for (int unit = blockIdx.x; unit < sched.units; unit += gridDim.x) {
-            const Work w = sched.work(unit);
+        for (int unit = blockIdx.x / CLUSTER; unit < sched.units; unit += gridDim.x / CLUSTER) {
+            const Work w = sched.work(unit, rank);
             acc.zero();
             int held = -1;  // the stage the group in flight reads
             for (int step = w.k_begin; step < w.k_end; ++step) {
@@ -120,12 +150,12 @@ struct DeviceGemm {
                 mma_stage<typename Cfg::a_mma, typename Cfg::b_mma, SA, SB, ATOMS_M, BN, BK>(
                     acc, a_base, a_base + SA::BYTES, consumer * WG_M);
                 wgmma::wait<1>();
-                if (held >= 0 && lead) arrive(&ring->empty[held]);
+                if (held >= 0 && lead) release(ring, held, rank);
                 held = at.stage;
                 at.advance();
             }
             wgmma::wait<0>();
-            if (held >= 0 && lead) arrive(&ring->empty[held]);
+            if (held >= 0 && lead) release(ring, held, rank);
             acc.pin();
             epi(w, acc, w.m0 + consumer * WG_M, w.n0, consumer, staging);
         }

@@ -1,11 +1,14 @@
 // The persistent tile scheduler: which output tile, problem and K range each work unit is.
 //
-// A launch has units = batch x splits x tiles work units; block b takes units b, b + grid,
-// b + 2 grid, ... Units run problem by problem, split by split, and inside a split in
-// groups of GROUP_M tile rows: consecutive units (the ones running at the same time) walk
-// down GROUP_M rows of tiles before moving one tile column right, so the A rows and B
-// columns they read at one time stay few and in L2. A split covers a contiguous range of
-// BK-wide K steps; with one split a unit is a whole output tile.
+// A launch has units = batch x splits x tiles work units, where a tile is CLUSTER_M output
+// tiles stacked along M (one per block of a cluster, which share B's tile). Cluster c takes
+// units c, c + clusters, ...; block `rank` of the cluster takes tile row CLUSTER_M * i + rank
+// of the unit's group (a row past M still loads its share of B for the others). Units run
+// problem by problem, split by split, and inside a split in groups of GROUP_M tile rows:
+// consecutive units (the ones running at the same time) walk down GROUP_M rows of tiles
+// before moving one tile column right, so the A rows and B columns they read at one time
+// stay few and in L2. A split covers a contiguous range of BK-wide K steps; with one split
+// a unit is a whole output tile.
 #pragma once
 
 namespace blasdx {
@@ -18,21 +21,22 @@ struct Work {
     int k_begin, k_end;  // K steps [k_begin, k_end)
 };
 
-template <int BM, int BN, int BK, int GROUP_M>
+template <int BM, int BN, int BK, int GROUP_M, int CLUSTER_M = 1>
 struct Scheduler {
-    int tiles_m, tiles_n, tiles, splits, steps, chunk, units;
+    int m, rows, tiles_n, tiles, splits, steps, chunk, units;  // rows: tile rows of clusters
 
-    __device__ __forceinline__ Scheduler(int m, int n, int k, int batch, int splits_) {
-        tiles_m = (m + BM - 1) / BM;
+    __device__ __forceinline__ Scheduler(int m_, int n, int k, int batch, int splits_) {
+        m = m_;
+        rows = ((m + BM - 1) / BM + CLUSTER_M - 1) / CLUSTER_M;
         tiles_n = (n + BN - 1) / BN;
-        tiles = tiles_m * tiles_n;
+        tiles = rows * tiles_n;
         splits = splits_;
         steps = (k + BK - 1) / BK;
         chunk = (steps + splits - 1) / splits;
         units = batch * splits * tiles;
     }
 
-    __device__ __forceinline__ Work work(int unit) const {
+    __device__ __forceinline__ Work work(int unit, int rank = 0) const {
         Work w;
         const int per_problem = splits * tiles;
         w.batch = unit / per_problem;
@@ -42,10 +46,10 @@ struct Scheduler {
         const int span = GROUP_M * tiles_n;  // units of one group of tile rows
         const int group = t / span;
         const int first = group * GROUP_M;
-        const int rows = min(tiles_m - first, GROUP_M);
+        const int in_rows = min(rows - first, GROUP_M);
         const int in_group = t - group * span;
-        w.m0 = (first + in_group % rows) * BM;
-        w.n0 = (in_group / rows) * BN;
+        w.m0 = ((first + in_group % in_rows) * CLUSTER_M + rank) * BM;
+        w.n0 = (in_group / in_rows) * BN;
         w.k_begin = min(w.split * chunk, steps);
         w.k_end = min(w.k_begin + chunk, steps);
         return w;

@@ -64,6 +64,36 @@ template <int REGS> __device__ __forceinline__ void claim_registers() {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(REGS));
 }
 
+// ---- clusters (sm_90): blocks of one cluster share their shared memory ----------------------------
+
+// This block's rank in its cluster.
+__device__ __forceinline__ u32 cluster_rank() {
+    u32 rank;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+    return rank;
+}
+
+// Every thread of every block of the cluster arrives here before any goes on (a release /
+// acquire pair: shared-memory writes before it, barrier inits included, are seen after it).
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+    asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+
+// Arrive on the barrier at the same shared-memory offset as `bar` in block `rank` of the cluster
+// (release at CTA scope, as a local arrive: it orders this thread's earlier accesses, no fence
+// across the GPU, which .release.cluster would cost in every K step).
+__device__ __forceinline__ void arrive_in_block(u64* bar, u32 rank) {
+    asm volatile(
+        "{\n"
+        ".reg .b32 remote;\n"
+        "mapa.shared::cluster.u32 remote, %0, %1;\n"
+        "mbarrier.arrive.shared::cluster.b64 _, [remote];\n"
+        "}\n" ::"r"(shared_address(bar)),
+        "r"(rank)
+        : "memory");
+}
+
 // A barrier among THREADS threads (whole warps) of the block, apart from __syncthreads (id 0).
 template <int ID, int THREADS> __device__ __forceinline__ void named_barrier() {
     static_assert(ID > 0 && ID < 16 && THREADS % 32 == 0, "named barriers 1..15 over whole warps");

@@ -32,6 +32,17 @@ __device__ __forceinline__ void load_box(void* dst, const TensorMap* map, u64* b
         : "memory");
 }
 
+// The same box into dst of every block of the cluster named in `blocks` (a bit per rank);
+// its bytes complete on the barrier at `bar`'s offset in each of them.
+__device__ __forceinline__ void load_box_multicast(void* dst, const TensorMap* map, u64* bar, int c0, int c1, int c2,
+                                                   unsigned short blocks) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster "
+        "[%0], [%1, {%3, %4, %5}], [%2], %6;\n" ::"r"(shared_address(dst)),
+        "l"(reinterpret_cast<u64>(map)), "r"(shared_address(bar)), "r"(c0), "r"(c1), "r"(c2), "h"(blocks)
+        : "memory");
+}
+
 // Box of a rank-3 map at (c0, c1, c2) from src (shared memory, laid out as the map says)
 // into global memory; parts outside the tensor are not written. Completes in bulk groups.
 __device__ __forceinline__ void store_box(const TensorMap* map, const void* src, int c0, int c1, int c2) {

@@ -45,6 +45,26 @@ struct StageOperand {
         }
     }
 
+    // Part `part` of PARTS of the tile, multicast into the same place in each block of
+    // `blocks`: K-major tiles split by rows (the map's box is ROWS / PARTS rows), MN-major
+    // ones by panels. The parts of all blocks together make the whole tile in each.
+    template <int PARTS>
+    __device__ __forceinline__ static void load_part(unsigned char* dst, const TensorMap* map, u64* bar, int row0,
+                                                     int k0, int batch, int part, unsigned short blocks) {
+        if constexpr (K_MAJOR) {
+            static_assert(ROWS % (8 * PARTS) == 0, "each part is whole swizzle atoms");
+            constexpr int PART_ROWS = ROWS / PARTS;
+            load_box_multicast(dst + part * PART_ROWS * SWIZZLE_BYTES, map, bar, k0, row0 + part * PART_ROWS, batch,
+                               blocks);
+        } else {
+            static_assert(BOXES % PARTS == 0, "each part is whole panels");
+#pragma unroll
+            for (int b = part * (BOXES / PARTS); b < (part + 1) * (BOXES / PARTS); ++b) {
+                load_box_multicast(dst + b * BOX_BYTES, map, bar, row0 + b * W, k0, batch, blocks);
+            }
+        }
+    }
+
     // Descriptor of the slice at tile row `row` (a multiple of 64 for A, 0 for B) and K step
     // `step` of K_STEP elements (32 bytes of K), for the operand whose stage starts at `base`.
     template <int K_STEP>
