@@ -30,9 +30,10 @@ import json
 import math
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 import triton
 import triton.language as tl
@@ -297,7 +298,7 @@ def tune(a, b, out_dtype=None, candidates: list[Config] | None = None, budget_s:
             _launch(a, b, c, cfg)
             torch.cuda.synchronize()
             timings[cfg] = median_ms(lambda cfg=cfg: _launch(a, b, c, cfg), repeats=10)
-        except Exception as exc:  # noqa: BLE001  (OutOfResources, compile errors: a result of tuning)
+        except Exception as exc:  # OutOfResources, compile errors: a result of tuning
             timings[cfg] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
     timed = {cfg: ms for cfg, ms in timings.items() if isinstance(ms, float)}
     if not timed:
@@ -352,7 +353,7 @@ def compile_report(capability: int = 90) -> list[dict]:
                     row.update(shared=kernel.metadata.shared, fits=kernel.metadata.shared <= HOPPER_SHARED_BYTES,
                                wgmma="wgmma.mma_async" in ptx, tma="cp.async.bulk.tensor" in ptx,
                                cubin_bytes=len(kernel.asm["cubin"]))
-                except Exception as exc:  # noqa: BLE001  (reported, not raised: this is a survey)
+                except Exception as exc:  # reported, not raised: this is a survey
                     row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
                 row["seconds"] = round(time.perf_counter() - start, 1)
                 rows.append(row)
@@ -443,7 +444,7 @@ def main(argv: list[str] | None = None) -> int:
             c = triton_matmul(a, b, config=cfg)
             err, tol = check(a, b, c, gen=gen), _tolerance(INPUTS[name][0], c.dtype, size)
             flops = 2.0 * size**3
-            ms = median_ms(lambda: triton_matmul(a, b, config=cfg))
+            ms = median_ms(lambda a=a, b=b, cfg=cfg: triton_matmul(a, b, config=cfg))
             ms_t = median_ms(_torch_call(name, a, b))
             row = {"type": name, "size": size, "config": asdict(cfg), "ms": ms, "tflops": flops / ms / 1e9,
                    "torch_ms": ms_t, "torch_tflops": flops / ms_t / 1e9, "ratio": ms_t / ms, "error": err,
