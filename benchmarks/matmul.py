@@ -34,6 +34,7 @@ from batched import cuda_sm, pyplot, time_ms  # noqa: E402  (shared by the bench
 from blasdx import array_gemm  # noqa: E402
 from blasdx import dtypes as dt  # noqa: E402
 from blasdx.reference import assert_close, reference_gemm, tolerance  # noqa: E402
+from matmul_competitors import TRITON_CASES, merge_cublasdx, run_cublasdx_pipeline, triton_call  # noqa: E402
 
 TYPES = {"f16": dt.float16, "bf16": dt.bfloat16, "tf32": dt.tfloat32, "f32": dt.float32, "f64": dt.float64,
          "int8": dt.int8, "e4m3": dt.float8_e4m3}
@@ -146,15 +147,14 @@ def _checker(name: str, x, y, gen):
 
 
 def _competitors(name: str, x, y) -> dict:
-    """The competitor calls of a case: torch (cuBLAS) always, the Triton matmul where it runs."""
+    """The competitor calls of a case: torch (cuBLAS) always, the Triton persistent TMA matmul where it runs."""
     calls = {"torch": _competitor(name, x, y)}
-    if name in ("f16", "bf16", "tf32"):
+    if name in TRITON_CASES:
         try:
-            from triton_matmul import triton_matmul
-
-            calls["triton"] = lambda: triton_matmul(x, y)
-        except Exception as exc:  # no Triton here: say so in the row
-            calls["triton"] = exc
+            call, why = triton_call(name, x, y, autotune=False)  # its fixed 128 x 256 x 64 configuration
+        except Exception as exc:  # a shape Triton's TMA refuses is a result too
+            call, why = None, f"{type(exc).__name__}: {exc}"
+        calls["triton"] = call if call is not None else RuntimeError(why)
     return calls
 
 
@@ -192,7 +192,7 @@ ENGINE_SWEEP = [("wide", 4, 8, 1), ("wide", 4, 8, 2), ("wide", 3, 8, 2), ("wide"
 ENGINE_SPLITS = (1, 2, 4)
 
 
-def engine_sweep(name: str, shapes: list[tuple[int, int, int]], gen) -> list[dict]:
+def engine_sweep(name: str, shapes: list[tuple[int, int, int]], gen, split_counts=ENGINE_SPLITS) -> list[dict]:
     """Every engine configuration and split count on each shape (for blasdx/hopper.py's rule)."""
     import dataclasses
 
@@ -217,7 +217,7 @@ def engine_sweep(name: str, shapes: list[tuple[int, int, int]], gen) -> list[dic
         for base, stages, group, cluster in ENGINE_SWEEP:
             config = dataclasses.replace(hopper.CONFIGS[base], stages=stages, group_m=group, bk=128 // a.size,
                                          cluster=cluster)
-            for splits in ENGINE_SPLITS:
+            for splits in split_counts:
                 if splits > 1 and math.ceil(k / config.bk) < 2 * splits:
                     continue
                 entry = {"case": name, "shape": [m, n, k], "config": str(config), "splits": splits,
@@ -332,6 +332,9 @@ def main() -> int:
     parser.add_argument("--engine-sweep", nargs="*", type=_shape, default=None, metavar="MxNxK",
                         help="try every Hopper engine configuration on these shapes (for hopper.py)")
     parser.add_argument("--engine-sweep-type", default="bf16", choices=["f16", "bf16", "tf32"])
+    parser.add_argument("--engine-splits", nargs="*", type=int, default=list(ENGINE_SPLITS))
+    parser.add_argument("--cublasdx-pipeline", nargs="*", type=int, default=None, metavar="SIZE",
+                        help="also run cuBLASDx's pipelined GEMM (nvmath-python, carried wheels) at these squares")
     args = parser.parse_args()
     sm = cuda_sm()
     if sm is None:
@@ -341,7 +344,8 @@ def main() -> int:
     gen = torch.Generator(device="cuda").manual_seed(0)
     over = {} if args.no_overhead else overhead()
     swept = sweep(args.sweep_size, gen) if args.sweep else []
-    engine_swept = engine_sweep(args.engine_sweep_type, args.engine_sweep, gen) if args.engine_sweep else []
+    engine_swept = (engine_sweep(args.engine_sweep_type, args.engine_sweep, gen, args.engine_splits)
+                    if args.engine_sweep else [])
     results = []
     shapes = [(s, s, s) for s in args.sizes] + list(args.shapes)
     print("\n| case | M x N x K | path | blasdx TFLOP/s | torch TFLOP/s | triton TFLOP/s | vs torch | vs triton |")
@@ -358,6 +362,19 @@ def main() -> int:
             ratios = [f"{r['vs_' + who]:.2f}x" if "vs_" + who in r else "n/a" for who in ("torch", "triton")]
             print(f"| {name} | {'x'.join(map(str, shape))} | {r.get('path', '?')} | {r['blasdx_tflops']:.1f} | "
                   f"{cells[0]} | {cells[1]} | {ratios[0]} | {ratios[1]} |", flush=True)
+    if args.cublasdx_pipeline:
+        for r in results:
+            if len(set(r["shape"])) == 1:
+                r["size"] = r["shape"][0]
+        dx_rows = run_cublasdx_pipeline(args.cublasdx_pipeline, [t for t in args.types if t in ("f16", "bf16")])
+        merge_cublasdx(results, dx_rows)
+        print("\n| case | size | blasdx TFLOP/s | cuBLASDx pipeline TFLOP/s | blasdx / cuBLASDx |")
+        print("|---|---|---|---|---|")
+        for r in results:
+            if "cublasdx_tflops" in r or "cublasdx_error" in r:
+                dx = f"{r['cublasdx_tflops']:.1f}" if "cublasdx_tflops" in r else r["cublasdx_error"][:60]
+                ratio = f"{r['ratio_vs_cublasdx']:.2f}x" if "ratio_vs_cublasdx" in r else "n/a"
+                print(f"| {r['case']} | {r['size']} | {r['blasdx_tflops']:.1f} | {dx} | {ratio} |")
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"date": date.today().isoformat(), "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
