@@ -186,9 +186,10 @@ def speed(name: str, shape: tuple[int, int, int], gen) -> dict:
     return out
 
 
-# Engine configurations tried by --engine-sweep: (base configuration, stages, group_m, cluster), and splits.
-ENGINE_SWEEP = [("wide", 4, 8, 1), ("wide", 4, 8, 2), ("wide", 3, 8, 2), ("wide", 4, 16, 2), ("square", 6, 8, 1),
-                ("square", 6, 8, 2), ("square", 4, 8, 2), ("narrow", 5, 8, 1)]
+# Engine configurations tried by --engine-sweep: a base configuration and what changes in it; and splits.
+ENGINE_SWEEP = [("wide", {}), ("wide", {"cluster": 2}), ("square", {}), ("narrow", {}), ("pingpong", {}),
+                ("pingpong", {"stages": 5}), ("pingpong", {"cluster": 2}), ("pingpong", {"bm": 64, "bn": 256, "stages": 4}),
+                ("pingpong", {"group_m": 16})]
 ENGINE_SPLITS = (1, 2, 4)
 
 
@@ -214,9 +215,8 @@ def engine_sweep(name: str, shapes: list[tuple[int, int, int]], gen, split_count
         handle = arrays.resolve_stream(None, (out,))
         core = arrays.as_core_stream(None, handle)
         default = hopper.choose_config(a, m, n, k, 1, device.multiprocessors)
-        for base, stages, group, cluster in ENGINE_SWEEP:
-            config = dataclasses.replace(hopper.CONFIGS[base], stages=stages, group_m=group, bk=128 // a.size,
-                                         cluster=cluster)
+        for base, changes in ENGINE_SWEEP:
+            config = dataclasses.replace(hopper.CONFIGS[base], bk=128 // a.size, **changes)
             for splits in split_counts:
                 if splits > 1 and math.ceil(k / config.bk) < 2 * splits:
                     continue

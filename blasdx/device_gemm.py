@@ -154,6 +154,7 @@ class DeviceGemm:
             f"    static constexpr int bm = {cfg.bm}, bn = {cfg.bn}, bk = {cfg.bk};",
             f"    static constexpr int stages = {cfg.stages}, consumers = {cfg.consumers}, group_m = {cfg.group_m}, "
             f"cluster_m = {cfg.cluster};",
+            f"    static constexpr bool pingpong = {str(cfg.pingpong).lower()};",
             f"    static constexpr bool a_k_major = {str(self.a_k_major).lower()}, "
             f"b_k_major = {str(self.b_k_major).lower()};",
             "};",

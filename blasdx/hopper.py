@@ -67,6 +67,7 @@ class EngineConfig:
     consumers: int
     group_m: int = 8
     cluster: int = 1  # blocks per cluster along M, sharing B's tile by TMA multicast
+    pingpong: bool = False  # consumers take whole tiles in turn (one's epilogue overlaps the other's products)
 
     @property
     def threads(self) -> int:
@@ -84,7 +85,9 @@ class EngineConfig:
     def __str__(self) -> str:
         consumers = "1 consumer" if self.consumers == 1 else f"{self.consumers} consumers"
         cluster = f", clusters of {self.cluster}" if self.cluster > 1 else ""
-        return f"{self.bm}x{self.bn}x{self.bk}, {self.stages} stages, {consumers}, group {self.group_m}{cluster}"
+        pingpong = ", ping-pong" if self.pingpong else ""
+        return (f"{self.bm}x{self.bn}x{self.bk}, {self.stages} stages, {consumers}{pingpong}, group {self.group_m}"
+                f"{cluster}")
 
 
 # Configurations per output shape class (K step: 128 bytes of the input type).
@@ -94,13 +97,14 @@ class EngineConfig:
 WIDE = EngineConfig(128, 256, 64, 4, 2)
 SQUARE = EngineConfig(128, 128, 64, 6, 2)
 NARROW = EngineConfig(64, 256, 64, 5, 1)
-CONFIGS = {"wide": WIDE, "square": SQUARE, "narrow": NARROW}
+PINGPONG = EngineConfig(128, 128, 64, 6, 2, pingpong=True)
+CONFIGS = {"wide": WIDE, "square": SQUARE, "narrow": NARROW, "pingpong": PINGPONG}
 
 #: Shared memory per consumer of the TMA-store epilogue: two chunks of 64 rows x 128 bytes.
 STAGING_BYTES = 2 * 64 * 128
 
 #: A split covers at least this many K steps (fewer would cost more in partial sums than it gains).
-MIN_STEPS_PER_SPLIT = 8
+MIN_STEPS_PER_SPLIT = 16
 MAX_SPLITS = 16
 
 
@@ -226,6 +230,7 @@ def gemm_source(a: _dt.DType, c: _dt.DType, config: EngineConfig, a_k_major: boo
         f"    static constexpr int bm = {config.bm}, bn = {config.bn}, bk = {config.bk};",
         f"    static constexpr int stages = {config.stages}, consumers = {config.consumers}, "
         f"group_m = {config.group_m}, cluster_m = {config.cluster};",
+        f"    static constexpr bool pingpong = {str(config.pingpong).lower()};",
         f"    static constexpr bool a_k_major = {str(a_k_major).lower()}, b_k_major = {str(b_k_major).lower()};",
         f"    static constexpr bool store_by_tma = {str(store_by_tma).lower()};",
         "};",

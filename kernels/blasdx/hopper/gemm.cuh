@@ -3,7 +3,8 @@
 // The block has 1 + CONSUMERS warpgroups. Warpgroup 0 is the producer: it gives up
 // registers (setmaxnreg) and one of its threads walks the scheduler's work units, loading
 // each unit's K steps with TMA into the stage ring. Consumer warpgroup c takes rows
-// [c * BM / CONSUMERS, (c + 1) * BM / CONSUMERS) of every output tile: for each stage it
+// [c * BM / CONSUMERS, (c + 1) * BM / CONSUMERS) of every output tile (or, ping-pong,
+// every other tile whole): for each stage it
 // waits for the data, issues the stage's wgmmas, and frees the stage the previous group
 // read once that group has completed (one group stays in flight). When a unit's K range
 // is done it hands its accumulator to the tile epilogue (epilogue.cuh), while the producer
@@ -13,6 +14,9 @@
 //   a_type, b_type         storage types of A and B (float for tf32)
 //   a_mma, b_mma           the instruction's operand types (blasdx::tf32 for tf32)
 //   bm, bn, bk, stages, consumers, group_m, a_k_major, b_k_major
+//   pingpong               consumers take whole tiles in turn (unit 0 consumer 0, unit 1
+//                          consumer 1, ...) instead of sharing each tile's rows: one
+//                          consumer's epilogue runs while the other multiplies
 //   cluster_m              blocks per cluster along M (1 or 2): the blocks of a cluster take
 //                          vertically adjacent tiles and each loads half of their common B
 //                          tile, multicast into both (half the B traffic through L2); a
@@ -33,7 +37,9 @@ template <class Cfg>
 struct DeviceGemm {
     static constexpr int BM = Cfg::bm, BN = Cfg::bn, BK = Cfg::bk, STAGES = Cfg::stages;
     static constexpr int CONSUMERS = Cfg::consumers, CLUSTER = Cfg::cluster_m;
-    static constexpr int WG_M = BM / CONSUMERS, ATOMS_M = WG_M / 64;
+    static constexpr bool PINGPONG = Cfg::pingpong;
+    static constexpr int WG_M = PINGPONG ? BM : BM / CONSUMERS, ATOMS_M = WG_M / 64;
+    static constexpr int READERS = PINGPONG ? 1 : CONSUMERS;  // consumer warpgroups that read each stage
     static constexpr int THREADS = 128 * (1 + CONSUMERS);
     // Registers per thread after the hand-over: the producer keeps few, consumers get the rest.
     static constexpr int PRODUCER_REGISTERS = 40;
@@ -55,6 +61,7 @@ struct DeviceGemm {
 
     static_assert(CONSUMERS == 1 || CONSUMERS == 2, "one or two consumer warpgroups");
     static_assert(CLUSTER == 1 || CLUSTER == 2, "clusters of one or two blocks");
+    static_assert(!PINGPONG || CONSUMERS == 2, "ping-pong takes two consumers");
     static_assert(WG_M % 64 == 0 && ATOMS_M <= 2, "a consumer owns one or two 64-row slices of the tile");
     static_assert(BN == 64 || BN == 128 || BN == 256, "one wgmma spans the tile's N: 64, 128 or 256");
     static_assert(STAGES >= 2, "the producer loads ahead while consumers multiply");
@@ -82,7 +89,7 @@ struct DeviceGemm {
             u32 granted;
             asm("mov.u32 %0, %%dynamic_smem_size;\n" : "=r"(granted));
             if (granted < u32(shared_bytes<Epilogue>())) __trap();  // a launch with less would corrupt memory
-            ring->init(4 * CONSUMERS * CLUSTER);
+            ring->init(4 * READERS * CLUSTER);
             prefetch_tensor_map(map_a);
             prefetch_tensor_map(map_b);
         }
@@ -140,15 +147,21 @@ struct DeviceGemm {
         const int rank = CLUSTER > 1 ? int(cluster_rank()) : 0;
         RingState<STAGES> at;
         Acc acc;
-        for (int unit = blockIdx.x / CLUSTER; unit < sched.units; unit += gridDim.x / CLUSTER) {
+        int turn = 0;  // ping-pong: the units of this block alternate between the consumers
+        for (int unit = blockIdx.x / CLUSTER; unit < sched.units; unit += gridDim.x / CLUSTER, ++turn) {
             const Work w = sched.work(unit, rank);
+            if (PINGPONG && turn % CONSUMERS != consumer) {
+                at.skip(w.k_end - w.k_begin);  // the other consumer's stages
+                continue;
+            }
+            const int row0 = PINGPONG ? 0 : consumer * WG_M;
             acc.zero();
             int held = -1;  // the stage the group in flight reads
             for (int step = w.k_begin; step < w.k_end; ++step) {
                 wait(&ring->full[at.stage], at.parity);
                 const u32 a_base = shared_address(stage(smem, at.stage));
-                mma_stage<typename Cfg::a_mma, typename Cfg::b_mma, SA, SB, ATOMS_M, BN, BK>(
-                    acc, a_base, a_base + SA::BYTES, consumer * WG_M);
+                mma_stage<typename Cfg::a_mma, typename Cfg::b_mma, SA, SB, ATOMS_M, BN, BK>(acc, a_base,
+                                                                                     a_base + SA::BYTES, row0);
                 wgmma::wait<1>();
                 if (held >= 0 && lead) release(ring, held, rank);
                 held = at.stage;
@@ -157,7 +170,7 @@ struct DeviceGemm {
             wgmma::wait<0>();
             if (held >= 0 && lead) release(ring, held, rank);
             acc.pin();
-            epi(w, acc, w.m0 + consumer * WG_M, w.n0, consumer, staging);
+            epi(w, acc, w.m0 + row0, w.n0, consumer, staging);
         }
         epi.finish(consumer);
     }

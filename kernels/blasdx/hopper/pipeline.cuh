@@ -39,6 +39,13 @@ struct RingState {
             parity ^= 1;
         }
     }
+
+    // Past `steps` stages at once (the ones another consumer takes).
+    __device__ __forceinline__ void skip(int steps) {
+        const int to = stage + steps;
+        parity ^= u32(to / STAGES) & 1;
+        stage = to % STAGES;
+    }
 };
 
 }  // namespace hopper
