@@ -80,7 +80,7 @@ class EngineConfig:
     def shared_memory(self, itemsize: int, staged_store: bool = False) -> int:
         """Dynamic shared memory (gemm.cuh): alignment slack, the stages, the epilogue's staging, barriers."""
         staging = self.consumers * STAGING_BYTES if staged_store else 0
-        return 1024 + self.stages * self.stage_bytes(itemsize) + staging + 16 * self.stages
+        return 1024 + self.stages * self.stage_bytes(itemsize) + staging + 16 * self.stages + 16
 
     def __str__(self) -> str:
         consumers = "1 consumer" if self.consumers == 1 else f"{self.consumers} consumers"

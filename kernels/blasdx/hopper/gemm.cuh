@@ -147,13 +147,15 @@ struct DeviceGemm {
         const int rank = CLUSTER > 1 ? int(cluster_rank()) : 0;
         RingState<STAGES> at;
         Acc acc;
-        int turn = 0;  // ping-pong: the units of this block alternate between the consumers
+        int turn = 0;    // ping-pong: the units of this block alternate between the consumers
+        u32 waited = 0;  // turns of this consumer that waited for the other's
         for (int unit = blockIdx.x / CLUSTER; unit < sched.units; unit += gridDim.x / CLUSTER, ++turn) {
             const Work w = sched.work(unit, rank);
             if (PINGPONG && turn % CONSUMERS != consumer) {
                 at.skip(w.k_end - w.k_begin);  // the other consumer's stages
                 continue;
             }
+            if (PINGPONG && turn > 0) wait(&ring->turn[consumer], waited++ & 1);  // its last unit's stages are in
             const int row0 = PINGPONG ? 0 : consumer * WG_M;
             acc.zero();
             int held = -1;  // the stage the group in flight reads
@@ -167,6 +169,7 @@ struct DeviceGemm {
                 held = at.stage;
                 at.advance();
             }
+            if (PINGPONG && threadIdx.x % 128 == 0) arrive(&ring->turn[consumer ^ 1]);  // every stage waited for
             wgmma::wait<0>();
             if (held >= 0 && lead) release(ring, held, rank);
             acc.pin();

@@ -16,6 +16,11 @@ template <int STAGES>
 struct Ring {
     u64 full[STAGES];
     u64 empty[STAGES];
+    // Ping-pong consumers take turns: turn[c] completes a phase when the other consumer has
+    // waited for every stage of its last unit. A consumer that skips the other's stages must
+    // not wait on a stage more than one pass ahead (a parity wait cannot tell passes apart),
+    // so it waits for its turn first.
+    u64 turn[2];
 
     // One thread initialises; the block syncs before anyone uses the barriers.
     __device__ __forceinline__ void init(int consumer_arrivals) {
@@ -24,6 +29,8 @@ struct Ring {
             barrier_init(&full[s], 1);
             barrier_init(&empty[s], consumer_arrivals);
         }
+        barrier_init(&turn[0], 1);
+        barrier_init(&turn[1], 1);
         barrier_init_fence();
     }
 };
