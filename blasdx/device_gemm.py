@@ -95,6 +95,11 @@ class DeviceGemm:
         return self.b_layout is col_major
 
     @property
+    def cluster(self) -> int:
+        """Blocks per cluster (the launch groups the grid's blocks along x by this)."""
+        return self.config.cluster
+
+    @property
     def threads(self) -> int:
         """Threads per block: one producer warpgroup and the consumers."""
         return self.config.threads

@@ -667,6 +667,8 @@ class FusedKernel:
             ]
         # tensor maps go by value, which cuda.core.launch cannot pass: those kernels launch through the driver
         self._by_driver = params is not None and any(p.tensor_map for p in params)
+        # a device-level GEMM in clusters needs the launch in clusters (its blocks share shared memory)
+        self._cluster = max((getattr(g, "cluster", 1) for g in self.gemms.values()), default=1)
         self._configs: dict[tuple[Any, ...], Any] = {}
         self._loaded: dict[tuple[int, int], Any] = {}
         self._checked_devices: set[int] = set()
@@ -749,7 +751,8 @@ class FusedKernel:
         core = _arrays.as_core_stream(stream, handle)
         _arrays.wait_for_producers(core, handle, [v.stream for v in views])
         if self._by_driver:
-            _cuda_driver.launch(int(kernel.handle), grid3, block3, smem, handle, _cuda_driver.parameters_of(values))
+            _cuda_driver.launch(int(kernel.handle), grid3, block3, smem, handle, _cuda_driver.parameters_of(values),
+                                self._cluster)
         else:
             _execute._launch(core, config, kernel, *values)
 
@@ -758,6 +761,11 @@ class FusedKernel:
         from cuda.core import LaunchConfig
 
         grid3 = _normalise_dim(grid, "grid", ExecutionError)
+        if grid3[0] % self._cluster:
+            raise ExecutionError(
+                f"grid: {grid3} does not group into clusters of {self._cluster} blocks along x, which the kernel's "
+                "DeviceGemm runs in; use DeviceGemm.grid()"
+            )
         block3 = self.block if block is None else _check_block(block, self.gemms, ExecutionError)
         smem = (
             self.shared_memory if shared_memory is None else _check_shared_memory(shared_memory, kind=ExecutionError)

@@ -91,14 +91,27 @@ class EngineConfig:
 
 
 # Configurations per output shape class (K step: 128 bytes of the input type).
-#   wide:   128 x 256 tiles, 2 consumers of 64 x 256 (128 f32 accumulators each), 4 stages.
-#   square: 128 x 128 tiles, 2 consumers of 64 x 128, 6 stages: twice the tiles of `wide`.
-#   narrow: 64 x 256 tiles, 1 consumer, 5 stages: outputs of at most 64 rows (decode shapes).
+#   wide:     128 x 256 tiles, 2 consumers of 64 x 256 (128 f32 accumulators each), 4 stages;
+#             in clusters of 2 (B multicast) for long products over many tiles.
+#   pingpong: 128 x 128 tiles, 2 consumers taking whole tiles in turn, 6 stages: one
+#             consumer's epilogue runs under the other's products.
+#   narrow:   64 x 256 tiles, 1 consumer, 5 stages: outputs of at most 64 rows (decode shapes).
+#   square:   128 x 128 tiles shared by 2 consumers (kept for sweeps; ping-pong beats it).
+# Measured with benchmarks/matmul.py --engine-sweep (bf16, H100, 2026-11-22, TFLOP/s):
+#   8192^3:       wide + clusters 747, wide 725, pingpong 724, narrow 698, square 586
+#   4096^3:       pingpong 670, wide 657, wide + clusters 650, narrow 610, square 597
+#   2048^3:       pingpong 405, wide 385, square 385, narrow 384 (host launch cost included)
+#   8192^2 x 512: pingpong 428-434, wide 401, wide + clusters 387
 WIDE = EngineConfig(128, 256, 64, 4, 2)
 SQUARE = EngineConfig(128, 128, 64, 6, 2)
 NARROW = EngineConfig(64, 256, 64, 5, 1)
 PINGPONG = EngineConfig(128, 128, 64, 6, 2, pingpong=True)
-CONFIGS = {"wide": WIDE, "square": SQUARE, "narrow": NARROW, "pingpong": PINGPONG}
+WIDE_CLUSTERS = EngineConfig(128, 256, 64, 4, 2, cluster=2)
+CONFIGS = {"wide": WIDE, "square": SQUARE, "narrow": NARROW, "pingpong": PINGPONG, "wide clusters": WIDE_CLUSTERS}
+
+#: wide tiles in clusters from this many waves of tiles over the SMs, each at least this deep in K.
+CLUSTER_WAVES = 8
+CLUSTER_MIN_K_STEPS = 32
 
 #: Shared memory per consumer of the TMA-store epilogue: two chunks of 64 rows x 128 bytes.
 STAGING_BYTES = 2 * 64 * 128
@@ -111,16 +124,18 @@ MAX_SPLITS = 16
 def choose_config(a: _dt.DType, m: int, n: int, k: int, batch: int, multiprocessors: int) -> tuple[EngineConfig, int]:
     """The tile configuration and K split count of an M x N x K product with ``batch`` problems.
 
-    Outputs of at most 64 rows take `narrow`; outputs whose `wide` tiles fill the GPU
-    take `wide`, others `square` (twice the tiles). Then :func:`split_count`.
+    Outputs of at most 64 rows take `narrow`; long products with many `wide` tiles (at
+    least CLUSTER_WAVES per SM, CLUSTER_MIN_K_STEPS deep) take `wide` in clusters of 2;
+    the rest `pingpong`. Then :func:`split_count`.
     """
     bk = _SWIZZLE // a.size
+    wide_tiles = batch * math.ceil(m / WIDE.bm) * math.ceil(n / WIDE.bn)
     if m <= 64:
         config = NARROW
-    elif batch * math.ceil(m / WIDE.bm) * math.ceil(n / WIDE.bn) >= multiprocessors:
-        config = WIDE
+    elif wide_tiles >= CLUSTER_WAVES * multiprocessors and math.ceil(k / bk) >= CLUSTER_MIN_K_STEPS:
+        config = WIDE_CLUSTERS
     else:
-        config = SQUARE
+        config = PINGPONG
     config = replace(config, bk=bk)
     return config, split_count(config, m, n, k, batch, multiprocessors)
 

@@ -58,12 +58,14 @@ def test_validation_names_the_argument():
 
 def test_traits_follow_the_engine_rule():
     dg = bx.DeviceGemm.for_problem("bfloat16", "bfloat16", 8192, 8192, 8192)
-    assert dg.config.bm == 128 and dg.config.bn == 256 and dg.config.bk == 64
+    assert dg.config.bm == 128 and dg.config.bn == 256 and dg.config.bk == 64 and dg.cluster == 2
     assert dg.block_dim == (384, 1, 1) and dg.arch == "sm_90a"
     assert dg.shared_memory == dg.config.shared_memory(2, staged_store=True) <= 232448
     assert bx.DeviceGemm.for_problem(bx.float16, bx.float32, 16, 8192, 8192).config.bm == 64
     assert bx.DeviceGemm(bx.tfloat32, bx.float32, bx.row_major, bx.col_major).config.bk == 32
-    assert dg.grid(8192, 8192, multiprocessors=132) == 132 and dg.grid(128, 256, multiprocessors=132) == 1
+    assert dg.grid(8192, 8192, multiprocessors=132) == 132 and dg.grid(128, 256, multiprocessors=132) == 2
+    single = bx.DeviceGemm(bx.float16)
+    assert single.grid(8192, 8192, multiprocessors=132) == 132 and single.grid(128, 256, multiprocessors=132) == 1
 
 
 @pytest.mark.parametrize("c", [bx.float16, bx.bfloat16, bx.float32])
@@ -106,6 +108,13 @@ def test_tensor_maps_of_arrays(monkeypatch):
         dg.tensor_map_a(view((1000, 512), dt.bfloat16, strides=(1, 1000)))
     with pytest.raises(ExecutionError, match=r"d: TMA stores need a 16-byte aligned address"):
         dg.tensor_map_d(view((1000, 767), dt.float32, strides=(767, 1)))
+
+
+def test_clustered_kernels_launch_in_whole_clusters():
+    dg = bx.DeviceGemm(bx.float16, bx.float16, bx.row_major, bx.col_major, hopper.WIDE_CLUSTERS)
+    kernel = bx.compile_kernel(SOURCE, "scaled", {"LINEAR": dg})
+    with pytest.raises(ExecutionError, match=r"grid: \(3, 1, 1\) does not group into clusters of 2 blocks"):
+        kernel._setup(3, None, None)
 
 
 def test_prelude_matches_the_engine_source():

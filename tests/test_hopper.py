@@ -55,22 +55,21 @@ def plan(x, y, acc=None, sm=90):
 
 
 @pytest.mark.parametrize(("shape", "config", "splits"), [
-    ((8192, 8192, 8192), "wide", 1),
-    ((4096, 4096, 4096), "wide", 1),
-    ((2048, 2048, 2048), "square", 1),  # 128 wide tiles < 132 SMs: square tiles, 256 of them
-    ((1024, 1024, 1024), "square", 1),  # 64 tiles, but 16 K steps: too shallow to split (measured slower)
-    ((1024, 1024, 2048), "square", 2),  # 32 K steps: two splits of 16
+    ((8192, 8192, 8192), "wide clusters", 1),  # 2048 wide tiles (15 waves), 128 K steps
+    ((4096, 4096, 4096), "pingpong", 1),
+    ((2048, 2048, 2048), "pingpong", 1),
+    ((1024, 1024, 1024), "pingpong", 1),  # 64 tiles, but 16 K steps: too shallow to split (measured slower)
+    ((1024, 1024, 2048), "pingpong", 2),  # 32 K steps: two splits of 16
+    ((512, 512, 512), "pingpong", 1),
     ((16, 8192, 8192), "narrow", 4),  # decode: 32 tiles of 64 x 256, four splits of 2048
     ((64, 4096, 14336), "narrow", 8),
-    ((128, 8192, 28672), "square", 2),
-    ((8192, 8192, 512), "wide", 1),
+    ((128, 8192, 28672), "pingpong", 2),
+    ((8192, 8192, 512), "pingpong", 1),  # short K: epilogues under products beat clusters
 ])
 def test_config_rule(shape, config, splits):
     m, n, k = shape
     chosen, n_splits = hopper.choose_config(dt.bfloat16, m, n, k, 1, SMS)
-    assert (chosen.bm, chosen.bn, chosen.stages, chosen.consumers) == (
-        hopper.CONFIGS[config].bm, hopper.CONFIGS[config].bn, hopper.CONFIGS[config].stages,
-        hopper.CONFIGS[config].consumers)
+    assert chosen == hopper.replace(hopper.CONFIGS[config], bk=64)
     assert n_splits == splits
 
 
@@ -241,7 +240,7 @@ def test_every_config_compiles(name):
                               "sm_90a")
     sass = compiled.sass()
     assert compiled.local_memory == 0 and "HGMMA" in sass and "UTMASTG" not in sass  # direct stores
-    width = {"wide": 256, "square": 128, "narrow": 256, "pingpong": 128}[name]
+    width = {"wide": 256, "square": 128, "narrow": 256, "pingpong": 128, "wide clusters": 256}[name]
     assert f"HGMMA.64x{width}x16.F32.BF16" in sass
 
 
