@@ -4,6 +4,7 @@ The expression is Python with blasdx's public names in scope and nothing else::
 
     python -m blasdx describe "Size(64,64,64) + Precision(float16, float16, float32) + Function.MM + SM(80) + Block()"
     python -m blasdx compile "<expression>" --arch sm_80,sm_89,sm_90a
+    python -m blasdx matmul bfloat16 4096x4096x4096 --layout RC   (the Hopper engine's plan)
     python -m blasdx cache info
 
 Errors print one line and exit with status 2.
@@ -154,6 +155,23 @@ def _cmd_cache(args: argparse.Namespace) -> None:
         print(f"removed {removed} entries from {cache_dir()}")
 
 
+def _cmd_matmul(args: argparse.Namespace) -> None:
+    """What bx.matmul runs on an sm_90 GPU for contiguous operands of a type, shape and layouts."""
+    from . import dtypes as dt
+    from . import hopper
+    from .array_gemm import RESULT_TYPES
+
+    match = re.fullmatch(r"(\d+)x(\d+)x(\d+)", args.shape)
+    if match is None:
+        raise UsageError(f"shape: {args.shape!r}; expected MxNxK, e.g. 4096x4096x4096")
+    m, n, k = (int(v) for v in match.groups())
+    if args.layout not in ("RR", "RC", "CR", "CC"):
+        raise UsageError(f"--layout: {args.layout!r}; expected RR, RC, CR or CC (A then B, R row-major)")
+    a = dt.as_dtype(args.type)
+    c = dt.as_dtype(args.result) if args.result else RESULT_TYPES.get(a, a)
+    print(hopper.describe_call(a, c, m, n, k, args.batch, args.layout[0] == "R", args.layout[1] == "R", args.sms))
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``python -m blasdx``."""
     parser = argparse.ArgumentParser(prog="python -m blasdx", description="blasdx: block-level GEMM descriptors")
@@ -169,6 +187,14 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("expression", help=expr_help)
         command.set_defaults(handler=handler)
     sub.choices["compile"].add_argument("--arch", help="comma-separated targets, e.g. sm_80,sm_90a (default: the SM)")
+    matmul = sub.add_parser("matmul", help="what bx.matmul runs on the Hopper engine for a type, shape and layouts")
+    matmul.add_argument("type", help="input type, e.g. bfloat16")
+    matmul.add_argument("shape", help="MxNxK, e.g. 4096x4096x4096")
+    matmul.add_argument("--layout", default="RR", help="A then B: R row-major, C column-major (default RR)")
+    matmul.add_argument("--result", help="result type (default: matmul's for the input type)")
+    matmul.add_argument("--batch", type=int, default=1)
+    matmul.add_argument("--sms", type=int, default=132, help="multiprocessors of the GPU (default 132, H100/H200)")
+    matmul.set_defaults(handler=_cmd_matmul)
     cache = sub.add_parser("cache", help="show or clear the on-disk kernel cache")
     cache.add_argument("action", choices=("info", "clear"))
     cache.set_defaults(handler=_cmd_cache)

@@ -27,7 +27,7 @@ from .cache import cached_compile
 
 __all__ = [
     "SERVED", "EngineConfig", "OperandRoute", "EnginePlan", "choose_config", "split_count", "serves", "route",
-    "gemm_source", "KERNEL_NAME",
+    "gemm_source", "describe_call", "KERNEL_NAME",
 ]
 
 KERNEL_NAME = "blasdx_hopper_gemm"
@@ -379,12 +379,7 @@ class EnginePlan:
 
     def describe(self) -> str:
         """The path and what it chose: tile, stages, splits, operand routes, how D is stored."""
-        text = f"hopper wgmma+TMA, {self.config}, {self.splits} K split{'s' if self.splits > 1 else ''}"
-        text += ", D by TMA" if self.store_d is not None else ", D by direct stores"
-        for r in (self.route_a, self.route_b):
-            layout = "K-major" if r.k_major else "MN-major"
-            text += f", {r.argument} {layout}" + (f" (repacked: {r.repack})" if r.repack else "")
-        return text
+        return _describe(self.config, self.splits, self.route_a, self.route_b, self.store_d is not None)
 
     @property
     def compiled(self) -> Any:
@@ -509,6 +504,34 @@ class _ScratchPool:
 
 
 _SCRATCH = _ScratchPool()
+
+
+def _describe(config: EngineConfig, splits: int, route_a: OperandRoute, route_b: OperandRoute, tma_store: bool) -> str:
+    text = f"hopper wgmma+TMA, {config}, {splits} K split{'s' if splits > 1 else ''}"
+    text += ", D by TMA" if tma_store else ", D by direct stores"
+    for r in (route_a, route_b):
+        layout = "K-major" if r.k_major else "MN-major"
+        text += f", {r.argument} {layout}" + (f" (repacked: {r.repack})" if r.repack else "")
+    return text
+
+
+def describe_call(a: _dt.DType, c: _dt.DType, m: int, n: int, k: int, batch: int = 1, a_row_major: bool = True,
+                  b_row_major: bool = True, multiprocessors: int = 132) -> str:
+    """What the engine runs for contiguous operands of these types, shape and layouts (no GPU needed).
+
+    The same rule and routes as :class:`EnginePlan`, for operands at 256-byte aligned
+    addresses with a new C-contiguous result (``python -m blasdx matmul``).
+    """
+    if not serves(a, c):
+        raise ValueError(f"the engine runs {', '.join(f'{x.name} -> {y.name}' for x, y in sorted(SERVED, key=str))}"
+                         f"; not {a.name} -> {c.name}")
+    config, splits = choose_config(a, m, n, k, batch, multiprocessors)
+    route_a = route("x", a, _SCRATCH_ALIGNMENT, a_row_major, k if a_row_major else m, m if a_row_major else k,
+                    m * k, batch > 1)
+    route_b = route("y", a, _SCRATCH_ALIGNMENT, not b_row_major, n if b_row_major else k, k if b_row_major else n,
+                    k * n, batch > 1)
+    store = splits == 1 and _store_geometry(c, m, n, batch, (n, 1, m * n if batch > 1 else 0, 0)) is not None
+    return _describe(config, splits, route_a, route_b, store)
 
 
 def _store_geometry(c: _dt.DType, m: int, n: int, batch: int, d_layout: tuple[int, int, int, int]) -> _Operand | None:

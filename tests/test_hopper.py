@@ -278,3 +278,17 @@ def test_split_reduce_and_repack_compile(c):
     for size in (2, 4):
         repack = cached_compile(hopper.repack_source(size), hopper.REPACK_NAME, "sm_90")
         assert repack.local_memory == 0 and repack.shared_memory == 32 * 33 * size
+
+
+def test_describe_call_and_cli(capsys):
+    from blasdx.__main__ import main
+
+    text = hopper.describe_call(dt.bfloat16, dt.float32, 8192, 8192, 8192)
+    assert text.startswith("hopper wgmma+TMA, 128x256x64, 4 stages, 2 consumers, group 8, clusters of 2, 1 K split")
+    assert "D by TMA, x K-major, y MN-major" in text
+    assert main(["matmul", "tf32", "16x8192x8192"]) == 0
+    out = capsys.readouterr().out
+    assert "4 K splits" in out and "y K-major (repacked: tfloat32 wgmma reads K-major operands only)" in out
+    assert main(["matmul", "float32", "64x64x64"]) == 2
+    assert "the engine runs bfloat16 -> float32" in capsys.readouterr().err
+    assert main(["matmul", "float16", "64x64"]) == 2
