@@ -279,7 +279,7 @@ _MAX_GRID_Z = 65535
 class _Kernel:
     """A kernel source with its parameter block; compiled on first use, its function handle kept per device."""
 
-    __slots__ = ("source", "name", "arch", "shared_memory", "params", "functions", "_compiled", "_last")
+    __slots__ = ("source", "name", "arch", "shared_memory", "params", "functions", "_compiled")
 
     def __init__(self, source: str, name: str, arch: str, params: tuple[str, ...], shared_memory: int = 0) -> None:
         self.source, self.name, self.arch = source, name, arch
@@ -287,7 +287,6 @@ class _Kernel:
         self.params = _driver.ParameterBlock(params)
         self.functions: dict[int, int] = {}
         self._compiled: Any = None
-        self._last: list[Any] = [object()] * len(params)  # values as last set (nothing equals the sentinel)
 
     @property
     def compiled(self) -> Any:
@@ -305,12 +304,11 @@ class _Kernel:
         return found
 
     def fill(self, values: tuple[Any, ...]) -> None:
-        """Set the scalar parameters that changed since the last call (None: a map, set by the caller)."""
-        params, last = self.params, self._last
+        """Set every scalar parameter (None: a map, set by the caller)."""
+        params = self.params
         for i, value in enumerate(values):
-            if value is not None and value != last[i]:
+            if value is not None:
                 params.set(i, value)
-        self._last = list(values)
 
     def launch(self, device_id: int, grid: tuple[int, int, int], block: tuple[int, int, int], stream: int,
                cluster: int = 1) -> None:
@@ -366,6 +364,7 @@ class EnginePlan:
                                  _SWIZZLE)
             for ptr, r, op in ((ptr_a, route_a, self.operand_a), (ptr_b, route_b, self.operand_b))
         ]
+        self._scalars: Any = None  # the strides, alpha and beta the GEMM's parameters hold
         self._mapped = [ptr if r.repack is None else _SCRATCH_ALIGNMENT
                         for ptr, r in ((ptr_a, route_a), (ptr_b, route_b))]
         if staged:
@@ -404,9 +403,16 @@ class EnginePlan:
         gemm = self._gemm
         with gemm.params.lock:
             self._point_maps(a_ptr, b_ptr, d.ptr)
-            gemm.fill((None, None, None, c_ptr, d.ptr if self.splits == 1 else 0, workspace, self.m, self.n, self.k,
-                       self.batch, int(self.operand_a.batched), int(self.operand_b.batched), self.splits,
-                       *c_strides, *d_strides, alpha, beta))
+            scalars = (c_strides, d_strides, alpha, beta)
+            if scalars == self._scalars:  # the common case: only the addresses change from call to call
+                gemm.params.set(3, c_ptr)
+                gemm.params.set(4, d.ptr if self.splits == 1 else 0)
+                gemm.params.set(5, workspace)
+            else:
+                gemm.fill((None, None, None, c_ptr, d.ptr if self.splits == 1 else 0, workspace, self.m, self.n,
+                           self.k, self.batch, int(self.operand_a.batched), int(self.operand_b.batched), self.splits,
+                           *c_strides, *d_strides, alpha, beta))
+                self._scalars = scalars
             if not self._grid_checked:
                 self._fit_grid(device_id)
             gemm.launch(device_id, self.grid, (self.config.threads, 1, 1), stream, self.config.cluster)
@@ -433,13 +439,19 @@ class EnginePlan:
         Without a TMA store, D's parameter takes A's map (the kernel does not read it).
         """
         maps, mapped, params = self._maps, self._mapped, self._gemm.params
-        for i, ptr in enumerate((a_ptr, b_ptr, d_ptr)[:len(maps)]):
-            if ptr != mapped[i]:
-                maps[i].replace_address(ptr)
-                mapped[i] = ptr
-        params.set_map(0, maps[0])
-        params.set_map(1, maps[1])
-        params.set_map(2, maps[2] if len(maps) > 2 else maps[0])
+        if a_ptr != mapped[0]:
+            maps[0].replace_address(a_ptr)
+            mapped[0] = a_ptr
+        if b_ptr != mapped[1]:
+            maps[1].replace_address(b_ptr)
+            mapped[1] = b_ptr
+        if len(maps) > 2 and d_ptr != mapped[2]:
+            maps[2].replace_address(d_ptr)
+            mapped[2] = d_ptr
+        if params.maps.get(0) is not maps[0]:  # the maps are set once; their bytes change in place
+            params.set_map(0, maps[0])
+            params.set_map(1, maps[1])
+            params.set_map(2, maps[2] if len(maps) > 2 else maps[0])
 
     def _prepare(self, view: Any, route_: OperandRoute, op: _Operand, rows: int, slot: str, device_id: int,
                  stream_core: Any, stream: int) -> int:
