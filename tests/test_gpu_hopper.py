@@ -223,9 +223,19 @@ def test_alpha_beta_and_strided_c_d(torch):
     cin = _random(torch, (n, m), c, gen).t()  # column-major C
     d = torch.full((m, n + 7), float("nan"), device="cuda", dtype=torch.float16)[:, :n]
     for splits in (1, 4):
-        _engine_call(torch, x, y, cin, d, a, c, alpha=0.5, beta=-2.0, splits=splits)
-        _check(torch, d, x, y, a, c, k, cin, alpha=0.5, beta=-2.0, what=f"alpha 0.5 beta -2, {splits} splits")
-        d.fill_(float("nan"))
+        engine = None
+        for alpha, beta in ((0.5, -2.0), (1.0, 0.0), (0.5, -2.0), (-1.5, 1.0)):  # parameters change and return
+            if engine is None:
+                engine = _engine_call(torch, x, y, cin, d, a, c, alpha=alpha, beta=beta, splits=splits)
+            else:
+                from blasdx import arrays
+
+                handle = arrays.resolve_stream(None, (d,))
+                views = [arrays.as_array(t, name) for t, name in ((x, "x"), (y, "y"), (cin, "c"), (d, "d"))]
+                engine.run(0, arrays.as_core_stream(None, handle), handle, *views, alpha, beta)
+            _check(torch, d, x, y, a, c, k, cin, alpha=alpha, beta=beta,
+                   what=f"alpha {alpha} beta {beta}, {splits} splits")
+            d.fill_(float("nan"))
 
 
 def test_k_zero_and_empty_results(torch):
