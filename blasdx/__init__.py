@@ -38,7 +38,9 @@ from .operators import (
     right_layout,
     row_major,
 )
+from .operators import BatchesPerBlock, Diag, FillMode, Side
 from .precompile import precompile
+from .trsm import TrsmDescriptor
 
 __version__ = "0.1.0"
 
@@ -52,5 +54,6 @@ __all__ = [
     "to_device", "from_device",
     "compile_kernel", "header", "FusedKernel", "FusionHeader",
     "matmul", "mma", "tf32",
+    "Side", "FillMode", "Diag", "BatchesPerBlock", "TrsmDescriptor",
     "__version__",
 ]
