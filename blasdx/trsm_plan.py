@@ -44,6 +44,7 @@ PANEL = 16
 #: Threads of one problem at most, and the threads a suggested block aims for.
 _MAX_GROUP_THREADS = 256
 _TARGET_BLOCK_THREADS = 128
+_THREADS_PER_SM = 512
 
 
 @dataclass(frozen=True)
@@ -160,12 +161,18 @@ def suggested_group_threads(p: TrsmProblem) -> int:
 
     Substitution gives each thread one right-hand side, so more threads than ``width``
     would idle there; the GEMM updates (``dim > PANEL``) run ``mma.sync`` on whole warps, so
-    those groups round up to 32. At most 256, beyond which a block gains nothing but
-    barrier cost (the GEMM engine's rule); wider problems give each thread several sides.
+    those groups round up to 32, and grow until the blocks that fit one SM's shared memory
+    hold 512 threads together (16 warps to hide the latency of shared memory and barriers:
+    a 128 x 128 f32 solve, one block per SM, gets 256 threads rather than 128). At most 256,
+    beyond which a block gains nothing but barrier cost (the GEMM engine's rule); wider
+    problems give each thread several right-hand sides.
     """
-    if needs_update(p):
-        return max(32, min(_MAX_GROUP_THREADS, _h.round_up(p.width, 32)))
-    return min(_MAX_GROUP_THREADS, p.width)
+    if not needs_update(p):
+        return min(_MAX_GROUP_THREADS, p.width)
+    group = max(32, min(_MAX_GROUP_THREADS, _h.round_up(p.width, 32)))
+    blocks_per_sm = max(1, _h.MAX_SHARED_MEMORY[p.sm] // _problem_bytes(p, *smem_layouts(p)))
+    wanted = _h.round_up(ceil(_THREADS_PER_SM / blocks_per_sm), 32)
+    return min(_MAX_GROUP_THREADS, max(group, wanted))
 
 
 def _problem_bytes(p: TrsmProblem, smem_a: _h.SmemLayout, smem_b: _h.SmemLayout) -> int:
