@@ -19,6 +19,7 @@ from .dtypes import (
 from .errors import BlasdxError, CompileError, DescriptorError, DeviceError, ExecutionError, UnsupportedError
 from .fusion import FusedKernel, FusionHeader, compile_kernel, header
 from .array_gemm import matmul, mma, tf32
+from .array_trsm import solve_triangular
 from .operators import (
     SM,
     Alignment,
@@ -53,7 +54,7 @@ __all__ = [
     "CompiledKernel", "CompileOptions", "precompile",
     "to_device", "from_device",
     "compile_kernel", "header", "FusedKernel", "FusionHeader",
-    "matmul", "mma", "tf32",
+    "matmul", "mma", "tf32", "solve_triangular",
     "Side", "FillMode", "Diag", "BatchesPerBlock", "TrsmDescriptor",
     "__version__",
 ]
