@@ -164,6 +164,8 @@ def _chunked_descriptor(
         except UnsupportedError as exc:  # does not fit one block: try more chunks
             last_error = exc
             continue
+        if chunks == 1:
+            return desc, 1, 0, 0, al_o
         return desc, chunks, w * b_step, w * o_step, al_o
     dim = m if left else n
     raise ExecutionError(
