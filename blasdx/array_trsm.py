@@ -219,6 +219,22 @@ def plan_solve(
     return SolvePlan(shape, vb.dtype, total, kernel, strides, (chunks, b_chunk, o_chunk), device_id)
 
 
+def _allocate(like: Any, shape: tuple[int, ...], dtype: _dt.DType, device_id: int, stream: int) -> Any:
+    """A new C-contiguous array of ``like``'s library; complex results too (array_gemm's allocator makes real ones)."""
+    if dtype.is_complex:
+        library = _arrays._library_of(like)
+        if library == "torch":
+            import torch
+
+            return torch.empty(shape, dtype=getattr(torch, dtype.name), device=like.device)
+        if library == "cupy":
+            import cupy
+
+            with cupy.cuda.Device(device_id):
+                return cupy.empty(shape, dtype=dtype.host_dtype)
+    return _ag._allocate(like, shape, dtype, device_id, stream)
+
+
 _CALLS: dict[tuple[Any, ...], SolvePlan] = {}
 
 
@@ -282,7 +298,7 @@ def solve_triangular(
     if plan.kernel is not None:
         plan.kernel.on_device(plan.device_id)  # DeviceError before anything is allocated
     if out is None:
-        out = _ag._allocate(b, plan.shape, plan.dtype, plan.device_id, handle)
+        out = _allocate(b, plan.shape, plan.dtype, plan.device_id, handle)
         vout = as_array(out, "out", stream=handle)
     if plan.kernel is None or plan.batch == 0:
         return out
