@@ -48,7 +48,7 @@ from .trsm_codegen import OutputLayout
 from .trsm_execute import TrsmKernel, kernel_for
 from .trsm_plan import TRSM_TYPES
 
-__all__ = ["RULES", "solve_triangular", "SolvePlan", "plan_solve"]
+__all__ = ["RULES", "solve_triangular", "solve_plan", "SolvePlan", "plan_solve"]
 
 #: The rules a call must follow, quoted by the errors that enforce them.
 RULES = {
@@ -263,6 +263,32 @@ def _check_out(vout: ArrayView, va: ArrayView, vb: ArrayView) -> bool:
     return same
 
 
+def _plan(va: ArrayView, vb: ArrayView, vout: ArrayView | None, flags: tuple[bool, bool, bool]) -> SolvePlan:
+    """The remembered plan of this kind of call (built and checked on first use)."""
+    key = _key((va, vb, vout), flags)
+    plan = _CALLS.get(key)
+    if plan is None:
+        views, names = (va, vb), ("a", "b")
+        if vout is not None:
+            views, names = views + (vout,), names + ("out",)
+        plan = plan_solve(va, vb, vout, flags, _ag._device_of(views, names))
+        if len(_CALLS) > 1024:
+            _CALLS.clear()
+        _CALLS[key] = plan
+    return plan
+
+
+def solve_plan(
+    a: Any, b: Any, *, lower: bool | None = None, upper: bool | None = None, left: bool = True,
+    unit_diagonal: bool | None = None, unitriangular: bool | None = None, out: Any = None,
+) -> SolvePlan:
+    """What ``solve_triangular`` with these arguments runs (its kernel's descriptor, chunks, strides); no launch."""
+    flags = _options(lower, upper, left, unit_diagonal, unitriangular)
+    handle = resolve_stream(None, (b if out is None else out, a))
+    vout = None if out is None else as_array(out, "out", stream=handle)
+    return _plan(as_array(a, "a", stream=handle), as_array(b, "b", stream=handle), vout, flags)
+
+
 def solve_triangular(
     a: Any, b: Any, *, lower: bool | None = None, upper: bool | None = None, left: bool = True,
     unit_diagonal: bool | None = None, unitriangular: bool | None = None, out: Any = None, stream: Any = None,
@@ -282,16 +308,7 @@ def solve_triangular(
     handle = resolve_stream(stream, (b if out is None else out, a))
     va, vb = as_array(a, "a", stream=handle), as_array(b, "b", stream=handle)
     vout = None if out is None else as_array(out, "out", stream=handle)
-    key = _key((va, vb, vout), flags)
-    plan = _CALLS.get(key)
-    if plan is None:
-        views, names = (va, vb), ("a", "b")
-        if vout is not None:
-            views, names = views + (vout,), names + ("out",)
-        plan = plan_solve(va, vb, vout, flags, _ag._device_of(views, names))
-        if len(_CALLS) > 1024:
-            _CALLS.clear()
-        _CALLS[key] = plan
+    plan = _plan(va, vb, vout, flags)
     if vout is not None:
         _check_out(vout, va, vb)
     alpha = plan.kernel.alpha(1) if plan.kernel is not None else ()

@@ -286,6 +286,7 @@ def test_solve_triangular_splits_wide_right_hand_sides(fake_gpu):
     [(stream, grid, block, smem, (_, desc, out), args)] = fake_gpu["launch"]
     assert desc.size == (128, 64) and grid == (7, 2, 1)
     assert args[-3:] == (64, 64, 7) and smem <= 227 * 1024
+    assert array_trsm.solve_plan(a, b, lower=True).chunks == (2, 64, 64)
     fake_gpu["launch"].clear()
     bx.solve_triangular(a, f32((128, 1000), B_PTR, dtype="float64"), lower=True)
     [(stream, grid, block, smem, (_, desc, out), args)] = fake_gpu["launch"]
