@@ -123,15 +123,29 @@ def test_every_variant(variant_descs, case):
 
 
 SIZES = [(1, 1), (5, 3), (16, 16), (32, 32), (64, 64), (100, 37), (37, 100), (128, 128), (128, 64), (17, 300)]
+SIZE_CASES = list(itertools.product(SIZES, TYPES, bx.Side))
 
 
-@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
-@pytest.mark.parametrize("prec, kind", TYPES, ids=[_type_id(*t) for t in TYPES])
-@pytest.mark.parametrize("side", list(bx.Side), ids=lambda s: s.name)
-def test_sizes(sm, size, prec, kind, side):
-    desc = trsm(size, sm, side, bx.MaxAlignment, prec=prec, kind=kind)
-    if not desc.is_supported:
-        pytest.skip(f"{desc!r} does not fit one block on sm_{sm}")
+@pytest.fixture(scope="module")
+def size_descs(sm):
+    """Every descriptor of test_sizes that fits one block, compiled in parallel up front."""
+    descs = {}
+    for size, (prec, kind), side in SIZE_CASES:
+        desc = trsm(size, sm, side, bx.MaxAlignment, prec=prec, kind=kind)
+        if desc.is_supported:
+            descs[(size, prec, kind, side)] = desc
+    bx.precompile(list(descs.values()), workers=16)
+    return descs
+
+
+@pytest.mark.parametrize(
+    "size, types, side", SIZE_CASES,
+    ids=[f"{s[0]}x{s[1]}-{_type_id(*t)}-{side.name}" for s, t, side in SIZE_CASES],
+)
+def test_sizes(size_descs, size, types, side):
+    desc = size_descs.get((size, *types, side))
+    if desc is None:
+        pytest.skip("does not fit one block's shared memory on this GPU")
     run_execute(desc, np.random.default_rng(sum(size)), batch=4)
 
 
