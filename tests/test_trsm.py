@@ -224,3 +224,13 @@ def test_str_describes_the_solve():
     text = str(trsm(64, 32, bx.Side.right))
     assert "TRSM right lower non_unit: B 64x32, A 32x32, real float32" in text
     assert "not ready" in str(bx.Size(8, 8) + bx.Function.TRSM)
+
+
+def test_cli_describes_a_trsm(capsys):
+    from blasdx.__main__ import main
+
+    assert main(["describe", "Size(64, 32) + Function.TRSM + Side.right + Diag.unit + SM(90) + Block()"]) == 0
+    out = capsys.readouterr().out
+    for line in ("side                         Side.right", "diag                         Diag.unit",
+                 "a_dim                        (32, 32)", "c_dim                        (n/a: c_dim: a TRSM has no C"):
+        assert line in out
