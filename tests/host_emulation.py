@@ -36,7 +36,7 @@ def build(source: str, call: str, shared: str, build_dir: Path, sanitize: str | 
         '#include "launch.inc"',
         "",
     ])
-    flags = ["-std=c++20", "-O1", "-w", "-pthread", *_SANITIZERS[sanitize]]
+    flags = ["-std=c++20", "-O1", "-fno-strict-aliasing", "-w", "-pthread", *_SANITIZERS[sanitize]]
     kernels = kernels_dir()
     digest = hashlib.sha256(" ".join(flags).encode() + text.encode())
     for path in sorted([*kernels.rglob("*.cu*"), *HERE.iterdir()]):

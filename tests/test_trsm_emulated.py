@@ -227,8 +227,9 @@ solve(const TRSM::a_value_type* a, TRSM::b_value_type* b, TRSM::scalar_value_typ
          0.5 + 1j, None),
         (trsm((12, 5), bx.BatchesPerBlock(4), bx.LeadingDimension(13, 14)), 6, 7, 1.0, "thread"),
         (trsm((24, 20)), 1, 0, 0.0, None),
+        (trsm((40, 24), bx.BatchesPerBlock(2)), 3, 0, -1.0, None),  # column-major B: the panels' vector path
     ],
-    ids=["right-upper-batches", "complex-unit", "tsan-batches-padded", "alpha-zero"],
+    ids=["right-upper-batches", "complex-unit", "tsan-batches-padded", "alpha-zero", "left-vector"],
 )
 def test_device_api(desc, batch, extra_threads, alpha, sanitize, build_dir, tmp_path):
     """TRSM::load_a / load_b / copy_wait / execute / store_b from a user's kernel, on a block larger than the TRSM's."""

@@ -136,6 +136,22 @@ struct BlockTrsm {
         __device__ __forceinline__ value_type operator()(int i) const { return inv[i]; }
     };
 
+    // 16 bytes of consecutive elements, for the panel's vector loads and stores.
+    static constexpr int VEC = 16 % int(sizeof(value_type)) == 0 ? 16 / int(sizeof(value_type)) : 1;
+    struct alignas(16) vec {
+        value_type v[VEC];
+    };
+
+    // Whether panel P's unknowns of one right-hand side lie in whole 16-byte pieces of shared memory
+    // (B column-major on the left, row-major on the right; sB 16-byte aligned): then a thread moves
+    // them with vector loads, and neighbouring threads (leading dimensions an odd number of pieces,
+    // as the batched kernel pads them) hit distinct banks.
+    template <int P, int LDB> __host__ __device__ static constexpr bool vector_panel() {
+        constexpr int bytes = int(sizeof(value_type));
+        return (left ? !Cfg::b_row_major : Cfg::b_row_major) && VEC > 1 && (step<P>::pb * bytes) % 16 == 0 &&
+               (step<P>::p0 * bytes) % 16 == 0 && (LDB * bytes) % 16 == 0;
+    }
+
     // Substitution inside panel P: thread lt of the group takes right-hand sides lt, lt + group, ...
     template <int P, int LDA, int LDB, class Inv>
     __device__ __forceinline__ static void solve_panel(const value_type* sA, value_type* sB, int lt,
@@ -143,10 +159,21 @@ struct BlockTrsm {
         using st = step<P>;
         for (int q = lt; q < width; q += group) {
             value_type x[st::pb];
+            if constexpr (vector_panel<P, LDB>()) {
+                const value_type* run = &rhs<LDB>(sB, st::p0, q);
 #pragma unroll
-            for (int t = 0; t < st::pb; ++t) {
-                x[t] = rhs<LDB>(sB, st::p0 + t, q);
-                if (P == 0 && scale) x[t] = trsm_detail::mul(alpha, x[t]);
+                for (int t = 0; t < st::pb; t += VEC) {
+                    const vec piece = *reinterpret_cast<const vec*>(run + t);
+#pragma unroll
+                    for (int e = 0; e < VEC; ++e) x[t + e] = piece.v[e];
+                }
+            } else {
+#pragma unroll
+                for (int t = 0; t < st::pb; ++t) x[t] = rhs<LDB>(sB, st::p0 + t, q);
+            }
+            if (P == 0 && scale) {
+#pragma unroll
+                for (int t = 0; t < st::pb; ++t) x[t] = trsm_detail::mul(alpha, x[t]);
             }
 #pragma unroll
             for (int s = 0; s < st::pb; ++s) {
@@ -158,8 +185,19 @@ struct BlockTrsm {
                     x[b] = trsm_detail::sub_mul(x[b], coef<LDA>(sA, st::p0 + b, st::p0 + a), x[a]);
                 }
             }
+            if constexpr (vector_panel<P, LDB>()) {
+                value_type* run = &rhs<LDB>(sB, st::p0, q);
 #pragma unroll
-            for (int t = 0; t < st::pb; ++t) rhs<LDB>(sB, st::p0 + t, q) = x[t];
+                for (int t = 0; t < st::pb; t += VEC) {
+                    vec piece;
+#pragma unroll
+                    for (int e = 0; e < VEC; ++e) piece.v[e] = x[t + e];
+                    *reinterpret_cast<vec*>(run + t) = piece;
+                }
+            } else {
+#pragma unroll
+                for (int t = 0; t < st::pb; ++t) rhs<LDB>(sB, st::p0 + t, q) = x[t];
+            }
         }
     }
 
