@@ -8,9 +8,11 @@ buffers read or written out of bounds).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -21,9 +23,27 @@ HERE = Path(__file__).parent / "emulation"
 _SANITIZERS = {None: [], "thread": ["-fsanitize=thread", "-g"], "address": ["-fsanitize=address,undefined", "-g"]}
 
 
+_PROBE = "#include <barrier>\nint main() { std::barrier<> b(1); b.arrive_and_wait(); return 0; }\n"
+
+
+@functools.cache
 def compiler() -> str | None:
-    """The host C++ compiler (g++ with C++20), or None."""
-    return shutil.which("g++")
+    """g++ when it builds C++20 with std::barrier (GCC 11 or newer), else None."""
+    gxx = shutil.which("g++")
+    return gxx if gxx is not None and available(None, gxx) else None
+
+
+@functools.cache
+def available(sanitize: str | None, gxx: str | None = None) -> bool:
+    """Whether a program with ``sanitize`` (None, "thread", "address") builds and runs here."""
+    gxx = gxx or compiler()
+    if gxx is None:
+        return False
+    with tempfile.TemporaryDirectory() as folder:
+        exe = Path(folder) / "probe"
+        built = subprocess.run([gxx, "-std=c++20", "-pthread", *_SANITIZERS[sanitize], "-x", "c++", "-", "-o", str(exe)],
+                               input=_PROBE, capture_output=True, text=True)
+        return built.returncode == 0 and subprocess.run([str(exe)], capture_output=True).returncode == 0
 
 
 def build(source: str, call: str, shared: str, build_dir: Path, sanitize: str | None = None) -> Path:
