@@ -32,6 +32,7 @@ from blasdx.trsm_reference import (
 )
 
 from .gpu_support import host_to_torch, require_gpu, strided_operand, torch_to_host
+from .trsm_support import SOLVE_KERNEL
 
 pytestmark = pytest.mark.gpu
 
@@ -331,27 +332,9 @@ def test_solve_triangular_cupy_and_device_arrays(sm):
 
 # ---------------------------------------------------------------------------------------------- device API
 
-SOLVE = r"""
-extern "C" __global__ void __launch_bounds__(256, 1)
-solve(const TRSM::a_value_type* a, TRSM::b_value_type* b, TRSM::scalar_value_type alpha, int batch) {
-    extern __shared__ __align__(16) unsigned char smem[];
-    auto [sA, sB] = TRSM::slice_shared_memory(smem);
-    const long long first = (long long)blockIdx.x * TRSM::batches_per_block;
-    for (int g = 0; g < TRSM::batches_per_block && first + g < batch; ++g) {
-        TRSM::load_a(a + (first + g) * TRSM::a_size, sA + g * TRSM::a_stride);
-        TRSM::load_b(b + (first + g) * TRSM::b_size, sB + g * TRSM::b_stride);
-    }
-    TRSM::copy_wait();
-    TRSM::execute(alpha, sA, sB);
-    for (int g = 0; g < TRSM::batches_per_block && first + g < batch; ++g) {
-        TRSM::store_b(sB + g * TRSM::b_stride, b + (first + g) * TRSM::b_size);
-    }
-}
-"""
-
 
 def run_device_api(desc, rng, batch: int, alpha, extra_threads: int = 0) -> None:
-    """The SOLVE kernel on tightly stored operands (leading dimensions = the descriptor's)."""
+    """SOLVE_KERNEL on tightly stored operands (leading dimensions = the descriptor's)."""
     m, n = desc.size
     real, value = desc.scalar_type, desc.b_value_type
     system = random_triangular(rng, batch, desc.a_dim[0], real, is_complex=desc.is_complex,
@@ -361,9 +344,9 @@ def run_device_api(desc, rng, batch: int, alpha, extra_threads: int = 0) -> None
     lda, ldb = desc.leading_dimension
     a = strided_operand(system.stored, value, arr.a is R, lda)
     b = strided_operand(b_host, value, arr.b is R, ldb)
-    kernel = bx.compile_kernel(SOLVE, "solve", {"TRSM": desc})
+    kernel = bx.compile_kernel(SOLVE_KERNEL, "solve", {"TRSM": desc})
     block = desc.max_threads_per_block + extra_threads
-    assert block <= 256, "SOLVE is built for blocks of at most 256 threads (__launch_bounds__)"
+    assert block <= 256, "SOLVE_KERNEL is built for blocks of at most 256 threads (__launch_bounds__)"
     kernel.launch(-(-batch // desc.batches_per_block), (a, b, alpha, batch), block=block)
     check_solution(desc, system, b_host, torch_to_host(b, value), alpha, f"device API {desc!r}")
 

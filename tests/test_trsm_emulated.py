@@ -33,6 +33,7 @@ from blasdx.trsm_reference import (
 )
 
 from . import host_emulation as emu
+from .trsm_support import SOLVE_KERNEL
 
 pytestmark = pytest.mark.skipif(emu.compiler() is None, reason="needs g++ (C++20) to run kernel code on the host")
 
@@ -202,24 +203,6 @@ def test_ill_conditioned_cases_are_ill_conditioned():
 
 # ---------------------------------------------------------------------------------------------- device API
 
-USER_KERNEL = r"""
-extern "C" __global__ void __launch_bounds__(256, 1)
-solve(const TRSM::a_value_type* a, TRSM::b_value_type* b, TRSM::scalar_value_type alpha, int batch) {
-    extern __shared__ __align__(16) unsigned char smem[];
-    auto [sA, sB] = TRSM::slice_shared_memory(smem);
-    const long long first = (long long)blockIdx.x * TRSM::batches_per_block;
-    for (int g = 0; g < TRSM::batches_per_block && first + g < batch; ++g) {
-        TRSM::load_a(a + (first + g) * TRSM::a_size, sA + g * TRSM::a_stride);
-        TRSM::load_b(b + (first + g) * TRSM::b_size, sB + g * TRSM::b_stride);
-    }
-    TRSM::copy_wait();
-    TRSM::execute(alpha, sA, sB);
-    for (int g = 0; g < TRSM::batches_per_block && first + g < batch; ++g) {
-        TRSM::store_b(sB + g * TRSM::b_stride, b + (first + g) * TRSM::b_size);
-    }
-}
-"""
-
 
 @pytest.mark.parametrize(
     "desc, batch, extra_threads, alpha, sanitize",
@@ -250,7 +233,7 @@ def test_device_api(desc, batch, extra_threads, alpha, sanitize, build_dir, tmp_
         f"{scalar}({float(np.real(alpha))!r})"
     call = (f"solve(reinterpret_cast<const TRSM::a_value_type*>(a.data()), "
             f"reinterpret_cast<TRSM::b_value_type*>(out.data()), {value}, {batch})")
-    exe = emu.build(fused_source(USER_KERNEL, {"TRSM": desc}), call, "::smem", build_dir, sanitize)
+    exe = emu.build(fused_source(SOLVE_KERNEL, {"TRSM": desc}), call, "::smem", build_dir, sanitize)
     grid = (-(-batch // desc.batches_per_block), 1)
     result = emu.run(exe, grid, desc.max_threads_per_block + extra_threads, desc.shared_memory_size, a_buf,
                      np.zeros(1, host), b_buf.copy(), tmp_path)

@@ -16,24 +16,10 @@ from blasdx import array_gemm, array_trsm, arrays, trsm_execute
 from blasdx import execute as ex
 from blasdx.errors import DescriptorError, ExecutionError
 
+from .test_execute_validation import Fake
+
 R, C = bx.row_major, bx.col_major
 A_PTR, B_PTR, OUT_PTR = 0x7F10_0000_0000, 0x7F20_0000_0000, 0x7F30_0000_0000
-
-
-class Fake:
-    """A device array: __cuda_array_interface__ over a fake pointer; strides in elements."""
-
-    def __init__(self, shape, dtype, strides=None, ptr=A_PTR, readonly=False, stream=None):
-        npd = np.dtype(dtype)
-        self.shape = tuple(shape)
-        self.__cuda_array_interface__ = {
-            "shape": tuple(shape),
-            "typestr": npd.str,
-            "data": (ptr, readonly),
-            "strides": None if strides is None else tuple(s * npd.itemsize for s in strides),
-            "version": 3,
-            "stream": stream,
-        }
 
 
 def c_strides(shape):
@@ -255,7 +241,7 @@ def test_solve_triangular_launches_the_contract(fake_gpu):
     b = f32((5, 40, 24), B_PTR, order="F")
     x = bx.solve_triangular(a, b, upper=True, unitriangular=True)
     assert fake_gpu["allocate"] == [((5, 40, 24), "float32")]
-    assert x.shape == (5, 40, 24)
+    assert x.__cuda_array_interface__["shape"] == (5, 40, 24)
     [(stream, grid, block, smem, (_, desc, out), args)] = fake_gpu["launch"]
     assert (desc.side, desc.fill_mode, desc.diag) == (bx.Side.left, bx.FillMode.upper, bx.Diag.unit)
     assert desc.size == (40, 24) and desc.arrangement.a is R and desc.arrangement.b is C
@@ -295,7 +281,7 @@ def test_solve_triangular_splits_wide_right_hand_sides(fake_gpu):
 
 def test_solve_triangular_empty_and_cached(fake_gpu):
     x = bx.solve_triangular(f32((0, 0)), f32((0, 3), B_PTR), lower=True)
-    assert x.shape == (0, 3) and fake_gpu["launch"] == []
+    assert x.__cuda_array_interface__["shape"] == (0, 3) and fake_gpu["launch"] == []
     a, b = f32((8, 8)), f32((8, 8), B_PTR)
     bx.solve_triangular(a, b, lower=True)
     bx.solve_triangular(a, b, lower=True)

@@ -10,23 +10,7 @@ import blasdx as bx
 from blasdx import dtypes as dt
 from blasdx.fusion import prelude
 
-SOLVE = r"""
-extern "C" __global__ void __launch_bounds__(TRSM::max_threads_per_block, 1)
-solve(const TRSM::a_value_type* a, TRSM::b_value_type* b, TRSM::scalar_value_type alpha, int batch) {
-    extern __shared__ __align__(16) unsigned char smem[];
-    auto [sA, sB] = TRSM::slice_shared_memory(smem);
-    const long long first = (long long)blockIdx.x * TRSM::batches_per_block;
-    for (int g = 0; g < TRSM::batches_per_block && first + g < batch; ++g) {
-        TRSM::load_a(a + (first + g) * TRSM::a_size, sA + g * TRSM::a_stride);
-        TRSM::load_b(b + (first + g) * TRSM::b_size, sB + g * TRSM::b_stride);
-    }
-    TRSM::copy_wait();
-    TRSM::execute(alpha, sA, sB);
-    for (int g = 0; g < TRSM::batches_per_block && first + g < batch; ++g) {
-        TRSM::store_b(sB + g * TRSM::b_stride, b + (first + g) * TRSM::b_size);
-    }
-}
-"""
+from .trsm_support import SOLVE_KERNEL
 
 
 def trsm(size, *ops, prec=bx.float32, kind=bx.Type.real, sm=90):
@@ -47,7 +31,7 @@ CASES = [
 
 @pytest.mark.parametrize("desc", CASES, ids=lambda d: repr(d).replace(" ", ""))
 def test_device_api_compiles_without_spills(desc):
-    kernel = bx.compile_kernel(SOLVE, "solve", {"TRSM": desc})
+    kernel = bx.compile_kernel(SOLVE_KERNEL, "solve", {"TRSM": desc})
     assert kernel.block == desc.block_dim and kernel.shared_memory == desc.shared_memory_size
     assert kernel.local_memory == 0, f"{desc!r} uses local memory"
     assert [p.name for p in kernel.params] == ["a", "b", "alpha", "batch"]
