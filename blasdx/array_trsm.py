@@ -246,7 +246,7 @@ def _key(views: tuple[ArrayView | None, ...], extra: Any) -> tuple[Any, ...]:
 
 
 def _check_out(vout: ArrayView, va: ArrayView, vb: ArrayView) -> bool:
-    """Whether out is b itself (an in-place solve); ExecutionError when out is read-only or overlaps a or b otherwise."""
+    """Whether out is b itself (an in-place solve); ExecutionError when out is read-only or overlaps a or b."""
     if vout.readonly:
         raise ExecutionError("out: the array is read-only; pass a writable array")
     same = vout.ptr == vb.ptr and vout.shape == vb.shape and vout.strides == vb.strides

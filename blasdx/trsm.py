@@ -420,7 +420,7 @@ class TrsmDescriptor(Descriptor):
     # -- running --------------------------------------------------------------------------------
 
     def execute(self, a: Any, b: Any, *, alpha: Any = 1, stream: Any = None) -> Any:  # type: ignore[override]
-        """Solve in place on device arrays: ``B = alpha * A^-1 B`` (left) or ``alpha * B A^-1`` (right); returns ``b``."""
+        """Solve in place on device arrays: ``B = alpha A^-1 B`` (left) or ``alpha B A^-1`` (right); returns ``b``."""
         from . import trsm_execute
 
         return trsm_execute.execute(self, a, b, alpha=alpha, stream=stream)

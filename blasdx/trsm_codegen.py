@@ -126,7 +126,8 @@ def _update_struct(desc: TrsmDescriptor, name: str, p: UpdateStep) -> list[str]:
 
 
 def _header(desc: TrsmDescriptor) -> list[str]:
-    return [f"#define BLASDX_COMPLEX {int(desc.is_complex)}", '#include "blasdx/types.cuh"', '#include "blasdx/mma.cuh"']
+    return [f"#define BLASDX_COMPLEX {int(desc.is_complex)}", '#include "blasdx/types.cuh"',
+            '#include "blasdx/mma.cuh"']
 
 
 def generate(desc: TrsmDescriptor, out: OutputLayout | None = None) -> _codegen.GeneratedSource:

@@ -88,14 +88,15 @@ class TrsmKernel:
         self, stream: Any, device_id: int, pointers: tuple[int, int, int], alpha: tuple[Any, ...],
         strides: tuple[int, int, int], chunks: tuple[int, int, int], batch: int,
     ) -> None:
-        """Run ``batch`` problems: ``pointers`` (a, b, out), batch ``strides`` and ``chunks`` (count, b, out) in elements."""
+        """Run ``batch`` problems: ``pointers`` (a, b, out), batch ``strides`` and ``chunks`` (count, b, out)."""
         count, chunk_b, chunk_out = chunks
         grid = (-(-batch // self.batches), count)
         config = self._configs.get(grid)
         if config is None:
             from cuda.core import LaunchConfig
 
-            config = self._configs[grid] = LaunchConfig(grid=(*grid, 1), block=self.block, shmem_size=self.shared_memory)
+            config = LaunchConfig(grid=(*grid, 1), block=self.block, shmem_size=self.shared_memory)
+            self._configs[grid] = config
         i64 = np.int64
         args = (*pointers, *alpha, *(i64(s) for s in strides), i64(chunk_b), i64(chunk_out), np.int32(batch))
         _ex._launch(stream, config, self.on_device(device_id), *args)

@@ -132,9 +132,14 @@ def backward_error(exact: np.ndarray, x: np.ndarray, b: np.ndarray, *, left: boo
     t = exact.astype(np.complex128 if np.iscomplexobj(exact) else np.float64)
     wide_x, rhs = x.astype(np.complex128), np.asarray(b).astype(np.complex128) * alpha
     product = t @ wide_x if left else wide_x @ t
-    residual = np.linalg.norm(rhs - product, axis=(-2, -1))
-    scale = np.linalg.norm(t, axis=(-2, -1)) * np.linalg.norm(wide_x, axis=(-2, -1)) + np.linalg.norm(rhs, axis=(-2, -1))
+    residual = _norms(rhs - product)
+    scale = _norms(t) * _norms(wide_x) + _norms(rhs)
     return float(np.max(residual / np.where(scale > 0, scale, 1.0)))
+
+
+def _norms(matrices: np.ndarray) -> np.ndarray:
+    """The Frobenius norm of each matrix of a stack."""
+    return np.linalg.norm(matrices, axis=(-2, -1))
 
 
 def residual_bound(real: _dt.DType, dim: int) -> float:

@@ -80,8 +80,9 @@ __device__ __forceinline__ void batched_trsm(const T* a, const T* b, T* out, SV 
 
 #if BLASDX_COMPLEX
 extern "C" __global__ void __launch_bounds__(blasdx_trsm_config::threads, 1)
-    blasdx_batched_trsm(const blasdx::T* a, const blasdx::T* b, blasdx::T* out, blasdx_trsm_config::scalar_type alpha_re,
-                        blasdx_trsm_config::scalar_type alpha_im, blasdx::i64 stride_a, blasdx::i64 stride_b,
+    blasdx_batched_trsm(const blasdx::T* a, const blasdx::T* b, blasdx::T* out,
+                        blasdx_trsm_config::scalar_type alpha_re, blasdx_trsm_config::scalar_type alpha_im,
+                        blasdx::i64 stride_a, blasdx::i64 stride_b,
                         blasdx::i64 stride_out, blasdx::i64 chunk_b, blasdx::i64 chunk_out, int batch) {
     blasdx::batched_trsm(a, b, out, blasdx::SV{alpha_re, alpha_im}, stride_a, stride_b, stride_out, chunk_b,
                          chunk_out, batch);

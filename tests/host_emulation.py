@@ -41,8 +41,9 @@ def available(sanitize: str | None, gxx: str | None = None) -> bool:
         return False
     with tempfile.TemporaryDirectory() as folder:
         exe = Path(folder) / "probe"
-        built = subprocess.run([gxx, "-std=c++20", "-pthread", *_SANITIZERS[sanitize], "-x", "c++", "-", "-o", str(exe)],
-                               input=_PROBE, capture_output=True, text=True)
+        flags = ["-std=c++20", "-pthread", *_SANITIZERS[sanitize]]
+        built = subprocess.run([gxx, *flags, "-x", "c++", "-", "-o", str(exe)], input=_PROBE, capture_output=True,
+                               text=True)
         return built.returncode == 0 and subprocess.run([str(exe)], capture_output=True).returncode == 0
 
 

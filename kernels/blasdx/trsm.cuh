@@ -209,7 +209,8 @@ struct BlockTrsm {
         using U = typename Cfg::template update<P>;
         static_assert(U::p0 == st::p0 && U::pb == st::pb && U::r0 == st::r0 && U::rn == st::rn,
                       "the update GEMM of a panel differs between Python and C++");
-        static_assert(U::k == st::pb && U::threads == group, "an update GEMM has the panel's depth and the group's threads");
+        static_assert(U::k == st::pb && U::threads == group,
+                      "an update GEMM has the panel's depth and the group's threads");
         const bool first = P == 0 && scale;
         if constexpr (left) {
             // B[r0 + row, col] -= A[r0 + row, p0 + kk] * B[p0 + kk, col]
