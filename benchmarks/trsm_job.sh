@@ -26,5 +26,5 @@ run trsm-memcheck compute-sanitizer --tool memcheck --error-exitcode 1 \
   python3 -m pytest -m gpu -q -x -p no:cacheprovider tests/test_gpu_trsm.py -k sanitize
 run trsm-racecheck compute-sanitizer --tool racecheck --error-exitcode 1 \
   python3 -m pytest -m gpu -q -x -p no:cacheprovider tests/test_gpu_trsm.py -k sanitize
-run trsm-bench python3 benchmarks/trsm.py --json "$logs/trsm.json"
+run trsm-bench python3 benchmarks/trsm.py --gbytes 0.5 --json "$logs/trsm.json"
 exit $status
