@@ -20,6 +20,7 @@ from .dtypes import (
 from .errors import BlasdxError, CompileError, DescriptorError, DeviceError, ExecutionError, UnsupportedError
 from .fusion import FusedKernel, FusionHeader, compile_kernel, header
 from .array_gemm import matmul, mma, tf32
+from .array_trsm import solve_triangular
 from .operators import (
     SM,
     Alignment,
@@ -39,7 +40,9 @@ from .operators import (
     right_layout,
     row_major,
 )
+from .operators import BatchesPerBlock, Diag, FillMode, Side
 from .precompile import precompile
+from .trsm import TrsmDescriptor
 
 __version__ = "0.1.0"
 
@@ -52,6 +55,7 @@ __all__ = [
     "CompiledKernel", "CompileOptions", "precompile",
     "to_device", "from_device",
     "compile_kernel", "header", "FusedKernel", "FusionHeader",
-    "matmul", "mma", "tf32",
+    "matmul", "mma", "tf32", "solve_triangular",
+    "Side", "FillMode", "Diag", "BatchesPerBlock", "TrsmDescriptor",
     "__version__",
 ]

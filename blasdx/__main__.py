@@ -30,6 +30,8 @@ TRAITS = (
     "c_size", "a_dim", "b_dim", "c_dim", "suggested_smem_layout_a", "suggested_smem_layout_b",
     "suggested_smem_layout_c", "is_complete", "is_supported",
 )
+#: Traits ``describe`` adds for a TRSM descriptor.
+TRSM_TRAITS = ("side", "fill_mode", "diag", "batches_per_block")
 
 _ALLOWED_NODES = (
     ast.Expression, ast.BinOp, ast.Add, ast.Call, ast.Attribute, ast.Name, ast.Load, ast.Constant, ast.keyword,
@@ -85,11 +87,13 @@ def _with_arch(desc: Any, arch: str) -> Any:
 def _cmd_describe(args: argparse.Namespace) -> None:
     """Print the descriptor and every trait."""
     from .errors import BlasdxError
+    from .trsm import TrsmDescriptor
 
     desc = parse_descriptor(args.expression)
     print(repr(desc))
-    width = max(len(t) for t in TRAITS)
-    for trait in TRAITS:
+    traits = TRAITS + (TRSM_TRAITS if isinstance(desc, TrsmDescriptor) else ())
+    width = max(len(t) for t in traits)
+    for trait in traits:
         try:
             value: Any = getattr(desc, trait)
         except BlasdxError as exc:

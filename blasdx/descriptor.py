@@ -22,14 +22,19 @@ from .errors import DescriptorError, UnsupportedError
 from .operators import (
     DEFAULT_ARRANGEMENT,
     SM,
+    TRSM_OPERATORS,
     Alignment,
     Arrangement,
+    BatchesPerBlock,
     Block,
     BlockDim,
+    Diag,
+    FillMode,
     Function,
     LeadingDimension,
     Operator,
     Precision,
+    Side,
     Size,
     TransposeMode,
     Type,
@@ -42,7 +47,8 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["Descriptor"]
 
 _ORDER: tuple[type, ...] = (
-    Size, Precision, Type, Function, Arrangement, TransposeMode, LeadingDimension, Alignment, SM, Block, BlockDim,
+    Size, Precision, Type, Function, Side, FillMode, Diag, Arrangement, TransposeMode, LeadingDimension, Alignment,
+    SM, Block, BlockDim, BatchesPerBlock,
 )
 _DEFAULT_PRECISION = Precision(_dt.float32)
 
@@ -57,7 +63,7 @@ def _category(op: Any) -> type:
 def _operators_of(value: Any) -> tuple[Any, ...]:
     if isinstance(value, Descriptor):
         return value._ops
-    if isinstance(value, (Operator, Type, Function)):
+    if isinstance(value, (Operator, Type, Function, Side, FillMode, Diag)):
         return (value,)
     raise TypeError(f"cannot add {value!r} ({type(value).__name__}) to a blasdx descriptor; expected an operator")
 
@@ -66,6 +72,14 @@ class Descriptor:
     """An immutable block-GEMM description; build it with ``+`` of operators."""
 
     __slots__ = ("_ops", "_by_kind", "__dict__")
+
+    def __new__(cls, operators: Iterable[Any] = ()) -> Descriptor:
+        """A description with Function.TRSM is a :class:`blasdx.trsm.TrsmDescriptor` (its traits differ)."""
+        if cls is Descriptor and isinstance(operators, (tuple, list)) and Function.TRSM in operators:
+            from .trsm import TrsmDescriptor
+
+            cls = TrsmDescriptor
+        return object.__new__(cls)
 
     def __init__(self, operators: Iterable[Any] = ()) -> None:
         by_kind: dict[type, Any] = {}
@@ -130,12 +144,13 @@ class Descriptor:
         size = self._get(Size)
         return (
             size,
+            tuple(self._get(kind) for kind in TRSM_OPERATORS),
             self._precision,
             self.type,
             self._get(Function),
             self.arrangement,
             self.conjugate,
-            self.leading_dimension if size else self._get(LeadingDimension),
+            self.leading_dimension if size and size.k is not None else self._get(LeadingDimension),
             self.alignment,
             self._get(SM),
             self.has(Block),
@@ -188,9 +203,10 @@ class Descriptor:
         return self._get(Precision) or _DEFAULT_PRECISION
 
     @property
-    def size(self) -> tuple[int, int, int]:
+    def size(self) -> tuple[int, ...]:
+        """(M, N, K); (M, N) for a Size without K (a TRSM's)."""
         s = self._need(Size, "size")
-        return (s.m, s.n, s.k)
+        return (s.m, s.n) if s.k is None else (s.m, s.n, s.k)
 
     @property
     def m(self) -> int:
@@ -202,7 +218,16 @@ class Descriptor:
 
     @property
     def k(self) -> int:
-        return self._need(Size, "k").k
+        return self._gemm_size("k").k
+
+    def _gemm_size(self, trait: str) -> Size:
+        """The Size operator, which must have K (a GEMM's); DescriptorError for Size(M, N)."""
+        s = self._need(Size, trait)
+        if s.k is None:
+            raise DescriptorError(
+                f"{trait}: {s!r} has no K; a GEMM needs Size(M, N, K) (Size(M, N) describes a Function.TRSM)"
+            )
+        return s
 
     @property
     def precision(self) -> tuple[_dt.DType, _dt.DType, _dt.DType]:
@@ -295,7 +320,7 @@ class Descriptor:
         """(lda, ldb, ldc): explicit, else tight (M or K for A, and so on, by arrangement)."""
         ld = self._get(LeadingDimension)
         if ld is not None:
-            return (ld.lda, ld.ldb, ld.ldc)
+            return (ld.lda, ld.ldb, self._min_leading_dimension[2] if ld.ldc is None else ld.ldc)
         return self._min_leading_dimension
 
     @property
@@ -402,7 +427,7 @@ class Descriptor:
     # -- resolved kernel ---------------------------------------------------------------------------
 
     def _problem_shape(self) -> _h.Problem:
-        s = self._need(Size, "size")
+        s = self._gemm_size("size")
         a, b, c = self.precision
         arr = self.arrangement
         sm = self._get(SM)
@@ -415,7 +440,7 @@ class Descriptor:
 
     @property
     def _plannable(self) -> bool:
-        return self.has(Size) and self.has(SM) and self._combination_ok()
+        return self.has(Size) and self._get(Size).k is not None and self.has(SM) and self._combination_ok()
 
     def _combination_ok(self) -> bool:
         a, b, c = self.precision
@@ -538,6 +563,7 @@ class Descriptor:
 
     def _check_certain_rules(self, assume_defaults: bool = False) -> None:
         """Cross-operator rules. At ``+`` only what the explicit operators make certain."""
+        self._check_function_operators()
         # type combination on this SM (for every Type still possible)
         if self.has(Precision) and (self.has(SM) or self.has(Type) or assume_defaults):
             types = [self.type] if (self.has(Type) or assume_defaults) else [Type.real, Type.complex]
@@ -552,9 +578,28 @@ class Descriptor:
         self._check_leading_dimension(assume_defaults)
         self._check_alignment(assume_defaults)
 
+    def _check_function_operators(self) -> None:
+        """TRSM's operators (Side, FillMode, Diag, BatchesPerBlock) and Size(M, N) do not describe a GEMM."""
+        function = self._get(Function)
+        if function is Function.TRSM:  # a TRSM reaches here only when built from a one-shot iterator
+            raise DescriptorError("Function.TRSM: build the descriptor with + (or from a tuple of operators)")
+        if function is not Function.MM:
+            return
+        for kind in TRSM_OPERATORS:
+            if self.has(kind):
+                raise DescriptorError(
+                    f"{self._get(kind)!r} and Function.MM: {kind.__name__} describes a triangular solve and "
+                    "applies to Function.TRSM only"
+                )
+        size = self._get(Size)
+        if size is not None and size.k is None:
+            raise DescriptorError(
+                f"{size!r} and Function.MM: a GEMM needs Size(M, N, K); Size(M, N) describes a Function.TRSM"
+            )
+
     def _check_leading_dimension(self, assume_defaults: bool) -> None:
         ld, size = self._get(LeadingDimension), self._get(Size)
-        if ld is None or size is None:
+        if ld is None or size is None or size.k is None:
             return
         arr = self.arrangement
         known = self.has(Arrangement) or self.has(TransposeMode) or assume_defaults
@@ -565,6 +610,8 @@ class Descriptor:
             ("ldc", "C", ld.ldc, arr.c, ("N", size.n), ("M", size.m)),
         )
         for name, matrix, value, layout, row_min, col_min in rules:
+            if value is None:  # LeadingDimension(lda, ldb): C tight
+                continue
             if known:
                 what, minimum = row_min if layout is row_major else col_min
                 if value < minimum:

@@ -35,12 +35,14 @@ from . import compiler as _compiler
 from . import cuda_driver as _cuda_driver
 from . import dtypes as _dt
 from . import execute as _execute
+from . import trsm_codegen as _trsm_codegen
 from .cache import cached_compile
 from .compiler import DEFAULT_OPTIONS, CompiledKernel, CompileOptions
 from .descriptor import Descriptor
 from .device_gemm import DeviceGemm
 from .errors import CompileError, DescriptorError, DeviceError, ExecutionError
 from .operators import Block, Function
+from .trsm import TrsmDescriptor
 
 __all__ = [
     "USER_SOURCE_NAME",
@@ -103,8 +105,8 @@ def _check_gemms(gemms: Any) -> dict[str, Descriptor]:
                 f"gemms[{name!r}]: {desc!r} has no Block operator; a block-level GEMM called from a kernel needs "
                 "bx.Block() in its descriptor"
             )
-        if desc.function is not Function.MM:  # pragma: no cover - MM is the only Function today
-            raise DescriptorError(f"gemms[{name!r}]: only Function.MM can be fused, not {desc.function!r}")
+        if desc.function not in (Function.MM, Function.TRSM):  # pragma: no cover - every Function fuses
+            raise DescriptorError(f"gemms[{name!r}]: Function.MM and Function.TRSM fuse, not {desc.function!r}")
         out[name] = desc
     taken = {f"{n}{suffix}" for n in out for suffix in ("_config", "_traits")}
     clash = sorted(taken & set(out))
@@ -184,6 +186,8 @@ def _check_shared_memory(value: Any, argument: str = "shared_memory", kind: type
 
 def traits_struct(desc: Descriptor, name: str) -> str:
     """``struct <name>_config`` (codegen) and ``struct <name>_traits`` with what the device API adds."""
+    if isinstance(desc, TrsmDescriptor):
+        return _trsm_codegen.traits_struct(desc, name)
     al_a, al_b, al_c = desc.alignment
     x, y, z = desc.block_dim
     return "\n".join(
@@ -211,7 +215,9 @@ def prelude(gemms: Mapping[str, Descriptor] | Descriptor) -> str:
     if any(a in _FP8 or b in _FP8 for a, b, _ in (d.precision for d in blocks)):
         includes.append('#include "blasdx/fp8.cuh"')
     includes.append('#include "blasdx/api.cuh"')
-    if any(desc.plan.is_wgmma for desc in blocks):  # sm_90a: the device API's wgmma side
+    if any(isinstance(desc, TrsmDescriptor) for desc in blocks):
+        includes.append('#include "blasdx/trsm.cuh"')
+    if any(not isinstance(desc, TrsmDescriptor) and desc.plan.is_wgmma for desc in blocks):  # sm_90a: wgmma
         includes.append('#include "blasdx/warpgroup_gemm.cuh"')
     if len(blocks) < len(gemms):  # the Hopper engine's device-level GEMM
         includes.append('#include "blasdx/hopper/gemm.cuh"')

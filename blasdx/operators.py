@@ -39,6 +39,11 @@ __all__ = [
     "SUPPORTED_SMS",
     "Block",
     "BlockDim",
+    "Side",
+    "FillMode",
+    "Diag",
+    "BatchesPerBlock",
+    "TRSM_OPERATORS",
 ]
 
 SUPPORTED_SMS = (75, 80, 86, 87, 89, 90, 100, 120)
@@ -81,17 +86,21 @@ def _positive_int(value: Any, what: str) -> int:
 
 @dataclass(frozen=True, repr=False)
 class Size(Operator):
-    """Problem size: C is m x n, A is m x k, B is k x n."""
+    """Problem size: for MM, C is m x n, A is m x k, B is k x n; for TRSM, ``Size(m, n)`` with B m x n."""
 
     m: int
     n: int
-    k: int
+    k: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("m", "n", "k"):
+            if name == "k" and self.k is None:
+                continue
             object.__setattr__(self, name, _positive_int(getattr(self, name), f"Size: {name}"))
 
     def __repr__(self) -> str:
+        if self.k is None:
+            return f"Size({self.m}, {self.n})"
         return f"Size({self.m}, {self.n}, {self.k})"
 
 
@@ -150,9 +159,10 @@ class Type(_Composable, enum.Enum):
 
 
 class Function(_Composable, enum.Enum):
-    """The operation; MM is C = alpha * A @ B + beta * C."""
+    """The operation; MM is C = alpha * A @ B + beta * C, TRSM solves A X = alpha B or X A = alpha B in place."""
 
     MM = "MM"
+    TRSM = "TRSM"
 
     def __repr__(self) -> str:
         return f"Function.{self.name}"
@@ -276,17 +286,25 @@ def _transpose_mode_quiet(a: str, b: str) -> TransposeMode:
 
 @dataclass(frozen=True, repr=False)
 class LeadingDimension(Operator):
-    """Leading dimensions (elements between consecutive columns, or rows for row-major)."""
+    """Leading dimensions (elements between consecutive columns, or rows for row-major).
+
+    ``ldc`` may be left out: a GEMM then keeps C tight, and a TRSM (which has no C) takes
+    ``LeadingDimension(lda, ldb)``.
+    """
 
     lda: int
     ldb: int
-    ldc: int
+    ldc: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("lda", "ldb", "ldc"):
+            if name == "ldc" and self.ldc is None:
+                continue
             object.__setattr__(self, name, _positive_int(getattr(self, name), f"LeadingDimension: {name}"))
 
     def __repr__(self) -> str:
+        if self.ldc is None:
+            return f"LeadingDimension({self.lda}, {self.ldb})"
         return f"LeadingDimension({self.lda}, {self.ldb}, {self.ldc})"
 
 
@@ -384,3 +402,56 @@ class BlockDim(Operator):
         if (self.y, self.z) == (1, 1):
             return f"BlockDim({self.x})"
         return f"BlockDim({self.x}, {self.y}, {self.z})"
+
+
+# ---------------------------------------------------------------------------------------------- TRSM
+
+
+class Side(_Composable, enum.Enum):
+    """TRSM: where A stands; ``left`` solves A X = alpha B (A is M x M), ``right`` X A = alpha B (A is N x N)."""
+
+    left = "left"
+    right = "right"
+
+    def __repr__(self) -> str:
+        return f"Side.{self.name}"
+
+
+class FillMode(_Composable, enum.Enum):
+    """TRSM: which triangle of A holds the matrix; the other one is never read."""
+
+    lower = "lower"
+    upper = "upper"
+
+    def __repr__(self) -> str:
+        return f"FillMode.{self.name}"
+
+
+class Diag(_Composable, enum.Enum):
+    """TRSM: ``unit`` takes A's diagonal as ones (and never reads it), ``non_unit`` divides by it."""
+
+    unit = "unit"
+    non_unit = "non_unit"
+
+    def __repr__(self) -> str:
+        return f"Diag.{self.name}"
+
+
+@dataclass(frozen=True, repr=False)
+class BatchesPerBlock(Operator):
+    """TRSM: independent systems one thread block solves side by side (each on its own threads)."""
+
+    batches: int
+
+    def __post_init__(self) -> None:
+        value = _positive_int(self.batches, "BatchesPerBlock: batches")
+        if value > 1024:
+            raise DescriptorError(f"BatchesPerBlock: batches must be at most 1024 (one thread each), got {value}")
+        object.__setattr__(self, "batches", value)
+
+    def __repr__(self) -> str:
+        return f"BatchesPerBlock({self.batches})"
+
+
+#: Operators that describe a triangular solve and apply to Function.TRSM only.
+TRSM_OPERATORS: tuple[type, ...] = (Side, FillMode, Diag, BatchesPerBlock)

@@ -106,6 +106,7 @@ def precompile(
 
     if not items:
         return []
+    import cuda.core  # noqa: F401 - loaded once here: threads importing it for the first time at once fail
     with ThreadPoolExecutor(max_workers=min(workers, len(items)), thread_name_prefix="blasdx-compile") as pool:
         results = list(pool.map(one, items))
     if return_exceptions:

@@ -334,6 +334,19 @@ def test_precompile_returns_kernels_in_order():
     assert cache.stats.nvrtc_calls == 3
 
 
+def test_precompile_first_thing_in_a_process(tmp_path):
+    """Threads that import cuda.core for the first time at once fail; precompile loads it before its threads."""
+    script = textwrap.dedent("""
+        import blasdx as bx
+        sizes = [(32, 32, 32), (32, 32, 16), (16, 32, 32), (32, 16, 32)]
+        descs = [bx.Size(*s) + bx.Precision(bx.float32) + bx.Function.MM + bx.SM(80) + bx.Block() for s in sizes]
+        print(len(bx.precompile(descs, workers=4)))
+    """)
+    env = {**os.environ, "BLASDX_CACHE_DIR": str(tmp_path)}
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0 and result.stdout.strip() == "4", result.stderr
+
+
 def test_precompile_reports_every_failure():
     incomplete = bx.Size(32, 32, 32) + bx.Precision(bx.float16) + bx.Block()
     with pytest.raises(DescriptorError) as caught:

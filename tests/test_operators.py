@@ -50,9 +50,15 @@ def test_size_rejects(args, words):
         bx.Size(*args)
 
 
-def test_size_needs_three_extents():
+def test_size_of_two_extents_is_a_trsm_size():
+    """Size(M, N) (no K) describes a TRSM; a GEMM refuses it at + (tests/test_trsm.py pins the TRSM side)."""
+    s = bx.Size(64, 32)
+    assert (s.m, s.n, s.k) == (64, 32, None)
+    assert repr(s) == "Size(64, 32)"
+    with pytest.raises(bx.DescriptorError, match=re.escape("Size(64, 32) and Function.MM: a GEMM needs Size(M, N, K)")):
+        s + bx.Function.MM
     with pytest.raises(TypeError):
-        bx.Size(64, 64)  # type: ignore[call-arg]
+        bx.Size(64)  # type: ignore[call-arg]
 
 
 # ---------------------------------------------------------------------------------------------- Precision
@@ -177,7 +183,7 @@ def test_precision_rejects_a_complex_dtype():
 
 def test_type_and_function_values():
     assert [t.name for t in bx.Type] == ["real", "complex"]
-    assert [f.name for f in bx.Function] == ["MM"]
+    assert [f.name for f in bx.Function] == ["MM", "TRSM"]
     assert repr(bx.Type.real) == "Type.real"
     assert repr(bx.Type.complex) == "Type.complex"
     assert repr(bx.Function.MM) == "Function.MM"

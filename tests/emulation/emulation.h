@@ -1,0 +1,42 @@
+// Host stand-ins for the CUDA features blasdx's TRSM code uses, so that the real kernel code
+// runs on the CPU (tests/host_emulation.py): one OS thread per CUDA thread, __syncthreads() a
+// std::barrier, shared memory a static array, cp.async and mma.sync left out (the code under
+// test takes their plain paths without __CUDA_ARCH__). Built with ThreadSanitizer, a missing
+// barrier shows up as a data race.
+#pragma once
+#include <barrier>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+using std::fabs;
+using std::fma;
+#define __device__
+#define __host__
+#define __global__
+#define __forceinline__ inline
+#define __restrict__
+#define __launch_bounds__(...)
+#define __shared__
+#define __align__(n) __attribute__((aligned(n)))
+struct dim3 {
+    unsigned x, y, z;
+    constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+struct alignas(16) uint4 { unsigned x, y, z, w; };
+struct alignas(8) uint2 { unsigned x, y; };
+inline thread_local dim3 threadIdx;
+inline dim3 blockIdx, blockDim, gridDim;
+inline std::barrier<>* emulated_barrier = nullptr;
+inline void __syncthreads() { emulated_barrier->arrive_and_wait(); }
+inline float __frcp_rn(float v) { return 1.0f / v; }
+inline double __drcp_rn(double v) { return 1.0 / v; }
+inline float __uint_as_float(unsigned v) { float f; std::memcpy(&f, &v, 4); return f; }
+inline unsigned __float_as_uint(float v) { unsigned u; std::memcpy(&u, &v, 4); return u; }
+
+// dynamic shared memory: a kernel in namespace blasdx declares blasdx::smem, a user's kernel ::smem
+constexpr std::size_t EMULATED_SHARED_MEMORY = 240 * 1024;
+alignas(1024) inline unsigned char smem[EMULATED_SHARED_MEMORY];
+namespace blasdx {
+alignas(1024) inline unsigned char smem[EMULATED_SHARED_MEMORY];
+}
