@@ -283,7 +283,7 @@ def test_missing_kernel_is_a_compile_error():
         ({"2x": gemm()}, ValueError, r"gemms: '2x' is not a C\+\+ identifier"),
         ({"int": gemm()}, ValueError, r"gemms: 'int' is not a C\+\+ identifier"),
         ({"blasdx_gemm": gemm()}, ValueError, r"'blasdx_gemm' is reserved"),
-        ({"G": "desc"}, TypeError, r"gemms\['G'\]: expected a blasdx Descriptor, got str"),
+        ({"G": "desc"}, TypeError, r"gemms\['G'\]: expected a blasdx Descriptor or DeviceGemm, got str"),
         ({"G": gemm(block=False)}, DescriptorError, r"gemms\['G'\]: .* has no Block operator"),
         ({"G": gemm((8, 8, 8), sm=80), "H": gemm()}, DescriptorError,
          r"different architectures \(G: sm_80, H: sm_90\)"),
