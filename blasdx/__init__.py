@@ -1,7 +1,8 @@
 """blasdx: cuBLASDx-style block-level GEMM for Python, generated as CUDA C++ and compiled with NVRTC."""
 
 from .arrays import from_device, to_device
-from .compiler import CompiledKernel, CompileOptions
+from .compiled import CompiledKernel
+from .nvrtc_driver import CompileOptions
 from .descriptor import Descriptor
 from .dtypes import (
     DType,

@@ -45,8 +45,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import compiler as _compiler
-from .compiler import DEFAULT_OPTIONS, CompiledKernel, CompileOptions, ResourceUsage
+from . import headers as _headers
+from . import nvrtc_driver as _nvrtc
+from .compiled import CompiledKernel
+from .cubin import ResourceUsage
+from .nvrtc_driver import DEFAULT_OPTIONS, CompileOptions
 
 if TYPE_CHECKING:  # pragma: no cover
     from .descriptor import Descriptor
@@ -92,7 +95,7 @@ class CacheStats:
         with self._lock:
             for name in self._FIELDS:
                 setattr(self, name, 0)
-        _compiler.stats.reset()
+        _nvrtc.stats.reset()
 
     def count(self, name: str) -> None:
         """Add one to counter ``name``."""
@@ -101,8 +104,8 @@ class CacheStats:
 
     @property
     def nvrtc_calls(self) -> int:
-        """NVRTC compilations in this process (from :data:`blasdx.compiler.stats`)."""
-        return _compiler.stats.nvrtc_calls
+        """NVRTC compilations in this process (from :data:`blasdx.nvrtc_driver.stats`)."""
+        return _nvrtc.stats.nvrtc_calls
 
     def as_dict(self) -> dict[str, int]:
         """All counters, for printing and JSON."""
@@ -156,11 +159,11 @@ def cache_key(
     parts = (
         f"blasdx-cache-schema {_SCHEMA}",
         f"blasdx {_blasdx_version()}",
-        "nvrtc {}.{}".format(*_compiler.nvrtc_version()),
+        "nvrtc {}.{}".format(*_nvrtc.nvrtc_version()),
         f"arch {arch}",
         f"kernel {kernel_name}",
         f"options {options.cache_token()}",
-        f"kernels {_compiler.kernel_tree(kernels).digest}",
+        f"kernels {_headers.kernel_tree(kernels).digest}",
     )
     digest = hashlib.sha256()
     for part in parts:
@@ -324,12 +327,12 @@ def cached_compile(
     """Compile ``source`` for ``arch`` through both cache levels; NVRTC runs only on a full miss.
 
     ``kernels`` is the templates folder that is on the include path and in the key
-    (default :func:`blasdx.compiler.kernels_dir`). User headers named in
+    (default :func:`blasdx.headers.kernels_dir`). User headers named in
     ``options.include_dirs`` are not hashed: change the source or clear the cache when
     they change.
     """
-    _compiler.check_arch(arch)
-    _compiler.check_kernel_name(kernel_name)
+    _nvrtc.check_arch(arch)
+    _nvrtc.check_kernel_name(kernel_name)
     if not isinstance(options, CompileOptions):
         raise TypeError(f"options: expected blasdx CompileOptions, got {type(options).__name__}")
     key = cache_key(source, kernel_name, arch, options, kernels=kernels)
@@ -358,7 +361,7 @@ def _from_disk_or_compile(
         return CompiledKernel(entry.cubin, entry.kernel_name, entry.arch, source, entry.resources, entry.log)
     stats.count("compiles")
     failed = disk.root / "failed" if disk else None
-    compiled = _compiler.compile_source(source, kernel_name, arch, options, kernels=kernels, failed_dir=failed)
+    compiled = _nvrtc.compile_source(source, kernel_name, arch, options, kernels=kernels, failed_dir=failed)
     if disk:
         disk.put(key, compiled)
     return compiled

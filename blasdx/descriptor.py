@@ -37,7 +37,7 @@ from .operators import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .compiler import CompiledKernel
+    from .compiled import CompiledKernel
 
 __all__ = ["Descriptor"]
 

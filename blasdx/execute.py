@@ -549,7 +549,7 @@ def _device_name(device: Any) -> str:
 def _load_kernel(desc: Descriptor, shared_memory: int) -> Any:
     """The cuda.core Kernel of ``desc`` on the current device, opted in to ``shared_memory`` dynamic bytes.
 
-    The one call into blasdx.compiler: ``CompiledKernel.kernel(dynamic_shared_memory=...)``
+    The one call into the compiled kernel: ``CompiledKernel.kernel(dynamic_shared_memory=...)``
     loads the cubin once and sets the >48 KB opt-in per device.
     """
     compiled = desc.compile()

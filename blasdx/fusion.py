@@ -31,11 +31,13 @@ import numpy as np
 
 from . import arrays as _arrays
 from . import codegen as _codegen
-from . import compiler as _compiler
+from . import headers as _headers
+from . import nvrtc_driver as _nvrtc
 from . import dtypes as _dt
 from . import execute as _execute
 from .cache import cached_compile
-from .compiler import DEFAULT_OPTIONS, CompiledKernel, CompileOptions
+from .compiled import CompiledKernel
+from .nvrtc_driver import DEFAULT_OPTIONS, CompileOptions
 from .descriptor import Descriptor
 from .errors import CompileError, DescriptorError, DeviceError, ExecutionError
 from .operators import Block, Function
@@ -246,8 +248,8 @@ def header(gemms: Mapping[str, Descriptor] | Descriptor, *, name: str = "GEMM") 
         gemms = {name: gemms}
     text = prelude(gemms)
     arch = _arch_of(_check_gemms(gemms))
-    tree = _compiler.kernel_tree()
-    include = [tree.root, *_compiler.include_dirs_for([text, *tree.texts], None, tree.folders)]
+    tree = _headers.kernel_tree()
+    include = [tree.root, *_headers.include_dirs_for([text, *tree.texts], None, tree.folders)]
     return FusionHeader(text=text, include_dirs=tuple(str(p) for p in include), arch=arch)
 
 
@@ -604,7 +606,7 @@ class FusedKernel:
         shared_memory: default dynamic shared memory in bytes (every GEMM's ``shared_memory_size``
             side by side, or ``shared_memory=`` of compile_kernel).
         params: the kernel's parameters read from the source (None when they could not be read).
-        compiled: the :class:`~blasdx.compiler.CompiledKernel` (cubin, registers, ``sass()`` ...).
+        compiled: the :class:`~blasdx.compiled.CompiledKernel` (cubin, registers, ``sass()`` ...).
         source: everything NVRTC compiled; ``user_source``: your part of it.
     """
 
@@ -825,7 +827,7 @@ def compile_kernel(
     """
     if not isinstance(source, str):
         raise TypeError(f"source: expected CUDA C++ as str, got {type(source).__name__}")
-    _compiler.check_kernel_name(name)
+    _nvrtc.check_kernel_name(name)
     if not isinstance(options, CompileOptions):
         raise TypeError(f"options: expected blasdx CompileOptions, got {type(options).__name__}")
     checked = _check_gemms(gemms)

@@ -17,7 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import IO, TYPE_CHECKING, Any
 
 from .cache import compile_descriptor
-from .compiler import DEFAULT_OPTIONS, CompiledKernel, CompileOptions
+from .compiled import CompiledKernel
+from .nvrtc_driver import DEFAULT_OPTIONS, CompileOptions
 from .errors import BlasdxError
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -16,6 +16,7 @@ import pytest
 import blasdx as bx
 from blasdx import cache
 from blasdx import compiler as cc
+from blasdx import headers, nvrtc_driver
 from blasdx.cache import cache_key, cached_compile, compile_descriptor
 from blasdx.errors import BlasdxError, CompileError, DescriptorError
 
@@ -89,7 +90,7 @@ def test_key_depends_on_everything_that_decides_the_cubin(monkeypatch):
         cache_key(source, "other", "sm_80"),
         cache_key(source, "tiny", "sm_80", cc.CompileOptions(lineinfo=True)),
     }
-    monkeypatch.setattr(cc, "nvrtc_version", lambda: (99, 9))
+    monkeypatch.setattr(nvrtc_driver, "nvrtc_version", lambda: (99, 9))
     others.add(cache_key(source, "tiny", "sm_80"))
     monkeypatch.undo()
     monkeypatch.setattr(cache, "_blasdx_version", lambda: "99.0")
@@ -102,7 +103,7 @@ def kernels_copy(tmp_path, monkeypatch) -> Path:
     """blasdx's kernels folder copied to tmp and made *the* kernels folder."""
     copy = tmp_path / "kernels"
     shutil.copytree(cc.kernels_dir(), copy)
-    monkeypatch.setattr(cc, "kernels_dir", lambda: copy)
+    monkeypatch.setattr(headers, "kernels_dir", lambda: copy)
     return copy
 
 
