@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import blasdx as bx
-from blasdx import arrays
+from blasdx import arrays, devices, streams
 from blasdx import dtypes as dt
 from blasdx.arrays import ArrayView, DeviceArray, as_array, array_dtype, resolve_stream, stream_handle
 from blasdx.errors import ExecutionError
@@ -56,7 +56,7 @@ def _fresh_caches():
 def _fake_pointers(request, monkeypatch):
     """CAI carries no device: on CPU tests pretend the driver places every fake pointer on device 0."""
     if request.node.get_closest_marker("gpu") is None:
-        monkeypatch.setattr(arrays, "pointer_device_id", lambda ptr, argument="array": 0)
+        monkeypatch.setattr(devices, "pointer_device_id", lambda ptr, argument="array": 0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -188,7 +188,7 @@ def test_cai_mask_rejected():
 
 
 def test_cai_device_comes_from_the_driver(monkeypatch):
-    monkeypatch.setattr(arrays, "pointer_device_id", lambda ptr, argument="array": 3)
+    monkeypatch.setattr(devices, "pointer_device_id", lambda ptr, argument="array": 3)
     assert as_array(FakeCAI((2, 2)), "a").device_id == 3
 
 
@@ -557,7 +557,7 @@ def test_core_stream_maps_default_handles():
 
 
 def test_wait_for_producers_skips_own_stream(monkeypatch):
-    monkeypatch.setattr(arrays, "core_stream", lambda handle: handle)
+    monkeypatch.setattr(streams, "core_stream", lambda handle: handle)
     waited = []
     consumer = types.SimpleNamespace(wait=waited.append)
     arrays.wait_for_producers(consumer, 0x10, (None, 0x10, 0x20))

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import blasdx as bx
-from blasdx import arrays
+from blasdx import arrays, devices, streams
 from blasdx import execute as ex
 from blasdx.errors import DescriptorError, DeviceError, ExecutionError
 
@@ -43,7 +43,7 @@ class Fake:
 def _fake_driver(monkeypatch):
     """Devices of fake pointers come from DEVICE_OF; the current device is 0."""
     DEVICE_OF.clear()
-    monkeypatch.setattr(arrays, "pointer_device_id", lambda ptr, argument="array": DEVICE_OF.get(ptr >> 36 << 36, 0))
+    monkeypatch.setattr(devices, "pointer_device_id", lambda ptr, argument="array": DEVICE_OF.get(ptr >> 36 << 36, 0))
     monkeypatch.setattr(arrays, "current_device_id", lambda: 0)
 
 
@@ -539,7 +539,7 @@ def recorder(monkeypatch):
 
     monkeypatch.setattr(ex.ExecutionPlan, "on_device", on_device)
     monkeypatch.setattr(ex, "as_core_stream", lambda stream, handle: FakeStream(handle))
-    monkeypatch.setattr(arrays, "core_stream", lambda handle: FakeStream(handle))
+    monkeypatch.setattr(streams, "core_stream", lambda handle: FakeStream(handle))
     monkeypatch.setattr(ex, "_launch", lambda stream, config, kernel, *args: calls["launch"].append(
         (stream.handle, config, kernel, args)))
     return calls
