@@ -1,0 +1,49 @@
+"""What a descriptor does beyond describing a GEMM: its CUDA source, its compiled kernel, its launch.
+
+:class:`~blasdx.descriptor.Descriptor` is a value layer: it imports nothing above itself
+except this module, and this module imports the code generator, the kernel cache and the
+launcher only when a descriptor first asks for them. So data flows one way (operators ->
+descriptor -> codegen -> compiler/cache -> execute) with no import circle, and importing
+blasdx does not load the compile and launch machinery.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .compiled import CompiledKernel
+    from .descriptor import Descriptor
+
+__all__ = ["compile", "execute", "source"]
+
+
+def source(desc: Descriptor) -> str:
+    """The CUDA C++ that blasdx compiles for ``desc`` (deterministic)."""
+    from .codegen import generate
+
+    return generate(desc).source
+
+
+def compile(desc: Descriptor) -> CompiledKernel:  # noqa: A001 - the descriptor's method of this name
+    """Compile (or fetch from the cache) the batched block-GEMM kernel of ``desc``."""
+    from .cache import compile_descriptor
+
+    return compile_descriptor(desc)
+
+
+def execute(desc: Descriptor, a: Any, b: Any, c: Any, *, alpha: Any = 1, beta: Any = 0, stream: Any = None) -> Any:
+    """``C = alpha * A @ B + beta * C`` in place on device arrays (:func:`blasdx.execute.execute`)."""
+    launcher = _LAUNCHER[0] if _LAUNCHER else _load_launcher()
+    return launcher(desc, a, b, c, alpha=alpha, beta=beta, stream=stream)
+
+
+_LAUNCHER: list[Any] = []
+
+
+def _load_launcher() -> Any:
+    """blasdx.execute.execute, imported on the first launch."""
+    from .execute import execute as launcher
+
+    _LAUNCHER[:] = [launcher]
+    return launcher
