@@ -6,7 +6,8 @@
 * **On disk**: one file per key under :func:`cache_dir` holding the cubin *and* its
   resource usage, so a disk hit runs no NVRTC. The key is the sha256 of the generated
   source, the content of every file under the kernels folder, the NVRTC version, the
-  compile options, the arch, the kernel name and the blasdx version.
+  compile options, the arch, the kernel name, the blasdx version and the installed NVRTC,
+  CUDA-header and cuda-core wheels (read without loading NVRTC: a disk hit never loads it).
 
 Environment:
     ``BLASDX_CACHE_DIR``  where entries live (default ``$XDG_CACHE_HOME/blasdx`` or
@@ -33,12 +34,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
-import shutil
 import struct
 import sys
-import tempfile
 import threading
 from dataclasses import dataclass
 from functools import lru_cache
@@ -68,7 +66,13 @@ __all__ = [
     "stats",
 ]
 
-_log = logging.getLogger("blasdx")
+
+
+def _warn(message: str, *args: Any) -> None:
+    """A warning on the "blasdx" logger (logging is imported only when there is something to say)."""
+    import logging
+
+    logging.getLogger("blasdx").warning(message, *args)
 
 _SCHEMA = 1
 _MAGIC = b"BLASDXK1"
@@ -159,7 +163,7 @@ def cache_key(
     parts = (
         f"blasdx-cache-schema {_SCHEMA}",
         f"blasdx {_blasdx_version()}",
-        "nvrtc {}.{}".format(*_nvrtc.nvrtc_version()),
+        f"compiler {_nvrtc.nvrtc_identity()}",
         f"arch {arch}",
         f"kernel {kernel_name}",
         f"options {options.cache_token()}",
@@ -209,7 +213,7 @@ class DiskCache:
             return _decode(data, key)
         except (ValueError, KeyError, TypeError, struct.error) as exc:
             stats.count("corrupt_entries")
-            _log.warning("blasdx cache: discarding corrupt entry %s (%s); it will be rebuilt", path, exc)
+            _warn("blasdx cache: discarding corrupt entry %s (%s); it will be rebuilt", path, exc)
             _unlink(path)
             return None
 
@@ -217,6 +221,8 @@ class DiskCache:
         """Write the entry of ``key`` (temp file + os.replace); None if the folder is not writable."""
         path = self.path_for(key)
         data = _encode(key, compiled)
+        import tempfile
+
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{key[:16]}-", suffix=".tmp")
@@ -228,7 +234,7 @@ class DiskCache:
                 _unlink(Path(tmp))
                 raise
         except OSError as exc:
-            _log.warning("blasdx cache: cannot write %s (%s); continuing without disk cache", path, exc)
+            _warn("blasdx cache: cannot write %s (%s); continuing without disk cache", path, exc)
             return None
         stats.count("disk_writes")
         return path
@@ -244,6 +250,8 @@ class DiskCache:
             removed += _unlink(path)
         for tmp in self.root.glob("??/.*.tmp") if self.root.is_dir() else []:
             _unlink(tmp)
+        import shutil
+
         shutil.rmtree(self.root / "failed", ignore_errors=True)
         return removed
 

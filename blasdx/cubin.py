@@ -10,11 +10,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import shutil
 import struct
-import subprocess
 import sys
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -218,6 +215,8 @@ def find_cuobjdump() -> str:
     for folder in folders:
         if (folder / exe).is_file():
             return str(folder / exe)
+    import shutil
+
     on_path = shutil.which(exe)
     if on_path:
         return on_path
@@ -229,6 +228,9 @@ def find_cuobjdump() -> str:
 
 def run_cuobjdump(cubin: bytes, *flags: str) -> str:
     """Run ``cuobjdump <flags> <cubin>`` and return its output."""
+    import subprocess
+    import tempfile
+
     tool = find_cuobjdump()
     with tempfile.TemporaryDirectory(prefix="blasdx-") as tmp:
         path = Path(tmp) / "kernel.cubin"

@@ -14,11 +14,11 @@ Caching lives one level up, in :mod:`blasdx.cache`; this module never caches cub
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import itertools
 import os
 import re
 import sys
-import tempfile
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -39,6 +39,8 @@ __all__ = [
     "check_arch",
     "check_kernel_name",
     "compile_source",
+    "load_nvrtc",
+    "nvrtc_identity",
     "nvrtc_version",
     "program_name",
     "stats",
@@ -185,6 +187,55 @@ def nvrtc_version() -> tuple[int, int]:
     return (int(major), int(minor))
 
 
+def load_nvrtc() -> None:
+    """Import cuda.core's Program / ProgramOptions and load NVRTC now, in the calling thread.
+
+    ``bx.precompile`` calls it before starting its workers, so that they find every
+    module imported instead of importing cuda.core's pieces at the same time.
+    """
+    core = _cuda.core()
+    _ = (core.Program, core.ProgramOptions)
+    nvrtc_version()
+
+
+#: The wheels whose versions decide a cubin besides the source: NVRTC, the CUDA headers, cuda.core's flags.
+IDENTITY_DISTRIBUTIONS = ("nvidia_cuda_nvrtc", "nvidia_cuda_cccl", "nvidia_cuda_runtime", "nvidia_cuda_crt", "cuda_core")
+
+
+@lru_cache(maxsize=1)
+def nvrtc_identity() -> str:
+    """What names the compiler of a cubin in cache keys, found without loading NVRTC.
+
+    The installed versions of the NVRTC, CUDA-header and cuda-core wheels, read from the
+    names of their ``*.dist-info`` folders beside the ``nvidia`` package: a directory
+    listing, where loading NVRTC to ask its version costs tens of milliseconds (and
+    ``importlib.metadata`` as much again). Without an NVRTC wheel, NVRTC comes from a CUDA
+    toolkit and is asked for its version.
+    """
+    found = _wheel_versions(IDENTITY_DISTRIBUTIONS)
+    if "nvidia_cuda_nvrtc" in found:
+        return " ".join(f"{name} {found[name]}" for name in IDENTITY_DISTRIBUTIONS if name in found)
+    return "nvrtc {}.{}".format(*nvrtc_version())
+
+
+def _wheel_versions(names: Sequence[str]) -> dict[str, str]:
+    """{distribution: version} for those of ``names`` installed beside the ``nvidia`` namespace package."""
+    spec = importlib.util.find_spec("nvidia")
+    folders = {Path(p).parent for p in (spec.submodule_search_locations or [])} if spec else set()
+    found: dict[str, str] = {}
+    for folder in sorted(folders):
+        try:
+            entries = os.listdir(folder)
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.endswith(".dist-info"):
+                name, _, version = entry[: -len(".dist-info")].partition("-")
+                if name.lower() in names and name.lower() not in found:
+                    found[name.lower()] = version
+    return found
+
+
 # ---------------------------------------------------------------------------------------------
 # compiling
 # ---------------------------------------------------------------------------------------------
@@ -298,6 +349,8 @@ def _save_failure(
 ) -> Path | None:
     """Write source + log to ``<dir>/<kernel>-<arch>-<hash>.cu``; the log is a trailing comment so lines match."""
     digest = hashlib.sha256(source.encode()).hexdigest()[:12]
+    import tempfile
+
     for folder in (directory, Path(tempfile.gettempdir()) / "blasdx-failed"):
         if folder is None:
             continue

@@ -13,16 +13,14 @@ import sys
 import threading
 import time
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from typing import IO, TYPE_CHECKING, Any
 
-from .cache import compile_descriptor
-from .compiled import CompiledKernel
-from .nvrtc_driver import DEFAULT_OPTIONS, CompileOptions
 from .errors import BlasdxError
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .compiled import CompiledKernel
     from .descriptor import Descriptor
+    from .nvrtc_driver import CompileOptions
 
 __all__ = ["precompile"]
 
@@ -62,6 +60,14 @@ def _progress_stream(progress: bool | None, count: int) -> IO[str] | None:
     return sys.stderr if progress else None
 
 
+def compile_descriptor(desc: Descriptor, options: CompileOptions | None) -> CompiledKernel:
+    """One descriptor through both cache levels (the cache is imported on first use: importing blasdx stays light)."""
+    from .cache import compile_descriptor as compile_one
+    from .nvrtc_driver import DEFAULT_OPTIONS
+
+    return compile_one(desc, DEFAULT_OPTIONS if options is None else options)
+
+
 def _default_workers(count: int) -> int:
     """One thread per core, at most one per descriptor."""
     return max(1, min(count, os.cpu_count() or 1, 32))
@@ -71,7 +77,7 @@ def precompile(
     descriptors: Iterable[Descriptor],
     *,
     workers: int | None = None,
-    options: CompileOptions = DEFAULT_OPTIONS,
+    options: CompileOptions | None = None,
     progress: bool | None = None,
     return_exceptions: bool = False,
 ) -> list[Any]:
@@ -80,7 +86,7 @@ def precompile(
     Args:
         descriptors: complete descriptors (each is validated first).
         workers: threads; default one per CPU core.
-        options: compile options for all of them.
+        options: compile options for all of them (None: the defaults).
         progress: draw ``done/total`` on stderr; None = only for long lists on a terminal.
         return_exceptions: put each failure's exception in its slot instead of raising.
 
@@ -107,6 +113,12 @@ def precompile(
 
     if not items:
         return []
+    from concurrent.futures import ThreadPoolExecutor
+
+    from .nvrtc_driver import load_nvrtc
+
+    if workers > 1 and len(items) > 1:
+        load_nvrtc()  # import cuda.core's compiler pieces here, before the workers race to
     with ThreadPoolExecutor(max_workers=min(workers, len(items)), thread_name_prefix="blasdx-compile") as pool:
         results = list(pool.map(one, items))
     if return_exceptions:

@@ -167,13 +167,31 @@ def test_operators_compose_into_descriptors():
     assert isinstance(desc, bx.Descriptor) and desc == bx.Function.MM + bx.Size(8, 8, 8)
 
 
-def test_import_loads_no_cuda_library():
-    """``import blasdx`` loads neither cuda.core, the driver bindings nor NVRTC (they cost tens of ms)."""
-    code = (
-        "import sys, blasdx\n"
-        "loaded = sorted(m for m in sys.modules if m.startswith(('cuda.core', 'cuda.bindings')))\n"
-        "print(','.join(loaded))\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                          cwd=PACKAGE.parent)
-    assert done.stdout.strip() == ""
+HEAVY = ("cuda.core", "cuda.bindings", "numpy", "ml_dtypes", "blasdx.arrays", "blasdx.execute", "blasdx.fusion",
+         "blasdx.array_gemm")
+
+
+def _loaded_after(code: str) -> list[str]:
+    """The HEAVY modules a fresh interpreter has loaded after running ``code``."""
+    probe = code + "\nimport sys\nprint(','.join(sorted(m for m in sys.modules if m.startswith(HEAVY))))\n"
+    done = subprocess.run([sys.executable, "-c", f"HEAVY = {HEAVY!r}\n" + probe], capture_output=True, text=True,
+                          check=True, cwd=PACKAGE.parent)
+    return [m for m in done.stdout.strip().split(",") if m]
+
+
+def test_import_loads_only_the_value_layer():
+    """``import blasdx`` and describing a GEMM load no cuda-python module, no numpy and no launch or array code."""
+    assert _loaded_after("import blasdx as bx\nd = bx.Size(8, 8, 8) + bx.Precision(bx.float16) + bx.SM(80)\n"
+                         "d = d + bx.Function.MM + bx.Block()\nd.validate(); d.suggested_block_dim") == []
+
+
+def test_lazy_public_names_load_their_modules():
+    loaded = _loaded_after("import blasdx as bx\nbx.matmul")
+    assert "blasdx.array_gemm" in loaded and "cuda.core" not in loaded
+    import blasdx as bx
+
+    assert set(bx.__all__) <= set(dir(bx))
+    for name in bx.__all__:
+        assert getattr(bx, name) is not None
+    with pytest.raises(AttributeError, match="module 'blasdx' has no attribute 'nothing'"):
+        bx.nothing  # noqa: B018
