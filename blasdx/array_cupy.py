@@ -1,7 +1,8 @@
 """The CuPy adapter: a ``cupy.ndarray`` read through its attributes, without a DLPack capsule.
 
 blasdx never imports CuPy: the adapter is chosen when cupy is already loaded and the
-object is one of its arrays. The producer stream is CuPy's current stream.
+object is one of its arrays. The producer stream is CuPy's current stream on the array's
+device (CuPy keeps one current stream per device and thread).
 """
 
 from __future__ import annotations
@@ -29,22 +30,23 @@ def from_cupy(x: Any, argument: str, stream: int | None) -> ArrayView:
         _CUPY_LAYOUTS[key] = found
     dtype, strides = found
     data = x.data
+    device = data.device_id
     current = _CUPY_STREAM[0] if _CUPY_STREAM else _cupy_stream_function()
-    producer = current().ptr or default_stream_handle()
-    return new_view(ArrayView, (data.ptr, x.shape, strides, dtype, data.device_id, False, x, producer))
+    producer = current(device).ptr or default_stream_handle()
+    return new_view(ArrayView, (data.ptr, x.shape, strides, dtype, device, False, x, producer))
 
 
-_CUPY_STREAM: list[Callable[[], Any]] = []
+_CUPY_STREAM: list[Callable[[int], Any]] = []
 _CUPY_LAYOUTS: dict[tuple[Any, tuple[int, ...]], tuple[DType, tuple[int, ...]]] = {}
 
 
-def _cupy_stream_function() -> Callable[[], Any]:
-    """cupy.cuda.get_current_stream, looked up once."""
+def _cupy_stream_function() -> Callable[[int], Any]:
+    """cupy.cuda.get_current_stream (it takes the device), looked up once."""
     _CUPY_STREAM.append(sys.modules["cupy"].cuda.get_current_stream)
     return _CUPY_STREAM[0]
 
 
-def cupy_current_stream() -> int:
-    """Handle of CuPy's current stream (its null stream is 0 -> the default stream)."""
+def cupy_current_stream(device: int) -> int:
+    """Handle of CuPy's current stream on ``device`` (its null stream is 0 -> the default stream)."""
     current = _CUPY_STREAM[0] if _CUPY_STREAM else _cupy_stream_function()
-    return current().ptr or default_stream_handle()
+    return current(device).ptr or default_stream_handle()

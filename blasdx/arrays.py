@@ -207,8 +207,9 @@ def _from_view(view: ArrayView, argument: str, stream: int | None) -> ArrayView:
 def resolve_stream(stream: Any, arrays: Sequence[Any] = (), argument: str = "stream") -> int:
     """Handle of the stream to run on: ``stream``, or for None the current stream of the arrays' library.
 
-    The first array from PyTorch or CuPy decides (pass the output first); arrays from
-    neither run on the default stream.
+    The first array from PyTorch or CuPy decides (pass the output first): its library's
+    current stream on that array's device. Arrays from neither run on the default stream
+    (of the context current at the launch: the arrays' device's).
     """
     if stream is not None:
         return stream_handle(stream, argument)
@@ -219,7 +220,7 @@ def resolve_stream(stream: Any, arrays: Sequence[Any] = (), argument: str = "str
         if library == "torch":
             return torch_current_stream(obj.get_device())
         if library == "cupy":
-            return cupy_current_stream()
+            return cupy_current_stream(obj.data.device_id)
     return default_stream_handle()
 
 

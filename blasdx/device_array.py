@@ -17,7 +17,7 @@ import numpy as np
 
 from .array_view import ArrayView, array_dtype, byte_span, byte_strides_to_elements, c_strides
 from . import devices as _devices
-from .devices import as_device, check, current_device_id
+from .devices import as_device, check
 from .dlpack import KDL_CUDA, dl_code_of, make_capsule
 from .errors import ExecutionError
 from .host_copy import to_host
@@ -193,7 +193,8 @@ class DeviceArray:
         if self._stream is not None and stream != -1:
             consumer = LEGACY_STREAM if stream is None else canonical(int(stream))
             if consumer != self._stream:
-                core_stream(consumer).wait(core_stream(self._stream))
+                with _devices.on_device(self._device_id or 0):  # the default streams are this device's
+                    core_stream(consumer).wait(core_stream(self._stream))
         versioned = max_version is not None and int(max_version[0]) >= 1
         itemsize = self.itemsize
         return make_capsule(
@@ -229,8 +230,9 @@ def to_device(array: Any, device: Any = None, *, stream: Any = None) -> DeviceAr
 
     Shape, dtype and strides are kept (a Fortran-ordered or padded array stays so on the
     GPU; arrays with negative strides are made C-contiguous first). ``device`` is None
-    (the current device), an ordinal or a cuda.core Device; the current device is restored
-    afterwards. The copy is finished when this returns.
+    (the current device), an ordinal or a cuda.core Device; it is current for the copy and
+    what was current before is current again afterwards. ``stream`` must be one of that
+    device. The copy is finished when this returns.
     """
     host = np.asarray(array)
     if host.dtype.hasobject or host.dtype.fields is not None or host.dtype.kind in "OSUMm":
@@ -241,16 +243,20 @@ def to_device(array: Any, device: Any = None, *, stream: Any = None) -> DeviceAr
         host = np.ascontiguousarray(host)
     span = _host_span(host)
     dev = as_device(device)
-    previous = current_device_id()
-    dev.set_current()
-    try:
+    device_id = int(dev.device_id)
+    handle = None if stream is None else stream_handle(stream)
+    if handle is not None:
+        owner = _devices.stream_device_id(stream, handle)
+        if owner is not None and owner != device_id:
+            raise ExecutionError(
+                f"stream: it belongs to device {owner}, not to device {device_id} that the copy goes to; pass a "
+                f"stream of device {device_id}"
+            )
+    with _devices.on_device(device_id):
         driver = _devices.driver()
-        s = dev.default_stream if stream is None else as_core_stream(stream, stream_handle(stream))
+        s = dev.default_stream if handle is None else as_core_stream(stream, handle)
         buffer = dev.allocate(max(span, 1), stream=s)
         if span:
             check(driver.cuMemcpyHtoDAsync(int(buffer.handle), host.ctypes.data, span, s.handle), "cuMemcpyHtoDAsync")
         s.sync()
-    finally:
-        if previous is not None and previous != dev.device_id:
-            as_device(previous).set_current()
-    return DeviceArray(buffer, host.shape, host.dtype, host.strides, device_id=dev.device_id)
+    return DeviceArray(buffer, host.shape, host.dtype, host.strides, device_id=device_id)

@@ -16,13 +16,11 @@ tests without a GPU replace that module with a fake one.
 
 from __future__ import annotations
 
+import numbers
 import threading
 from typing import Any
 
-import numpy as np
-
 from . import cuda_modules as _cuda
-from .array_view import HOST_HINT
 from .errors import DeviceError, ExecutionError
 
 __all__ = [
@@ -98,7 +96,11 @@ def device_count() -> int:
 
 
 def current_device_id() -> int | None:
-    """Ordinal of the device of the current CUDA context, or None when no context is current."""
+    """Ordinal of the device of the current CUDA context, or None when no context is current.
+
+    DeviceError when there is no usable driver or GPU.
+    """
+    ensure_driver()
     err, dev = driver().cuCtxGetDevice()
     if _failed(err):
         return None
@@ -137,7 +139,7 @@ def enter(device_id: int) -> Any:
     context = _PRIMARY.get(device_id)
     if context is None:
         context = primary_context(device_id)
-    err = drv.cuCtxPushCurrent(context)
+    (err,) = drv.cuCtxPushCurrent(context)
     if _failed(err):
         raise DeviceError(f"making device {device_id} current failed: {getattr(err, 'name', err)}")
     return context
@@ -173,6 +175,8 @@ def pointer_device_id(ptr: int, argument: str = "array") -> int:
     attribute = drv.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
     err, value = drv.cuPointerGetAttribute(attribute, ptr)
     if _failed(err):
+        from .array_view import HOST_HINT
+
         raise ExecutionError(
             f"{argument}: the CUDA driver does not know pointer {ptr:#x} ({getattr(err, 'name', err)}); "
             f"it is not device memory. {HOST_HINT[0].upper()}{HOST_HINT[1:]}"
@@ -231,7 +235,7 @@ def as_device(device: Any) -> Any:
     Device = _cuda.core().Device  # noqa: N806
     if device is None or isinstance(device, Device):
         return Device() if device is None else device
-    if isinstance(device, (int, np.integer)) and not isinstance(device, bool):
+    if isinstance(device, numbers.Integral) and not isinstance(device, bool):
         return Device(int(device))
     if getattr(device, "type", None) == "cuda":  # torch.device
         return Device(device.index or 0)

@@ -15,7 +15,13 @@ are tested) without a GPU:
    Every failure is an :class:`~blasdx.errors.ExecutionError` naming the argument,
    showing the value and saying what was expected; nothing has been launched.
 3. :meth:`ExecutionPlan.on_device` — once per (descriptor, device): check the device can
-   run the kernel (DeviceError), load it through the compiler, build LaunchConfigs.
+   run the kernel (DeviceError), load it on that device and lay out its parameter block
+   (:class:`~blasdx.launcher.PackedLaunch`).
+
+A call runs on its arrays' device: that device is made current for the launch (its
+primary context, :func:`blasdx.devices.enter`) and what was current is restored after,
+so arrays on device 1 work while device 0 is current. Arrays on different devices, or a
+stream of another device, are an ExecutionError before anything runs.
 
 The kernel (kernels/batched_gemm.cu) takes ``(const A* a, const B* b, C* c, alpha, beta,
 long long stride_a, long long stride_b, long long stride_c)`` — ``alpha_re, alpha_im,
@@ -31,10 +37,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from . import arrays as _arrays
+from . import devices as _devices
 from . import dtypes as _dt
-from .arrays import _ADAPTERS, ArrayView, DeviceArray, as_array, as_core_stream, resolve_stream, wait_for_producers
+from . import launcher as _launcher
+from .array_view import byte_span
+from .arrays import _ADAPTERS, ArrayView, DeviceArray, as_array, resolve_stream
 from .errors import DescriptorError, DeviceError, ExecutionError
+from .streams import as_core_stream, wait_for_producers
 from .operators import Block, Function, row_major
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -47,12 +56,17 @@ __all__ = [
     "plan_for",
     "check_arguments",
     "check_device",
+    "check_stream_device",
     "execute",
+    "execute_on",
+    "load_on_device",
     "prepare",
 ]
 
 _new_tuple = tuple.__new__  # NamedTuple without its Python-level __new__ (hot path)
 _SCALAR_NUMPY = {"float32": np.float32, "float64": np.float64, "int32": np.int32}
+_SCALAR_SLOTS = {"float32": "f", "float64": "d", "int32": "i"}  # launcher slot kinds
+_NOTHING = object()  # no alpha / beta seen yet
 _INT32_RANGE = (-(2**31), 2**31 - 1)
 _MAX_GRID_X = 2**31 - 1
 
@@ -110,8 +124,8 @@ class ExecutionPlan:
     """Everything a call of one descriptor checks against, computed once; plus its device plans."""
 
     __slots__ = (
-        "desc", "a", "b", "c", "is_complex", "scalar", "scalar_numpy", "block_dim", "shared_memory", "_devices",
-        "_scalars", "_layouts", "_text",
+        "desc", "a", "b", "c", "is_complex", "scalar", "scalar_numpy", "block_dim", "shared_memory", "slots",
+        "_devices", "_scalars", "_last_scalars", "_layouts", "_text",
     )
 
     def __init__(self, desc: Descriptor) -> None:
@@ -135,8 +149,11 @@ class ExecutionPlan:
         self.scalar_numpy = _SCALAR_NUMPY[self.scalar.name]
         self.block_dim = tuple(desc.block_dim)
         self.shared_memory = int(desc.kernel_shared_memory_size)
+        scalar_slot = _SCALAR_SLOTS[self.scalar.name]
+        self.slots = "PPP" + scalar_slot * (4 if self.is_complex else 2) + "qqq"  # the kernel's parameter list
         self._devices: dict[int, DevicePlan] = {}
         self._scalars: dict[Any, tuple[Any, ...]] = {}
+        self._last_scalars: tuple[Any, Any, tuple[Any, ...]] = (_NOTHING, _NOTHING, ())
         self._layouts: dict[Any, tuple[Any, ...]] = {}
         self._text = repr(desc)
 
@@ -152,21 +169,16 @@ class ExecutionPlan:
         """Check one call's arguments (host only) and return the launch they make.
 
         ``stream`` is the consumer stream handle (DLPack producers order their work before
-        it); ``device_id``, when given, is the device every array must be on. What depends
+        it); ``device_id``, when given, is the device every array must be on (the call runs
+        on the arrays' device otherwise: ``Launch.device_id``). What depends
         only on dtypes, shapes and strides is checked once per layout and remembered; the
         pointers (alignment, overlap), devices and the read-only flag are checked every call.
         """
-        key = (type(alpha), alpha, type(beta), beta)
-        try:
-            scalars = self._scalars.get(key)
-        except TypeError:  # unhashable (a 0-d array)
-            scalars, key = None, None
-        if scalars is None:
-            scalars = self._convert_scalars(alpha, beta)
-            if key is not None:
-                if len(self._scalars) > 64:
-                    self._scalars.clear()
-                self._scalars[key] = scalars
+        last = self._last_scalars  # the same alpha and beta objects as the last call: nothing to convert
+        if alpha is last[0] and beta is last[1]:
+            scalars = last[2]
+        else:
+            scalars = self._scalars_of(alpha, beta)
         adapters = _ADAPTERS
         adapter = adapters.get(type(a))
         va = adapter(a, "a", stream) if adapter is not None else as_array(a, "a", stream=stream)
@@ -211,6 +223,21 @@ class ExecutionPlan:
         device = dc if dc is not None else da if da is not None else db if db is not None else device_id
         return _new_tuple(Launch, (va, vb, vc, batch, (pa, pb, pc, *scalars, *strides), stream, waits, device))
 
+    def _scalars_of(self, alpha: Any, beta: Any) -> tuple[Any, ...]:
+        """The converted scalars of (alpha, beta), remembered per distinct (type, value) pair."""
+        key = (type(alpha), alpha, type(beta), beta)
+        try:
+            scalars = self._scalars.get(key)
+        except TypeError:  # unhashable (a 0-d array): converted every call, never remembered
+            return self._convert_scalars(alpha, beta)
+        if scalars is None:
+            scalars = self._convert_scalars(alpha, beta)
+            if len(self._scalars) > 64:
+                self._scalars.clear()
+            self._scalars[key] = scalars
+        self._last_scalars = (alpha, beta, scalars)  # one assignment: threads see an old or a new triple
+        return scalars
+
     def _convert_scalars(self, alpha: Any, beta: Any) -> tuple[Any, ...]:
         """The kernel's scalar arguments: (alpha, beta) or (alpha_re, alpha_im, beta_re, beta_im)."""
         alpha_re, alpha_im = _convert_scalar(alpha, "alpha", self.scalar, self.scalar_numpy, self.is_complex)
@@ -239,9 +266,9 @@ class ExecutionPlan:
             np.int64(_check_strides(self, self.c, vc, batch)),
         )
         extents = (
-            *_arrays._span(0, va.shape, va.strides, va.dtype.size),
-            *_arrays._span(0, vb.shape, vb.strides, vb.dtype.size),
-            *_arrays._span(0, vc.shape, vc.strides, vc.dtype.size),
+            *byte_span(0, va.shape, va.strides, va.dtype.size),
+            *byte_span(0, vb.shape, vb.strides, vb.dtype.size),
+            *byte_span(0, vc.shape, vc.strides, vc.dtype.size),
         )
         return (batch, strides, extents)
 
@@ -256,32 +283,47 @@ class ExecutionPlan:
 
 
 class DevicePlan:
-    """A descriptor's kernel loaded on one device, with a LaunchConfig per batch size."""
+    """A descriptor's kernel loaded on one device: its parameter block and a LaunchConfig per batch size."""
 
-    __slots__ = ("device_id", "kernel", "block_dim", "shared_memory", "_configs", "_LaunchConfig")
+    __slots__ = ("device_id", "kernel", "block_dim", "shared_memory", "packed", "_configs")
 
     def __init__(self, plan: ExecutionPlan, device_id: int) -> None:
-        from cuda.core import Device, LaunchConfig
-
-        device = Device(device_id)
+        device = _cuda_core().Device(device_id)
         check_device(plan.desc, tuple(device.compute_capability), device_id, _device_name(device))
         self.device_id = device_id
-        self.kernel = _load_kernel(plan.desc, plan.shared_memory)
+        self.kernel = _load_kernel(plan.desc, plan.shared_memory, device_id)
         self.block_dim = plan.block_dim
         self.shared_memory = plan.shared_memory
+        self.packed = _launcher.PackedLaunch(
+            self.kernel, plan.slots, plan.block_dim, plan.shared_memory, name=f"blasdx_batched_gemm of {plan._text}"
+        )
         self._configs: dict[int, Any] = {}
-        self._LaunchConfig = LaunchConfig
+
+    def launch(self, batch: int, stream: int, args: tuple[Any, ...]) -> None:
+        """One block per problem: ``batch`` blocks on stream handle ``stream``, in the current context."""
+        self.packed.launch(batch, 1, stream, *args)
 
     def config(self, batch: int) -> Any:
-        """LaunchConfig(grid=(batch, 1, 1), block=block_dim, shmem_size=kernel shared memory), memoised."""
+        """LaunchConfig(grid=(batch, 1, 1), block=block_dim, shmem_size=kernel shared memory), memoised.
+
+        What a bare ``cuda.core.launch`` of this kernel takes (:func:`prepare`; execute itself
+        launches through the parameter block).
+        """
         found = self._configs.get(batch)
         if found is None:
             if len(self._configs) > 64:
                 self._configs.clear()
-            found = self._configs[batch] = self._LaunchConfig(
+            found = self._configs[batch] = _cuda_core().LaunchConfig(
                 grid=(batch, 1, 1), block=self.block_dim, shmem_size=self.shared_memory
             )
         return found
+
+
+def _cuda_core() -> Any:
+    """cuda.core, through the one import lock."""
+    from . import cuda_modules
+
+    return cuda_modules.core()
 
 
 class Launch(NamedTuple):
@@ -440,16 +482,15 @@ def _leading_dimension_operator() -> type:
 
 
 def _check_devices(views: tuple[ArrayView, ...], device_id: int | None) -> None:
-    """Every array on one device, and that device the current one when ``device_id`` is given."""
+    """Every array on one device, and that device ``device_id`` when it is given."""
     first_name, first = None, None
     for name, view in zip("abc", views):
         if view.device_id is None:
             continue
         if device_id is not None and view.device_id != device_id:
             raise ExecutionError(
-                f"{name}: the array is on device {view.device_id} but the current device is {device_id}; make "
-                f"device {view.device_id} current (cuda.core.Device({view.device_id}).set_current(), "
-                f"torch.cuda.set_device({view.device_id}), cupy.cuda.Device({view.device_id}).use()) or move the array"
+                f"{name}: the array is on device {view.device_id} but the call was asked to run on device "
+                f"{device_id}; move the array (or leave the device out: a call runs on its arrays' device)"
             )
         if first is None:
             first_name, first = name, view.device_id
@@ -546,37 +587,51 @@ def _device_name(device: Any) -> str:
         return ""
 
 
-def _load_kernel(desc: Descriptor, shared_memory: int) -> Any:
-    """The cuda.core Kernel of ``desc`` on the current device, opted in to ``shared_memory`` dynamic bytes.
+def _load_kernel(desc: Descriptor, shared_memory: int, device_id: int) -> Any:
+    """The cuda.core Kernel of ``desc`` loaded on ``device_id``, opted in to ``shared_memory`` dynamic bytes.
 
-    The one call into the compiled kernel: ``CompiledKernel.kernel(dynamic_shared_memory=...)``
-    loads the cubin once and sets the >48 KB opt-in per device.
+    The one call into the compiled kernel: ``CompiledKernel.kernel`` loads the cubin once
+    per device and sets the >48 KB opt-in there.
     """
     compiled = desc.compile()
-    return compiled.kernel(dynamic_shared_memory=shared_memory)
+    return compiled.kernel(dynamic_shared_memory=shared_memory, device_id=device_id)
 
 
-def _launch(stream: Any, config: Any, kernel: Any, *args: Any) -> None:
-    """The one place a kernel starts: ``cuda.core.launch`` (rebound to it on first use, so no wrapper remains)."""
-    global _launch
-    from cuda.core import launch
+def load_on_device(desc: Descriptor, device_id: int, compiled: Any = None) -> None:
+    """What the first ``execute`` on ``device_id`` does before launching: check the device, load the kernel there.
 
-    _launch = launch
-    launch(stream, config, kernel, *args)
+    DeviceError when the device cannot run the descriptor's kernel. ``compiled`` (a kernel
+    of ``desc`` built with other options, or for a descriptor without Block, which is only
+    fused) is loaded as it is; otherwise the execute plan of that device is made.
+    """
+    with _devices.on_device(device_id):
+        if compiled is None and desc.has(Block):
+            plan_for(desc).on_device(device_id)
+            return
+        device = _cuda_core().Device(device_id)
+        check_device(desc, tuple(device.compute_capability), device_id, _device_name(device))
+        kernel = desc.compile() if compiled is None else compiled
+        kernel.kernel(dynamic_shared_memory=int(desc.kernel_shared_memory_size), device_id=device_id)
 
 
-def _current_device(fallback: int | None) -> int:
-    """The current device ordinal; with no current context, make ``fallback`` (the arrays' device, or 0) current."""
-    current = _arrays.current_device_id()
-    if current is None:
-        from cuda.core import Device
+def check_stream_device(stream: Any, handle: int, device_id: int) -> None:
+    """ExecutionError unless the stream the user passed belongs to ``device_id`` (default streams always do)."""
+    owner = _devices.stream_device_id(stream, handle)
+    if owner is not None and owner != device_id:
+        what = f"handle {handle:#x}" if isinstance(stream, (int, np.integer)) else repr(stream)
+        raise ExecutionError(
+            f"stream: {what} belongs to device {owner} but the arrays are on device {device_id}; a kernel runs "
+            f"on its arrays' device, so pass a stream of device {device_id} (or None: the current stream of the "
+            "arrays' library there)"
+        )
 
-        try:
-            Device(fallback or 0).set_current()
-        except Exception as exc:
-            raise DeviceError(f"blasdx needs a CUDA GPU and driver: {exc}") from exc
-        current = fallback or 0
-    return current
+
+def _call_device(launch: Launch) -> int:
+    """The device a checked call runs on: its arrays', else (arrays without memory) the current one, else 0."""
+    device = launch.device_id
+    if device is None:
+        device = _devices.current_device_id()
+    return 0 if device is None else device
 
 
 # ---------------------------------------------------------------------------------------------
@@ -641,14 +696,19 @@ class Prepared(NamedTuple):
 def prepare(
     desc: Descriptor, a: Any, b: Any, c: Any, *, alpha: Any = 1, beta: Any = 0, stream: Any = None
 ) -> Prepared | None:
-    """Everything :func:`execute` does short of launching; None when the batch is empty."""
+    """Everything :func:`execute` does short of launching; None when the batch is empty.
+
+    The pieces are those of a bare ``cuda.core.launch`` (what the benchmarks compare
+    execute against); launch them with the arrays' device current.
+    """
     plan = plan_for(desc)
     handle = resolve_stream(stream, (c, a, b))
-    current = _arrays.current_device_id()
-    launch = plan.bind(a, b, c, alpha, beta, handle, current)
-    if current is None:
-        current = _current_device(launch.device_id)
-    device_plan = plan.on_device(current)
+    launch = plan.bind(a, b, c, alpha, beta, handle)
+    device = _call_device(launch)
+    if stream is not None:
+        check_stream_device(stream, handle, device)
+    with _devices.on_device(device):
+        device_plan = plan.on_device(device)
     if launch.batch == 0:
         return None
     core = as_core_stream(stream, handle)
@@ -660,29 +720,49 @@ def execute(desc: Descriptor, a: Any, b: Any, c: Any, *, alpha: Any = 1, beta: A
 
     Shapes are (M, K), (K, N), (M, N) or batched (batch, M, K) ...; A or B of batch 1
     broadcast. Strides must follow the descriptor's Arrangement and LeadingDimension.
-    ``stream`` is None (the current stream of the arrays' library, else the default
+    The kernel runs on the arrays' device, whichever device is current. ``stream`` is
+    None (the current stream of the arrays' library on their device, else the default
     stream), a cuda.core Stream, a CuPy/PyTorch stream, anything with ``__cuda_stream__``
-    or an int handle. Every check runs before anything is launched; with ``beta == 0`` C
-    is never read.
+    or an int handle, of the arrays' device. Every check runs before anything is
+    launched; with ``beta == 0`` C is never read.
     """
-    # the same steps as prepare(), inlined: this is the hot path
     plan = _PLANS_BY_ID.get(id(desc))
     if plan is None or plan.desc is not desc:
         plan = plan_for(desc)
-    handle = resolve_stream(stream, (c, a, b))
-    current = _arrays.current_device_id()
-    launch = plan.bind(a, b, c, alpha, beta, handle, current)
-    if current is None:
-        current = _current_device(launch.device_id)
-    device_plan = plan._devices.get(current) or plan.on_device(current)
-    batch = launch[3]
-    if batch == 0:
-        return c
-    config = device_plan._configs.get(batch) or device_plan.config(batch)
-    core = as_core_stream(stream, handle)
-    if launch[6]:
-        wait_for_producers(core, handle, launch[6])
-    _launch(core, config, device_plan.kernel, *launch[4])
+    return _run(plan, a, b, c, alpha, beta, stream, resolve_stream(stream, (c, a, b)))
+
+
+def execute_on(desc: Descriptor, a: Any, b: Any, c: Any, alpha: Any, beta: Any, handle: int) -> Any:
+    """:func:`execute` on stream ``handle`` that the caller resolved and checked against the arrays' device.
+
+    For bx.matmul / bx.mma, which read the arrays and the stream once for the whole call.
+    """
+    plan = _PLANS_BY_ID.get(id(desc))
+    if plan is None or plan.desc is not desc:
+        plan = plan_for(desc)
+    return _run(plan, a, b, c, alpha, beta, None, handle)
+
+
+def _run(plan: ExecutionPlan, a: Any, b: Any, c: Any, alpha: Any, beta: Any, stream: Any, handle: int) -> Any:
+    """Check, then launch on the arrays' device with it current; ``stream`` is what the user passed (or None)."""
+    launch = plan.bind(a, b, c, alpha, beta, handle)
+    device = launch[7]
+    if device is None:
+        device = _call_device(launch)
+    if stream is not None:
+        check_stream_device(stream, handle, device)
+    token = _devices.enter(device)
+    try:
+        device_plan = plan._devices.get(device) or plan.on_device(device)
+        batch = launch[3]
+        if batch == 0:
+            return c
+        if launch[6]:
+            wait_for_producers(as_core_stream(stream, handle), handle, launch[6])
+        device_plan.launch(batch, handle, launch[4])
+    finally:
+        if token is not None:
+            _devices.leave(token)
     if type(c) is DeviceArray and c._stream != handle:
         c._set_stream(handle)
     return c

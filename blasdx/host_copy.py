@@ -8,6 +8,7 @@ import numpy as np
 
 from . import devices as _devices
 from .array_view import ArrayView, host_dtype
+from .errors import ExecutionError
 from .streams import as_core_stream, wait_for_producers
 
 __all__ = ["to_host"]
@@ -16,12 +17,27 @@ __all__ = ["to_host"]
 def to_host(view: ArrayView, stream: Any, handle: int) -> np.ndarray:
     """Copy the elements of ``view`` into a new numpy array on stream ``handle`` (``stream``: what the user gave).
 
-    The copy runs after the producer's pending work and is finished when this returns. A
-    padded or strided array comes back compact, in the same memory order.
+    The copy runs after the producer's pending work, with the array's device current, and
+    is finished when this returns. A padded or strided array comes back compact, in the
+    same memory order.
     """
     npd = host_dtype(view.dtype, "array")
     if view.size == 0:
         return np.empty(view.shape, npd)
+    device_id = view.device_id if view.device_id is not None else 0
+    if stream is not None:
+        owner = _devices.stream_device_id(stream, handle)
+        if owner is not None and owner != device_id:
+            raise ExecutionError(
+                f"stream: it belongs to device {owner} but the array is on device {device_id}; pass a stream of "
+                f"device {device_id}"
+            )
+    with _devices.on_device(device_id):
+        return _copy(view, npd, stream, handle)
+
+
+def _copy(view: ArrayView, npd: np.dtype, stream: Any, handle: int) -> np.ndarray:
+    """The copy itself, in the current context."""
     driver = _devices.driver()
     consumer = as_core_stream(stream, handle)
     wait_for_producers(consumer, handle, (view.stream,))

@@ -198,8 +198,10 @@ def load_nvrtc() -> None:
     nvrtc_version()
 
 
-#: The wheels whose versions decide a cubin besides the source: NVRTC, the CUDA headers, cuda.core's flags.
-IDENTITY_DISTRIBUTIONS = ("nvidia_cuda_nvrtc", "nvidia_cuda_cccl", "nvidia_cuda_runtime", "nvidia_cuda_crt", "cuda_core")
+#: Wheels that decide a cubin besides its source: NVRTC, the CUDA headers, cuda.core (which makes the flags).
+IDENTITY_DISTRIBUTIONS = (
+    "nvidia_cuda_nvrtc", "nvidia_cuda_cccl", "nvidia_cuda_runtime", "nvidia_cuda_crt", "cuda_core",
+)
 
 
 @lru_cache(maxsize=1)

@@ -477,8 +477,8 @@ def _fake_cupy(current_stream=0):
             self.data = types.SimpleNamespace(ptr=ptr, device_id=device)
 
     cupy.ndarray = ndarray
-    stream = types.SimpleNamespace(ptr=current_stream)
-    cupy.cuda = types.SimpleNamespace(get_current_stream=lambda: stream)
+    streams = {0: types.SimpleNamespace(ptr=current_stream), 1: types.SimpleNamespace(ptr=current_stream + 0x100)}
+    cupy.cuda = types.SimpleNamespace(get_current_stream=lambda device_id=-1: streams[max(device_id, 0)])
     return cupy
 
 
@@ -488,8 +488,10 @@ def test_cupy_fast_path(monkeypatch):
     x = cupy.ndarray((3, 4), np.complex64, (8, 24), device=1)
     v = as_array(x, "c")
     assert v.strides == (1, 3) and v.dtype == dt.complex_of(dt.float32) and v.device_id == 1
-    assert v.stream == 0x7000 and not v.readonly
-    assert resolve_stream(None, (x,)) == 0x7000
+    assert v.stream == 0x7100 and not v.readonly  # CuPy's current stream on the array's device, 1
+    assert resolve_stream(None, (x,)) == 0x7100
+    y = cupy.ndarray((3, 4), np.float32, (16, 4), device=0)
+    assert as_array(y, "a").stream == 0x7000 and resolve_stream(None, (y, x)) == 0x7000
 
 
 # ---------------------------------------------------------------------------------------------
