@@ -15,7 +15,7 @@ from .errors import ExecutionError
 __all__ = ["from_strided_memory_view", "reject_buffer"]
 
 
-def from_strided_memory_view(view: Any, argument: str, stream: int | None) -> ArrayView:
+def from_strided_memory_view(view: Any, argument: str, stream: int | None, known: Any = None) -> ArrayView:
     """A cuda.core StridedMemoryView (its constructor already ordered the streams)."""
     if not view.is_device_accessible:
         raise ExecutionError(f"{argument}: StridedMemoryView is in host memory; {HOST_HINT}")
@@ -26,7 +26,7 @@ def from_strided_memory_view(view: Any, argument: str, stream: int | None) -> Ar
     return ArrayView(ptr, shape, strides, dtype, int(view.device_id), bool(view.readonly), view, None)
 
 
-def reject_buffer(obj: Any, argument: str, stream: int | None) -> ArrayView:
+def reject_buffer(obj: Any, argument: str, stream: int | None, known: Any = None) -> ArrayView:
     """A cuda.core Buffer is not an array: say how to wrap it."""
     raise ExecutionError(
         f"{argument}: a cuda.core Buffer is untyped bytes ({getattr(obj, 'size', '?')} B) with no shape; wrap it "

@@ -18,8 +18,12 @@ from .streams import default_stream_handle
 __all__ = ["cupy_current_stream", "from_cupy"]
 
 
-def from_cupy(x: Any, argument: str, stream: int | None) -> ArrayView:
-    """cupy.ndarray through its attributes: the producer stream is CuPy's current one."""
+def from_cupy(x: Any, argument: str, stream: int | None, known: dict[int, int] | None = None) -> ArrayView:
+    """cupy.ndarray through its attributes: the producer stream is CuPy's current one on its device.
+
+    ``known`` is shared by the arrays of one call; CuPy's streams go under ``~device``
+    (torch's under ``device``), so each library's question is asked once per device.
+    """
     key = (x.dtype, x.strides)
     found = _CUPY_LAYOUTS.get(key)
     if found is None:
@@ -31,8 +35,12 @@ def from_cupy(x: Any, argument: str, stream: int | None) -> ArrayView:
     dtype, strides = found
     data = x.data
     device = data.device_id
-    current = _CUPY_STREAM[0] if _CUPY_STREAM else _cupy_stream_function()
-    producer = current(device).ptr or default_stream_handle()
+    producer = None if known is None else known.get(~device)
+    if producer is None:
+        current = _CUPY_STREAM[0] if _CUPY_STREAM else _cupy_stream_function()
+        producer = current(device).ptr or default_stream_handle()
+        if known is not None:
+            known[~device] = producer
     return new_view(ArrayView, (data.ptr, x.shape, strides, dtype, device, False, x, producer))
 
 
@@ -46,7 +54,10 @@ def _cupy_stream_function() -> Callable[[int], Any]:
     return _CUPY_STREAM[0]
 
 
-def cupy_current_stream(device: int) -> int:
-    """Handle of CuPy's current stream on ``device`` (its null stream is 0 -> the default stream)."""
+def cupy_current_stream(device: int, known: dict[int, int] | None = None) -> int:
+    """Handle of CuPy's current stream on ``device`` (null stream 0 -> the default stream); noted in ``known``."""
     current = _CUPY_STREAM[0] if _CUPY_STREAM else _cupy_stream_function()
-    return current(device).ptr or default_stream_handle()
+    handle = current(device).ptr or default_stream_handle()
+    if known is not None:
+        known[~device] = handle
+    return handle

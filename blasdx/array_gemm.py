@@ -94,16 +94,16 @@ def tf32(array: Any) -> TF32:
     return TF32(array)
 
 
-def _view(obj: Any, argument: str, stream: int) -> ArrayView:
+def _view(obj: Any, argument: str, stream: int, known: dict[int, int] | None = None) -> ArrayView:
     """The ArrayView of an operand; tf32-marked float32 arrays come back with dtype tfloat32."""
     if type(obj) is TF32:
-        view = as_array(obj.array, argument, stream=stream)
+        view = as_array(obj.array, argument, stream=stream, known=known)
         if view.dtype != _dt.float32:
             raise ExecutionError(
                 f"{argument}: blasdx.tf32() marks float32 arrays, but this one holds {view.dtype.name}"
             )
         return view._replace(dtype=_dt.tfloat32)
-    return as_array(obj, argument, stream=stream)
+    return as_array(obj, argument, stream=stream, known=known)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -510,8 +510,9 @@ def matmul(x: Any, y: Any, *, stream: Any = None, dtype: Any = None) -> Any:
             f"dtype={dtype!r}: matmul's result type is fixed by the input type ({_result_table()}); for another "
             "result type call blasdx.mma(x, y, acc) with a zeroed acc of that type"
         )
-    handle = resolve_stream(stream, (_unwrap(x), _unwrap(y)))
-    vx, vy = _view(x, "x", handle), _view(y, "y", handle)
+    known: dict[int, int] = {}  # the library streams asked during this call
+    handle = resolve_stream(stream, (_unwrap(x), _unwrap(y)), known=known)
+    vx, vy = _view(x, "x", handle, known), _view(y, "y", handle, known)
     key = _key(vx, vy, None, "matmul")
     plan = _CALLS.get(key)
     if plan is None:
@@ -522,7 +523,7 @@ def matmul(x: Any, y: Any, *, stream: Any = None, dtype: Any = None) -> Any:
     token = _devices.enter(plan.device_id)
     try:
         out = _allocate(_unwrap(x), plan.shape, plan.dtype, plan.device_id, handle)
-        vout = as_array(out, "out", stream=handle)
+        vout = as_array(out, "out", stream=handle, known=known)
         _run(plan, vx, vy, None, None, out, vout, stream, handle)
     finally:
         if token is not None:
@@ -551,12 +552,13 @@ def mma(x: Any, y: Any, acc: Any, *, out: Any = None, fast_accumulation: bool = 
     """
     if not isinstance(fast_accumulation, bool):
         raise ExecutionError(f"fast_accumulation: expected True or False, got {fast_accumulation!r}")
-    handle = resolve_stream(stream, (acc if out is None else out, _unwrap(x), _unwrap(y)))
-    vx, vy = _view(x, "x", handle), _view(y, "y", handle)
-    vacc = as_array(acc, "acc", stream=handle)
+    known: dict[int, int] = {}  # the library streams asked during this call
+    handle = resolve_stream(stream, (acc if out is None else out, _unwrap(x), _unwrap(y)), known=known)
+    vx, vy = _view(x, "x", handle, known), _view(y, "y", handle, known)
+    vacc = as_array(acc, "acc", stream=handle, known=known)
     if fast_accumulation and vx.dtype not in _FP8:
         raise ExecutionError(f"fast_accumulation=True with {vx.dtype.name} inputs; {_rule('fast')}")
-    vout = None if out is None else as_array(out, "out", stream=handle)
+    vout = None if out is None else as_array(out, "out", stream=handle, known=known)
     in_place = vout is not None and vout.ptr == vacc.ptr and vout.strides == vacc.strides and vout.shape == vacc.shape
     out_key = None if vout is None else (vout.dtype.name, vout.shape, vout.strides, vout.ptr & 15, in_place,
                                          type(out))
@@ -586,7 +588,7 @@ def mma(x: Any, y: Any, acc: Any, *, out: Any = None, fast_accumulation: bool = 
     try:
         if vout is None:
             out = _allocate(acc, plan.shape, plan.dtype, plan.device_id, handle)
-            vout = as_array(out, "out", stream=handle)
+            vout = as_array(out, "out", stream=handle, known=known)
         _run(plan, vx, vy, acc, vacc, out, vout, stream, handle)
     finally:
         if token is not None:

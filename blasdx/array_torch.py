@@ -18,8 +18,12 @@ from .streams import default_stream_handle
 __all__ = ["from_torch", "torch_current_stream"]
 
 
-def from_torch(t: Any, argument: str, stream: int | None) -> ArrayView:
-    """torch.Tensor through its attributes (no DLPack capsule): the producer stream is torch's current one."""
+def from_torch(t: Any, argument: str, stream: int | None, known: dict[int, int] | None = None) -> ArrayView:
+    """torch.Tensor through its attributes (no DLPack capsule): the producer stream is torch's current one.
+
+    ``known`` maps devices to torch's current stream there, as already asked during this
+    call (arrays read together share one dict, so the question is asked once per device).
+    """
     device = t.get_device()  # -1 for CPU tensors
     if device < 0 or not t.is_cuda:
         where = t.device.type
@@ -34,8 +38,12 @@ def from_torch(t: Any, argument: str, stream: int | None) -> ArrayView:
             f"{argument}: torch.Tensor has a pending conjugation/negation bit (a lazy .conj() view); its memory "
             "holds the unconjugated values. Call .resolve_conj() / .resolve_neg() first"
         )
-    raw = _TORCH_STREAM[0] if _TORCH_STREAM else _torch_stream_function()
-    producer = raw(device) or default_stream_handle()
+    producer = None if known is None else known.get(device)
+    if producer is None:
+        raw = _TORCH_STREAM[0] if _TORCH_STREAM else _torch_stream_function()
+        producer = raw(device) or default_stream_handle()
+        if known is not None:
+            known[device] = producer
     return new_view(ArrayView, (t.data_ptr(), t.shape, t.stride(), dtype, device, False, t, producer))
 
 
@@ -54,7 +62,10 @@ def _torch_stream_function() -> Callable[[int], int]:
     return raw
 
 
-def torch_current_stream(device: int) -> int:
-    """Raw handle of torch's current stream on ``device`` (0, the default stream, -> legacy)."""
+def torch_current_stream(device: int, known: dict[int, int] | None = None) -> int:
+    """Raw handle of torch's current stream on ``device`` (0, the default stream, -> legacy); noted in ``known``."""
     raw = _TORCH_STREAM[0] if _TORCH_STREAM else _torch_stream_function()
-    return raw(device) or default_stream_handle()
+    handle = raw(device) or default_stream_handle()
+    if known is not None:
+        known[device] = handle
+    return handle

@@ -137,19 +137,23 @@ _KEEP = (_CUPY_LAYOUTS, _CUPY_STREAM, _TORCH_STREAM, _TORCH_TYPES, _LIVE, _DEFAU
 # ---------------------------------------------------------------------------------------------
 
 
-def as_array(obj: Any, argument: str = "array", *, stream: int | None = None) -> ArrayView:
+def as_array(
+    obj: Any, argument: str = "array", *, stream: int | None = None, known: dict[int, int] | None = None
+) -> ArrayView:
     """The :class:`ArrayView` of a device array; ExecutionError naming ``argument`` when it is not one.
 
     ``stream`` is the consumer stream handle: DLPack producers order their work before it.
+    ``known`` is shared by the arrays of one call: the libraries' current streams asked
+    during it (see :func:`resolve_stream`).
     """
     adapter = _ADAPTERS.get(type(obj))
     if adapter is None:
         adapter = _adapter_for(obj)
         _ADAPTERS[type(obj)] = adapter
-    return adapter(obj, argument, stream)
+    return adapter(obj, argument, stream, known)
 
 
-_Adapter = Callable[[Any, str, "int | None"], ArrayView]
+_Adapter = Callable[[Any, str, "int | None", Any], ArrayView]  # (array, argument, stream, known)
 _ADAPTERS: dict[type, _Adapter] = {}
 
 
@@ -183,18 +187,18 @@ def _adapter_for(obj: Any) -> _Adapter:
     return _reject_unknown
 
 
-def _reject_host(obj: Any, argument: str, stream: int | None) -> ArrayView:
+def _reject_host(obj: Any, argument: str, stream: int | None, known: Any = None) -> ArrayView:
     raise ExecutionError(f"{argument}: {describe(obj)} is in host memory; {HOST_HINT}")
 
 
-def _reject_unknown(obj: Any, argument: str, stream: int | None) -> ArrayView:
+def _reject_unknown(obj: Any, argument: str, stream: int | None, known: Any = None) -> ArrayView:
     raise ExecutionError(
         f"{argument}: {describe(obj)} is not a device array; expected a CuPy array, a PyTorch CUDA tensor, a "
         "blasdx DeviceArray (bx.to_device) or any object with __dlpack__ or __cuda_array_interface__"
     )
 
 
-def _from_view(view: ArrayView, argument: str, stream: int | None) -> ArrayView:
+def _from_view(view: ArrayView, argument: str, stream: int | None, known: Any = None) -> ArrayView:
     """An ArrayView already read (bx.matmul hands its views to execute without reading the arrays twice)."""
     return view
 
@@ -204,23 +208,32 @@ def _from_view(view: ArrayView, argument: str, stream: int | None) -> ArrayView:
 # ---------------------------------------------------------------------------------------------
 
 
-def resolve_stream(stream: Any, arrays: Sequence[Any] = (), argument: str = "stream") -> int:
+def resolve_stream(
+    stream: Any, arrays: Sequence[Any] = (), argument: str = "stream", known: dict[int, int] | None = None
+) -> int:
     """Handle of the stream to run on: ``stream``, or for None the current stream of the arrays' library.
 
     The first array from PyTorch or CuPy decides (pass the output first): its library's
     current stream on that array's device. Arrays from neither run on the default stream
-    (of the context current at the launch: the arrays' device's).
+    (of the context current at the launch: the arrays' device's). The library stream asked
+    for is noted in ``known``, so that reading the arrays of the same call
+    (``as_array(..., known=known)``) does not ask again: within one call it cannot change.
     """
     if stream is not None:
         return stream_handle(stream, argument)
     for obj in arrays:
-        if type(obj) is DeviceArray:
+        adapter = _ADAPTERS.get(type(obj))
+        if adapter is from_torch and obj.is_cuda:  # the hot path: a type seen before
+            return torch_current_stream(obj.get_device(), known)
+        if adapter is from_cupy:
+            return cupy_current_stream(obj.data.device_id, known)
+        if adapter is not None:
             continue
         library = _library_of(obj)
         if library == "torch":
-            return torch_current_stream(obj.get_device())
+            return torch_current_stream(obj.get_device(), known)
         if library == "cupy":
-            return cupy_current_stream(obj.data.device_id)
+            return cupy_current_stream(obj.data.device_id, known)
     return default_stream_handle()
 
 

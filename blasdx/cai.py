@@ -21,7 +21,7 @@ from .streams import canonical
 __all__ = ["cai_dtype", "from_cai"]
 
 
-def from_cai(obj: Any, argument: str, stream: int | None) -> ArrayView:
+def from_cai(obj: Any, argument: str, stream: int | None, known: Any = None) -> ArrayView:
     """__cuda_array_interface__ v3; the device comes from the driver (CAI does not carry it)."""
     try:
         cai = obj.__cuda_array_interface__

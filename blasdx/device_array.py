@@ -208,7 +208,7 @@ class DeviceArray:
         )
 
 
-def from_blasdx(obj: DeviceArray, argument: str, stream: int | None) -> ArrayView:
+def from_blasdx(obj: DeviceArray, argument: str, stream: int | None, known: Any = None) -> ArrayView:
     """The adapter of blasdx's own arrays: the view made with the array."""
     return obj._view
 

@@ -91,7 +91,7 @@ def dl_code_of(npd: np.dtype) -> tuple[int, int]:
 # ---------------------------------------------------------------------------------------------
 
 
-def from_dlpack(obj: Any, argument: str, stream: int | None) -> ArrayView:
+def from_dlpack(obj: Any, argument: str, stream: int | None, known: Any = None) -> ArrayView:
     """DLPack: ask the producer for a capsule ordered before ``stream`` and read it (kept as the owner)."""
     try:
         device_type, device_id = obj.__dlpack_device__()

@@ -125,7 +125,7 @@ class ExecutionPlan:
 
     __slots__ = (
         "desc", "a", "b", "c", "is_complex", "scalar", "scalar_numpy", "block_dim", "shared_memory", "slots",
-        "_devices", "_scalars", "_last_scalars", "_layouts", "_text",
+        "_alignments", "_devices", "_scalars", "_last_scalars", "_layouts", "_text",
     )
 
     def __init__(self, desc: Descriptor) -> None:
@@ -144,6 +144,7 @@ class ExecutionPlan:
         self.a = _Operand("a", (m, k), ("M", "K"), desc.a_value_type, arr.a is row_major, lda, desc.a_size, al_a)
         self.b = _Operand("b", (k, n), ("K", "N"), desc.b_value_type, arr.b is row_major, ldb, desc.b_size, al_b)
         self.c = _Operand("c", (m, n), ("M", "N"), desc.c_value_type, arr.c is row_major, ldc, desc.c_size, al_c)
+        self._alignments = (al_a, al_b, al_c)
         self.is_complex = desc.is_complex
         self.scalar = desc.scalar_type
         self.scalar_numpy = _SCALAR_NUMPY[self.scalar.name]
@@ -164,7 +165,7 @@ class ExecutionPlan:
 
     def bind(
         self, a: Any, b: Any, c: Any, alpha: Any = 1, beta: Any = 0, stream: int | None = None,
-        device_id: int | None = None,
+        device_id: int | None = None, known: dict[int, int] | None = None,
     ) -> Launch:
         """Check one call's arguments (host only) and return the launch they make.
 
@@ -173,22 +174,28 @@ class ExecutionPlan:
         on the arrays' device otherwise: ``Launch.device_id``). What depends
         only on dtypes, shapes and strides is checked once per layout and remembered; the
         pointers (alignment, overlap), devices and the read-only flag are checked every call.
+        ``known``: the array libraries' current streams already asked during this call.
         """
         last = self._last_scalars  # the same alpha and beta objects as the last call: nothing to convert
         if alpha is last[0] and beta is last[1]:
             scalars = last[2]
         else:
             scalars = self._scalars_of(alpha, beta)
+        if known is None:
+            known = {}  # the arrays' library streams, asked once per device
         adapters = _ADAPTERS
         adapter = adapters.get(type(a))
-        va = adapter(a, "a", stream) if adapter is not None else as_array(a, "a", stream=stream)
+        va = adapter(a, "a", stream, known) if adapter is not None else as_array(a, "a", stream=stream, known=known)
         adapter = adapters.get(type(b))
-        vb = adapter(b, "b", stream) if adapter is not None else as_array(b, "b", stream=stream)
+        vb = adapter(b, "b", stream, known) if adapter is not None else as_array(b, "b", stream=stream, known=known)
         adapter = adapters.get(type(c))
-        vc = adapter(c, "c", stream) if adapter is not None else as_array(c, "c", stream=stream)
+        vc = adapter(c, "c", stream, known) if adapter is not None else as_array(c, "c", stream=stream, known=known)
+        # one unpacking per view instead of an attribute look-up per field (ArrayView's field order)
+        pa, shape_a, strides_a, dtype_a, da, _, _, sa = va
+        pb, shape_b, strides_b, dtype_b, db, _, _, sb = vb
+        pc, shape_c, strides_c, dtype_c, dc, readonly_c, _, sc = vc
         layout_key = (
-            va.dtype.name, va.shape, va.strides, vb.dtype.name, vb.shape, vb.strides, vc.dtype.name, vc.shape,
-            vc.strides,
+            dtype_a.name, shape_a, strides_a, dtype_b.name, shape_b, strides_b, dtype_c.name, shape_c, strides_c,
         )
         layout = self._layouts.get(layout_key)
         if layout is None:
@@ -197,14 +204,13 @@ class ExecutionPlan:
                 self._layouts.clear()
             self._layouts[layout_key] = layout
         batch, strides, (a_lo, a_hi, b_lo, b_hi, c_lo, c_hi) = layout
-        pa, pb, pc = va.ptr, vb.ptr, vc.ptr
-        if pa % self.a.alignment or pb % self.b.alignment or pc % self.c.alignment:
+        al_a, al_b, al_c = self._alignments
+        if pa % al_a or pb % al_b or pc % al_c:
             for spec, view in ((self.a, va), (self.b, vb), (self.c, vc)):
                 _check_pointer(spec, view)
-        da, db, dc = va.device_id, vb.device_id, vc.device_id
         if not (da == db == dc) or (device_id is not None and dc != device_id):
             _check_devices((va, vb, vc), device_id)
-        if vc.readonly:
+        if readonly_c:
             raise ExecutionError("c: the array is read-only; blasdx writes the result into C. Pass a writable array")
         if c_hi > c_lo:
             low = pc + c_lo
@@ -217,7 +223,6 @@ class ExecutionPlan:
                             f"written while {spec.matrix} is read. Pass a separate output array"
                         )
         waits = ()
-        sa, sb, sc = va.stream, vb.stream, vc.stream
         if (sa is not None and sa != stream) or (sb is not None and sb != stream) or (sc is not None and sc != stream):
             waits = tuple(dict.fromkeys(s for s in (sa, sb, sc) if s is not None and s != stream))
         device = dc if dc is not None else da if da is not None else db if db is not None else device_id
@@ -729,7 +734,8 @@ def execute(desc: Descriptor, a: Any, b: Any, c: Any, *, alpha: Any = 1, beta: A
     plan = _PLANS_BY_ID.get(id(desc))
     if plan is None or plan.desc is not desc:
         plan = plan_for(desc)
-    return _run(plan, a, b, c, alpha, beta, stream, resolve_stream(stream, (c, a, b)))
+    known: dict[int, int] = {}
+    return _run(plan, a, b, c, alpha, beta, stream, resolve_stream(stream, (c, a, b), known=known), known)
 
 
 def execute_on(desc: Descriptor, a: Any, b: Any, c: Any, alpha: Any, beta: Any, handle: int) -> Any:
@@ -740,12 +746,15 @@ def execute_on(desc: Descriptor, a: Any, b: Any, c: Any, alpha: Any, beta: Any, 
     plan = _PLANS_BY_ID.get(id(desc))
     if plan is None or plan.desc is not desc:
         plan = plan_for(desc)
-    return _run(plan, a, b, c, alpha, beta, None, handle)
+    return _run(plan, a, b, c, alpha, beta, None, handle, None)
 
 
-def _run(plan: ExecutionPlan, a: Any, b: Any, c: Any, alpha: Any, beta: Any, stream: Any, handle: int) -> Any:
+def _run(
+    plan: ExecutionPlan, a: Any, b: Any, c: Any, alpha: Any, beta: Any, stream: Any, handle: int,
+    known: dict[int, int] | None,
+) -> Any:
     """Check, then launch on the arrays' device with it current; ``stream`` is what the user passed (or None)."""
-    launch = plan.bind(a, b, c, alpha, beta, handle)
+    launch = plan.bind(a, b, c, alpha, beta, handle, None, known)
     device = launch[7]
     if device is None:
         device = _call_device(launch)

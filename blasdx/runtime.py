@@ -33,17 +33,12 @@ def compile(desc: Descriptor) -> CompiledKernel:  # noqa: A001 - the descriptor'
 
 
 def execute(desc: Descriptor, a: Any, b: Any, c: Any, *, alpha: Any = 1, beta: Any = 0, stream: Any = None) -> Any:
-    """``C = alpha * A @ B + beta * C`` in place on device arrays (:func:`blasdx.execute.execute`)."""
-    launcher = _LAUNCHER[0] if _LAUNCHER else _load_launcher()
-    return launcher(desc, a, b, c, alpha=alpha, beta=beta, stream=stream)
+    """``C = alpha * A @ B + beta * C`` in place on device arrays (:func:`blasdx.execute.execute`).
 
-
-_LAUNCHER: list[Any] = []
-
-
-def _load_launcher() -> Any:
-    """blasdx.execute.execute, imported on the first launch."""
+    The first call imports the launcher and puts it in this function's place, so later
+    calls of ``runtime.execute`` go straight to it.
+    """
     from .execute import execute as launcher
 
-    _LAUNCHER[:] = [launcher]
-    return launcher
+    globals()["execute"] = launcher
+    return launcher(desc, a, b, c, alpha=alpha, beta=beta, stream=stream)

@@ -783,3 +783,26 @@ def test_launch_path_with_stand_in_kernel(monkeypatch):
     dc = bx.to_device(np.zeros((batch, n, m), np.float32).transpose(0, 2, 1))
     desc.execute(da, db, dc)
     np.testing.assert_allclose(bx.from_device(dc), a_host @ b_host, rtol=1e-5, atol=1e-5)
+
+
+def test_torch_current_stream_is_asked_once_per_call(gpu, monkeypatch):
+    """The producer stream of three tensors on one device cannot change during a call: one query, not four."""
+    import sys
+
+    from .test_arrays import _fake_torch
+
+    torch = _fake_torch(current_stream=0x5000)
+    asked = []
+    torch._C._cuda_getCurrentRawStream = lambda device: asked.append(device) or 0x5000
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setattr(sys.modules["blasdx.array_torch"], "_TORCH_STREAM", [])  # forget the raw query bound before
+    gpu.stream(0x5000, 0)
+    a = torch.Tensor((64, 16), (16, 1), name="float16", itemsize=2, ptr=A_PTR)
+    b = torch.Tensor((16, 32), (1, 16), name="float16", itemsize=2, ptr=B_PTR)
+    c = torch.Tensor((64, 32), (1, 64), name="float32", itemsize=4, ptr=C_PTR)
+    F16.execute(a, b, c)
+    assert asked == [0] and gpu.launches[-1].stream == 0x5000 and gpu.waits == []
+    asked.clear()
+    gpu.stream(0x6000, 0)
+    F16.execute(a, b, c, stream=0x6000)  # another stream: it waits for torch's current one, asked once
+    assert asked == [0] and gpu.waits == [(0x5000, 0)] and gpu.launches[-1].stream == 0x6000
