@@ -519,7 +519,7 @@ def matmul(x: Any, y: Any, *, stream: Any = None, dtype: Any = None) -> Any:
         device_id = _device_of((vx, vy), ("x", "y"))
         plan = _cached_plan(key, lambda: _plan_matmul(vx, vy, device_id))
     if stream is not None:
-        _execute.check_stream_device(stream, handle, plan.device_id)
+        _devices.check_stream_device(stream, handle, plan.device_id)
     token = _devices.enter(plan.device_id)
     try:
         out = _allocate(_unwrap(x), plan.shape, plan.dtype, plan.device_id, handle)
@@ -583,7 +583,7 @@ def mma(x: Any, y: Any, acc: Any, *, out: Any = None, fast_accumulation: bool = 
             _check_overlap(vout, spans[0][1:], spans[1:3] if in_place else spans[1:],
                            (vx.ptr, vy.ptr, vacc.ptr))
     if stream is not None:
-        _execute.check_stream_device(stream, handle, plan.device_id)
+        _devices.check_stream_device(stream, handle, plan.device_id)
     token = _devices.enter(plan.device_id)
     try:
         if vout is None:

@@ -246,12 +246,7 @@ def to_device(array: Any, device: Any = None, *, stream: Any = None) -> DeviceAr
     device_id = int(dev.device_id)
     handle = None if stream is None else stream_handle(stream)
     if handle is not None:
-        owner = _devices.stream_device_id(stream, handle)
-        if owner is not None and owner != device_id:
-            raise ExecutionError(
-                f"stream: it belongs to device {owner}, not to device {device_id} that the copy goes to; pass a "
-                f"stream of device {device_id}"
-            )
+        _devices.check_stream_device(stream, handle, device_id, "the copy goes")
     with _devices.on_device(device_id):
         driver = _devices.driver()
         s = dev.default_stream if handle is None else as_core_stream(stream, handle)

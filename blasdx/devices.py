@@ -26,6 +26,7 @@ from .errors import DeviceError, ExecutionError
 __all__ = [
     "as_device",
     "check",
+    "check_stream_device",
     "current_device_id",
     "device_count",
     "driver",
@@ -203,6 +204,21 @@ def stream_device_id(stream: Any, handle: int, argument: str = "stream") -> int 
     if isinstance(stream, core.Stream):
         return int(stream.device.device_id)
     return _driver_stream_device(handle, argument)
+
+
+def check_stream_device(stream: Any, handle: int, device_id: int, holder: str = "the arrays are") -> None:
+    """ExecutionError unless the stream the user passed belongs to ``device_id`` (default streams always do).
+
+    ``holder`` names what lives on ``device_id`` in the message ("the arrays are", "the copy goes").
+    """
+    owner = stream_device_id(stream, handle)
+    if owner is not None and owner != device_id:
+        what = f"handle {handle:#x}" if isinstance(stream, numbers.Integral) else repr(stream)
+        raise ExecutionError(
+            f"stream: {what} belongs to device {owner} but {holder} on device {device_id}; a kernel or copy runs "
+            f"on its arrays' device, so pass a stream of device {device_id} (or None: the current stream of the "
+            "arrays' library there)"
+        )
 
 
 def _driver_stream_device(handle: int, argument: str) -> int:

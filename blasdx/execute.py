@@ -42,6 +42,7 @@ from . import dtypes as _dt
 from . import launcher as _launcher
 from .array_view import byte_span
 from .arrays import _ADAPTERS, ArrayView, DeviceArray, as_array, resolve_stream
+from .devices import check_stream_device
 from .errors import DescriptorError, DeviceError, ExecutionError
 from .streams import as_core_stream, wait_for_producers
 from .operators import Block, Function, row_major
@@ -617,18 +618,6 @@ def load_on_device(desc: Descriptor, device_id: int, compiled: Any = None) -> No
         check_device(desc, tuple(device.compute_capability), device_id, _device_name(device))
         kernel = desc.compile() if compiled is None else compiled
         kernel.kernel(dynamic_shared_memory=int(desc.kernel_shared_memory_size), device_id=device_id)
-
-
-def check_stream_device(stream: Any, handle: int, device_id: int) -> None:
-    """ExecutionError unless the stream the user passed belongs to ``device_id`` (default streams always do)."""
-    owner = _devices.stream_device_id(stream, handle)
-    if owner is not None and owner != device_id:
-        what = f"handle {handle:#x}" if isinstance(stream, (int, np.integer)) else repr(stream)
-        raise ExecutionError(
-            f"stream: {what} belongs to device {owner} but the arrays are on device {device_id}; a kernel runs "
-            f"on its arrays' device, so pass a stream of device {device_id} (or None: the current stream of the "
-            "arrays' library there)"
-        )
 
 
 def _call_device(launch: Launch) -> int:

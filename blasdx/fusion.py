@@ -717,7 +717,7 @@ class FusedKernel:
         values, views = self.arguments(args, handle)
         device_id = self._device(views)
         if stream is not None:
-            _execute.check_stream_device(stream, handle, device_id)
+            _devices.check_stream_device(stream, handle, device_id)
         token = _devices.enter(device_id)
         try:
             kernel = self._loaded.get((device_id, smem))

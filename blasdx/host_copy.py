@@ -8,7 +8,6 @@ import numpy as np
 
 from . import devices as _devices
 from .array_view import ArrayView, host_dtype
-from .errors import ExecutionError
 from .streams import as_core_stream, wait_for_producers
 
 __all__ = ["to_host"]
@@ -26,12 +25,7 @@ def to_host(view: ArrayView, stream: Any, handle: int) -> np.ndarray:
         return np.empty(view.shape, npd)
     device_id = view.device_id if view.device_id is not None else 0
     if stream is not None:
-        owner = _devices.stream_device_id(stream, handle)
-        if owner is not None and owner != device_id:
-            raise ExecutionError(
-                f"stream: it belongs to device {owner} but the array is on device {device_id}; pass a stream of "
-                f"device {device_id}"
-            )
+        _devices.check_stream_device(stream, handle, device_id, "the array is")
     with _devices.on_device(device_id):
         return _copy(view, npd, stream, handle)
 
