@@ -620,6 +620,10 @@ def load_on_device(desc: Descriptor, device_id: int, compiled: Any = None) -> No
         kernel.kernel(dynamic_shared_memory=int(desc.kernel_shared_memory_size), device_id=device_id)
 
 
+#: ``cuda.core.launch`` under the name other modules launched with before launcher.py existed.
+_launch = _launcher.core_launch
+
+
 def _call_device(launch: Launch) -> int:
     """The device a checked call runs on: its arrays', else (arrays without memory) the current one, else 0."""
     device = launch.device_id
