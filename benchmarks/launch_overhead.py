@@ -1,21 +1,28 @@
-"""Host-side cost of a warm ``GEMM.execute(...)`` against a bare ``cuda.core.launch`` of the same kernel.
+"""Host-side cost of a warm ``GEMM.execute(...)`` against a bare ``cuda.core.launch``, and of ``bx.matmul``
+against ``torch.matmul``.
 
     python benchmarks/launch_overhead.py [--calls 200] [--rounds 21] [--out benchmarks/results/launch_overhead.json]
 
-One small descriptor (32x32x32, f16 x f16 -> f32, one problem) so that the GPU keeps up
-with the host. For each kind of array available (blasdx ``to_device``, CuPy, PyTorch):
+1. One small descriptor (32x32x32, f16 x f16 -> f32, one problem) so that the GPU keeps up
+   with the host. For each kind of array available (blasdx ``to_device``, CuPy, PyTorch):
 
-* execute   ``desc.execute(a, b, c)`` with the default arguments (stream from the library);
-* bind      the host-side checks alone (``ExecutionPlan.bind``: read three arrays, check them,
-            convert alpha/beta) — what execute adds before the launch;
-* bare      ``cuda.core.launch(stream, config, kernel, *args)`` with exactly the stream,
-            LaunchConfig, Kernel and arguments that execute would use.
+   * execute   ``desc.execute(a, b, c)`` with the default arguments (stream from the library);
+   * bind      the host-side checks alone (``ExecutionPlan.bind``: read three arrays, check
+               them, convert alpha/beta) — what execute adds before the launch;
+   * packed    the launch execute makes: the device plan's pre-packed ``cuLaunchKernel``;
+   * bare      ``cuda.core.launch(stream, config, kernel, *args)`` with exactly the stream,
+               LaunchConfig, Kernel and arguments that execute uses.
+
+   ratio = execute / bare (goal: <= 2). With two GPUs, one more PyTorch row has the
+   arrays on device 1 while device 0 is current (execute makes device 1 current and back).
+
+2. ``bx.matmul(x, y)`` against ``torch.matmul(x, y)`` on single f16 matrices of 32^3 to
+   512^3 (new result each call): ratio = matmul / torch (goal: <= 1).
 
 Each round times ``--calls`` back-to-back calls with ``time.perf_counter`` and synchronises
-afterwards (rounds are short enough that the launch queue never fills, so the figure is
-host time, not GPU time); the table shows the median per call over ``--rounds`` rounds
-and the ratio execute / bare (goal: <= 2). Writes the figures as JSON. Without a GPU it
-says so and exits 0.
+afterwards; tables show the median per call over ``--rounds`` rounds (host time while the
+GPU keeps up; at the larger matmul sizes the GPU's own time shows through). Writes JSON.
+Without a GPU it says so and exits 0.
 """
 
 from __future__ import annotations
@@ -34,27 +41,29 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np  # noqa: E402
 
 import blasdx as bx  # noqa: E402
+from blasdx import devices  # noqa: E402
 from blasdx import execute as ex  # noqa: E402
 
 GOAL_RATIO = 2.0
+MATMUL_GOAL = 1.0
+MATMUL_SIZES = (32, 64, 128, 256, 512)
 
 
-def gpu_compute_capability() -> tuple[int, int] | None:
-    """(major, minor) of device 0, or None without a usable GPU."""
+def gpu_count() -> int:
+    """Visible GPUs; device 0 made current when there is one."""
     try:
         from cuda.core import Device, system
 
-        if system.get_num_devices() < 1:
-            return None
-        device = Device(0)
-        device.set_current()
-        return tuple(device.compute_capability)
+        count = int(system.get_num_devices())
+        if count:
+            Device(0).set_current()
+        return count
     except Exception:
-        return None
+        return 0
 
 
-def operand_sets(desc: bx.Descriptor) -> dict[str, tuple[Any, Any, Any, Callable[[], None]]]:
-    """(a, b, c, synchronize) per array library available, laid out as ``desc`` expects."""
+def operand_sets(desc: bx.Descriptor, device: int = 0) -> dict[str, tuple[Any, Any, Any, Callable[[], None]]]:
+    """(a, b, c, synchronize) per array library available, laid out as ``desc`` expects, on ``device``."""
     rng = np.random.default_rng(0)
     m, n, k = desc.size
     a_host = rng.standard_normal((m, k)).astype(np.float16)  # row-major A
@@ -62,25 +71,30 @@ def operand_sets(desc: bx.Descriptor) -> dict[str, tuple[Any, Any, Any, Callable
     c_host = np.zeros((m, n), np.float32, order="F")  # column-major C
     from cuda.core import Device
 
-    device = Device()
-    sets: dict[str, tuple[Any, Any, Any, Callable[[], None]]] = {
-        "blasdx": (bx.to_device(a_host), bx.to_device(b_host), bx.to_device(c_host), device.sync),
-    }
+    def sync_device() -> None:
+        with devices.on_device(device):
+            Device(device).sync()
+
+    sets: dict[str, tuple[Any, Any, Any, Callable[[], None]]] = {}
+    if device == 0:
+        sets["blasdx"] = (bx.to_device(a_host), bx.to_device(b_host), bx.to_device(c_host), sync_device)
     try:
         import cupy
 
-        sets["cupy"] = (
-            cupy.asarray(a_host), cupy.asfortranarray(cupy.asarray(b_host)), cupy.asfortranarray(cupy.asarray(c_host)),
-            cupy.cuda.get_current_stream().synchronize,
-        )
+        if device == 0:
+            sets["cupy"] = (
+                cupy.asarray(a_host), cupy.asfortranarray(cupy.asarray(b_host)),
+                cupy.asfortranarray(cupy.asarray(c_host)), cupy.cuda.get_current_stream().synchronize,
+            )
     except Exception:
         pass
     try:
         import torch
 
-        sets["torch"] = (
-            torch.from_numpy(a_host).cuda(), torch.from_numpy(np.ascontiguousarray(b_host.T)).cuda().T,
-            torch.from_numpy(np.ascontiguousarray(c_host.T)).cuda().T, torch.cuda.synchronize,
+        where = f"cuda:{device}"
+        sets["torch" if device == 0 else f"torch on device {device}, device 0 current"] = (
+            torch.from_numpy(a_host).to(where), torch.from_numpy(np.ascontiguousarray(b_host.T)).to(where).T,
+            torch.from_numpy(np.ascontiguousarray(c_host.T)).to(where).T, lambda: torch.cuda.synchronize(device),
         )
     except Exception:
         pass
@@ -102,18 +116,19 @@ def per_call(fn: Callable[[], None], calls: int, rounds: int, sync: Callable[[],
     return statistics.median(times)
 
 
-def measure(desc: bx.Descriptor, calls: int, rounds: int) -> list[dict[str, Any]]:
-    """The three timings per array library."""
+def measure(desc: bx.Descriptor, calls: int, rounds: int, device: int = 0) -> list[dict[str, Any]]:
+    """The four timings per array library, arrays on ``device`` (device 0 current)."""
     from cuda.core import launch
 
     rows = []
-    for kind, (a, b, c, sync) in operand_sets(desc).items():
+    for kind, (a, b, c, sync) in operand_sets(desc, device).items():
         desc.execute(a, b, c)  # compile, load, plan
         sync()
         ready = ex.prepare(desc, a, b, c)
         plan = ex.plan_for(desc)
         handle = ready.launch.stream
         stream, config, kernel, args = ready.stream, ready.config, ready.kernel, ready.args
+        device_plan = plan.on_device(device)
 
         def run_execute() -> None:
             desc.execute(a, b, c)
@@ -121,21 +136,48 @@ def measure(desc: bx.Descriptor, calls: int, rounds: int) -> list[dict[str, Any]
         def run_bind() -> None:
             plan.bind(a, b, c, 1, 0, handle)
 
+        def run_packed() -> None:
+            device_plan.launch(1, handle, args)
+
         def run_bare() -> None:
             launch(stream, config, kernel, *args)
 
         t_exec = per_call(run_execute, calls, rounds, sync)
         t_bind = per_call(run_bind, calls, rounds, sync)
-        t_bare = per_call(run_bare, calls, rounds, sync)
+        with devices.on_device(device):  # the bare launches run in the arrays' context
+            t_packed = per_call(run_packed, calls, rounds, sync)
+            t_bare = per_call(run_bare, calls, rounds, sync)
         rows.append(
             {
                 "arrays": kind,
                 "execute_us": t_exec * 1e6,
                 "bind_us": t_bind * 1e6,
+                "packed_launch_us": t_packed * 1e6,
                 "bare_launch_us": t_bare * 1e6,
                 "ratio": t_exec / t_bare,
             }
         )
+    return rows
+
+
+def measure_matmul(calls: int, rounds: int) -> list[dict[str, Any]]:
+    """bx.matmul against torch.matmul per call on f16 s x s matrices."""
+    try:
+        import torch
+    except Exception:
+        return []
+    rows = []
+    for s in MATMUL_SIZES:
+        x = torch.randn(s, s, device="cuda:0", dtype=torch.float16)
+        y = torch.randn(s, s, device="cuda:0", dtype=torch.float16)
+        got = bx.matmul(x, y)
+        torch.cuda.synchronize()
+        err = float((got.double() - x.double() @ y.double()).norm() / (x.double() @ y.double()).norm())
+        assert err < 1e-2, f"bx.matmul {s}^3: relative error {err}"
+        sync = torch.cuda.synchronize
+        t_bx = per_call(lambda: bx.matmul(x, y), calls, rounds, sync)
+        t_torch = per_call(lambda: torch.matmul(x, y), calls, rounds, sync)
+        rows.append({"size": s, "bx_matmul_us": t_bx * 1e6, "torch_matmul_us": t_torch * 1e6, "ratio": t_bx / t_torch})
     return rows
 
 
@@ -147,42 +189,55 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=default_out, help="where the JSON goes")
     args = parser.parse_args(argv)
 
-    cc = gpu_compute_capability()
-    if cc is None:
+    count = gpu_count()
+    if count == 0:
         print("launch_overhead: skipped, no NVIDIA GPU / driver available")
         return 0
     import cuda.core
     from cuda.core import Device
 
-    sm = cc[0] * 10 + cc[1]
+    major, minor = Device(0).compute_capability
+    sm = major * 10 + minor
     desc = (
         bx.Size(32, 32, 32) + bx.Precision(bx.float16, bx.float16, bx.float32) + bx.Type.real + bx.Function.MM
         + bx.SM(sm) + bx.Block()
     )
     rows = measure(desc, args.calls, args.rounds)
+    if count > 1:
+        rows += measure(desc, args.calls, args.rounds, device=1)
+    matmul_rows = measure_matmul(args.calls, args.rounds)
 
     name = Device(0).name
-    print(f"launch overhead on {name} (sm_{sm}), {desc!r}")
+    print(f"launch overhead on {name} (sm_{sm}, {count} GPU(s)), {desc!r}")
     print(f"median host time per call over {args.rounds} rounds of {args.calls} calls")
-    print(f"{'arrays':<8} {'execute us':>11} {'bind us':>9} {'bare launch us':>15} {'ratio':>7}")
+    print(f"{'arrays':<38} {'execute us':>11} {'bind us':>9} {'packed us':>10} {'bare launch us':>15} {'ratio':>7}")
     for r in rows:
         mark = "" if r["ratio"] <= GOAL_RATIO else f"  (> goal {GOAL_RATIO:g}x)"
         print(
-            f"{r['arrays']:<8} {r['execute_us']:>11.2f} {r['bind_us']:>9.2f} {r['bare_launch_us']:>15.2f} "
-            f"{r['ratio']:>6.2f}x{mark}"
+            f"{r['arrays']:<38} {r['execute_us']:>11.2f} {r['bind_us']:>9.2f} {r['packed_launch_us']:>10.2f} "
+            f"{r['bare_launch_us']:>15.2f} {r['ratio']:>6.2f}x{mark}"
         )
+    if matmul_rows:
+        print("bx.matmul against torch.matmul, f16 s x s x s, a new result per call:")
+        print(f"{'s':>5} {'bx.matmul us':>13} {'torch.matmul us':>16} {'ratio':>7}")
+        for r in matmul_rows:
+            mark = "" if r["ratio"] <= MATMUL_GOAL else f"  (> goal {MATMUL_GOAL:g}x)"
+            print(f"{r['size']:>5} {r['bx_matmul_us']:>13.2f} {r['torch_matmul_us']:>16.2f} {r['ratio']:>6.2f}x{mark}")
     result = {
         "benchmark": "launch_overhead",
         "device": name,
+        "gpus": count,
         "sm": sm,
         "descriptor": repr(desc),
         "calls_per_round": args.calls,
         "rounds": args.rounds,
         "goal_ratio": GOAL_RATIO,
+        "matmul_goal_ratio": MATMUL_GOAL,
         "python": platform.python_version(),
         "cuda_core": getattr(cuda.core, "__version__", "?"),
         "blasdx": bx.__version__,
         "rows": rows,
+        "matmul": matmul_rows,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")

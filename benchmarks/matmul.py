@@ -274,7 +274,6 @@ def sweep(size: int, gen) -> list[dict]:
             print(f"  sweep {name}: runs on the Hopper engine here, not the multi-block kernel")
             continue
         handle = arrays.resolve_stream(None, (x,))
-        core = arrays.as_core_stream(None, handle)
         vx, vy = arrays.as_array(x, "x"), arrays.as_array(y, "y")
         vx = vx._replace(dtype=a)
         vy = vy._replace(dtype=a)
@@ -296,7 +295,7 @@ def sweep(size: int, gen) -> list[dict]:
                 out = torch.empty((size, size), device="cuda", dtype=_torch_dtype(result) if result != dt.int32
                                   else torch.int32)
                 vout = arrays.as_array(out, "out")
-                run = lambda: array_gemm._launch_tiled(plan, vx, vy, None, vout, core, handle)  # noqa: E731
+                run = lambda: array_gemm._launch_tiled(plan, vx, vy, None, vout, handle)  # noqa: E731
                 run()
                 torch.cuda.synchronize()
                 assert_close(_host(out[pick], result), ref, tolerance(a, result, size, row.accumulator),

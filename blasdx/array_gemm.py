@@ -13,7 +13,9 @@ shapes, strides and pointer alignment, builds the matching descriptor and launch
 
 What a call decides is remembered per (dtypes, shapes, strides, alignments, device), so
 a repeated call costs reading the arrays, one dictionary look-up, the output allocation
-and the launch. Every rule is checked before anything is allocated or launched; a
+and the launch. A call runs on its arrays' device (made current for the call, whichever
+device was current before); arrays on different devices, or a stream of another device,
+are refused. Every rule is checked before anything is allocated or launched; a
 failure is an :class:`~blasdx.errors.ExecutionError` that quotes the rule it broke.
 """
 
@@ -22,9 +24,9 @@ from __future__ import annotations
 import math
 from typing import Any, NamedTuple
 
-import numpy as np
-
 from . import arrays as _arrays
+from . import cuda_modules as _cuda
+from . import devices as _devices
 from . import dtypes as _dt
 from . import execute as _execute
 from . import hopper as _hopper
@@ -93,16 +95,16 @@ def tf32(array: Any) -> TF32:
     return TF32(array)
 
 
-def _view(obj: Any, argument: str, stream: int) -> ArrayView:
+def _view(obj: Any, argument: str, stream: int, known: dict[int, int] | None = None) -> ArrayView:
     """The ArrayView of an operand; tf32-marked float32 arrays come back with dtype tfloat32."""
     if type(obj) is TF32:
-        view = as_array(obj.array, argument, stream=stream)
+        view = as_array(obj.array, argument, stream=stream, known=known)
         if view.dtype != _dt.float32:
             raise ExecutionError(
                 f"{argument}: blasdx.tf32() marks float32 arrays, but this one holds {view.dtype.name}"
             )
         return view._replace(dtype=_dt.tfloat32)
-    return as_array(obj, argument, stream=stream)
+    return as_array(obj, argument, stream=stream, known=known)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -210,22 +212,21 @@ _DEVICES: dict[int, _DeviceInfo] = {}
 def _device_info(device_id: int) -> _DeviceInfo:
     found = _DEVICES.get(device_id)
     if found is None:
-        from cuda.core import Device
-
-        device = Device(device_id)
+        device = _cuda.core().Device(device_id)
         major, minor = device.compute_capability
         found = _DEVICES[device_id] = _DeviceInfo(10 * major + minor, int(device.properties.multiprocessor_count))
     return found
 
 
 def _device_of(views: tuple[ArrayView, ...], names: tuple[str, ...]) -> int:
+    """The one device of the arrays (the call runs there); the current device when none has memory."""
     ids = {v.device_id for v in views if v.device_id is not None}
     if len(ids) > 1:
         listed = ", ".join(f"{n} on device {v.device_id}" for n, v in zip(names, views))
-        raise ExecutionError(f"arrays on different devices ({listed}); move them to one device")
+        raise ExecutionError(f"arrays on different devices ({listed}); a call runs on one GPU: move them to one device")
     if ids:
         return ids.pop()
-    current = _arrays.current_device_id()
+    current = _devices.current_device_id()
     return 0 if current is None else current
 
 
@@ -425,18 +426,16 @@ def _allocate(like: Any, shape: tuple[int, ...], dtype: _dt.DType, device_id: in
 
         with cupy.cuda.Device(device_id):
             return cupy.empty(shape, dtype=dtype.host_dtype)
-    from cuda.core import Device
-
     npd = dtype.host_dtype
-    nbytes = max(math.prod(shape) * npd.itemsize, 1)
-    buffer = Device(device_id).allocate(nbytes, stream=_arrays.core_stream(stream))
+    nbytes = max(math.prod(shape) * npd.itemsize, 1)  # device_id is current: the default streams are its own
+    buffer = _cuda.core().Device(device_id).allocate(nbytes, stream=_arrays.core_stream(stream))
     array = DeviceArray(buffer, shape, npd, device_id=device_id)
     array._set_stream(stream)
     return array
 
 
-def _copy_into(out: Any, acc: Any, stream: int) -> None:
-    """out[...] = acc with the arrays' own library, ordered on ``stream`` (a handle of 1 or 2 is the default stream)."""
+def _copy_into(out: Any, acc: Any, stream: int, device_id: int) -> None:
+    """out[...] = acc by the arrays' own library on ``device_id``, ordered on ``stream`` (1, 2: the default stream)."""
     special = stream in (0, _arrays.LEGACY_STREAM, _arrays.PER_THREAD_STREAM)
     if _arrays._library_of(out) == "torch":
         import torch
@@ -445,15 +444,18 @@ def _copy_into(out: Any, acc: Any, stream: int) -> None:
         if special and current.cuda_stream == 0 or current.cuda_stream == stream:
             out.copy_(acc)
             return
-        side = torch.cuda.default_stream(out.device) if special else torch.cuda.ExternalStream(stream)
+        side = (
+            torch.cuda.default_stream(out.device) if special else torch.cuda.ExternalStream(stream, device=out.device)
+        )
         with torch.cuda.stream(side):
             out.copy_(acc)
         return
     import cupy
 
-    side = cupy.cuda.Stream.null if special else cupy.cuda.ExternalStream(stream)
-    with side:
-        cupy.copyto(out, acc)
+    with cupy.cuda.Device(device_id):
+        side = cupy.cuda.Stream.null if special else cupy.cuda.ExternalStream(stream, device_id)
+        with side:
+            cupy.copyto(out, acc)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -462,8 +464,8 @@ def _copy_into(out: Any, acc: Any, stream: int) -> None:
 
 
 def _launch_tiled(plan: CallPlan, vx: ArrayView, vy: ArrayView, cin: ArrayView | None, dout: ArrayView,
-                  stream_obj: Any, handle: int) -> None:
-    """The multi-block kernel: D = x @ y (+ C)."""
+                  handle: int) -> None:
+    """The multi-block kernel: D = x @ y (+ C), on the plan's device (current) and stream ``handle``."""
     kernel = plan.kernel
     mx, my, _ = plan.strides
     rs_c = cs_c = bs_c = 0
@@ -474,15 +476,12 @@ def _launch_tiled(plan: CallPlan, vx: ArrayView, vy: ArrayView, cin: ArrayView |
         bs_c = cin.strides[0] if len(cin.shape) == 3 and cin.shape[0] > 1 else 0
     rs_d, cs_d = dout.strides[-2:]
     bs_d = dout.strides[0] if len(dout.shape) == 3 and dout.shape[0] > 1 else 0
-    i64 = np.int64
-    args = (
-        vx.ptr, vy.ptr, c_ptr, dout.ptr,
-        np.int32(plan.m), np.int32(plan.n), np.int32(plan.k), i64(mx.ld), i64(my.ld),
-        i64(rs_c), i64(cs_c), i64(rs_d), i64(cs_d),
-        i64(mx.batch_stride), i64(my.batch_stride), i64(bs_c), i64(bs_d),
-        np.int32(plan.batch), kernel.scalar(1), kernel.scalar(plan.beta),
+    grid_x, grid_y, _ = kernel.grid(plan.m, plan.n, plan.batch)
+    kernel.packed(plan.device_id).launch(
+        grid_x, grid_y, handle,
+        vx.ptr, vy.ptr, c_ptr, dout.ptr, plan.m, plan.n, plan.k, mx.ld, my.ld, rs_c, cs_c, rs_d, cs_d,
+        mx.batch_stride, my.batch_stride, bs_c, bs_d, plan.batch, 1, plan.beta,
     )
-    _execute._launch(stream_obj, kernel.config(plan.m, plan.n, plan.batch), kernel.kernel(), *args)
 
 
 _CALLS: dict[tuple[Any, ...], CallPlan] = {}
@@ -529,7 +528,7 @@ def _check_overlap(out: ArrayView, out_span: tuple[int, int], others: tuple[tupl
 
 def _run(plan: CallPlan, x_view: ArrayView, y_view: ArrayView, acc: Any, vacc: ArrayView | None, out: Any,
          vout: ArrayView, stream: Any, handle: int) -> None:
-    """Launch the plan's kernel into ``out`` (already allocated or checked)."""
+    """Launch the plan's kernel into ``out`` (already allocated or checked), with the plan's device current."""
     if plan.batch == 0 or plan.m == 0 or plan.n == 0:
         return
     if plan.kind in ("tiled", "hopper"):
@@ -540,11 +539,11 @@ def _run(plan: CallPlan, x_view: ArrayView, y_view: ArrayView, acc: Any, vacc: A
         if plan.kind == "hopper":
             plan.kernel.run(plan.device_id, core, handle, x_view, y_view, vacc, vout, 1.0, float(plan.beta))
         else:
-            _launch_tiled(plan, x_view, y_view, vacc, vout, core, handle)
+            _launch_tiled(plan, x_view, y_view, vacc, vout, handle)
     else:
         if vacc is not None and vout.ptr != vacc.ptr:
-            _copy_into(out, acc, handle)
-        _execute.execute(plan.desc, x_view, y_view, vout, alpha=1, beta=plan.beta, stream=handle)
+            _copy_into(out, acc, handle, plan.device_id)
+        _execute.execute_on(plan.desc, x_view, y_view, vout, 1, plan.beta, handle)
     if type(out) is DeviceArray:
         out._set_stream(handle)
 
@@ -567,16 +566,24 @@ def matmul(x: Any, y: Any, *, stream: Any = None, dtype: Any = None) -> Any:
             f"dtype={dtype!r}: matmul's result type is fixed by the input type ({_result_table()}); for another "
             "result type call blasdx.mma(x, y, acc) with a zeroed acc of that type"
         )
-    handle = resolve_stream(stream, (_unwrap(x), _unwrap(y)))
-    vx, vy = _view(x, "x", handle), _view(y, "y", handle)
+    known: dict[int, int] = {}  # the library streams asked during this call
+    handle = resolve_stream(stream, (_unwrap(x), _unwrap(y)), known=known)
+    vx, vy = _view(x, "x", handle, known), _view(y, "y", handle, known)
     key = _key(vx, vy, None, "matmul")
     plan = _CALLS.get(key)
     if plan is None:
         device_id = _device_of((vx, vy), ("x", "y"))
         plan = _cached_plan(key, lambda: _plan_matmul(vx, vy, device_id))
-    out = _allocate(_unwrap(x), plan.shape, plan.dtype, plan.device_id, handle)
-    vout = as_array(out, "out", stream=handle)
-    _run(plan, vx, vy, None, None, out, vout, stream, handle)
+    if stream is not None:
+        _devices.check_stream_device(stream, handle, plan.device_id)
+    token = _devices.enter(plan.device_id)
+    try:
+        out = _allocate(_unwrap(x), plan.shape, plan.dtype, plan.device_id, handle)
+        vout = as_array(out, "out", stream=handle, known=known)
+        _run(plan, vx, vy, None, None, out, vout, stream, handle)
+    finally:
+        if token is not None:
+            _devices.leave(token)
     return out
 
 
@@ -601,12 +608,13 @@ def mma(x: Any, y: Any, acc: Any, *, out: Any = None, fast_accumulation: bool = 
     """
     if not isinstance(fast_accumulation, bool):
         raise ExecutionError(f"fast_accumulation: expected True or False, got {fast_accumulation!r}")
-    handle = resolve_stream(stream, (acc if out is None else out, _unwrap(x), _unwrap(y)))
-    vx, vy = _view(x, "x", handle), _view(y, "y", handle)
-    vacc = as_array(acc, "acc", stream=handle)
+    known: dict[int, int] = {}  # the library streams asked during this call
+    handle = resolve_stream(stream, (acc if out is None else out, _unwrap(x), _unwrap(y)), known=known)
+    vx, vy = _view(x, "x", handle, known), _view(y, "y", handle, known)
+    vacc = as_array(acc, "acc", stream=handle, known=known)
     if fast_accumulation and vx.dtype not in _FP8:
         raise ExecutionError(f"fast_accumulation=True with {vx.dtype.name} inputs; {_rule('fast')}")
-    vout = None if out is None else as_array(out, "out", stream=handle)
+    vout = None if out is None else as_array(out, "out", stream=handle, known=known)
     in_place = vout is not None and vout.ptr == vacc.ptr and vout.strides == vacc.strides and vout.shape == vacc.shape
     out_key = None if vout is None else (vout.dtype.name, vout.shape, vout.strides, vout.ptr & 15, in_place,
                                          type(out))
@@ -621,10 +629,7 @@ def mma(x: Any, y: Any, acc: Any, *, out: Any = None, fast_accumulation: bool = 
         # PyTorch / CuPy do; other arrays go to the multi-block kernel (reads acc, writes out)
         copyable = in_place or _library_copy(acc, acc if out is None else out)
         plan = _cached_plan(key, lambda: _plan_mma(vx, vy, vacc, vout, device_id, copyable, fast_accumulation))
-    if vout is None:
-        out = _allocate(acc, plan.shape, plan.dtype, plan.device_id, handle)
-        vout = as_array(out, "out", stream=handle)
-    else:
+    if vout is not None:
         if vout.readonly:
             raise ExecutionError("out: the array is read-only; pass a writable array")
         if not (in_place and plan.kind == "block"):  # execute() checks C against A and B itself
@@ -633,7 +638,17 @@ def mma(x: Any, y: Any, acc: Any, *, out: Any = None, fast_accumulation: bool = 
                 spans = plan.spans = _spans((("out", vout), ("x", vx), ("y", vy), ("acc", vacc)))
             _check_overlap(vout, spans[0][1:], spans[1:3] if in_place else spans[1:],
                            (vx.ptr, vy.ptr, vacc.ptr))
-    _run(plan, vx, vy, acc, vacc, out, vout, stream, handle)
+    if stream is not None:
+        _devices.check_stream_device(stream, handle, plan.device_id)
+    token = _devices.enter(plan.device_id)
+    try:
+        if vout is None:
+            out = _allocate(acc, plan.shape, plan.dtype, plan.device_id, handle)
+            vout = as_array(out, "out", stream=handle, known=known)
+        _run(plan, vx, vy, acc, vacc, out, vout, stream, handle)
+    finally:
+        if token is not None:
+            _devices.leave(token)
     return out
 
 

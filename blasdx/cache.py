@@ -6,7 +6,8 @@
 * **On disk**: one file per key under :func:`cache_dir` holding the cubin *and* its
   resource usage, so a disk hit runs no NVRTC. The key is the sha256 of the generated
   source, the content of every file under the kernels folder, the NVRTC version, the
-  compile options, the arch, the kernel name and the blasdx version.
+  compile options, the arch, the kernel name, the blasdx version and the installed NVRTC,
+  CUDA-header and cuda-core wheels (read without loading NVRTC: a disk hit never loads it).
 
 Environment:
     ``BLASDX_CACHE_DIR``  where entries live (default ``$XDG_CACHE_HOME/blasdx`` or
@@ -33,20 +34,20 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
-import shutil
 import struct
 import sys
-import tempfile
 import threading
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import compiler as _compiler
-from .compiler import DEFAULT_OPTIONS, CompiledKernel, CompileOptions, ResourceUsage
+from . import headers as _headers
+from . import nvrtc_driver as _nvrtc
+from .compiled import CompiledKernel
+from .cubin import ResourceUsage
+from .nvrtc_driver import DEFAULT_OPTIONS, CompileOptions
 
 if TYPE_CHECKING:  # pragma: no cover
     from .descriptor import Descriptor
@@ -65,7 +66,13 @@ __all__ = [
     "stats",
 ]
 
-_log = logging.getLogger("blasdx")
+
+
+def _warn(message: str, *args: Any) -> None:
+    """A warning on the "blasdx" logger (logging is imported only when there is something to say)."""
+    import logging
+
+    logging.getLogger("blasdx").warning(message, *args)
 
 _SCHEMA = 1
 _MAGIC = b"BLASDXK1"
@@ -92,7 +99,7 @@ class CacheStats:
         with self._lock:
             for name in self._FIELDS:
                 setattr(self, name, 0)
-        _compiler.stats.reset()
+        _nvrtc.stats.reset()
 
     def count(self, name: str) -> None:
         """Add one to counter ``name``."""
@@ -101,8 +108,8 @@ class CacheStats:
 
     @property
     def nvrtc_calls(self) -> int:
-        """NVRTC compilations in this process (from :data:`blasdx.compiler.stats`)."""
-        return _compiler.stats.nvrtc_calls
+        """NVRTC compilations in this process (from :data:`blasdx.nvrtc_driver.stats`)."""
+        return _nvrtc.stats.nvrtc_calls
 
     def as_dict(self) -> dict[str, int]:
         """All counters, for printing and JSON."""
@@ -156,11 +163,11 @@ def cache_key(
     parts = (
         f"blasdx-cache-schema {_SCHEMA}",
         f"blasdx {_blasdx_version()}",
-        "nvrtc {}.{}".format(*_compiler.nvrtc_version()),
+        f"compiler {_nvrtc.nvrtc_identity()}",
         f"arch {arch}",
         f"kernel {kernel_name}",
         f"options {options.cache_token()}",
-        f"kernels {_compiler.kernel_tree(kernels).digest}",
+        f"kernels {_headers.kernel_tree(kernels).digest}",
     )
     digest = hashlib.sha256()
     for part in parts:
@@ -206,7 +213,7 @@ class DiskCache:
             return _decode(data, key)
         except (ValueError, KeyError, TypeError, struct.error) as exc:
             stats.count("corrupt_entries")
-            _log.warning("blasdx cache: discarding corrupt entry %s (%s); it will be rebuilt", path, exc)
+            _warn("blasdx cache: discarding corrupt entry %s (%s); it will be rebuilt", path, exc)
             _unlink(path)
             return None
 
@@ -214,6 +221,8 @@ class DiskCache:
         """Write the entry of ``key`` (temp file + os.replace); None if the folder is not writable."""
         path = self.path_for(key)
         data = _encode(key, compiled)
+        import tempfile
+
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{key[:16]}-", suffix=".tmp")
@@ -225,7 +234,7 @@ class DiskCache:
                 _unlink(Path(tmp))
                 raise
         except OSError as exc:
-            _log.warning("blasdx cache: cannot write %s (%s); continuing without disk cache", path, exc)
+            _warn("blasdx cache: cannot write %s (%s); continuing without disk cache", path, exc)
             return None
         stats.count("disk_writes")
         return path
@@ -241,6 +250,8 @@ class DiskCache:
             removed += _unlink(path)
         for tmp in self.root.glob("??/.*.tmp") if self.root.is_dir() else []:
             _unlink(tmp)
+        import shutil
+
         shutil.rmtree(self.root / "failed", ignore_errors=True)
         return removed
 
@@ -324,12 +335,12 @@ def cached_compile(
     """Compile ``source`` for ``arch`` through both cache levels; NVRTC runs only on a full miss.
 
     ``kernels`` is the templates folder that is on the include path and in the key
-    (default :func:`blasdx.compiler.kernels_dir`). User headers named in
+    (default :func:`blasdx.headers.kernels_dir`). User headers named in
     ``options.include_dirs`` are not hashed: change the source or clear the cache when
     they change.
     """
-    _compiler.check_arch(arch)
-    _compiler.check_kernel_name(kernel_name)
+    _nvrtc.check_arch(arch)
+    _nvrtc.check_kernel_name(kernel_name)
     if not isinstance(options, CompileOptions):
         raise TypeError(f"options: expected blasdx CompileOptions, got {type(options).__name__}")
     key = cache_key(source, kernel_name, arch, options, kernels=kernels)
@@ -358,7 +369,7 @@ def _from_disk_or_compile(
         return CompiledKernel(entry.cubin, entry.kernel_name, entry.arch, source, entry.resources, entry.log)
     stats.count("compiles")
     failed = disk.root / "failed" if disk else None
-    compiled = _compiler.compile_source(source, kernel_name, arch, options, kernels=kernels, failed_dir=failed)
+    compiled = _nvrtc.compile_source(source, kernel_name, arch, options, kernels=kernels, failed_dir=failed)
     if disk:
         disk.put(key, compiled)
     return compiled

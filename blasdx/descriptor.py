@@ -16,8 +16,9 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from . import dtypes as _dt
-from . import execute as _execute  # forward only: execute never imports the descriptor
 from . import heuristics as _h
+from . import operators as _operators
+from . import runtime as _runtime  # source / compile / execute: the one way up
 from .errors import DescriptorError, UnsupportedError
 from .operators import (
     DEFAULT_ARRANGEMENT,
@@ -42,7 +43,7 @@ from .operators import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .compiler import CompiledKernel
+    from .compiled import CompiledKernel
 
 __all__ = ["Descriptor"]
 
@@ -647,19 +648,18 @@ class Descriptor:
 
     def source(self) -> str:
         """The CUDA C++ that blasdx compiles for this descriptor (deterministic)."""
-        from .codegen import generate
-
-        return generate(self).source
+        return _runtime.source(self)
 
     def compile(self) -> CompiledKernel:
         """Compile (or fetch from the cache) the batched block-GEMM kernel of this descriptor."""
-        from .cache import compile_descriptor
-
-        return compile_descriptor(self)
+        return _runtime.compile(self)
 
     def execute(self, a: Any, b: Any, c: Any, *, alpha: Any = 1, beta: Any = 0, stream: Any = None) -> Any:
         """``C = alpha * A @ B + beta * C`` in place on device arrays; one block per problem."""
-        return _execute.execute(self, a, b, c, alpha=alpha, beta=beta, stream=stream)
+        return _runtime.execute(self, a, b, c, alpha=alpha, beta=beta, stream=stream)
+
+
+_operators.register_composition(Descriptor.compose)
 
 
 def _rebuild(ops: tuple[Any, ...]) -> Descriptor:

@@ -6,11 +6,13 @@ tensor-core instruction family per architecture) so that no other module hard-co
 
 from __future__ import annotations
 
+import importlib
+import sys
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import ml_dtypes
-import numpy as np
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
 
 __all__ = [
     "DType",
@@ -37,12 +39,17 @@ __all__ = [
 
 @dataclass(frozen=True)
 class DType:
-    """One element type: its blasdx name, C++ type, size in bytes and host numpy dtype."""
+    """One element type: its blasdx name, C++ type, size in bytes and host numpy dtype.
+
+    ``host`` is the numpy scalar type that holds it on the host, or its ``"module:name"``
+    (``"ml_dtypes:bfloat16"``), imported when :attr:`numpy` is first read: describing a
+    GEMM needs neither numpy nor ml_dtypes, so importing blasdx does not load them.
+    """
 
     name: str
     cpp: str
     size: int
-    numpy: Any = field(compare=False, hash=False)
+    host: Any = field(compare=False, hash=False, repr=False)
     integral: bool = False
     is_complex: bool = False
     real_name: str = ""
@@ -53,21 +60,33 @@ class DType:
     __str__ = __repr__
 
     @property
+    def numpy(self) -> Any:
+        """The host numpy scalar type (``numpy.float16``, ``ml_dtypes.bfloat16``, ...); None when there is none."""
+        host = self.host
+        if isinstance(host, str):
+            module, _, name = host.partition(":")
+            host = getattr(importlib.import_module(module), name, None)
+            object.__setattr__(self, "host", host)
+        return host
+
+    @property
     def host_dtype(self) -> np.dtype:
         """The numpy dtype that holds this type on the host (float32 for tfloat32)."""
-        return np.dtype(self.numpy)
+        import numpy
+
+        return numpy.dtype(self.numpy)
 
 
-float16 = DType("float16", "__half", 2, np.float16)
-bfloat16 = DType("bfloat16", "__nv_bfloat16", 2, ml_dtypes.bfloat16)
-tfloat32 = DType("tfloat32", "float", 4, np.float32)
-float32 = DType("float32", "float", 4, np.float32)
-float64 = DType("float64", "double", 8, np.float64)
-float8_e4m3 = DType("float8_e4m3", "__nv_fp8_e4m3", 1, ml_dtypes.float8_e4m3fn)
-float8_e5m2 = DType("float8_e5m2", "__nv_fp8_e5m2", 1, ml_dtypes.float8_e5m2)
-int8 = DType("int8", "signed char", 1, np.int8, integral=True)
-uint8 = DType("uint8", "unsigned char", 1, np.uint8, integral=True)
-int32 = DType("int32", "int", 4, np.int32, integral=True)
+float16 = DType("float16", "__half", 2, "numpy:float16")
+bfloat16 = DType("bfloat16", "__nv_bfloat16", 2, "ml_dtypes:bfloat16")
+tfloat32 = DType("tfloat32", "float", 4, "numpy:float32")
+float32 = DType("float32", "float", 4, "numpy:float32")
+float64 = DType("float64", "double", 8, "numpy:float64")
+float8_e4m3 = DType("float8_e4m3", "__nv_fp8_e4m3", 1, "ml_dtypes:float8_e4m3fn")
+float8_e5m2 = DType("float8_e5m2", "__nv_fp8_e5m2", 1, "ml_dtypes:float8_e5m2")
+int8 = DType("int8", "signed char", 1, "numpy:int8", integral=True)
+uint8 = DType("uint8", "unsigned char", 1, "numpy:uint8", integral=True)
+int32 = DType("int32", "int", 4, "numpy:int32", integral=True)
 
 REAL_DTYPES: tuple[DType, ...] = (
     float16, bfloat16, tfloat32, float32, float64, float8_e4m3, float8_e5m2, int8, uint8, int32,
@@ -87,7 +106,7 @@ _ALIASES = {
 }
 
 # complex element types, made from a real one by Type.complex
-_COMPLEX_NUMPY = {"float16": getattr(ml_dtypes, "complex32", None), "float32": np.complex64, "float64": np.complex128}
+_COMPLEX_NUMPY = {"float16": "ml_dtypes:complex32", "float32": "numpy:complex64", "float64": "numpy:complex128"}
 _COMPLEX_NAMES = {"float16": "complex32", "float32": "complex64", "float64": "complex128"}
 
 
@@ -119,9 +138,9 @@ def as_dtype(value: Any, *, argument: str = "dtype") -> DType:
         text = str(value)
         if text.startswith("torch."):
             name = text[len("torch."):]
-        else:
+        elif "numpy" in sys.modules:  # a numpy / ml_dtypes type implies numpy is loaded
             try:
-                host = np.dtype(value)
+                host = sys.modules["numpy"].dtype(value)
                 name = host.name
             except TypeError:
                 name = None

@@ -15,7 +15,13 @@ are tested) without a GPU:
    Every failure is an :class:`~blasdx.errors.ExecutionError` naming the argument,
    showing the value and saying what was expected; nothing has been launched.
 3. :meth:`ExecutionPlan.on_device` — once per (descriptor, device): check the device can
-   run the kernel (DeviceError), load it through the compiler, build LaunchConfigs.
+   run the kernel (DeviceError), load it on that device and lay out its parameter block
+   (:class:`~blasdx.launcher.PackedLaunch`).
+
+A call runs on its arrays' device: that device is made current for the launch (its
+primary context, :func:`blasdx.devices.enter`) and what was current is restored after,
+so arrays on device 1 work while device 0 is current. Arrays on different devices, or a
+stream of another device, are an ExecutionError before anything runs.
 
 The kernel (kernels/batched_gemm.cu) takes ``(const A* a, const B* b, C* c, alpha, beta,
 long long stride_a, long long stride_b, long long stride_c)`` — ``alpha_re, alpha_im,
@@ -31,10 +37,14 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from . import arrays as _arrays
+from . import devices as _devices
 from . import dtypes as _dt
-from .arrays import _ADAPTERS, ArrayView, DeviceArray, as_array, as_core_stream, resolve_stream, wait_for_producers
+from . import launcher as _launcher
+from .array_view import byte_span
+from .arrays import _ADAPTERS, ArrayView, DeviceArray, as_array, resolve_stream
+from .devices import check_stream_device
 from .errors import DescriptorError, DeviceError, ExecutionError
+from .streams import as_core_stream, wait_for_producers
 from .operators import Block, Function, row_major
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -47,12 +57,17 @@ __all__ = [
     "plan_for",
     "check_arguments",
     "check_device",
+    "check_stream_device",
     "execute",
+    "execute_on",
+    "load_on_device",
     "prepare",
 ]
 
 _new_tuple = tuple.__new__  # NamedTuple without its Python-level __new__ (hot path)
 _SCALAR_NUMPY = {"float32": np.float32, "float64": np.float64, "int32": np.int32}
+_SCALAR_SLOTS = {"float32": "f", "float64": "d", "int32": "i"}  # launcher slot kinds
+_NOTHING = object()  # no alpha / beta seen yet
 _INT32_RANGE = (-(2**31), 2**31 - 1)
 _MAX_GRID_X = 2**31 - 1
 
@@ -110,8 +125,8 @@ class ExecutionPlan:
     """Everything a call of one descriptor checks against, computed once; plus its device plans."""
 
     __slots__ = (
-        "desc", "a", "b", "c", "is_complex", "scalar", "scalar_numpy", "block_dim", "shared_memory", "_devices",
-        "_scalars", "_layouts", "_text",
+        "desc", "a", "b", "c", "is_complex", "scalar", "scalar_numpy", "block_dim", "shared_memory", "slots",
+        "_alignments", "_devices", "_scalars", "_last_scalars", "_layouts", "_text",
     )
 
     def __init__(self, desc: Descriptor) -> None:
@@ -130,13 +145,17 @@ class ExecutionPlan:
         self.a = _Operand("a", (m, k), ("M", "K"), desc.a_value_type, arr.a is row_major, lda, desc.a_size, al_a)
         self.b = _Operand("b", (k, n), ("K", "N"), desc.b_value_type, arr.b is row_major, ldb, desc.b_size, al_b)
         self.c = _Operand("c", (m, n), ("M", "N"), desc.c_value_type, arr.c is row_major, ldc, desc.c_size, al_c)
+        self._alignments = (al_a, al_b, al_c)
         self.is_complex = desc.is_complex
         self.scalar = desc.scalar_type
         self.scalar_numpy = _SCALAR_NUMPY[self.scalar.name]
         self.block_dim = tuple(desc.block_dim)
         self.shared_memory = int(desc.kernel_shared_memory_size)
+        scalar_slot = _SCALAR_SLOTS[self.scalar.name]
+        self.slots = "PPP" + scalar_slot * (4 if self.is_complex else 2) + "qqq"  # the kernel's parameter list
         self._devices: dict[int, DevicePlan] = {}
         self._scalars: dict[Any, tuple[Any, ...]] = {}
+        self._last_scalars: tuple[Any, Any, tuple[Any, ...]] = (_NOTHING, _NOTHING, ())
         self._layouts: dict[Any, tuple[Any, ...]] = {}
         self._text = repr(desc)
 
@@ -147,36 +166,37 @@ class ExecutionPlan:
 
     def bind(
         self, a: Any, b: Any, c: Any, alpha: Any = 1, beta: Any = 0, stream: int | None = None,
-        device_id: int | None = None,
+        device_id: int | None = None, known: dict[int, int] | None = None,
     ) -> Launch:
         """Check one call's arguments (host only) and return the launch they make.
 
         ``stream`` is the consumer stream handle (DLPack producers order their work before
-        it); ``device_id``, when given, is the device every array must be on. What depends
+        it); ``device_id``, when given, is the device every array must be on (the call runs
+        on the arrays' device otherwise: ``Launch.device_id``). What depends
         only on dtypes, shapes and strides is checked once per layout and remembered; the
         pointers (alignment, overlap), devices and the read-only flag are checked every call.
+        ``known``: the array libraries' current streams already asked during this call.
         """
-        key = (type(alpha), alpha, type(beta), beta)
-        try:
-            scalars = self._scalars.get(key)
-        except TypeError:  # unhashable (a 0-d array)
-            scalars, key = None, None
-        if scalars is None:
-            scalars = self._convert_scalars(alpha, beta)
-            if key is not None:
-                if len(self._scalars) > 64:
-                    self._scalars.clear()
-                self._scalars[key] = scalars
+        last = self._last_scalars  # the same alpha and beta objects as the last call: nothing to convert
+        if alpha is last[0] and beta is last[1]:
+            scalars = last[2]
+        else:
+            scalars = self._scalars_of(alpha, beta)
+        if known is None:
+            known = {}  # the arrays' library streams, asked once per device
         adapters = _ADAPTERS
         adapter = adapters.get(type(a))
-        va = adapter(a, "a", stream) if adapter is not None else as_array(a, "a", stream=stream)
+        va = adapter(a, "a", stream, known) if adapter is not None else as_array(a, "a", stream=stream, known=known)
         adapter = adapters.get(type(b))
-        vb = adapter(b, "b", stream) if adapter is not None else as_array(b, "b", stream=stream)
+        vb = adapter(b, "b", stream, known) if adapter is not None else as_array(b, "b", stream=stream, known=known)
         adapter = adapters.get(type(c))
-        vc = adapter(c, "c", stream) if adapter is not None else as_array(c, "c", stream=stream)
+        vc = adapter(c, "c", stream, known) if adapter is not None else as_array(c, "c", stream=stream, known=known)
+        # one unpacking per view instead of an attribute look-up per field (ArrayView's field order)
+        pa, shape_a, strides_a, dtype_a, da, _, _, sa = va
+        pb, shape_b, strides_b, dtype_b, db, _, _, sb = vb
+        pc, shape_c, strides_c, dtype_c, dc, readonly_c, _, sc = vc
         layout_key = (
-            va.dtype.name, va.shape, va.strides, vb.dtype.name, vb.shape, vb.strides, vc.dtype.name, vc.shape,
-            vc.strides,
+            dtype_a.name, shape_a, strides_a, dtype_b.name, shape_b, strides_b, dtype_c.name, shape_c, strides_c,
         )
         layout = self._layouts.get(layout_key)
         if layout is None:
@@ -185,14 +205,13 @@ class ExecutionPlan:
                 self._layouts.clear()
             self._layouts[layout_key] = layout
         batch, strides, (a_lo, a_hi, b_lo, b_hi, c_lo, c_hi) = layout
-        pa, pb, pc = va.ptr, vb.ptr, vc.ptr
-        if pa % self.a.alignment or pb % self.b.alignment or pc % self.c.alignment:
+        al_a, al_b, al_c = self._alignments
+        if pa % al_a or pb % al_b or pc % al_c:
             for spec, view in ((self.a, va), (self.b, vb), (self.c, vc)):
                 _check_pointer(spec, view)
-        da, db, dc = va.device_id, vb.device_id, vc.device_id
         if not (da == db == dc) or (device_id is not None and dc != device_id):
             _check_devices((va, vb, vc), device_id)
-        if vc.readonly:
+        if readonly_c:
             raise ExecutionError("c: the array is read-only; blasdx writes the result into C. Pass a writable array")
         if c_hi > c_lo:
             low = pc + c_lo
@@ -205,11 +224,25 @@ class ExecutionPlan:
                             f"written while {spec.matrix} is read. Pass a separate output array"
                         )
         waits = ()
-        sa, sb, sc = va.stream, vb.stream, vc.stream
         if (sa is not None and sa != stream) or (sb is not None and sb != stream) or (sc is not None and sc != stream):
             waits = tuple(dict.fromkeys(s for s in (sa, sb, sc) if s is not None and s != stream))
         device = dc if dc is not None else da if da is not None else db if db is not None else device_id
         return _new_tuple(Launch, (va, vb, vc, batch, (pa, pb, pc, *scalars, *strides), stream, waits, device))
+
+    def _scalars_of(self, alpha: Any, beta: Any) -> tuple[Any, ...]:
+        """The converted scalars of (alpha, beta), remembered per distinct (type, value) pair."""
+        key = (type(alpha), alpha, type(beta), beta)
+        try:
+            scalars = self._scalars.get(key)
+        except TypeError:  # unhashable (a 0-d array): converted every call, never remembered
+            return self._convert_scalars(alpha, beta)
+        if scalars is None:
+            scalars = self._convert_scalars(alpha, beta)
+            if len(self._scalars) > 64:
+                self._scalars.clear()
+            self._scalars[key] = scalars
+        self._last_scalars = (alpha, beta, scalars)  # one assignment: threads see an old or a new triple
+        return scalars
 
     def _convert_scalars(self, alpha: Any, beta: Any) -> tuple[Any, ...]:
         """The kernel's scalar arguments: (alpha, beta) or (alpha_re, alpha_im, beta_re, beta_im)."""
@@ -239,9 +272,9 @@ class ExecutionPlan:
             np.int64(_check_strides(self, self.c, vc, batch)),
         )
         extents = (
-            *_arrays._span(0, va.shape, va.strides, va.dtype.size),
-            *_arrays._span(0, vb.shape, vb.strides, vb.dtype.size),
-            *_arrays._span(0, vc.shape, vc.strides, vc.dtype.size),
+            *byte_span(0, va.shape, va.strides, va.dtype.size),
+            *byte_span(0, vb.shape, vb.strides, vb.dtype.size),
+            *byte_span(0, vc.shape, vc.strides, vc.dtype.size),
         )
         return (batch, strides, extents)
 
@@ -256,32 +289,47 @@ class ExecutionPlan:
 
 
 class DevicePlan:
-    """A descriptor's kernel loaded on one device, with a LaunchConfig per batch size."""
+    """A descriptor's kernel loaded on one device: its parameter block and a LaunchConfig per batch size."""
 
-    __slots__ = ("device_id", "kernel", "block_dim", "shared_memory", "_configs", "_LaunchConfig")
+    __slots__ = ("device_id", "kernel", "block_dim", "shared_memory", "packed", "_configs")
 
     def __init__(self, plan: ExecutionPlan, device_id: int) -> None:
-        from cuda.core import Device, LaunchConfig
-
-        device = Device(device_id)
+        device = _cuda_core().Device(device_id)
         check_device(plan.desc, tuple(device.compute_capability), device_id, _device_name(device))
         self.device_id = device_id
-        self.kernel = _load_kernel(plan.desc, plan.shared_memory)
+        self.kernel = _load_kernel(plan.desc, plan.shared_memory, device_id)
         self.block_dim = plan.block_dim
         self.shared_memory = plan.shared_memory
+        self.packed = _launcher.PackedLaunch(
+            self.kernel, plan.slots, plan.block_dim, plan.shared_memory, name=f"blasdx_batched_gemm of {plan._text}"
+        )
         self._configs: dict[int, Any] = {}
-        self._LaunchConfig = LaunchConfig
+
+    def launch(self, batch: int, stream: int, args: tuple[Any, ...]) -> None:
+        """One block per problem: ``batch`` blocks on stream handle ``stream``, in the current context."""
+        self.packed.launch(batch, 1, stream, *args)
 
     def config(self, batch: int) -> Any:
-        """LaunchConfig(grid=(batch, 1, 1), block=block_dim, shmem_size=kernel shared memory), memoised."""
+        """LaunchConfig(grid=(batch, 1, 1), block=block_dim, shmem_size=kernel shared memory), memoised.
+
+        What a bare ``cuda.core.launch`` of this kernel takes (:func:`prepare`; execute itself
+        launches through the parameter block).
+        """
         found = self._configs.get(batch)
         if found is None:
             if len(self._configs) > 64:
                 self._configs.clear()
-            found = self._configs[batch] = self._LaunchConfig(
+            found = self._configs[batch] = _cuda_core().LaunchConfig(
                 grid=(batch, 1, 1), block=self.block_dim, shmem_size=self.shared_memory
             )
         return found
+
+
+def _cuda_core() -> Any:
+    """cuda.core, through the one import lock."""
+    from . import cuda_modules
+
+    return cuda_modules.core()
 
 
 class Launch(NamedTuple):
@@ -440,16 +488,15 @@ def _leading_dimension_operator() -> type:
 
 
 def _check_devices(views: tuple[ArrayView, ...], device_id: int | None) -> None:
-    """Every array on one device, and that device the current one when ``device_id`` is given."""
+    """Every array on one device, and that device ``device_id`` when it is given."""
     first_name, first = None, None
     for name, view in zip("abc", views):
         if view.device_id is None:
             continue
         if device_id is not None and view.device_id != device_id:
             raise ExecutionError(
-                f"{name}: the array is on device {view.device_id} but the current device is {device_id}; make "
-                f"device {view.device_id} current (cuda.core.Device({view.device_id}).set_current(), "
-                f"torch.cuda.set_device({view.device_id}), cupy.cuda.Device({view.device_id}).use()) or move the array"
+                f"{name}: the array is on device {view.device_id} but the call was asked to run on device "
+                f"{device_id}; move the array (or leave the device out: a call runs on its arrays' device)"
             )
         if first is None:
             first_name, first = name, view.device_id
@@ -546,37 +593,43 @@ def _device_name(device: Any) -> str:
         return ""
 
 
-def _load_kernel(desc: Descriptor, shared_memory: int) -> Any:
-    """The cuda.core Kernel of ``desc`` on the current device, opted in to ``shared_memory`` dynamic bytes.
+def _load_kernel(desc: Descriptor, shared_memory: int, device_id: int) -> Any:
+    """The cuda.core Kernel of ``desc`` loaded on ``device_id``, opted in to ``shared_memory`` dynamic bytes.
 
-    The one call into blasdx.compiler: ``CompiledKernel.kernel(dynamic_shared_memory=...)``
-    loads the cubin once and sets the >48 KB opt-in per device.
+    The one call into the compiled kernel: ``CompiledKernel.kernel`` loads the cubin once
+    per device and sets the >48 KB opt-in there.
     """
     compiled = desc.compile()
-    return compiled.kernel(dynamic_shared_memory=shared_memory)
+    return compiled.kernel(dynamic_shared_memory=shared_memory, device_id=device_id)
 
 
-def _launch(stream: Any, config: Any, kernel: Any, *args: Any) -> None:
-    """The one place a kernel starts: ``cuda.core.launch`` (rebound to it on first use, so no wrapper remains)."""
-    global _launch
-    from cuda.core import launch
+def load_on_device(desc: Descriptor, device_id: int, compiled: Any = None) -> None:
+    """What the first ``execute`` on ``device_id`` does before launching: check the device, load the kernel there.
 
-    _launch = launch
-    launch(stream, config, kernel, *args)
+    DeviceError when the device cannot run the descriptor's kernel. ``compiled`` (a kernel
+    of ``desc`` built with other options, or for a descriptor without Block, which is only
+    fused) is loaded as it is; otherwise the execute plan of that device is made.
+    """
+    with _devices.on_device(device_id):
+        if compiled is None and desc.has(Block):
+            plan_for(desc).on_device(device_id)
+            return
+        device = _cuda_core().Device(device_id)
+        check_device(desc, tuple(device.compute_capability), device_id, _device_name(device))
+        kernel = desc.compile() if compiled is None else compiled
+        kernel.kernel(dynamic_shared_memory=int(desc.kernel_shared_memory_size), device_id=device_id)
 
 
-def _current_device(fallback: int | None) -> int:
-    """The current device ordinal; with no current context, make ``fallback`` (the arrays' device, or 0) current."""
-    current = _arrays.current_device_id()
-    if current is None:
-        from cuda.core import Device
+#: ``cuda.core.launch`` under the name other modules launched with before launcher.py existed.
+_launch = _launcher.core_launch
 
-        try:
-            Device(fallback or 0).set_current()
-        except Exception as exc:
-            raise DeviceError(f"blasdx needs a CUDA GPU and driver: {exc}") from exc
-        current = fallback or 0
-    return current
+
+def _call_device(launch: Launch) -> int:
+    """The device a checked call runs on: its arrays', else (arrays without memory) the current one, else 0."""
+    device = launch.device_id
+    if device is None:
+        device = _devices.current_device_id()
+    return 0 if device is None else device
 
 
 # ---------------------------------------------------------------------------------------------
@@ -641,14 +694,19 @@ class Prepared(NamedTuple):
 def prepare(
     desc: Descriptor, a: Any, b: Any, c: Any, *, alpha: Any = 1, beta: Any = 0, stream: Any = None
 ) -> Prepared | None:
-    """Everything :func:`execute` does short of launching; None when the batch is empty."""
+    """Everything :func:`execute` does short of launching; None when the batch is empty.
+
+    The pieces are those of a bare ``cuda.core.launch`` (what the benchmarks compare
+    execute against); launch them with the arrays' device current.
+    """
     plan = plan_for(desc)
     handle = resolve_stream(stream, (c, a, b))
-    current = _arrays.current_device_id()
-    launch = plan.bind(a, b, c, alpha, beta, handle, current)
-    if current is None:
-        current = _current_device(launch.device_id)
-    device_plan = plan.on_device(current)
+    launch = plan.bind(a, b, c, alpha, beta, handle)
+    device = _call_device(launch)
+    if stream is not None:
+        check_stream_device(stream, handle, device)
+    with _devices.on_device(device):
+        device_plan = plan.on_device(device)
     if launch.batch == 0:
         return None
     core = as_core_stream(stream, handle)
@@ -660,29 +718,53 @@ def execute(desc: Descriptor, a: Any, b: Any, c: Any, *, alpha: Any = 1, beta: A
 
     Shapes are (M, K), (K, N), (M, N) or batched (batch, M, K) ...; A or B of batch 1
     broadcast. Strides must follow the descriptor's Arrangement and LeadingDimension.
-    ``stream`` is None (the current stream of the arrays' library, else the default
+    The kernel runs on the arrays' device, whichever device is current. ``stream`` is
+    None (the current stream of the arrays' library on their device, else the default
     stream), a cuda.core Stream, a CuPy/PyTorch stream, anything with ``__cuda_stream__``
-    or an int handle. Every check runs before anything is launched; with ``beta == 0`` C
-    is never read.
+    or an int handle, of the arrays' device. Every check runs before anything is
+    launched; with ``beta == 0`` C is never read.
     """
-    # the same steps as prepare(), inlined: this is the hot path
     plan = _PLANS_BY_ID.get(id(desc))
     if plan is None or plan.desc is not desc:
         plan = plan_for(desc)
-    handle = resolve_stream(stream, (c, a, b))
-    current = _arrays.current_device_id()
-    launch = plan.bind(a, b, c, alpha, beta, handle, current)
-    if current is None:
-        current = _current_device(launch.device_id)
-    device_plan = plan._devices.get(current) or plan.on_device(current)
-    batch = launch[3]
-    if batch == 0:
-        return c
-    config = device_plan._configs.get(batch) or device_plan.config(batch)
-    core = as_core_stream(stream, handle)
-    if launch[6]:
-        wait_for_producers(core, handle, launch[6])
-    _launch(core, config, device_plan.kernel, *launch[4])
+    known: dict[int, int] = {}
+    return _run(plan, a, b, c, alpha, beta, stream, resolve_stream(stream, (c, a, b), known=known), known)
+
+
+def execute_on(desc: Descriptor, a: Any, b: Any, c: Any, alpha: Any, beta: Any, handle: int) -> Any:
+    """:func:`execute` on stream ``handle`` that the caller resolved and checked against the arrays' device.
+
+    For bx.matmul / bx.mma, which read the arrays and the stream once for the whole call.
+    """
+    plan = _PLANS_BY_ID.get(id(desc))
+    if plan is None or plan.desc is not desc:
+        plan = plan_for(desc)
+    return _run(plan, a, b, c, alpha, beta, None, handle, None)
+
+
+def _run(
+    plan: ExecutionPlan, a: Any, b: Any, c: Any, alpha: Any, beta: Any, stream: Any, handle: int,
+    known: dict[int, int] | None,
+) -> Any:
+    """Check, then launch on the arrays' device with it current; ``stream`` is what the user passed (or None)."""
+    launch = plan.bind(a, b, c, alpha, beta, handle, None, known)
+    device = launch[7]
+    if device is None:
+        device = _call_device(launch)
+    if stream is not None:
+        check_stream_device(stream, handle, device)
+    token = _devices.enter(device)
+    try:
+        device_plan = plan._devices.get(device) or plan.on_device(device)
+        batch = launch[3]
+        if batch == 0:
+            return c
+        if launch[6]:
+            wait_for_producers(as_core_stream(stream, handle), handle, launch[6])
+        device_plan.launch(batch, handle, launch[4])
+    finally:
+        if token is not None:
+            _devices.leave(token)
     if type(c) is DeviceArray and c._stream != handle:
         c._set_stream(handle)
     return c

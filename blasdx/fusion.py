@@ -31,16 +31,22 @@ import numpy as np
 
 from . import arrays as _arrays
 from . import codegen as _codegen
-from . import compiler as _compiler
 from . import cuda_driver as _cuda_driver
+from . import cuda_modules as _cuda
+from . import devices as _devices
 from . import dtypes as _dt
 from . import execute as _execute
+from . import headers as _headers
+from . import launcher as _launcher
+from . import nvrtc_driver as _nvrtc
+from . import streams as _streams
 from . import trsm_codegen as _trsm_codegen
 from .cache import cached_compile
-from .compiler import DEFAULT_OPTIONS, CompiledKernel, CompileOptions
+from .compiled import CompiledKernel
+from .nvrtc_driver import DEFAULT_OPTIONS, CompileOptions
 from .descriptor import Descriptor
 from .device_gemm import DeviceGemm
-from .errors import CompileError, DescriptorError, DeviceError, ExecutionError
+from .errors import CompileError, DescriptorError, ExecutionError
 from .operators import Block, Function
 from .trsm import TrsmDescriptor
 
@@ -263,8 +269,8 @@ def header(gemms: Mapping[str, Descriptor] | Descriptor, *, name: str = "GEMM") 
         gemms = {name: gemms}
     text = prelude(gemms)
     arch = _arch_of(_check_gemms(gemms))
-    tree = _compiler.kernel_tree()
-    include = [tree.root, *_compiler.include_dirs_for([text, *tree.texts], None, tree.folders)]
+    tree = _headers.kernel_tree()
+    include = [tree.root, *_headers.include_dirs_for([text, *tree.texts], None, tree.folders)]
     return FusionHeader(text=text, include_dirs=tuple(str(p) for p in include), arch=arch)
 
 
@@ -642,7 +648,7 @@ class FusedKernel:
         shared_memory: default dynamic shared memory in bytes (every GEMM's ``shared_memory_size``
             side by side, or ``shared_memory=`` of compile_kernel).
         params: the kernel's parameters read from the source (None when they could not be read).
-        compiled: the :class:`~blasdx.compiler.CompiledKernel` (cubin, registers, ``sass()`` ...).
+        compiled: the :class:`~blasdx.compiled.CompiledKernel` (cubin, registers, ``sass()`` ...).
         source: everything NVRTC compiled; ``user_source``: your part of it.
     """
 
@@ -737,9 +743,11 @@ class FusedKernel:
     ) -> None:
         """Launch on ``grid`` blocks with ``args``; every check runs before anything is launched.
 
-        ``stream`` is None (the current stream of the first PyTorch/CuPy array among
-        ``args``, else the default stream), a cuda.core Stream, a CuPy/PyTorch stream or a
-        handle. ``shared_memory`` and ``block`` override the kernel's defaults.
+        The kernel runs on the device of the array arguments (all on one device; with none,
+        the current device), whichever device is current. ``stream`` is None (the current
+        stream of the first PyTorch/CuPy array among ``args`` on its device, else the default
+        stream), a cuda.core Stream, a CuPy/PyTorch stream or a handle, of that device.
+        ``shared_memory`` and ``block`` override the kernel's defaults.
         """
         try:
             setup = self._configs.get((grid, block, shared_memory))
@@ -751,21 +759,28 @@ class FusedKernel:
         handle = _arrays.resolve_stream(stream, args if isinstance(args, (tuple, list)) else ())
         values, views = self.arguments(args, handle)
         device_id = self._device(views)
-        kernel = self._loaded.get((device_id, smem))
-        if kernel is None:  # load and opt in once per device and size (a driver call each time otherwise)
-            kernel = self._loaded[(device_id, smem)] = self.compiled.kernel(dynamic_shared_memory=smem)
-        core = _arrays.as_core_stream(stream, handle)
-        _arrays.wait_for_producers(core, handle, [v.stream for v in views])
-        if self._by_driver:
-            _cuda_driver.launch(int(kernel.handle), grid3, block3, smem, handle, _cuda_driver.parameters_of(values),
-                                self._cluster)
-        else:
-            _execute._launch(core, config, kernel, *values)
+        if stream is not None:
+            _devices.check_stream_device(stream, handle, device_id)
+        token = _devices.enter(device_id)
+        try:
+            kernel = self._loaded.get((device_id, smem))
+            if kernel is None:  # load and opt in once per device and size (a driver call each time otherwise)
+                kernel = self.compiled.kernel(dynamic_shared_memory=smem, device_id=device_id)
+                self._loaded[(device_id, smem)] = kernel
+            core = _streams.as_core_stream(stream, handle)
+            _streams.wait_for_producers(core, handle, [v.stream for v in views])
+            if self._by_driver:
+                _cuda_driver.launch(int(kernel.handle), grid3, block3, smem, handle,
+                                    _cuda_driver.parameters_of(values), self._cluster)
+            else:
+                _launcher.core_launch(core, config, kernel, *values)
+        finally:
+            if token is not None:
+                _devices.leave(token)
 
     def _setup(self, grid: Any, block: Any, shared_memory: Any) -> tuple[Any, int, tuple, tuple]:
         """(LaunchConfig, dynamic shared memory, grid, block) of a launch; checked once."""
-        from cuda.core import LaunchConfig
-
+        LaunchConfig = _cuda.core().LaunchConfig  # noqa: N806
         grid3 = _normalise_dim(grid, "grid", ExecutionError)
         if grid3[0] % self._cluster:
             raise ExecutionError(
@@ -786,31 +801,23 @@ class FusedKernel:
         return setup
 
     def _device(self, views: Sequence[_arrays.ArrayView]) -> int:
-        """The current device (made current from the arrays when none is), checked against the arrays and the arch."""
-        current = _arrays.current_device_id()
-        devices = {v.device_id for v in views if v.device_id is not None}
-        if current is None:
-            from cuda.core import Device
-
-            target = min(devices) if devices else 0
-            try:
-                Device(target).set_current()
-            except Exception as exc:
-                raise DeviceError(f"launching {self.name} needs a CUDA GPU and driver: {exc}") from exc
-            current = target
-        for view in views:
-            if view.device_id is not None and view.device_id != current:
-                raise ExecutionError(
-                    f"an argument is on device {view.device_id} but the current device is {current}; make device "
-                    f"{view.device_id} current or move the array"
-                )
-        if current not in self._checked_devices:
-            from cuda.core import Device
-
-            device = Device(current)
-            _execute.check_device(next(iter(self.gemms.values())), tuple(device.compute_capability), current)
-            self._checked_devices.add(current)
-        return current
+        """The device a launch runs on: the arrays' (one for all), else the current one, else 0; arch checked once."""
+        devices = sorted({v.device_id for v in views if v.device_id is not None})
+        if len(devices) > 1:
+            raise ExecutionError(
+                f"the array arguments are on devices {', '.join(map(str, devices))}; a kernel runs on one GPU and "
+                "reads only its memory, so move them to one device"
+            )
+        if devices:
+            device_id = devices[0]
+        else:
+            current = _devices.current_device_id()
+            device_id = 0 if current is None else current
+        if device_id not in self._checked_devices:
+            device = _cuda.core().Device(device_id)
+            _execute.check_device(next(iter(self.gemms.values())), tuple(device.compute_capability), device_id)
+            self._checked_devices.add(device_id)
+        return device_id
 
 
 # ---------------------------------------------------------------------------------------------
@@ -877,7 +884,7 @@ def compile_kernel(
     """
     if not isinstance(source, str):
         raise TypeError(f"source: expected CUDA C++ as str, got {type(source).__name__}")
-    _compiler.check_kernel_name(name)
+    _nvrtc.check_kernel_name(name)
     if not isinstance(options, CompileOptions):
         raise TypeError(f"options: expected blasdx CompileOptions, got {type(options).__name__}")
     checked = _check_gemms(gemms)

@@ -299,7 +299,7 @@ class _Kernel:
         """The CUkernel address, loaded and opted in to its shared memory on ``device_id`` (current)."""
         found = self.functions.get(device_id)
         if found is None:
-            kernel = self.compiled.kernel(dynamic_shared_memory=self.shared_memory)
+            kernel = self.compiled.kernel(dynamic_shared_memory=self.shared_memory, device_id=device_id)
             found = self.functions[device_id] = int(kernel.handle)
         return found
 

@@ -10,6 +10,7 @@ import enum
 import operator
 import warnings
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 from . import dtypes as _dt
@@ -51,10 +52,23 @@ _ARCH_SPECIFIC_SMS = (90, 100, 120)
 MAX_ALIGNMENT = 16
 
 
-def _compose(left: Any, right: Any) -> Any:
-    from .descriptor import Descriptor  # composition rules live with the descriptor
+_COMPOSITION: list[Callable[[Any, Any], Any]] = []
 
-    return Descriptor.compose(left, right)
+
+def register_composition(compose: Callable[[Any, Any], Any]) -> None:
+    """Called once by blasdx.descriptor, where the composition rules live: ``a + b`` is ``compose(a, b)``.
+
+    The descriptor is built from operators, so this module cannot import it; the
+    descriptor module hands its ``compose`` over instead when it is imported (which
+    importing blasdx always does).
+    """
+    _COMPOSITION[:] = [compose]
+
+
+def _compose(left: Any, right: Any) -> Any:
+    if not _COMPOSITION:  # pragma: no cover - blasdx/__init__ imports the descriptor first
+        raise RuntimeError("blasdx.descriptor is not imported, so operators cannot be composed yet")
+    return _COMPOSITION[0](left, right)
 
 
 class _Composable:

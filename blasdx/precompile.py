@@ -1,9 +1,10 @@
 """Compile many descriptors at once on a thread pool (NVRTC releases the GIL).
 
 Use it at start-up or in a build step, so the first ``execute`` of each GEMM finds its
-kernel in the cache::
+kernel in the cache; with ``devices`` it is also loaded on those GPUs, so the first
+``execute`` on each of them launches at once::
 
-    kernels = bx.precompile([GEMM_A, GEMM_B, GEMM_C], workers=8)
+    kernels = bx.precompile([GEMM_A, GEMM_B, GEMM_C], workers=8, devices="all")
 """
 
 from __future__ import annotations
@@ -13,15 +14,14 @@ import sys
 import threading
 import time
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from typing import IO, TYPE_CHECKING, Any
 
-from .cache import compile_descriptor
-from .compiler import DEFAULT_OPTIONS, CompiledKernel, CompileOptions
-from .errors import BlasdxError
+from .errors import BlasdxError, DeviceError
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .compiled import CompiledKernel
     from .descriptor import Descriptor
+    from .nvrtc_driver import CompileOptions
 
 __all__ = ["precompile"]
 
@@ -61,6 +61,53 @@ def _progress_stream(progress: bool | None, count: int) -> IO[str] | None:
     return sys.stderr if progress else None
 
 
+def compile_descriptor(desc: Descriptor, options: CompileOptions | None) -> CompiledKernel:
+    """One descriptor through both cache levels (the cache is imported on first use: importing blasdx stays light)."""
+    from .cache import compile_descriptor as compile_one
+    from .nvrtc_driver import DEFAULT_OPTIONS
+
+    return compile_one(desc, DEFAULT_OPTIONS if options is None else options)
+
+
+def load_on_device(desc: Descriptor, compiled: CompiledKernel, device_id: int, options: CompileOptions | None) -> None:
+    """Load ``compiled`` on ``device_id`` (DeviceError when that device cannot run it).
+
+    With the default options the kernel is the one ``execute`` launches, so that device's
+    execute plan is made; kernels of other options are loaded on the device as they are.
+    """
+    from . import execute
+    from .nvrtc_driver import DEFAULT_OPTIONS
+
+    default = options is None or options == DEFAULT_OPTIONS
+    execute.load_on_device(desc, device_id, None if default else compiled)
+
+
+def _device_list(devices: Iterable[int] | str | None) -> tuple[int, ...]:
+    """The ordinals ``devices`` names, checked before anything is compiled."""
+    if devices is None:
+        return ()
+    from .devices import device_count
+
+    if isinstance(devices, str):
+        if devices != "all":
+            raise ValueError(f"precompile: devices={devices!r}; expected 'all', device ordinals or None")
+        count = device_count()
+        if count == 0:
+            raise DeviceError("precompile: devices='all' but there is no usable GPU")
+        return tuple(range(count))
+    try:
+        listed = tuple(devices)
+    except TypeError:
+        raise ValueError(f"precompile: devices={devices!r}; expected 'all', device ordinals or None") from None
+    if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in listed):
+        raise ValueError(f"precompile: devices={devices!r}; expected ordinals (ints >= 0), 'all' or None")
+    count = device_count()
+    missing = sorted({d for d in listed if d >= count})
+    if missing:
+        raise DeviceError(f"precompile: devices {missing} do not exist; the driver sees {count} GPU(s)")
+    return tuple(dict.fromkeys(listed))
+
+
 def _default_workers(count: int) -> int:
     """One thread per core, at most one per descriptor."""
     return max(1, min(count, os.cpu_count() or 1, 32))
@@ -70,7 +117,8 @@ def precompile(
     descriptors: Iterable[Descriptor],
     *,
     workers: int | None = None,
-    options: CompileOptions = DEFAULT_OPTIONS,
+    options: CompileOptions | None = None,
+    devices: Iterable[int] | str | None = None,
     progress: bool | None = None,
     return_exceptions: bool = False,
 ) -> list[Any]:
@@ -79,7 +127,10 @@ def precompile(
     Args:
         descriptors: complete descriptors (each is validated first).
         workers: threads; default one per CPU core.
-        options: compile options for all of them.
+        options: compile options for all of them (None: the defaults).
+        devices: GPUs to load every kernel on (and check it runs there): ordinals, ``"all"``
+            for every visible GPU, or None to compile only (no GPU needed). With the default
+            options this is what the first ``execute`` on each device would do.
         progress: draw ``done/total`` on stderr; None = only for long lists on a terminal.
         return_exceptions: put each failure's exception in its slot instead of raising.
 
@@ -94,11 +145,14 @@ def precompile(
         workers = _default_workers(len(items))
     if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
         raise ValueError(f"precompile: workers={workers!r}; expected an int >= 1")
+    targets = _device_list(devices)
     meter = _Progress(len(items), _progress_stream(progress, len(items)))
 
     def one(desc: Descriptor) -> CompiledKernel | BaseException:
         try:
             result: CompiledKernel | BaseException = compile_descriptor(desc, options)
+            for device_id in targets:
+                load_on_device(desc, result, device_id, options)
         except Exception as exc:  # reported per descriptor below
             result = exc
         meter.step(not isinstance(result, BaseException))
@@ -106,7 +160,12 @@ def precompile(
 
     if not items:
         return []
-    import cuda.core  # noqa: F401 - loaded once here: threads importing it for the first time at once fail
+    from concurrent.futures import ThreadPoolExecutor
+
+    from .nvrtc_driver import load_nvrtc
+
+    if workers > 1 and len(items) > 1:
+        load_nvrtc()  # import cuda.core's compiler pieces here, before the workers race to import them
     with ThreadPoolExecutor(max_workers=min(workers, len(items)), thread_name_prefix="blasdx-compile") as pool:
         results = list(pool.map(one, items))
     if return_exceptions:

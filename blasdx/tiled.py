@@ -168,6 +168,7 @@ class TiledKernel:
 
     __slots__ = (
         "desc", "vec_a", "vec_b", "stages", "source", "shared_memory", "threads", "_compiled", "_configs", "_scalar",
+        "_packed",
     )
 
     def __init__(self, desc: Descriptor, vec_a: int, vec_b: int, stages: int = 3) -> None:
@@ -181,6 +182,7 @@ class TiledKernel:
         self._compiled: Any = None
         self._configs: dict[tuple[int, int], Any] = {}
         self._scalar = {"float32": np.float32, "float64": np.float64, "int32": np.int32}[desc.scalar_type.name]
+        self._packed: dict[int, Any] = {}
 
     def compile(self) -> Any:
         """The CompiledKernel (through both cache levels)."""
@@ -211,6 +213,24 @@ class TiledKernel:
     def kernel(self) -> Any:
         """The loaded cuda.core Kernel on the current device (shared memory opted in)."""
         return self.compile().kernel(dynamic_shared_memory=self.shared_memory)
+
+    def packed(self, device_id: int) -> Any:
+        """The kernel loaded on ``device_id`` with its parameter block laid out (once per device).
+
+        Launch with ``packed(d).launch(*grid(m, n, batch)[:2], stream_handle, *arguments)``, the
+        arguments in the order of kernels/tiled_gemm.cu, with device ``d`` current.
+        """
+        found = self._packed.get(device_id)
+        if found is None:
+            from .launcher import PackedLaunch
+
+            kernel = self.compile().kernel(dynamic_shared_memory=self.shared_memory, device_id=device_id)
+            scalar = {"float32": "f", "float64": "d", "int32": "i"}[self.desc.scalar_type.name]
+            slots = "PPPP" + "iii" + "qq" + "qqqq" + "qqqq" + "i" + scalar * 2
+            found = self._packed[device_id] = PackedLaunch(
+                kernel, slots, (self.threads, 1, 1), self.shared_memory, name=KERNEL_NAME
+            )
+        return found
 
     def scalar(self, value: float) -> Any:
         """alpha / beta in the kernel's scalar type."""

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import blasdx as bx
-from blasdx import arrays
+from blasdx import arrays, devices, streams
 from blasdx import dtypes as dt
 from blasdx.arrays import ArrayView, DeviceArray, as_array, array_dtype, resolve_stream, stream_handle
 from blasdx.errors import ExecutionError
@@ -56,7 +56,7 @@ def _fresh_caches():
 def _fake_pointers(request, monkeypatch):
     """CAI carries no device: on CPU tests pretend the driver places every fake pointer on device 0."""
     if request.node.get_closest_marker("gpu") is None:
-        monkeypatch.setattr(arrays, "pointer_device_id", lambda ptr, argument="array": 0)
+        monkeypatch.setattr(devices, "pointer_device_id", lambda ptr, argument="array": 0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -188,7 +188,7 @@ def test_cai_mask_rejected():
 
 
 def test_cai_device_comes_from_the_driver(monkeypatch):
-    monkeypatch.setattr(arrays, "pointer_device_id", lambda ptr, argument="array": 3)
+    monkeypatch.setattr(devices, "pointer_device_id", lambda ptr, argument="array": 3)
     assert as_array(FakeCAI((2, 2)), "a").device_id == 3
 
 
@@ -477,8 +477,8 @@ def _fake_cupy(current_stream=0):
             self.data = types.SimpleNamespace(ptr=ptr, device_id=device)
 
     cupy.ndarray = ndarray
-    stream = types.SimpleNamespace(ptr=current_stream)
-    cupy.cuda = types.SimpleNamespace(get_current_stream=lambda: stream)
+    streams = {0: types.SimpleNamespace(ptr=current_stream), 1: types.SimpleNamespace(ptr=current_stream + 0x100)}
+    cupy.cuda = types.SimpleNamespace(get_current_stream=lambda device_id=-1: streams[max(device_id, 0)])
     return cupy
 
 
@@ -488,8 +488,10 @@ def test_cupy_fast_path(monkeypatch):
     x = cupy.ndarray((3, 4), np.complex64, (8, 24), device=1)
     v = as_array(x, "c")
     assert v.strides == (1, 3) and v.dtype == dt.complex_of(dt.float32) and v.device_id == 1
-    assert v.stream == 0x7000 and not v.readonly
-    assert resolve_stream(None, (x,)) == 0x7000
+    assert v.stream == 0x7100 and not v.readonly  # CuPy's current stream on the array's device, 1
+    assert resolve_stream(None, (x,)) == 0x7100
+    y = cupy.ndarray((3, 4), np.float32, (16, 4), device=0)
+    assert as_array(y, "a").stream == 0x7000 and resolve_stream(None, (y, x)) == 0x7000
 
 
 # ---------------------------------------------------------------------------------------------
@@ -557,7 +559,7 @@ def test_core_stream_maps_default_handles():
 
 
 def test_wait_for_producers_skips_own_stream(monkeypatch):
-    monkeypatch.setattr(arrays, "core_stream", lambda handle: handle)
+    monkeypatch.setattr(streams, "core_stream", lambda handle: handle)
     waited = []
     consumer = types.SimpleNamespace(wait=waited.append)
     arrays.wait_for_producers(consumer, 0x10, (None, 0x10, 0x20))

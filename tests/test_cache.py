@@ -16,6 +16,7 @@ import pytest
 import blasdx as bx
 from blasdx import cache
 from blasdx import compiler as cc
+from blasdx import headers, nvrtc_driver
 from blasdx.cache import cache_key, cached_compile, compile_descriptor
 from blasdx.errors import BlasdxError, CompileError, DescriptorError
 
@@ -89,7 +90,7 @@ def test_key_depends_on_everything_that_decides_the_cubin(monkeypatch):
         cache_key(source, "other", "sm_80"),
         cache_key(source, "tiny", "sm_80", cc.CompileOptions(lineinfo=True)),
     }
-    monkeypatch.setattr(cc, "nvrtc_version", lambda: (99, 9))
+    monkeypatch.setattr(nvrtc_driver, "nvrtc_identity", lambda: "nvidia_cuda_nvrtc 99.9")
     others.add(cache_key(source, "tiny", "sm_80"))
     monkeypatch.undo()
     monkeypatch.setattr(cache, "_blasdx_version", lambda: "99.0")
@@ -102,7 +103,7 @@ def kernels_copy(tmp_path, monkeypatch) -> Path:
     """blasdx's kernels folder copied to tmp and made *the* kernels folder."""
     copy = tmp_path / "kernels"
     shutil.copytree(cc.kernels_dir(), copy)
-    monkeypatch.setattr(cc, "kernels_dir", lambda: copy)
+    monkeypatch.setattr(headers, "kernels_dir", lambda: copy)
     return copy
 
 
@@ -176,13 +177,16 @@ def test_disk_hit_needs_no_nvrtc(cache_root):
 
 
 def test_new_process_loads_from_disk_without_nvrtc(cache_root):
+    """A disk hit neither compiles nor loads NVRTC or cuda.core: the key names the compiler from wheel metadata."""
     code = """
-        import json, hashlib, blasdx as bx
+        import json, hashlib, sys, blasdx as bx
         from blasdx import cache
         gemm = bx.Size(32, 32, 32) + bx.Precision(bx.float16, bx.float16, bx.float32) + bx.Function.MM
         gemm = gemm + bx.SM(80) + bx.Block()
         k = gemm.compile()
-        print(json.dumps({**cache.stats.as_dict(), "sha": hashlib.sha256(k.cubin).hexdigest(), "regs": k.registers}))
+        loaded = sorted(m for m in ("cuda.core", "cuda.bindings.nvrtc") if m in sys.modules)
+        print(json.dumps({**cache.stats.as_dict(), "sha": hashlib.sha256(k.cubin).hexdigest(), "regs": k.registers,
+                          "loaded": loaded}))
     """
     cold = _run(code, cache_root)
     assert cold.returncode == 0, cold.stderr
@@ -191,6 +195,7 @@ def test_new_process_loads_from_disk_without_nvrtc(cache_root):
     cold_stats, warm_stats = json.loads(cold.stdout), json.loads(warm.stdout)
     assert cold_stats["nvrtc_calls"] == 1 and cold_stats["disk_writes"] == 1
     assert warm_stats["nvrtc_calls"] == 0 and warm_stats["disk_hits"] == 1
+    assert cold_stats["loaded"] == ["cuda.bindings.nvrtc", "cuda.core"] and warm_stats["loaded"] == []
     assert warm_stats["sha"] == cold_stats["sha"] and warm_stats["regs"] == cold_stats["regs"]
 
 
@@ -345,6 +350,54 @@ def test_precompile_first_thing_in_a_process(tmp_path):
     env = {**os.environ, "BLASDX_CACHE_DIR": str(tmp_path)}
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0 and result.stdout.strip() == "4", result.stderr
+
+
+PRECOMPILE_IN_A_NEW_PROCESS = """
+    import blasdx as bx
+    sizes = (16, 24, 32, 40, 48, 56, 64, 72)
+    descs = [bx.Size(s, s, s) + bx.Precision(bx.float16, bx.float16, bx.float32) + bx.Function.MM + bx.SM(80)
+             + bx.Block() for s in sizes]
+    results = bx.precompile(descs, workers=8, return_exceptions=True)
+    failed = [f"{type(r).__name__}: {r}" for r in results if isinstance(r, BaseException)]
+    print(len(results), len(failed))
+    print("\\n".join(failed))
+"""
+
+
+@pytest.mark.parametrize("attempt", range(2))
+def test_precompile_with_many_workers_in_a_fresh_process(tmp_path, attempt):
+    """Eight workers start compiling at once in a process that has not imported cuda.core yet (an empty cache)."""
+    done = _run(PRECOMPILE_IN_A_NEW_PROCESS, tmp_path / f"cache-{attempt}")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == "8 0", done.stdout
+
+
+CONCURRENT_IMPORTS = """
+    import threading
+    from blasdx import cuda_modules
+    start = threading.Barrier(24)
+    errors = []
+    getters = (lambda: cuda_modules.core().Program, lambda: cuda_modules.core().ProgramOptions,
+               lambda: cuda_modules.nvrtc().nvrtcVersion, lambda: cuda_modules.pathfinder().find_nvidia_header_directory,
+               lambda: cuda_modules.driver().cuInit, lambda: cuda_modules.load("cuda.core.utils").StridedMemoryView)
+    def work(i):
+        start.wait()
+        try:
+            getters[i % len(getters)]()
+        except Exception as exc:
+            errors.append(repr(exc))
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(24)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    print(len(errors), errors[:3])
+"""
+
+
+@pytest.mark.parametrize("attempt", range(3))
+def test_cuda_modules_import_from_many_threads_at_once(tmp_path, attempt):
+    done = _run(CONCURRENT_IMPORTS, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "0 []", done.stdout
 
 
 def test_precompile_reports_every_failure():

@@ -11,6 +11,7 @@ import pytest
 
 import blasdx as bx
 from blasdx import compiler as cc
+from blasdx import cubin
 from blasdx.cache import compile_descriptor
 from blasdx.errors import CompileError, DeviceError
 
@@ -346,7 +347,7 @@ def test_missing_cuobjdump_names_the_pip_package(monkeypatch, tmp_path):
     import cuda.pathfinder
 
     monkeypatch.setattr(cuda.pathfinder, "find_nvidia_binary_utility", lambda name: None, raising=False)
-    monkeypatch.setattr(cc, "_wheel_bin_dirs", lambda: [])
+    monkeypatch.setattr(cubin, "_wheel_bin_dirs", lambda: [])
     monkeypatch.delenv("CUDA_HOME", raising=False)
     monkeypatch.delenv("CUDA_PATH", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))

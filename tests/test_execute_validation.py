@@ -15,9 +15,11 @@ import numpy as np
 import pytest
 
 import blasdx as bx
-from blasdx import arrays
+from blasdx import arrays, devices
 from blasdx import execute as ex
 from blasdx.errors import DescriptorError, DeviceError, ExecutionError
+
+from .fake_driver import install
 
 R, C = bx.row_major, bx.col_major
 A_PTR, B_PTR, C_PTR = 0x7F10_0000_0000, 0x7F20_0000_0000, 0x7F30_0000_0000
@@ -40,11 +42,10 @@ class Fake:
 
 
 @pytest.fixture(autouse=True)
-def _fake_driver(monkeypatch):
-    """Devices of fake pointers come from DEVICE_OF; the current device is 0."""
+def _fake_pointers(monkeypatch):
+    """Devices of fake pointers come from DEVICE_OF (by their top bits; device 0 when not listed)."""
     DEVICE_OF.clear()
-    monkeypatch.setattr(arrays, "pointer_device_id", lambda ptr, argument="array": DEVICE_OF.get(ptr >> 36 << 36, 0))
-    monkeypatch.setattr(arrays, "current_device_id", lambda: 0)
+    monkeypatch.setattr(devices, "pointer_device_id", lambda ptr, argument="array": DEVICE_OF.get(ptr >> 36 << 36, 0))
 
 
 def gemm(m=64, n=32, k=16, precision=(bx.float16, bx.float16, bx.float32), *extra, sm=80, block=True):
@@ -358,12 +359,13 @@ def test_arrays_on_different_devices():
         ex.check_arguments(F16, *operands(F16))
 
 
-def test_arrays_not_on_the_current_device():
+def test_arrays_not_on_the_device_asked_for():
     for ptr in (A_PTR, B_PTR, C_PTR):
         DEVICE_OF[ptr] = 1
-    with pytest.raises(ExecutionError, match=r"a: the array is on device 1 but the current device is 0; make device 1 current"):
+    with pytest.raises(ExecutionError, match=r"a: the array is on device 1 but the call was asked to run on device 0"):
         ex.check_arguments(F16, *operands(F16), device_id=0)
     assert ex.check_arguments(F16, *operands(F16), device_id=1).device_id == 1
+    assert ex.check_arguments(F16, *operands(F16)).device_id == 1  # no device asked for: the arrays' one
 
 
 def test_read_only_c():
@@ -510,39 +512,15 @@ def test_device_can_run_descriptor(sm, cc):
 
 
 # ---------------------------------------------------------------------------------------------
-# execute(): never launches after a failed check; launches the contract's arguments
+# execute(): never launches after a failed check; launches the contract's arguments on the
+# arrays' device (a fake two-GPU driver records every launch and the device that ran it)
 # ---------------------------------------------------------------------------------------------
 
 
 @pytest.fixture()
-def recorder(monkeypatch):
-    """Replace the device plan, stream wrapper and launch with recorders (no GPU)."""
-    calls: dict[str, list] = {"launch": [], "wait": [], "device": []}
-
-    class FakeDevicePlan:
-        kernel = "kernel"
-        _configs: dict = {}
-
-        def config(self, batch):
-            return ("config", batch)
-
-    def on_device(self, device_id):
-        calls["device"].append(device_id)
-        return FakeDevicePlan()
-
-    class FakeStream:
-        def __init__(self, handle):
-            self.handle = handle
-
-        def wait(self, other):
-            calls["wait"].append(other.handle)
-
-    monkeypatch.setattr(ex.ExecutionPlan, "on_device", on_device)
-    monkeypatch.setattr(ex, "as_core_stream", lambda stream, handle: FakeStream(handle))
-    monkeypatch.setattr(arrays, "core_stream", lambda handle: FakeStream(handle))
-    monkeypatch.setattr(ex, "_launch", lambda stream, config, kernel, *args: calls["launch"].append(
-        (stream.handle, config, kernel, args)))
-    return calls
+def gpu(monkeypatch):
+    """Two fake GPUs, device 0 current; kernels load as fakes; producer waits are recorded."""
+    return install(monkeypatch)
 
 
 BAD_CALLS = {
@@ -558,36 +536,168 @@ BAD_CALLS = {
 
 
 @pytest.mark.parametrize("case", sorted(BAD_CALLS))
-def test_failed_check_never_launches(recorder, case):
+def test_failed_check_never_launches(gpu, case):
     a, b, c, kwargs = BAD_CALLS[case](*operands(F16))
     with pytest.raises(ExecutionError):
         bx.Descriptor.execute(F16, a, b, c, **kwargs)
-    assert recorder["launch"] == [] and recorder["wait"] == []
+    assert gpu.launches == [] and gpu.waits == [] and gpu.current() == 0
 
 
-def test_execute_launches_the_contract(recorder):
+def test_execute_launches_the_contract(gpu):
     a, b, c = operands(F16, batch=(3, None, 3))
     b.__cuda_array_interface__["stream"] = 0x9000  # producer stream to wait on
+    gpu.stream(0x8000, 0)
+    gpu.stream(0x9000, 0)
     out = F16.execute(a, b, c, alpha=-1.5, beta=2, stream=0x8000)
     assert out is c
-    assert recorder["device"] == [0]
-    assert recorder["wait"] == [0x9000]
-    [(stream, config, kernel, args)] = recorder["launch"]
-    assert stream == 0x8000 and config == ("config", 3) and kernel == "kernel"
-    assert args == (A_PTR, B_PTR, C_PTR, np.float32(-1.5), np.float32(2), F16.a_size, 0, F16.c_size)
+    assert gpu.waits == [(0x9000, 0)]
+    [launch] = gpu.launches
+    assert launch.stream == 0x8000 and launch.device == 0 and launch.grid == (3, 1, 1)
+    assert launch.block == F16.block_dim and launch.shared_memory == F16.kernel_shared_memory_size
+    assert launch.slots[:3] == (A_PTR, B_PTR, C_PTR)
+    assert (launch.float32(3), launch.float32(4)) == (-1.5, 2.0)
+    assert [launch.int64(i) for i in (5, 6, 7)] == [F16.a_size, 0, F16.c_size]
+    assert ex.check_arguments(F16, a, b, c, alpha=-1.5, beta=2, stream=0x8000).args == (
+        A_PTR, B_PTR, C_PTR, np.float32(-1.5), np.float32(2), F16.a_size, 0, F16.c_size
+    )
 
 
-def test_execute_empty_batch_launches_nothing(recorder):
+def test_execute_of_complex_float64_packs_four_doubles(gpu):
+    desc = bx.Size(16, 16, 16) + bx.Precision(bx.float64) + bx.Type.complex + bx.Function.MM + bx.SM(80) + bx.Block()
+    desc.execute(*operands(desc), alpha=1 - 2j, beta=0.5j)
+    [launch] = gpu.launches
+    assert [launch.float64(i) for i in (3, 4, 5, 6)] == [1.0, -2.0, 0.0, 0.5]
+    assert [launch.int64(i) for i in (7, 8, 9)] == [0, 0, 0]
+
+
+def test_execute_empty_batch_launches_nothing(gpu):
     a, b, c = operands(F16, batch=(0, None, 0))
     assert F16.execute(a, b, c) is c
-    assert recorder["launch"] == []
+    assert gpu.launches == []
 
 
-def test_execute_records_pending_stream_on_device_array(recorder):
+def test_execute_records_pending_stream_on_device_array(gpu):
     a, b, _ = operands(F16)
     c = arrays.DeviceArray(C_PTR, (64, 32), np.float32, strides=(4, 256), device_id=0)
+    gpu.stream(0x8100, 0)
     F16.execute(a, b, c, stream=0x8100)
     assert c.stream == 0x8100 and c.__cuda_array_interface__["stream"] == 0x8100
+
+
+# ---------------------------------------------------------------------------------------------
+# several devices: a call runs on its arrays' device and leaves the current one as it was
+# ---------------------------------------------------------------------------------------------
+
+
+def on_device_1():
+    for ptr in (A_PTR, B_PTR, C_PTR):
+        DEVICE_OF[ptr] = 1
+
+
+def test_arrays_on_another_device_run_there_and_the_current_device_stays(gpu):
+    on_device_1()
+    F16.execute(*operands(F16))  # the default stream: device 1's, since device 1 is made current for it
+    [launch] = gpu.launches
+    assert launch.device == 1 and launch.stream == arrays.default_stream_handle()
+    assert gpu.current() == 0 and gpu.stack() == [gpu.primary[0]]
+    assert gpu.calls[-3:] == ["cuCtxGetDevice", "push 1", "pop 1"]
+
+
+def test_arrays_on_the_current_device_switch_nothing(gpu):
+    F16.execute(*operands(F16))
+    F16.execute(*operands(F16))
+    assert [launch.device for launch in gpu.launches] == [0, 0]
+    assert not any(call.startswith(("push", "pop")) for call in gpu.calls)
+
+
+def test_no_current_context_runs_on_the_arrays_device_and_leaves_none(gpu):
+    gpu.make_current(None)
+    on_device_1()
+    F16.execute(*operands(F16))
+    assert gpu.launches[0].device == 1 and gpu.stack() == []
+
+
+def test_a_stream_of_another_device_is_refused_before_anything_runs(gpu):
+    on_device_1()
+    gpu.stream(0x8000, 0)
+    with pytest.raises(ExecutionError, match=r"stream: handle 0x8000 belongs to device 0 but the arrays are on device 1"):
+        F16.execute(*operands(F16), stream=0x8000)
+    assert gpu.launches == [] and gpu.current() == 0
+
+
+def test_a_stream_of_the_arrays_device_is_used(gpu):
+    on_device_1()
+    gpu.stream(0x8000, 1)
+    F16.execute(*operands(F16), stream=0x8000)
+    assert gpu.launches[0].device == 1 and gpu.launches[0].stream == 0x8000
+
+
+def test_library_streams_say_their_device_without_the_driver(gpu):
+    on_device_1()
+    torch_stream = types.SimpleNamespace(cuda_stream=0x8000, device_index=0)
+    with pytest.raises(ExecutionError, match="belongs to device 0 but the arrays are on device 1"):
+        F16.execute(*operands(F16), stream=torch_stream)
+    cupy_stream = types.SimpleNamespace(ptr=gpu.stream(0x8200, 1), device_id=1)
+    F16.execute(*operands(F16), stream=cupy_stream)
+    assert gpu.launches[0].stream == 0x8200 and "cuStreamGetDevice" not in gpu.calls
+
+
+def test_an_unknown_stream_handle_is_refused(gpu):
+    with pytest.raises(ExecutionError, match=r"stream: the CUDA driver does not know stream handle 0x8300"):
+        F16.execute(*operands(F16), stream=0x8300)
+
+
+def test_mixed_devices_are_refused_before_anything_runs(gpu):
+    DEVICE_OF[B_PTR] = 1
+    with pytest.raises(ExecutionError, match="b: the array is on device 1 but a is on device 0; a, b and c must be"):
+        F16.execute(*operands(F16))
+    assert gpu.launches == []
+
+
+def test_kernels_load_once_per_device(gpu):
+    F16.execute(*operands(F16))
+    on_device_1()
+    F16.execute(*operands(F16))
+    F16.execute(*operands(F16))
+    plan = ex.plan_for(F16)
+    assert sorted(plan._devices) == [0, 1]
+    assert plan._devices[0].kernel is not plan._devices[1].kernel
+    assert [launch.function for launch in gpu.launches] == [
+        int(plan._devices[0].kernel.handle), int(plan._devices[1].kernel.handle), int(plan._devices[1].kernel.handle)
+    ]
+
+
+def test_one_thread_per_device_each_with_its_own_stream(gpu):
+    """Two threads, one per fake device, each on a stream of its device: every launch lands where it belongs."""
+    import threading
+
+    gpu.stream(0xA000, 0)
+    gpu.stream(0xA100, 1)
+    desc = gemm(64, 32, 16)  # an equal descriptor: both threads share one plan
+    base = {0: 0x7E00_0000_0000, 1: 0x7D00_0000_0000}
+    for device, low in base.items():
+        DEVICE_OF[low] = device
+    errors = []
+
+    def work(device):
+        gpu.make_current(device ^ 1)  # the other device is current in this thread
+        ptrs = (base[device], base[device] + (1 << 28), base[device] + (2 << 28))
+        try:
+            for _ in range(50):
+                desc.execute(*operands(desc, ptrs=ptrs), stream=0xA000 + 0x100 * device)
+            if gpu.current() != device ^ 1:
+                errors.append(f"thread of device {device}: device {gpu.current()} is current after the calls")
+        except Exception as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(d,)) for d in (0, 1)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert errors == []
+    assert len(gpu.launches) == 100
+    for launch in gpu.launches:
+        device = 0 if launch.stream == 0xA000 else 1
+        assert launch.device == device and launch.slots[0] >> 40 == base[device] >> 40
 
 
 # ---------------------------------------------------------------------------------------------
@@ -650,7 +760,7 @@ def test_launch_path_with_stand_in_kernel(monkeypatch):
     dev.set_current()
     code = Program(_STAND_IN % {"m": m, "n": n, "k": k}, "c++", ProgramOptions(arch=f"sm_{major}{minor}")).compile("cubin")
     kernel = code.get_kernel("stand_in")
-    monkeypatch.setattr(ex, "_load_kernel", lambda desc, smem: kernel)
+    monkeypatch.setattr(ex, "_load_kernel", lambda desc, smem, device: kernel)
     rng = np.random.default_rng(0)
     a_host = rng.standard_normal((batch, m, k)).astype(np.float32)
     b_host = rng.standard_normal((k, n)).astype(np.float32)
@@ -673,3 +783,26 @@ def test_launch_path_with_stand_in_kernel(monkeypatch):
     dc = bx.to_device(np.zeros((batch, n, m), np.float32).transpose(0, 2, 1))
     desc.execute(da, db, dc)
     np.testing.assert_allclose(bx.from_device(dc), a_host @ b_host, rtol=1e-5, atol=1e-5)
+
+
+def test_torch_current_stream_is_asked_once_per_call(gpu, monkeypatch):
+    """The producer stream of three tensors on one device cannot change during a call: one query, not four."""
+    import sys
+
+    from .test_arrays import _fake_torch
+
+    torch = _fake_torch(current_stream=0x5000)
+    asked = []
+    torch._C._cuda_getCurrentRawStream = lambda device: asked.append(device) or 0x5000
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setattr(sys.modules["blasdx.array_torch"], "_TORCH_STREAM", [])  # forget the raw query bound before
+    gpu.stream(0x5000, 0)
+    a = torch.Tensor((64, 16), (16, 1), name="float16", itemsize=2, ptr=A_PTR)
+    b = torch.Tensor((16, 32), (1, 16), name="float16", itemsize=2, ptr=B_PTR)
+    c = torch.Tensor((64, 32), (1, 64), name="float32", itemsize=4, ptr=C_PTR)
+    F16.execute(a, b, c)
+    assert asked == [0] and gpu.launches[-1].stream == 0x5000 and gpu.waits == []
+    asked.clear()
+    gpu.stream(0x6000, 0)
+    F16.execute(a, b, c, stream=0x6000)  # another stream: it waits for torch's current one, asked once
+    assert asked == [0] and gpu.waits == [(0x5000, 0)] and gpu.launches[-1].stream == 0x6000

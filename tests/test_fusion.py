@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import blasdx as bx
-from blasdx import arrays
+from blasdx import arrays, devices, streams
 from blasdx import compiler as cc
 from blasdx import dtypes as dt
 from blasdx import fusion
@@ -387,7 +387,7 @@ class Fake:
 
 @pytest.fixture
 def fake_driver(monkeypatch):
-    monkeypatch.setattr(arrays, "pointer_device_id", lambda ptr, argument="array": 0)
+    monkeypatch.setattr(devices, "pointer_device_id", lambda ptr, argument="array": 0)
 
 
 ARGS_KERNEL = r"""
