@@ -103,7 +103,7 @@ def _cmd_describe(args: argparse.Namespace) -> None:
 
 def _cmd_source(args: argparse.Namespace) -> None:
     """Print the generated CUDA C++."""
-    from .codegen import generate
+    from .sources import generate
 
     desc = parse_descriptor(args.expression).validate()
     sys.stdout.write(generate(desc).source)

@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from . import arrays as _arrays
+from . import devices as _devices
 from . import array_gemm as _ag
 from . import dtypes as _dt
 from . import tiled as _tiled
@@ -312,18 +313,26 @@ def solve_triangular(
     if vout is not None:
         _check_out(vout, va, vb)
     alpha = plan.kernel.alpha(1) if plan.kernel is not None else ()
+    if stream is not None:
+        _devices.check_stream_device(stream, handle, plan.device_id)
     if plan.kernel is not None:
         plan.kernel.on_device(plan.device_id)  # DeviceError before anything is allocated
-    if out is None:
-        out = _allocate(b, plan.shape, plan.dtype, plan.device_id, handle)
-        vout = as_array(out, "out", stream=handle)
-    if plan.kernel is None or plan.batch == 0:
-        return out
-    core = _arrays.as_core_stream(stream, handle)
-    producers = tuple(v.stream for v in (va, vb, vout) if v.stream is not None and v.stream != handle)
-    if producers:
-        _arrays.wait_for_producers(core, handle, producers)
-    plan.kernel.launch(core, plan.device_id, (va.ptr, vb.ptr, vout.ptr), alpha, plan.strides, plan.chunks, plan.batch)
+    token = _devices.enter(plan.device_id)  # the call runs on the operands' device
+    try:
+        if out is None:
+            out = _allocate(b, plan.shape, plan.dtype, plan.device_id, handle)
+            vout = as_array(out, "out", stream=handle)
+        if plan.kernel is None or plan.batch == 0:
+            return out
+        core = _arrays.as_core_stream(stream, handle)
+        producers = tuple(v.stream for v in (va, vb, vout) if v.stream is not None and v.stream != handle)
+        if producers:
+            _arrays.wait_for_producers(core, handle, producers)
+        plan.kernel.launch(core, plan.device_id, (va.ptr, vb.ptr, vout.ptr), alpha, plan.strides, plan.chunks,
+                           plan.batch)
+    finally:
+        if token is not None:
+            _devices.leave(token)
     if type(out) is _arrays.DeviceArray:
         out._set_stream(handle)
     return out

@@ -386,7 +386,7 @@ def compile_descriptor(desc: Descriptor, options: CompileOptions = DEFAULT_OPTIO
         if hit is not None:
             stats.count("memory_hits")
             return hit
-    from .codegen import generate
+    from .sources import generate
 
     desc.validate()
     generated = generate(desc)

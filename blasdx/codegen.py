@@ -125,13 +125,7 @@ def _wgmma_lines(plan: _h.KernelPlan) -> list[str]:
 
 
 def generate(desc: Descriptor) -> GeneratedSource:
-    """The batched block-GEMM kernel of a validated descriptor (for Function.TRSM, the batched TRSM kernel)."""
-    from .trsm import TrsmDescriptor  # lazily: trsm builds on the descriptor
-
-    if isinstance(desc, TrsmDescriptor):
-        from .trsm_codegen import generate as generate_trsm
-
-        return generate_trsm(desc)
+    """The batched block-GEMM kernel of a validated descriptor (blasdx.sources dispatches TRSM elsewhere)."""
     desc.validate()
     a, b, _ = desc.precision
     includes = []

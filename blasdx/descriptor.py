@@ -69,6 +69,12 @@ def _operators_of(value: Any) -> tuple[Any, ...]:
     raise TypeError(f"cannot add {value!r} ({type(value).__name__}) to a blasdx descriptor; expected an operator")
 
 
+#: The Descriptor subclass of each Function other than MM (filled by the module defining it:
+#: blasdx.trsm registers TrsmDescriptor when the package loads), so that this layer imports
+#: nothing that builds on it.
+FUNCTION_CLASSES: dict[Any, type] = {}
+
+
 class Descriptor:
     """An immutable block-GEMM description; build it with ``+`` of operators."""
 
@@ -76,10 +82,10 @@ class Descriptor:
 
     def __new__(cls, operators: Iterable[Any] = ()) -> Descriptor:
         """A description with Function.TRSM is a :class:`blasdx.trsm.TrsmDescriptor` (its traits differ)."""
-        if cls is Descriptor and isinstance(operators, (tuple, list)) and Function.TRSM in operators:
-            from .trsm import TrsmDescriptor
-
-            cls = TrsmDescriptor
+        if cls is Descriptor and isinstance(operators, (tuple, list)):
+            for function, subclass in FUNCTION_CLASSES.items():
+                if function in operators:
+                    cls = subclass
         return object.__new__(cls)
 
     def __init__(self, operators: Iterable[Any] = ()) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from . import cache as _cache
-from . import codegen as _codegen
+from . import sources as _sources
 
 if TYPE_CHECKING:  # pragma: no cover
     from .compiled import CompiledKernel
@@ -24,7 +24,7 @@ __all__ = ["compile", "execute", "source"]
 
 def source(desc: Descriptor) -> str:
     """The CUDA C++ that blasdx compiles for ``desc`` (deterministic)."""
-    return _codegen.generate(desc).source
+    return _sources.generate(desc).source
 
 
 def compile(desc: Descriptor) -> CompiledKernel:  # noqa: A001 - the descriptor's method of this name

@@ -18,7 +18,7 @@ from typing import Any
 from . import dtypes as _dt
 from . import heuristics as _h
 from . import trsm_plan as _plan
-from .descriptor import Descriptor
+from .descriptor import FUNCTION_CLASSES, Descriptor
 from .errors import DescriptorError, UnsupportedError
 from .operators import (
     SM,
@@ -428,3 +428,6 @@ class TrsmDescriptor(Descriptor):
 
 def _no_c(trait: str) -> DescriptorError:
     return DescriptorError(f"{trait}: a TRSM has no C matrix; B holds the solution (b_dim, b_value_type, ldb ...)")
+
+
+FUNCTION_CLASSES[Function.TRSM] = TrsmDescriptor

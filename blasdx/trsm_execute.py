@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import arrays as _arrays
+from . import devices as _devices
 from . import execute as _ex
 from .arrays import ArrayView, as_array, as_core_stream, resolve_stream, wait_for_producers
 from .cache import cached_compile
@@ -81,7 +82,8 @@ class TrsmKernel:
 
             device = Device(device_id)
             _ex.check_device(self.desc, tuple(device.compute_capability), device_id, _ex._device_name(device))
-            kernel = self._devices[device_id] = self.compile().kernel(dynamic_shared_memory=self.shared_memory)
+            kernel = self._devices[device_id] = self.compile().kernel(dynamic_shared_memory=self.shared_memory,
+                                                                      device_id=device_id)
         return kernel
 
     def launch(
@@ -241,22 +243,28 @@ def execute(desc: TrsmDescriptor, a: Any, b: Any, *, alpha: Any = 1, stream: Any
     LeadingDimension. alpha == 0 sets B to zero without reading A or B.
     """
     handle = resolve_stream(stream, (b, a))
-    current = _arrays.current_device_id()
-    va, vb, batch, (stride_a, stride_b), alpha_args = check_arguments(
-        desc, a, b, alpha, stream=handle, device_id=current
-    )
-    device = current
+    va, vb, batch, (stride_a, stride_b), alpha_args = check_arguments(desc, a, b, alpha, stream=handle)
+    device = vb.device_id if vb.device_id is not None else va.device_id  # the call runs on the operands' device
     if device is None:
-        device = _ex._current_device(vb.device_id if vb.device_id is not None else va.device_id)
+        current = _devices.current_device_id()
+        device = 0 if current is None else current
+    if stream is not None:
+        _devices.check_stream_device(stream, handle, device)
     kernel = kernel_for(desc)
     kernel.on_device(device)
     if batch == 0:
         return b
-    core = as_core_stream(stream, handle)
-    producers = tuple(s for s in (va.stream, vb.stream) if s is not None and s != handle)
-    if producers:
-        wait_for_producers(core, handle, producers)
-    kernel.launch(core, device, (va.ptr, vb.ptr, vb.ptr), alpha_args, (stride_a, stride_b, stride_b), (1, 0, 0), batch)
+    token = _devices.enter(device)
+    try:
+        core = as_core_stream(stream, handle)
+        producers = tuple(s for s in (va.stream, vb.stream) if s is not None and s != handle)
+        if producers:
+            wait_for_producers(core, handle, producers)
+        kernel.launch(core, device, (va.ptr, vb.ptr, vb.ptr), alpha_args, (stride_a, stride_b, stride_b), (1, 0, 0),
+                      batch)
+    finally:
+        if token is not None:
+            _devices.leave(token)
     if type(b) is _arrays.DeviceArray and b._stream != handle:
         b._set_stream(handle)
     return b

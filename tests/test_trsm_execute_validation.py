@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import blasdx as bx
-from blasdx import array_gemm, array_trsm, arrays, trsm_execute
+from blasdx import array_gemm, array_trsm, arrays, devices, trsm_execute
 from blasdx import execute as ex
 from blasdx.errors import DescriptorError, ExecutionError
 
@@ -50,8 +50,10 @@ def fake_gpu(monkeypatch):
         calls["allocate"].append((shape, dtype.name))
         return Fake(shape, dtype.host_dtype, c_strides(shape), OUT_PTR)
 
-    monkeypatch.setattr(arrays, "pointer_device_id", lambda ptr, argument="array": 0)
-    monkeypatch.setattr(arrays, "current_device_id", lambda: 0)
+    monkeypatch.setattr(devices, "pointer_device_id", lambda ptr, argument="array": 0)
+    monkeypatch.setattr(devices, "current_device_id", lambda: 0)
+    monkeypatch.setattr(devices, "enter", lambda device_id: None)
+    monkeypatch.setattr(devices, "check_stream_device", lambda *args, **kwargs: None)
     monkeypatch.setattr(arrays, "as_core_stream", lambda stream, handle: FakeStream(handle))
     monkeypatch.setattr(trsm_execute, "as_core_stream", lambda stream, handle: FakeStream(handle))
     monkeypatch.setattr(arrays, "core_stream", lambda handle: FakeStream(handle))
@@ -142,7 +144,7 @@ def test_execute_launches_the_contract(fake_gpu):
     a, b = operands(desc, batch=(1, 5))
     b.__cuda_array_interface__["stream"] = 0x9000  # a producer stream to wait on
     assert desc.execute(a, b, alpha=-1.5, stream=0x8000) is b
-    assert set(fake_gpu["device"]) == {0} and fake_gpu["wait"] == [0x9000]
+    assert set(fake_gpu["device"]) == {0} and [int(w) for w in fake_gpu["wait"]] == [0x9000]
     [(stream, grid, block, smem, kernel, args)] = fake_gpu["launch"]
     assert stream == 0x8000 and grid == (3, 1, 1) and block == (128, 1, 1)
     assert smem == desc.kernel_shared_memory_size and kernel[1] == desc
