@@ -428,7 +428,7 @@ def _allocate(like: Any, shape: tuple[int, ...], dtype: _dt.DType, device_id: in
             return cupy.empty(shape, dtype=dtype.host_dtype)
     npd = dtype.host_dtype
     nbytes = max(math.prod(shape) * npd.itemsize, 1)  # device_id is current: the default streams are its own
-    buffer = _cuda.core().Device(device_id).allocate(nbytes, stream=_arrays.core_stream(stream))
+    buffer = _devices.core_device(device_id).allocate(nbytes, stream=_arrays.core_stream(stream))
     array = DeviceArray(buffer, shape, npd, device_id=device_id)
     array._set_stream(stream)
     return array

@@ -18,7 +18,8 @@ from typing import Any
 from .errors import DeviceError, ExecutionError
 
 __all__ = [
-    "TensorMap", "ParameterBlock", "encode_tiled", "launch", "max_active_clusters", "parameters_of", "TENSOR_MAP_TYPES",
+    "TensorMap", "ParameterBlock", "allocate_async", "encode_tiled", "free_async", "launch", "max_active_clusters",
+    "parameters_of", "TENSOR_MAP_TYPES",
 ]
 
 _LIB: list[Any] = []
@@ -45,6 +46,10 @@ def _libcuda() -> Any:
             lib.cuTensorMapReplaceAddress.restype = ctypes.c_int
             lib.cuLaunchKernel.argtypes = [p, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, p, p, p]
             lib.cuLaunchKernel.restype = ctypes.c_int
+            lib.cuMemAllocAsync.argtypes = [p, ctypes.c_size_t, p]
+            lib.cuMemAllocAsync.restype = ctypes.c_int
+            lib.cuMemFreeAsync.argtypes = [ctypes.c_uint64, p]
+            lib.cuMemFreeAsync.restype = ctypes.c_int
             lib.cuKernelGetFunction.argtypes = [p, p]
             lib.cuKernelGetFunction.restype = ctypes.c_int
             lib.cuOccupancyMaxActiveClusters.argtypes = [p, p, p]
@@ -232,6 +237,24 @@ def _cluster_config(grid: tuple[int, int, int], block: tuple[int, int, int], sha
     config = _LaunchConfig((ctypes.c_uint * 3)(*grid), (ctypes.c_uint * 3)(*block), shared_memory, stream,
                            ctypes.pointer(attribute), 1)
     return config, attribute
+
+
+def allocate_async(nbytes: int, stream: int) -> int:
+    """cuMemAllocAsync: ``nbytes`` of device memory from the current device's pool, ordered on ``stream``."""
+    lib = _libcuda()
+    pointer = ctypes.c_uint64()
+    code = lib.cuMemAllocAsync(ctypes.byref(pointer), nbytes, stream)
+    if code:
+        raise DeviceError(f"cuMemAllocAsync of {nbytes} bytes failed: {_error_name(lib, code)}")
+    return pointer.value
+
+
+def free_async(pointer: int, stream: int) -> None:
+    """cuMemFreeAsync: give ``pointer`` back once the work queued on ``stream`` before now is done."""
+    lib = _libcuda()
+    code = lib.cuMemFreeAsync(pointer, stream)
+    if code:
+        raise DeviceError(f"cuMemFreeAsync({pointer:#x}) failed: {_error_name(lib, code)}")
 
 
 def max_active_clusters(function: int, block: tuple[int, int, int], shared_memory: int, cluster: int) -> int | None:

@@ -250,7 +250,7 @@ def to_device(array: Any, device: Any = None, *, stream: Any = None) -> DeviceAr
     with _devices.on_device(device_id):
         driver = _devices.driver()
         s = dev.default_stream if handle is None else as_core_stream(stream, handle)
-        buffer = dev.allocate(max(span, 1), stream=s)
+        buffer = _devices.core_device(device_id).allocate(max(span, 1), stream=s)
         if span:
             check(driver.cuMemcpyHtoDAsync(int(buffer.handle), host.ctypes.data, span, s.handle), "cuMemcpyHtoDAsync")
         s.sync()

@@ -152,6 +152,26 @@ def leave(token: Any) -> None:
         check(driver().cuCtxPopCurrent(), "restoring the previous CUDA context")
 
 
+_CORE_READY = threading.local()
+
+
+def core_device(device_id: int) -> Any:
+    """The cuda.core Device of ``device_id``, ready for cuda.core's own calls (allocate) in this thread.
+
+    cuda.core refuses work on a Device that was never ``set_current()`` in the thread, even
+    with its context current; call this with ``device_id`` current (after :func:`enter`),
+    so that setting it current changes nothing but cuda.core's record.
+    """
+    device = _cuda.core().Device(device_id)
+    ready = getattr(_CORE_READY, "ids", None)
+    if ready is None:
+        ready = _CORE_READY.ids = set()
+    if device_id not in ready:
+        device.set_current()
+        ready.add(device_id)
+    return device
+
+
 class on_device:  # noqa: N801 - used like a function: ``with on_device(1): ...``
     """``with on_device(device_id):`` — :func:`enter` on entry, :func:`leave` on exit (for paths off the hot one)."""
 

@@ -24,6 +24,7 @@ from typing import Any
 from . import cuda_driver as _driver
 from . import dtypes as _dt
 from .cache import cached_compile
+from .errors import DeviceError
 
 __all__ = [
     "SERVED", "EngineConfig", "OperandRoute", "EnginePlan", "choose_config", "split_count", "serves", "route",
@@ -479,13 +480,14 @@ class _ScratchPool:
 
     Work on one stream runs in order, so a buffer that the previous call's kernels used is
     free for the next call's; other streams get their own. A buffer that is too small is
-    freed stream-ordered and replaced by a larger one.
+    freed stream-ordered and replaced by a larger one. Allocations come from the device's
+    stream-ordered pool (the caller has the device's context current).
     """
 
-    LIMIT = 64  # buffers kept; the oldest is freed beyond this
+    LIMIT = 32  # buffers kept per device; the oldest is freed beyond this
 
     def __init__(self) -> None:
-        self._buffers: dict[tuple[int, int, str], tuple[Any, int, int, Any]] = {}
+        self._buffers: dict[tuple[int, int, str], tuple[int, int]] = {}  # -> (address, bytes)
         self._lock = threading.Lock()
 
     def get(self, device_id: int, stream: int, stream_core: Any, use: str, nbytes: int) -> int:
@@ -493,26 +495,21 @@ class _ScratchPool:
         key = (device_id, stream, use)
         found = self._buffers.get(key)
         if found is not None and found[1] >= nbytes:
-            return found[2]
-        from cuda.core import Device
-
+            return found[0]
         with self._lock:
             if found is not None:
-                self._free(self._buffers.pop(key))
-            while len(self._buffers) >= self.LIMIT:
-                self._free(self._buffers.pop(next(iter(self._buffers))))
+                _driver.free_async(self._buffers.pop(key)[0], stream)
+            mine = [k for k in self._buffers if k[0] == device_id]  # this device's context is the current one
+            for old in mine[: max(0, len(mine) - self.LIMIT + 1)]:
+                address, _ = self._buffers.pop(old)
+                try:
+                    _driver.free_async(address, old[1])
+                except DeviceError:  # that stream is gone: the pool keeps the bytes until the device resets
+                    pass
             size = max(256, 1 << (nbytes - 1).bit_length())  # powers of two: few regrowths
-            buffer = Device(device_id).allocate(size, stream=stream_core)
-            self._buffers[key] = (buffer, size, int(buffer.handle), stream_core)
-            return self._buffers[key][2]
-
-    @staticmethod
-    def _free(entry: tuple[Any, int, int, Any]) -> None:
-        buffer, _, _, stream_core = entry
-        try:
-            buffer.close(stream_core)
-        except Exception:  # the stream is gone: free once the device is done with it
-            buffer.close()
+            address = _driver.allocate_async(size, stream)
+            self._buffers[key] = (address, size)
+            return address
 
 
 _SCRATCH = _ScratchPool()
