@@ -39,6 +39,9 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from batched import time_ms  # noqa: E402  (the benchmarks' one CUDA-event timer)
+
 # Bytes of shared memory a Hopper block may opt in to (cudaDevAttrMaxSharedMemoryPerBlockOptin).
 HOPPER_SHARED_BYTES = 232448
 
@@ -257,23 +260,6 @@ def triton_matmul(a, b, out_dtype=None, config: Config | None = None, autotune: 
     return c
 
 
-def median_ms(fn: Callable[[], Any], repeats: int = 20, warmup: int = 2) -> float:
-    """Median milliseconds of ``fn`` over CUDA events after warm-up (as benchmarks/batched.time_ms)."""
-    torch = _torch()
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    times.sort()
-    return times[len(times) // 2]
-
-
 class TuneResult(NamedTuple):
     best: Config
     timings: dict  # Config -> milliseconds, or the reason it was not timed
@@ -297,7 +283,7 @@ def tune(a, b, out_dtype=None, candidates: list[Config] | None = None, budget_s:
         try:
             _launch(a, b, c, cfg)
             torch.cuda.synchronize()
-            timings[cfg] = median_ms(lambda cfg=cfg: _launch(a, b, c, cfg), repeats=10)
+            timings[cfg] = time_ms(lambda cfg=cfg: _launch(a, b, c, cfg), repeats=10)
         except Exception as exc:  # OutOfResources, compile errors: a result of tuning
             timings[cfg] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
     timed = {cfg: ms for cfg, ms in timings.items() if isinstance(ms, float)}
@@ -444,8 +430,8 @@ def main(argv: list[str] | None = None) -> int:
             c = triton_matmul(a, b, config=cfg)
             err, tol = check(a, b, c, gen=gen), _tolerance(INPUTS[name][0], c.dtype, size)
             flops = 2.0 * size**3
-            ms = median_ms(lambda a=a, b=b, cfg=cfg: triton_matmul(a, b, config=cfg))
-            ms_t = median_ms(_torch_call(name, a, b))
+            ms = time_ms(lambda a=a, b=b, cfg=cfg: triton_matmul(a, b, config=cfg))
+            ms_t = time_ms(_torch_call(name, a, b))
             row = {"type": name, "size": size, "config": asdict(cfg), "ms": ms, "tflops": flops / ms / 1e9,
                    "torch_ms": ms_t, "torch_tflops": flops / ms_t / 1e9, "ratio": ms_t / ms, "error": err,
                    "ok": err <= tol}
