@@ -351,10 +351,7 @@ def _engine_plan(vx: ArrayView, vy: ArrayView, mx: Matrix, my: Matrix, result: _
                             (mx.batch or 1) > 1)
     route_b = _hopper.route("y", vy.dtype, vy.ptr, not my.row_major, my.ld, my.outer, my.batch_stride,
                             (my.batch or 1) > 1)
-    d_layout = None
-    if vout is not None:
-        rs, cs = vout.strides[-2:]
-        d_layout = (rs, cs, vout.strides[0] if len(vout.shape) == 3 and vout.shape[0] > 1 else 0, vout.ptr)
+    d_layout = None if vout is None else (*_hopper.result_strides(vout), vout.ptr)
     try:
         engine = _hopper.EnginePlan(
             vx.dtype, result, m, n, k, batch, route_a, route_b, mx.ld, my.ld, mx.batch or 1, my.batch or 1,

@@ -205,9 +205,8 @@ class DeviceGemm:
         view = self._view(array, "d", self.c, row_major)
         m, n = view.shape[-2:]
         batch = view.shape[0] if len(view.shape) == 3 else 1
-        rs = view.strides[-2]
-        bs = view.strides[0] if batch > 1 else 0
-        geometry = _hopper._store_geometry(self.c, m, n, batch, (rs, 1, bs, view.ptr))
+        rs, cs, bs = _hopper.result_strides(view)
+        geometry = _hopper._store_geometry(self.c, m, n, batch, (rs, cs, bs, view.ptr))
         if geometry is None:
             raise ExecutionError(
                 f"d: TMA stores need a 16-byte aligned address and rows (and problems) of whole 16 bytes; got "

@@ -399,8 +399,8 @@ class EnginePlan:
         if self.splits > 1:
             nbytes = 4 * self.splits * self.batch * self.m * self.n
             workspace = _SCRATCH.get(device_id, stream, stream_core, "splits", nbytes)
-        c_ptr, c_strides = (0, (0, 0, 0)) if c is None else (c.ptr, _strides(c))
-        d_strides = _strides(d)
+        c_ptr, c_strides = (0, (0, 0, 0)) if c is None else (c.ptr, result_strides(c))
+        d_strides = result_strides(d)
         gemm = self._gemm
         with gemm.params.lock:
             self._point_maps(a_ptr, b_ptr, d.ptr)
@@ -555,7 +555,7 @@ def _store_geometry(c: _dt.DType, m: int, n: int, batch: int, d_layout: tuple[in
     return _Operand((n, m, batch), (row_bytes, batch_bytes), (_SWIZZLE // size, 64, 1), batched)
 
 
-def _strides(view: Any) -> tuple[int, int, int]:
+def result_strides(view: Any) -> tuple[int, int, int]:
     """(row, column, batch) element strides of a result-shaped view (batch 0 when it does not vary)."""
     rs, cs = view.strides[-2:]
     bs = view.strides[0] if len(view.shape) == 3 and view.shape[0] > 1 else 0
