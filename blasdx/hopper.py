@@ -257,7 +257,8 @@ def gemm_source(a: _dt.DType, c: _dt.DType, config: EngineConfig, a_k_major: boo
 
 def reduce_source(c: _dt.DType) -> str:
     """kernels/splitk_reduce.cu for results of type ``c``."""
-    return f'#include "blasdx/types.cuh"\nusing splitk_c_type = {_STORAGE_TYPES[c.name]};\n#include "splitk_reduce.cu"\n'
+    return (f'#include "blasdx/types.cuh"\nusing splitk_c_type = {_STORAGE_TYPES[c.name]};\n'
+            'using splitk_acc_type = float;\n#include "splitk_reduce.cu"\n')
 
 
 def repack_source(itemsize: int) -> str:
