@@ -1,7 +1,8 @@
 """The Hopper engine's host side: tile configuration, how operands reach TMA, compile, launch.
 
 On an sm_90 GPU, ``bx.matmul`` / ``bx.mma`` run the types wgmma serves (f16 -> f16 | f32,
-bf16 -> f32, tf32 -> f32) through kernels/hopper_gemm.cu: TMA loads into a stage ring,
+bf16 -> f32, tf32 -> f32, and f32 -> f32 at float32 accuracy as three tf32 products when a
+call asks for it: blasdx.emulation) through kernels/hopper_gemm.cu: TMA loads into a stage ring,
 warp-specialised wgmma consumers, a persistent grid, and split K when the output has too
 few tiles to fill the GPU. This module decides everything a call needs from the operands'
 shapes, strides and pointers (:class:`EnginePlan`), once per kind of call:
@@ -40,16 +41,20 @@ ARCH = "sm_90a"
 SERVED = {
     (_dt.float16, _dt.float16), (_dt.float16, _dt.float32), (_dt.bfloat16, _dt.float32), (_dt.tfloat32, _dt.float32),
 }
-_MMA_TYPES = {"float16": "__half", "bfloat16": "__nv_bfloat16", "tfloat32": "blasdx::tf32"}
+#: Emulated schemes the engine runs: scheme name -> (input, result) type pairs.
+EMULATED_SERVED = {"3xtf32": {(_dt.float32, _dt.float32)}}
+_MMA_TYPES = {"float16": "__half", "bfloat16": "__nv_bfloat16", "tfloat32": "blasdx::tf32", "float32": "blasdx::tf32"}
 _STORAGE_TYPES = {"float16": "__half", "bfloat16": "__nv_bfloat16", "tfloat32": "float", "float32": "float"}
 _UNSIGNED = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int", 8: "unsigned long long"}
 _SWIZZLE = 128  # bytes: one stage row of K (K-major) or one 64-element panel row (MN-major)
 _SCRATCH_ALIGNMENT = 256  # scratch allocations start on 256 bytes; maps of repacked operands are encoded at it
 
 
-def serves(a: _dt.DType, c: _dt.DType) -> bool:
-    """Whether the engine runs inputs of type ``a`` with results of type ``c``."""
-    return (a, c) in SERVED
+def serves(a: _dt.DType, c: _dt.DType, scheme: str = "native") -> bool:
+    """Whether the engine runs inputs of type ``a`` with results of type ``c`` by ``scheme`` (blasdx.emulation)."""
+    if scheme == "native":
+        return (a, c) in SERVED
+    return (a, c) in EMULATED_SERVED.get(scheme, ())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -69,6 +74,7 @@ class EngineConfig:
     group_m: int = 8
     cluster: int = 1  # blocks per cluster along M, sharing B's tile by TMA multicast
     pingpong: bool = False  # consumers take whole tiles in turn (one's epilogue overlaps the other's products)
+    split_tf32: bool = False  # float32 operands split into tf32 parts in each stage (three products)
 
     @property
     def threads(self) -> int:
@@ -76,19 +82,21 @@ class EngineConfig:
         return 128 * (1 + self.consumers)
 
     def stage_bytes(self, itemsize: int) -> int:
-        return (self.bm + self.bn) * self.bk * itemsize
+        """A stage's operands; twice that with the tf32 split (high parts, then low parts)."""
+        return (self.bm + self.bn) * self.bk * itemsize * (2 if self.split_tf32 else 1)
 
     def shared_memory(self, itemsize: int, staged_store: bool = False) -> int:
         """Dynamic shared memory (gemm.cuh): alignment slack, the stages, the epilogue's staging, barriers."""
         staging = self.consumers * STAGING_BYTES if staged_store else 0
-        return 1024 + self.stages * self.stage_bytes(itemsize) + staging + 16 * self.stages + 16
+        return 1024 + self.stages * self.stage_bytes(itemsize) + staging + 24 * self.stages + 16
 
     def __str__(self) -> str:
         consumers = "1 consumer" if self.consumers == 1 else f"{self.consumers} consumers"
         cluster = f", clusters of {self.cluster}" if self.cluster > 1 else ""
         pingpong = ", ping-pong" if self.pingpong else ""
+        split = ", 3xtf32 split" if self.split_tf32 else ""
         return (f"{self.bm}x{self.bn}x{self.bk}, {self.stages} stages, {consumers}{pingpong}, group {self.group_m}"
-                f"{cluster}")
+                f"{cluster}{split}")
 
 
 # Configurations per output shape class (K step: 128 bytes of the input type).
@@ -108,7 +116,13 @@ SQUARE = EngineConfig(128, 128, 64, 6, 2)
 NARROW = EngineConfig(64, 256, 64, 5, 1)
 PINGPONG = EngineConfig(128, 128, 64, 6, 2, pingpong=True)
 WIDE_CLUSTERS = EngineConfig(128, 256, 64, 4, 2, cluster=2)
-CONFIGS = {"wide": WIDE, "square": SQUARE, "narrow": NARROW, "pingpong": PINGPONG, "wide clusters": WIDE_CLUSTERS}
+# The 3xtf32 split doubles a stage (low parts beside the high ones): 128 x 128 x 32 f32
+# tiles take 64 KB a stage, so 3 stages; each stage carries three times the products.
+SPLIT_PINGPONG = EngineConfig(128, 128, 32, 3, 2, pingpong=True, split_tf32=True)
+SPLIT_SQUARE = EngineConfig(128, 128, 32, 3, 2, split_tf32=True)
+SPLIT_WIDE = EngineConfig(128, 256, 32, 2, 2, split_tf32=True)
+CONFIGS = {"wide": WIDE, "square": SQUARE, "narrow": NARROW, "pingpong": PINGPONG, "wide clusters": WIDE_CLUSTERS,
+           "split pingpong": SPLIT_PINGPONG, "split square": SPLIT_SQUARE, "split wide": SPLIT_WIDE}
 
 #: wide tiles in clusters from this many waves of tiles over the SMs, each at least this deep in K.
 CLUSTER_WAVES = 8
@@ -122,16 +136,20 @@ MIN_STEPS_PER_SPLIT = 16
 MAX_SPLITS = 16
 
 
-def choose_config(a: _dt.DType, m: int, n: int, k: int, batch: int, multiprocessors: int) -> tuple[EngineConfig, int]:
+def choose_config(a: _dt.DType, m: int, n: int, k: int, batch: int, multiprocessors: int,
+                  scheme: str = "native") -> tuple[EngineConfig, int]:
     """The tile configuration and K split count of an M x N x K product with ``batch`` problems.
 
-    Outputs of at most 64 rows take `narrow`; long products with many `wide` tiles (at
-    least CLUSTER_WAVES per SM, CLUSTER_MIN_K_STEPS deep) take `wide` in clusters of 2;
-    the rest `pingpong`. Then :func:`split_count`.
+    The 3xtf32 scheme takes `split pingpong`. Otherwise outputs of at most 64 rows take
+    `narrow`; long products with many `wide` tiles (at least CLUSTER_WAVES per SM,
+    CLUSTER_MIN_K_STEPS deep) take `wide` in clusters of 2; the rest `pingpong`. Then
+    :func:`split_count`.
     """
     bk = _SWIZZLE // a.size
     wide_tiles = batch * math.ceil(m / WIDE.bm) * math.ceil(n / WIDE.bn)
-    if m <= 64:
+    if scheme == "3xtf32":
+        config = SPLIT_PINGPONG
+    elif m <= 64:
         config = NARROW
     elif wide_tiles >= CLUSTER_WAVES * multiprocessors and math.ceil(k / bk) >= CLUSTER_MIN_K_STEPS:
         config = WIDE_CLUSTERS
@@ -249,6 +267,7 @@ def gemm_source(a: _dt.DType, c: _dt.DType, config: EngineConfig, a_k_major: boo
         f"    static constexpr bool pingpong = {str(config.pingpong).lower()};",
         f"    static constexpr bool a_k_major = {str(a_k_major).lower()}, b_k_major = {str(b_k_major).lower()};",
         f"    static constexpr bool store_by_tma = {str(store_by_tma).lower()};",
+        *(["    static constexpr bool split_tf32 = true;"] if config.split_tf32 else []),
         "};",
         '#include "hopper_gemm.cu"',
         "",
@@ -325,7 +344,7 @@ class EnginePlan:
                  route_b: OperandRoute, lda: int, ldb: int, batch_a: int, batch_b: int, batch_stride_a: int,
                  batch_stride_b: int, ptr_a: int, ptr_b: int, multiprocessors: int,
                  d_layout: tuple[int, int, int, int] | None = None, config: EngineConfig | None = None,
-                 splits: int | None = None) -> None:
+                 splits: int | None = None, scheme: str = "native") -> None:
         """Choose and check (kernels compile at the first run); ExecutionError when TMA refuses an operand.
 
         ``ptr_a`` / ``ptr_b`` are this call's addresses: the tensor maps are encoded now
@@ -333,12 +352,15 @@ class EnginePlan:
         anything runs. ``d_layout`` is D's (row, column, batch) element strides and address
         (None: a new C-contiguous result); a row-major D whose rows and problems start on 16
         bytes is stored with TMA. ``config`` / ``splits`` override the rule (benchmark sweeps).
+        ``scheme`` is the products' scheme (blasdx.emulation): "3xtf32" splits float32 operands.
         """
         self.a, self.c = a, c
         self.m, self.n, self.k, self.batch = m, n, k, batch
         self.route_a, self.route_b = route_a, route_b
-        chosen, chosen_splits = choose_config(a, m, n, k, batch, multiprocessors)
+        chosen, chosen_splits = choose_config(a, m, n, k, batch, multiprocessors, scheme)
         self.config = config or chosen
+        if self.config.split_tf32 != (scheme == "3xtf32"):
+            raise ValueError(f"configuration {self.config} does not run the {scheme} scheme")
         self.splits = splits if splits is not None else (chosen_splits if config is None else 1)
         self.multiprocessors = multiprocessors
         self.operand_a = _operand(route_a, a, m, k, lda, batch_a, batch_stride_a, self.config.bm, self.config.bk)
@@ -526,16 +548,16 @@ def _describe(config: EngineConfig, splits: int, route_a: OperandRoute, route_b:
 
 
 def describe_call(a: _dt.DType, c: _dt.DType, m: int, n: int, k: int, batch: int = 1, a_row_major: bool = True,
-                  b_row_major: bool = True, multiprocessors: int = 132) -> str:
+                  b_row_major: bool = True, multiprocessors: int = 132, scheme: str = "native") -> str:
     """What the engine runs for contiguous operands of these types, shape and layouts (no GPU needed).
 
     The same rule and routes as :class:`EnginePlan`, for operands at 256-byte aligned
     addresses with a new C-contiguous result (``python -m blasdx matmul``).
     """
-    if not serves(a, c):
+    if not serves(a, c, scheme):
         raise ValueError(f"the engine runs {', '.join(f'{x.name} -> {y.name}' for x, y in sorted(SERVED, key=str))}"
-                         f"; not {a.name} -> {c.name}")
-    config, splits = choose_config(a, m, n, k, batch, multiprocessors)
+                         f" (and float32 -> float32 as 3xtf32); not {a.name} -> {c.name} ({scheme})")
+    config, splits = choose_config(a, m, n, k, batch, multiprocessors, scheme)
     route_a = route("x", a, _SCRATCH_ALIGNMENT, a_row_major, k if a_row_major else m, m if a_row_major else k,
                     m * k, batch > 1)
     route_b = route("y", a, _SCRATCH_ALIGNMENT, not b_row_major, n if b_row_major else k, k if b_row_major else n,

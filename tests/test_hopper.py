@@ -233,7 +233,7 @@ def test_engine_compiles_with_wgmma_tma_and_no_spills(a, c, a_k_major, b_k_major
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(hopper.CONFIGS))
+@pytest.mark.parametrize("name", sorted(n for n, c in hopper.CONFIGS.items() if not c.split_tf32))
 def test_every_config_compiles(name):
     config = hopper.replace(hopper.CONFIGS[name], bk=64)
     compiled = cached_compile(hopper.gemm_source(dt.bfloat16, dt.float32, config, True, False), hopper.KERNEL_NAME,

@@ -18,6 +18,10 @@
 //                          consumer 1, ...) instead of sharing each tile's rows: one
 //                          consumer's epilogue runs while the other multiplies
 //   acc_type (optional)    the accumulator's element type: float (default), int for 8-bit integers
+//   split_tf32 (optional)  float32 operands at float32 accuracy on tf32 tensor cores
+//                          (precision.cuh): warps 1-3 of the producer warpgroup split each
+//                          filled stage into high and low parts, and consumers multiply
+//                          three products per stage
 //   cluster_m              blocks per cluster along M (1 or 2): the blocks of a cluster take
 //                          vertically adjacent tiles and each loads half of their common B
 //                          tile, multicast into both (half the B traffic through L2); a
@@ -27,6 +31,7 @@
 
 #include "epilogue.cuh"
 #include "pipeline.cuh"
+#include "precision.cuh"
 #include "scheduler.cuh"
 #include "tma.cuh"
 #include "warpgroup_mma.cuh"
@@ -38,12 +43,19 @@ namespace hopper {
 template <class...> using void_t = void;
 template <class Cfg, class = void> struct accumulator_of { using type = float; };
 template <class Cfg> struct accumulator_of<Cfg, void_t<typename Cfg::acc_type>> { using type = typename Cfg::acc_type; };
+// Cfg::split_tf32 when the configuration names it, else false.
+template <class Cfg, class = void> struct splits_tf32 { static constexpr bool value = false; };
+template <class Cfg> struct splits_tf32<Cfg, void_t<decltype(Cfg::split_tf32)>> {
+    static constexpr bool value = Cfg::split_tf32;
+};
 
 template <class Cfg>
 struct DeviceGemm {
     static constexpr int BM = Cfg::bm, BN = Cfg::bn, BK = Cfg::bk, STAGES = Cfg::stages;
     static constexpr int CONSUMERS = Cfg::consumers, CLUSTER = Cfg::cluster_m;
     static constexpr bool PINGPONG = Cfg::pingpong;
+    static constexpr bool SPLIT = splits_tf32<Cfg>::value;
+    static constexpr int SPLITTERS = 96;  // warps 1-3 of the producer warpgroup split stages
     static constexpr int WG_M = PINGPONG ? BM : BM / CONSUMERS, ATOMS_M = WG_M / 64;
     static constexpr int READERS = PINGPONG ? 1 : CONSUMERS;  // consumer warpgroups that read each stage
     static constexpr int THREADS = 128 * (1 + CONSUMERS);
@@ -57,7 +69,8 @@ struct DeviceGemm {
     using Sched = Scheduler<BM, BN, BK, Cfg::group_m, CLUSTER>;
     using Stages = Ring<STAGES>;
 
-    static constexpr int STAGE_BYTES = SA::BYTES + SB::BYTES;
+    static constexpr int OPERAND_BYTES = SA::BYTES + SB::BYTES;
+    static constexpr int STAGE_BYTES = SPLIT ? 2 * OPERAND_BYTES : OPERAND_BYTES;  // split: [A B A_lo B_lo]
     // Dynamic shared memory: 1024 bytes of slack to align the stages to a swizzle atom, the
     // stages, each consumer's staging for its epilogue, the barriers.
     template <class Epilogue>
@@ -71,6 +84,8 @@ struct DeviceGemm {
     static_assert(WG_M % 64 == 0 && ATOMS_M <= 2, "a consumer owns one or two 64-row slices of the tile");
     static_assert(BN == 64 || BN == 128 || BN == 256, "one wgmma spans the tile's N: 64, 128 or 256");
     static_assert(STAGES >= 2, "the producer loads ahead while consumers multiply");
+    static_assert(!SPLIT || (CLUSTER == 1 && sizeof(typename Cfg::a_type) == 4 && sizeof(typename Cfg::b_type) == 4),
+                  "the tf32 split takes float32 operands, without clusters");
     static_assert(SA::BYTES % ATOM_BYTES == 0 && SB::BYTES % ATOM_BYTES == 0, "stages stay atom-aligned");
     static_assert(ATOMS_M * BN / 2 + 40 <= CONSUMER_REGISTERS, "the accumulator fits the consumer's registers");
 
@@ -95,7 +110,7 @@ struct DeviceGemm {
             u32 granted;
             asm("mov.u32 %0, %%dynamic_smem_size;\n" : "=r"(granted));
             if (granted < u32(shared_bytes<Epilogue>())) __trap();  // a launch with less would corrupt memory
-            ring->init(4 * READERS * CLUSTER);
+            ring->init(4 * READERS * CLUSTER, SPLITTERS);
             prefetch_tensor_map(map_a);
             prefetch_tensor_map(map_b);
         }
@@ -107,7 +122,11 @@ struct DeviceGemm {
         const int warpgroup = threadIdx.x / 128;
         if (warpgroup == 0) {
             release_registers<PRODUCER_REGISTERS>();
-            if (threadIdx.x == 0) produce(smem, ring, map_a, map_b, sched, batched_a, batched_b);
+            if (threadIdx.x == 0) {
+                produce(smem, ring, map_a, map_b, sched, batched_a, batched_b);
+            } else if constexpr (SPLIT) {
+                if (threadIdx.x >= 32) split(smem, ring, sched);
+            }
         } else {
             claim_registers<CONSUMER_REGISTERS>();
             const int consumer = warpgroup - 1;
@@ -146,6 +165,22 @@ struct DeviceGemm {
         }
     }
 
+    // Warps 1-3: each stage, once filled, split into tf32 high parts (in place) and low parts.
+    __device__ __forceinline__ static void split(unsigned char* smem, Stages* ring, const Sched& sched) {
+        RingState<STAGES> at;
+        for (int unit = blockIdx.x; unit < sched.units; unit += gridDim.x) {
+            const Work w = sched.work(unit, 0);
+            for (int step = w.k_begin; step < w.k_end; ++step) {
+                wait(&ring->full[at.stage], at.parity);
+                unsigned char* s = stage(smem, at.stage);
+                split_stage<OPERAND_BYTES, SPLITTERS>(s, s + OPERAND_BYTES, threadIdx.x - 32);
+                async_proxy_fence();  // the parts are visible to wgmma (the async proxy)
+                arrive(&ring->split[at.stage]);
+                at.advance();
+            }
+        }
+    }
+
     template <class Epilogue>
     __device__ __forceinline__ static void consume(unsigned char* smem, Stages* ring, const Sched& sched,
                                                    int consumer, const Epilogue& epi, unsigned char* staging) {
@@ -166,10 +201,16 @@ struct DeviceGemm {
             acc.zero();
             int held = -1;  // the stage the group in flight reads
             for (int step = w.k_begin; step < w.k_end; ++step) {
-                wait(&ring->full[at.stage], at.parity);
                 const u32 a_base = shared_address(stage(smem, at.stage));
-                mma_stage<typename Cfg::a_mma, typename Cfg::b_mma, SA, SB, ATOMS_M, BN, BK>(acc, a_base,
-                                                                                     a_base + SA::BYTES, row0);
+                if constexpr (SPLIT) {
+                    wait(&ring->split[at.stage], at.parity);
+                    mma_stage_split<SA, SB, ATOMS_M, BN, BK>(acc, a_base, a_base + SA::BYTES, a_base + OPERAND_BYTES,
+                                                             a_base + OPERAND_BYTES + SA::BYTES, row0);
+                } else {
+                    wait(&ring->full[at.stage], at.parity);
+                    mma_stage<typename Cfg::a_mma, typename Cfg::b_mma, SA, SB, ATOMS_M, BN, BK>(acc, a_base,
+                                                                                         a_base + SA::BYTES, row0);
+                }
                 wgmma::wait<1>();
                 if (held >= 0 && lead) release(ring, held, rank);
                 held = at.stage;
