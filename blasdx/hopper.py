@@ -117,12 +117,12 @@ NARROW = EngineConfig(64, 256, 64, 5, 1)
 PINGPONG = EngineConfig(128, 128, 64, 6, 2, pingpong=True)
 WIDE_CLUSTERS = EngineConfig(128, 256, 64, 4, 2, cluster=2)
 # The 3xtf32 split doubles a stage (low parts beside the high ones): 128 x 128 x 32 f32
-# tiles take 64 KB a stage, so 3 stages; each stage carries three times the products.
-SPLIT_PINGPONG = EngineConfig(128, 128, 32, 3, 2, pingpong=True, split_tf32=True)
+# tiles take 64 KB a stage, so 3 stages; each stage carries three times the products, summed
+# apart and added into the accumulator per stage (gemm.cuh, multiply_promoted), which takes
+# two more accumulators per consumer: 64 x 128 each (the square tile shared by 2 consumers).
 SPLIT_SQUARE = EngineConfig(128, 128, 32, 3, 2, split_tf32=True)
-SPLIT_WIDE = EngineConfig(128, 256, 32, 2, 2, split_tf32=True)
 CONFIGS = {"wide": WIDE, "square": SQUARE, "narrow": NARROW, "pingpong": PINGPONG, "wide clusters": WIDE_CLUSTERS,
-           "split pingpong": SPLIT_PINGPONG, "split square": SPLIT_SQUARE, "split wide": SPLIT_WIDE}
+           "split square": SPLIT_SQUARE}
 
 #: wide tiles in clusters from this many waves of tiles over the SMs, each at least this deep in K.
 CLUSTER_WAVES = 8
@@ -140,7 +140,7 @@ def choose_config(a: _dt.DType, m: int, n: int, k: int, batch: int, multiprocess
                   scheme: str = "native") -> tuple[EngineConfig, int]:
     """The tile configuration and K split count of an M x N x K product with ``batch`` problems.
 
-    The 3xtf32 scheme takes `split pingpong`. Otherwise outputs of at most 64 rows take
+    The 3xtf32 scheme takes `split square`. Otherwise outputs of at most 64 rows take
     `narrow`; long products with many `wide` tiles (at least CLUSTER_WAVES per SM,
     CLUSTER_MIN_K_STEPS deep) take `wide` in clusters of 2; the rest `pingpong`. Then
     :func:`split_count`.
@@ -148,7 +148,7 @@ def choose_config(a: _dt.DType, m: int, n: int, k: int, batch: int, multiprocess
     bk = _SWIZZLE // a.size
     wide_tiles = batch * math.ceil(m / WIDE.bm) * math.ceil(n / WIDE.bn)
     if scheme == "3xtf32":
-        config = SPLIT_PINGPONG
+        config = SPLIT_SQUARE
     elif m <= 64:
         config = NARROW
     elif wide_tiles >= CLUSTER_WAVES * multiprocessors and math.ceil(k / bk) >= CLUSTER_MIN_K_STEPS:

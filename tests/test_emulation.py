@@ -95,7 +95,7 @@ def test_few_bits_run_float32_as_tf32(encoder):
 
 def test_tolerance_of_3xtf32_is_float32s_plus_the_parts():
     assert tolerance(dt.float32, dt.float32, 4096, scheme="3xtf32") == pytest.approx(
-        tolerance(dt.float32, dt.float32, 4096) + 4 * 2.0**-22)
+        tolerance(dt.float32, dt.float32, 4096) + 8 * 2.0**-22)
     assert tolerance(dt.float32, dt.float32, 4096, scheme="3xtf32") < tolerance(dt.tfloat32, dt.float32, 4096) / 100
 
 
@@ -108,6 +108,7 @@ def test_split_kernels_compile_with_tf32_wgmma_and_no_spills(name, staged):
     compiled = cached_compile(source, hopper.KERNEL_NAME, "sm_90a")
     sass = compiled.sass()
     assert compiled.local_memory == 0 and "LDL" not in sass and "STL" not in sass
+    assert "serialized" not in (compiled.log or ""), "ptxas serialised the wgmmas (accumulators read in flight)"
     assert f"HGMMA.64x{config.bn}x8.F32.TF32" in sass and "UTMALDG" in sass
     # the splitting warps read and write whole 16-byte vectors of the stages
     assert "LDS.128" in sass and "STS.128" in sass

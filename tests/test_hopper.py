@@ -230,6 +230,7 @@ def test_engine_compiles_with_wgmma_tma_and_no_spills(a, c, a_k_major, b_k_major
     assert {"HGMMA", "UTMALDG", "UTMASTG", "USETMAXREG", "SYNCS"} <= ops
     assert not ops & {"LDL", "STL"} and compiled.local_memory == 0
     assert compiled.registers <= 168, "the register cap at entry of 384 threads, before the hand-over"
+    assert "serialized" not in (compiled.log or ""), "ptxas serialised the wgmmas (accumulators read in flight)"
 
 
 @pytest.mark.slow

@@ -56,6 +56,8 @@ struct DeviceGemm {
     static constexpr bool PINGPONG = Cfg::pingpong;
     static constexpr bool SPLIT = splits_tf32<Cfg>::value;
     static constexpr int SPLITTERS = 96;  // warps 1-3 of the producer warpgroup split stages
+    // Each stage's products summed apart and added into the accumulator by the CUDA cores.
+    static constexpr bool PROMOTE = SPLIT;
     static constexpr int WG_M = PINGPONG ? BM : BM / CONSUMERS, ATOMS_M = WG_M / 64;
     static constexpr int READERS = PINGPONG ? 1 : CONSUMERS;  // consumer warpgroups that read each stage
     static constexpr int THREADS = 128 * (1 + CONSUMERS);
@@ -198,31 +200,85 @@ struct DeviceGemm {
             }
             if (PINGPONG && turn > 0) wait(&ring->turn[consumer], waited++ & 1);  // its last unit's stages are in
             const int row0 = PINGPONG ? 0 : consumer * WG_M;
-            acc.zero();
-            int held = -1;  // the stage the group in flight reads
-            for (int step = w.k_begin; step < w.k_end; ++step) {
-                const u32 a_base = shared_address(stage(smem, at.stage));
-                if constexpr (SPLIT) {
-                    wait(&ring->split[at.stage], at.parity);
-                    mma_stage_split<SA, SB, ATOMS_M, BN, BK>(acc, a_base, a_base + SA::BYTES, a_base + OPERAND_BYTES,
-                                                             a_base + OPERAND_BYTES + SA::BYTES, row0);
-                } else {
-                    wait(&ring->full[at.stage], at.parity);
-                    mma_stage<typename Cfg::a_mma, typename Cfg::b_mma, SA, SB, ATOMS_M, BN, BK>(acc, a_base,
-                                                                                         a_base + SA::BYTES, row0);
-                }
-                wgmma::wait<1>();
-                if (held >= 0 && lead) release(ring, held, rank);
-                held = at.stage;
-                at.advance();
+            if constexpr (PROMOTE) {
+                multiply_promoted(acc, smem, ring, at, w, row0, lead, rank);
+            } else {
+                multiply(acc, smem, ring, at, w, row0, lead, rank);
             }
-            if (PINGPONG && threadIdx.x % 128 == 0) arrive(&ring->turn[consumer ^ 1]);  // every stage waited for
-            wgmma::wait<0>();
-            if (held >= 0 && lead) release(ring, held, rank);
-            acc.pin();
             epi(w, acc, w.m0 + row0, w.n0, consumer, staging);
         }
         epi.finish(consumer);
+    }
+
+    // Waits for the stage at `at` and issues its products into `target` as one wgmma group.
+    __device__ __forceinline__ static void issue(Acc& target, unsigned char* smem, Stages* ring,
+                                                 const RingState<STAGES>& at, int row0) {
+        const u32 base = shared_address(stage(smem, at.stage));
+        if constexpr (SPLIT) {
+            wait(&ring->split[at.stage], at.parity);
+            mma_stage_split<SA, SB, ATOMS_M, BN, BK>(target, base, base + SA::BYTES, base + OPERAND_BYTES,
+                                                     base + OPERAND_BYTES + SA::BYTES, row0);
+        } else {
+            wait(&ring->full[at.stage], at.parity);
+            mma_stage<typename Cfg::a_mma, typename Cfg::b_mma, SA, SB, ATOMS_M, BN, BK>(target, base,
+                                                                                 base + SA::BYTES, row0);
+        }
+    }
+
+    // A unit's K steps summed in acc by the tensor cores; one stage's group stays in flight
+    // while the next is issued, and a stage is freed once its group has completed. Ping-pong:
+    // the other consumer may go on once every stage of this unit has been waited for.
+    __device__ __forceinline__ static void multiply(Acc& acc, unsigned char* smem, Stages* ring,
+                                                    RingState<STAGES>& at, const Work& w, int row0, bool lead,
+                                                    int rank) {
+        acc.zero();
+        int held = -1;  // the stage the group in flight reads
+        for (int step = w.k_begin; step < w.k_end; ++step) {
+            issue(acc, smem, ring, at, row0);
+            wgmma::wait<1>();
+            if (held >= 0 && lead) release(ring, held, rank);
+            held = at.stage;
+            at.advance();
+        }
+        if (PINGPONG && threadIdx.x % 128 == 0) arrive(&ring->turn[(threadIdx.x / 128 - 1) ^ 1]);
+        wgmma::wait<0>();
+        if (held >= 0 && lead) release(ring, held, rank);
+        acc.pin();
+    }
+
+    // As multiply, but each stage's products go to a fresh accumulator that is then added
+    // into acc by the CUDA cores (rounded f32 adds): the tensor cores' f32 sums do not round
+    // to nearest, so their error grows with the length of the sum; promoted, it grows with
+    // one stage's. The stage's group is waited for before the adds (reading an accumulator
+    // of a group in flight would make ptxas serialise every wgmma), so this consumer's
+    // tensor-core work pauses while it adds; the other consumer's fills the gap.
+    __device__ static void multiply_promoted(Acc& acc, unsigned char* smem, Stages* ring, RingState<STAGES>& at,
+                                             const Work& w, int row0, bool lead, int rank) {
+        Acc part;
+        acc.zero();
+        part.zero();
+        for (int step = w.k_begin; step < w.k_end; ++step) {
+            issue(part, smem, ring, at, row0);
+            wgmma::wait<0>();
+            if (lead) release(ring, at.stage, rank);
+            add_and_clear(acc, part);
+            at.advance();
+        }
+        if (PINGPONG && threadIdx.x % 128 == 0) arrive(&ring->turn[(threadIdx.x / 128 - 1) ^ 1]);
+        acc.pin();
+    }
+
+    // acc += part; part = 0 (part's group has completed).
+    __device__ __forceinline__ static void add_and_clear(Acc& acc, Acc& part) {
+        part.pin();
+#pragma unroll
+        for (int i = 0; i < ATOMS_M; ++i)
+#pragma unroll
+            for (int j = 0; j < BN / 2; ++j) {
+                acc.r[i][j] += part.r[i][j];
+                part.r[i][j] = 0;
+            }
+        part.pin();
     }
 };
 

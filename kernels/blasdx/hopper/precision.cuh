@@ -1,11 +1,12 @@
 // Float32 products on tf32 tensor cores at float32 accuracy: each operand x is split into
-// a high part hi = tf32(x) and a low part lo = tf32(x - hi), and a product is summed as
-// a_hi b_hi + a_hi b_lo + a_lo b_hi (the a_lo b_lo term is below float32's last bit).
-// Both parts are rounded to nearest, so x - hi - lo is at most 2^-22 |x|.
+// a high part hi = x rounded to tf32 (to nearest) and a low part lo = x - hi (exact in
+// float32, |lo| <= 2^-11 |x|), which the tensor core reads to tf32's 10 mantissa bits; a
+// product is summed as a_lo b_hi + a_hi b_lo + a_hi b_hi (a_lo b_lo lies below float32's
+// last bit). What the parts miss of x is at most 2^-21 |x|.
 //
-// The split runs in shared memory, on each stage TMA has filled: the split is element by
-// element, so it does not care about the stage's swizzled layout. The high part replaces
-// the stage's operands in place; the low parts go to a second half of the stage.
+// The split runs in shared memory, on each stage TMA has filled: it is element by element,
+// so it does not care about the stage's swizzled layout. The high parts replace the stage's
+// operands in place; the low parts go to a second half of the stage.
 #pragma once
 
 #include "pipeline.cuh"
@@ -14,16 +15,14 @@
 namespace blasdx {
 namespace hopper {
 
-__device__ __forceinline__ float round_to_tf32(float x) {
-    u32 r;
-    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
-    return __uint_as_float(r);
-}
-
-// (hi, lo) of one value; infinities and NaN keep their value in hi and get lo = 0.
+// (hi, lo) of one value: integer rounding of the bits (add half of tf32's last place, clear
+// the 13 bits below it), then one exact subtraction. NaN, infinities and the few values that
+// round up past the largest float keep hi = x and lo = 0.
 __device__ __forceinline__ void split_tf32(float x, float& hi, float& lo) {
-    hi = round_to_tf32(x);
-    lo = isfinite(x) ? round_to_tf32(x - hi) : 0.0f;
+    const float rounded = __uint_as_float((__float_as_uint(x) + 0x1000u) & 0xffffe000u);
+    const bool finite = (__float_as_uint(rounded) & 0x7f800000u) != 0x7f800000u;
+    hi = finite ? rounded : x;
+    lo = finite ? x - rounded : 0.0f;
 }
 
 // Splits BYTES of float32 at `stage` in place (high parts) and writes the low parts at
