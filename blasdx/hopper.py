@@ -75,6 +75,7 @@ class EngineConfig:
     cluster: int = 1  # blocks per cluster along M, sharing B's tile by TMA multicast
     pingpong: bool = False  # consumers take whole tiles in turn (one's epilogue overlaps the other's products)
     split_tf32: bool = False  # float32 operands split into tf32 parts in each stage (three products)
+    promote_stages: int = 1  # with the split: stages the tensor cores sum between promotions
 
     @property
     def threads(self) -> int:
@@ -94,7 +95,7 @@ class EngineConfig:
         consumers = "1 consumer" if self.consumers == 1 else f"{self.consumers} consumers"
         cluster = f", clusters of {self.cluster}" if self.cluster > 1 else ""
         pingpong = ", ping-pong" if self.pingpong else ""
-        split = ", 3xtf32 split" if self.split_tf32 else ""
+        split = f", 3xtf32 split, promoted every {self.promote_stages} stages" if self.split_tf32 else ""
         return (f"{self.bm}x{self.bn}x{self.bk}, {self.stages} stages, {consumers}{pingpong}, group {self.group_m}"
                 f"{cluster}{split}")
 
@@ -120,9 +121,10 @@ WIDE_CLUSTERS = EngineConfig(128, 256, 64, 4, 2, cluster=2)
 # tiles take 64 KB a stage, so 3 stages; each stage carries three times the products, summed
 # apart and added into the accumulator per stage (gemm.cuh, multiply_promoted), which takes
 # two more accumulators per consumer: 64 x 128 each (the square tile shared by 2 consumers).
-SPLIT_SQUARE = EngineConfig(128, 128, 32, 3, 2, split_tf32=True)
+SPLIT_SQUARE = EngineConfig(128, 128, 32, 3, 2, split_tf32=True, promote_stages=2)
 CONFIGS = {"wide": WIDE, "square": SQUARE, "narrow": NARROW, "pingpong": PINGPONG, "wide clusters": WIDE_CLUSTERS,
-           "split square": SPLIT_SQUARE}
+           "split square": SPLIT_SQUARE, "split square p1": replace(SPLIT_SQUARE, promote_stages=1),
+           "split square p4": replace(SPLIT_SQUARE, promote_stages=4)}
 
 #: wide tiles in clusters from this many waves of tiles over the SMs, each at least this deep in K.
 CLUSTER_WAVES = 8
@@ -267,7 +269,8 @@ def gemm_source(a: _dt.DType, c: _dt.DType, config: EngineConfig, a_k_major: boo
         f"    static constexpr bool pingpong = {str(config.pingpong).lower()};",
         f"    static constexpr bool a_k_major = {str(a_k_major).lower()}, b_k_major = {str(b_k_major).lower()};",
         f"    static constexpr bool store_by_tma = {str(store_by_tma).lower()};",
-        *(["    static constexpr bool split_tf32 = true;"] if config.split_tf32 else []),
+        *([f"    static constexpr bool split_tf32 = true; static constexpr int promote_stages = "
+           f"{config.promote_stages};"] if config.split_tf32 else []),
         "};",
         '#include "hopper_gemm.cu"',
         "",

@@ -112,6 +112,27 @@ def test_infinities_and_nan_stay_non_finite(torch):
     assert rel <= tolerance(dt.float32, dt.float32, 96, scheme="3xtf32")
 
 
+@pytest.mark.parametrize("name", ["split square p1", "split square", "split square p4"])
+def test_every_promotion_interval(torch, name):
+    """Each split configuration (stages between promotions) on an odd-shaped product, split K too."""
+    from blasdx import arrays, hopper
+
+    gen = torch.Generator(device="cuda").manual_seed(23)
+    m, n, k = 259, 390, 1100
+    for splits in (1, 3):
+        x, y = _random(torch, (m, k), gen), _random(torch, (k, n), gen, "C")
+        out = torch.full((m, n), float("nan"), device="cuda")
+        vx, vy, vout = arrays.as_array(x, "x"), arrays.as_array(y, "y"), arrays.as_array(out, "out")
+        mx, my = array_gemm._matrix(vx, "x"), array_gemm._matrix(vy, "y")
+        device = array_gemm._device_info(out.device.index)
+        engine, why = array_gemm._engine_plan(vx, vy, mx, my, dt.float32, m, n, k, 1, device, vout,
+                                              hopper.CONFIGS[name], splits, "3xtf32")
+        assert engine is not None, why
+        handle = arrays.resolve_stream(None, (out,))
+        engine.run(out.device.index, arrays.as_core_stream(None, handle), handle, vx, vy, None, vout, 1.0, 0.0)
+        assert _error(torch, out, x, y) <= tolerance(dt.float32, dt.float32, k, scheme="3xtf32"), (name, splits)
+
+
 def test_split_k_shapes(torch):
     gen = torch.Generator(device="cuda").manual_seed(21)
     x, y = _random(torch, (64, 8192), gen), _random(torch, (8192, 640), gen, "C")

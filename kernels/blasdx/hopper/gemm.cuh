@@ -22,6 +22,8 @@
 //                          (precision.cuh): warps 1-3 of the producer warpgroup split each
 //                          filled stage into high and low parts, and consumers multiply
 //                          three products per stage
+//   promote_stages (opt.)  with the split: stages summed by the tensor cores between two
+//                          promotions into the accumulator (default 1)
 //   cluster_m              blocks per cluster along M (1 or 2): the blocks of a cluster take
 //                          vertically adjacent tiles and each loads half of their common B
 //                          tile, multicast into both (half the B traffic through L2); a
@@ -49,6 +51,12 @@ template <class Cfg> struct splits_tf32<Cfg, void_t<decltype(Cfg::split_tf32)>> 
     static constexpr bool value = Cfg::split_tf32;
 };
 
+// Cfg::promote_stages when the configuration names it, else 1.
+template <class Cfg, class = void> struct promote_stages_of { static constexpr int value = 1; };
+template <class Cfg> struct promote_stages_of<Cfg, void_t<decltype(Cfg::promote_stages)>> {
+    static constexpr int value = Cfg::promote_stages;
+};
+
 template <class Cfg>
 struct DeviceGemm {
     static constexpr int BM = Cfg::bm, BN = Cfg::bn, BK = Cfg::bk, STAGES = Cfg::stages;
@@ -56,8 +64,10 @@ struct DeviceGemm {
     static constexpr bool PINGPONG = Cfg::pingpong;
     static constexpr bool SPLIT = splits_tf32<Cfg>::value;
     static constexpr int SPLITTERS = 96;  // warps 1-3 of the producer warpgroup split stages
-    // Each stage's products summed apart and added into the accumulator by the CUDA cores.
+    // The products of every PROMOTE_STAGES stages summed apart and added into the accumulator
+    // by the CUDA cores.
     static constexpr bool PROMOTE = SPLIT;
+    static constexpr int PROMOTE_STAGES = promote_stages_of<Cfg>::value;
     static constexpr int WG_M = PINGPONG ? BM : BM / CONSUMERS, ATOMS_M = WG_M / 64;
     static constexpr int READERS = PINGPONG ? 1 : CONSUMERS;  // consumer warpgroups that read each stage
     static constexpr int THREADS = 128 * (1 + CONSUMERS);
@@ -246,24 +256,38 @@ struct DeviceGemm {
         acc.pin();
     }
 
-    // As multiply, but each stage's products go to a fresh accumulator that is then added
-    // into acc by the CUDA cores (rounded f32 adds): the tensor cores' f32 sums do not round
-    // to nearest, so their error grows with the length of the sum; promoted, it grows with
-    // one stage's. The stage's group is waited for before the adds (reading an accumulator
-    // of a group in flight would make ptxas serialise every wgmma), so this consumer's
-    // tensor-core work pauses while it adds; the other consumer's fills the gap.
+    // As multiply, but the products of every PROMOTE_STAGES stages go to a fresh accumulator
+    // that is then added into acc by the CUDA cores (rounded f32 adds): the tensor cores' f32
+    // sums do not round to nearest, so their error grows with the length of the sum; promoted,
+    // it grows with PROMOTE_STAGES stages'. The last group is waited for before the adds
+    // (reading an accumulator of a group in flight would make ptxas serialise every wgmma),
+    // so this consumer's tensor-core work pauses while it adds.
     __device__ static void multiply_promoted(Acc& acc, unsigned char* smem, Stages* ring, RingState<STAGES>& at,
                                              const Work& w, int row0, bool lead, int rank) {
         Acc part;
         acc.zero();
         part.zero();
+        int held = -1;  // the stage the group in flight reads, when one is
+        int summed = 0;  // stages in part
         for (int step = w.k_begin; step < w.k_end; ++step) {
             issue(part, smem, ring, at, row0);
-            wgmma::wait<0>();
-            if (lead) release(ring, at.stage, rank);
-            add_and_clear(acc, part);
+            if (++summed == PROMOTE_STAGES || step + 1 == w.k_end) {
+                wgmma::wait<0>();
+                if (lead) {
+                    if (held >= 0) release(ring, held, rank);
+                    release(ring, at.stage, rank);
+                }
+                add_and_clear(acc, part);
+                held = -1;
+                summed = 0;
+            } else {
+                wgmma::wait<1>();
+                if (held >= 0 && lead) release(ring, held, rank);
+                held = at.stage;
+            }
             at.advance();
         }
+        wgmma::wait<0>();  // nothing is in flight here (the last step promoted); ptxas cannot tell
         if (PINGPONG && threadIdx.x % 128 == 0) arrive(&ring->turn[(threadIdx.x / 128 - 1) ^ 1]);
         acc.pin();
     }

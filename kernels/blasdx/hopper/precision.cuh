@@ -16,13 +16,13 @@ namespace blasdx {
 namespace hopper {
 
 // (hi, lo) of one value: integer rounding of the bits (add half of tf32's last place, clear
-// the 13 bits below it), then one exact subtraction. NaN, infinities and the few values that
-// round up past the largest float keep hi = x and lo = 0.
+// the 13 bits below it), then one exact subtraction. NaN and infinities give a NaN low part,
+// replaced by 0 (hi keeps the value). Values within 2^-12 of the largest float round up to
+// infinity and are not split correctly.
 __device__ __forceinline__ void split_tf32(float x, float& hi, float& lo) {
-    const float rounded = __uint_as_float((__float_as_uint(x) + 0x1000u) & 0xffffe000u);
-    const bool finite = (__float_as_uint(rounded) & 0x7f800000u) != 0x7f800000u;
-    hi = finite ? rounded : x;
-    lo = finite ? x - rounded : 0.0f;
+    hi = __uint_as_float((__float_as_uint(x) + 0x1000u) & 0xffffe000u);
+    const float rest = x - hi;
+    lo = rest == rest ? rest : 0.0f;
 }
 
 // Splits BYTES of float32 at `stage` in place (high parts) and writes the low parts at
