@@ -44,8 +44,7 @@ extern "C" __global__ void __launch_bounds__(blasdx::hopper::Wide::THREADS, 1)
                             blasdx::hopper::TW alpha, blasdx::hopper::TW beta) {
     using namespace blasdx::hopper;
     extern __shared__ __align__(16) unsigned char smem[];
-    const Wide::Sched sched(m, n, k, batch, splits);
     const ElementLinearCombination<TW> final_{c, d, m, n, c_row, c_col, c_batch, d_row, d_col, d_batch, alpha, beta};
     const EachElement<FinalOrSplit> epi{{final_, ElementSplitPartial<TW>{workspace, m, n, batch}, splits > 1}};
-    Wide::run(smem, &map_a, &map_b, sched, batched_a != 0, batched_b != 0, epi);
+    Wide::run(smem, &map_a, &map_b, m, n, k, batch, splits, batched_a != 0, batched_b != 0, epi);
 }

@@ -44,14 +44,36 @@ struct DmmaWarpTile {
 
     int m0, n0;  // the warp tile's corner in the block tile
     int g, t;    // lane / 4, lane % 4
+    // Byte offsets of this lane's first loads (slice 0 of A, 8-column slice 0 of B): K-major by
+    // K group, MN-major by K slot; every other load adds a compile-time constant.
+    int a_lane[2], b_lane[2];
+
+    __device__ __forceinline__ static int sigma(int i) { return (i >> 1) | ((i & 1) << 2); }
+
+    // stage_offset of the lane's first element, split into the lane's part and constants:
+    // K-major row r = base + sigma(g) (r % 8 = sigma(g)), K index 8 * group + 2t: chunk
+    //   (4 group + t) ^ sigma(g) = 4 (group ^ (sigma(g) >> 2)) + (t ^ (sigma(g) & 3));
+    // MN-major index base + 2g (chunk g of its 16-wide panel), K index 2t + slot (+ 8 group:
+    //   one row of 1024 bytes further, same swizzle phase).
+    __device__ __forceinline__ static int lane_offset(int base, bool k_major, int g, int t, int which) {
+        if (k_major) {
+            const int s = sigma(g);
+            return (base + s) * 128 + 16 * (t ^ (s & 3)) + 64 * (which ^ (s >> 2));
+        }
+        const int k = 2 * t + which;
+        return (base / 16) * (BK * 128) + k * 128 + ((g ^ k) << 4);
+    }
 
     __device__ __forceinline__ DmmaWarpTile(int m0_, int n0_) : m0(m0_), n0(n0_) {
         const int lane = threadIdx.x % 32;
         g = lane >> 2;
         t = lane & 3;
+#pragma unroll
+        for (int w = 0; w < 2; ++w) {
+            a_lane[w] = lane_offset(m0, A_K_MAJOR, g, t, w);
+            b_lane[w] = lane_offset(n0, B_K_MAJOR, g, t, w);
+        }
     }
-
-    __device__ __forceinline__ static int sigma(int i) { return (i >> 1) | ((i & 1) << 2); }
 
     __device__ __forceinline__ void zero(Accumulator& acc) const {
 #pragma unroll
@@ -62,21 +84,19 @@ struct DmmaWarpTile {
                 for (int e = 0; e < 4; ++e) acc.r[i][j][e] = 0.0;
     }
 
-    // A's fragment of 16-row slice i, K group `group`, from the stage's A operand at a.
+    // A's fragment of 16-row slice i, K group `group`, from the stage's A operand at a
+    // (K-major: rows 16 i + sigma(g) and + 8, 2048 and 1024 bytes on; MN-major: panel i).
     __device__ __forceinline__ void load_a(double (&f)[4], const unsigned char* a, int i, int group) const {
-        const int k = atom::K * group + 2 * t;
         if constexpr (A_K_MAJOR) {
-            const int r = m0 + 16 * i + sigma(g);
-            const double2 lo = load_vector<double2>(a, stage_offset<double, BK, true>(r, k));
-            const double2 hi = load_vector<double2>(a, stage_offset<double, BK, true>(r + 8, k));
+            const double2 lo = load_vector<double2>(a, a_lane[group] + 2048 * i);
+            const double2 hi = load_vector<double2>(a, a_lane[group] + 2048 * i + 1024);
             f[0] = lo.x;
             f[2] = lo.y;
             f[1] = hi.x;
             f[3] = hi.y;
         } else {
-            const int r = m0 + 16 * i + 2 * g;
-            const double2 s0 = load_vector<double2>(a, stage_offset<double, BK, false>(r, k));
-            const double2 s1 = load_vector<double2>(a, stage_offset<double, BK, false>(r, k + 1));
+            const double2 s0 = load_vector<double2>(a, a_lane[0] + BK * 128 * i + 1024 * group);
+            const double2 s1 = load_vector<double2>(a, a_lane[1] + BK * 128 * i + 1024 * group);
             f[0] = s0.x;
             f[1] = s0.y;
             f[2] = s1.x;
@@ -84,19 +104,18 @@ struct DmmaWarpTile {
         }
     }
 
-    // B's fragments of K group `group` for every 8-column slice, from the stage's B operand at b.
+    // B's fragments of K group `group` for every 8-column slice, from the stage's B operand at b
+    // (K-major: rows 8 j + sigma(g), 1024 bytes apart; MN-major: slices 2p, 2p + 1 in panel p).
     __device__ __forceinline__ void load_b(double (&f)[NJ][2], const unsigned char* b, int group) const {
-        const int k = atom::K * group + 2 * t;
 #pragma unroll
         for (int j = 0; j < NJ; ++j) {
             if constexpr (B_K_MAJOR) {
-                const double2 v = load_vector<double2>(b, stage_offset<double, BK, true>(n0 + 8 * j + sigma(g), k));
+                const double2 v = load_vector<double2>(b, b_lane[group] + 1024 * j);
                 f[j][0] = v.x;
                 f[j][1] = v.y;
             } else if (j % 2 == 0) {
-                const int c = n0 + 8 * j + 2 * g;
-                const double2 s0 = load_vector<double2>(b, stage_offset<double, BK, false>(c, k));
-                const double2 s1 = load_vector<double2>(b, stage_offset<double, BK, false>(c, k + 1));
+                const double2 s0 = load_vector<double2>(b, b_lane[0] + BK * 128 * (j / 2) + 1024 * group);
+                const double2 s1 = load_vector<double2>(b, b_lane[1] + BK * 128 * (j / 2) + 1024 * group);
                 f[j][0] = s0.x;
                 f[j + 1][0] = s0.y;
                 f[j][1] = s1.x;

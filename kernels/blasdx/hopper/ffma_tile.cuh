@@ -43,11 +43,28 @@ struct FfmaWarpTile {
 
     int m0, n0;  // the warp tile's corner in the block tile
     int lm, ln;  // lane / 8, lane % 8
+    // The lane's part of every load's byte offset; the rest is a compile-time constant. The
+    // swizzle phase of a K-major row is its index % 8, of an MN-major panel row its K % 8:
+    // * A K-major, row m0 + lm + 4i, K group q: chunk q ^ (lm + 4 (i % 2)); with x = q ^ 4 (i % 2),
+    //   16 ((x & 3) ^ lm) is the lane's part (a_lane[x & 3]), 64 (x >> 2) + 512 i the constant;
+    // * A MN-major, rows m0 + 4 lm + 16 ii, K index k: chunk (lm + 4 (ii % 2)) ^ (k % 8);
+    //   16 (lm ^ (k % 4)) is the lane's part (a_lane[k % 4]), 64 ((ii % 2) ^ (k % 8 >> 2)) the rest;
+    // * B K-major, row n0 + ln + 8j, group q: chunk q ^ ln, b_lane[q], 1024 j on;
+    // * B MN-major, columns n0 + 4 ln + 32 jj, K index k: chunk ln ^ (k % 8), b_lane[k % 8].
+    int a_lane[4], b_lane[8];
 
     __device__ __forceinline__ FfmaWarpTile(int m0_, int n0_) : m0(m0_), n0(n0_) {
         const int lane = threadIdx.x % 32;
         lm = lane >> 3;
         ln = lane & 7;
+#pragma unroll
+        for (int x = 0; x < 4; ++x) {
+            a_lane[x] = A_K_MAJOR ? (m0 + lm) * 128 + 16 * (x ^ lm) : (m0 / 32) * (BK * 128) + 16 * (lm ^ x);
+        }
+#pragma unroll
+        for (int x = 0; x < 8; ++x) {
+            b_lane[x] = B_K_MAJOR ? (n0 + ln) * 128 + 16 * (x ^ ln) : (n0 / 32) * (BK * 128) + 16 * (ln ^ x);
+        }
     }
 
     __device__ __forceinline__ void zero(Accumulator& acc) const {
@@ -63,7 +80,8 @@ struct FfmaWarpTile {
         if constexpr (A_K_MAJOR) {
 #pragma unroll
             for (int i = 0; i < TM; ++i) {
-                const float4 v = load_vector<float4>(a, stage_offset<float, BK, true>(m0 + lm + 4 * i, k));
+                const int x = group ^ (4 * (i % 2));
+                const float4 v = load_vector<float4>(a, a_lane[x & 3] + 64 * (x >> 2) + 512 * i);
                 f.a[i][0] = v.x;
                 f.a[i][1] = v.y;
                 f.a[i][2] = v.z;
@@ -74,8 +92,9 @@ struct FfmaWarpTile {
             for (int ii = 0; ii < TM / 4; ++ii)
 #pragma unroll
                 for (int kk = 0; kk < KG; ++kk) {
-                    const float4 v =
-                        load_vector<float4>(a, stage_offset<float, BK, false>(m0 + 4 * lm + 16 * ii, k + kk));
+                    const int kr = k + kk;
+                    const float4 v = load_vector<float4>(
+                        a, a_lane[kr % 4] + (BK * 128) * (ii / 2) + 128 * kr + 64 * ((ii % 2) ^ ((kr % 8) >> 2)));
                     f.a[4 * ii][kk] = v.x;
                     f.a[4 * ii + 1][kk] = v.y;
                     f.a[4 * ii + 2][kk] = v.z;
@@ -85,7 +104,7 @@ struct FfmaWarpTile {
         if constexpr (B_K_MAJOR) {
 #pragma unroll
             for (int j = 0; j < TN; ++j) {
-                const float4 v = load_vector<float4>(b, stage_offset<float, BK, true>(n0 + ln + 8 * j, k));
+                const float4 v = load_vector<float4>(b, b_lane[group] + 1024 * j);
                 f.b[j][0] = v.x;
                 f.b[j][1] = v.y;
                 f.b[j][2] = v.z;
@@ -96,8 +115,8 @@ struct FfmaWarpTile {
             for (int jj = 0; jj < TN / 4; ++jj)
 #pragma unroll
                 for (int kk = 0; kk < KG; ++kk) {
-                    const float4 v =
-                        load_vector<float4>(b, stage_offset<float, BK, false>(n0 + 4 * ln + 32 * jj, k + kk));
+                    const int kr = k + kk;
+                    const float4 v = load_vector<float4>(b, b_lane[kr % 8] + (BK * 128) * jj + 128 * kr);
                     f.b[4 * jj][kk] = v.x;
                     f.b[4 * jj + 1][kk] = v.y;
                     f.b[4 * jj + 2][kk] = v.z;

@@ -42,7 +42,7 @@ struct WideGemm {
     static constexpr int STAGES = Cfg::stages, CLUSTER = Cfg::cluster_m;
     static constexpr int WARPS_M = BM / WM, WARPS_N = BN / WN, WARPS = WARPS_M * WARPS_N;
     static constexpr int THREADS = 128 + 32 * WARPS;
-    static constexpr int PRODUCER_REGISTERS = 40, CONSUMER_REGISTERS = 232;
+    static constexpr int PRODUCER_REGISTERS = 32, CONSUMER_REGISTERS = 240;  // 128 x 32 + 256 x 240 = 64K
 
     using SA = StageOperand<T, BM, BK, Cfg::a_k_major>;
     using SB = StageOperand<T, BN, BK, Cfg::b_k_major>;
@@ -69,10 +69,13 @@ struct WideGemm {
         if constexpr (CLUSTER > 1) arrive_in_block(&ring->empty[s], rank ^ 1);
     }
 
+    // The whole block's work on problems of m x n x k, `batch` of them, K in `splits` parts. Each
+    // role builds its own scheduler after the register hand-over (nothing derived stays live
+    // across it, where the producer's few registers would have to hold it).
     template <class Epilogue>
     __device__ __forceinline__ static void run(unsigned char* smem_raw, const TensorMap* map_a,
-                                               const TensorMap* map_b, const Sched& sched, bool batched_a,
-                                               bool batched_b, const Epilogue& epi) {
+                                               const TensorMap* map_b, int m, int n, int k, int batch, int splits,
+                                               bool batched_a, bool batched_b, const Epilogue& epi) {
         static_assert(shared_bytes() <= 232448, "the stages fit the 227 KB a Hopper block can have");
         unsigned char* smem = smem_raw + ((ATOM_BYTES - shared_address(smem_raw) % ATOM_BYTES) % ATOM_BYTES);
         Stages* ring = reinterpret_cast<Stages*>(smem + STAGES * STAGE_BYTES);
@@ -91,10 +94,10 @@ struct WideGemm {
         }
         if (threadIdx.x < 128) {
             release_registers<PRODUCER_REGISTERS>();
-            if (threadIdx.x == 0) produce(smem, ring, map_a, map_b, sched, batched_a, batched_b);
+            if (threadIdx.x == 0) produce(smem, ring, map_a, map_b, Sched(m, n, k, batch, splits), batched_a, batched_b);
         } else {
             claim_registers<CONSUMER_REGISTERS>();
-            consume(smem, ring, sched, epi);
+            consume(smem, ring, Sched(m, n, k, batch, splits), epi);
         }
     }
 
