@@ -169,8 +169,7 @@ def test_wide_kernels_compile_without_spills(a, layout):
 @pytest.mark.parametrize("a", WIDE, ids=lambda t: t.name)
 def test_sweep_configs_compile(a):
     for name, config in hopper_wide.sweep_configs(a).items():
-        # the benchmark's RR layout; clusters with both operands MN-major spill a word in the producer
-        for a_k, b_k in ((True, True), (True, False)):
+        for a_k, b_k in ((True, True), (False, False)):
             compiled = cached_compile(hopper_wide.wide_source(a, config, a_k, b_k), hopper_wide.KERNEL_NAME, "sm_90a")
             assert compiled.local_memory == 0, name
             if config.cluster > 1:

@@ -42,7 +42,9 @@ struct WideGemm {
     static constexpr int STAGES = Cfg::stages, CLUSTER = Cfg::cluster_m;
     static constexpr int WARPS_M = BM / WM, WARPS_N = BN / WN, WARPS = WARPS_M * WARPS_N;
     static constexpr int THREADS = 128 + 32 * WARPS;
-    static constexpr int PRODUCER_REGISTERS = 32, CONSUMER_REGISTERS = 240;  // 128 x 32 + 256 x 240 = 64K
+    // The pool setmaxnreg moves registers in is what the block got at launch (168 a thread): the
+    // producer gives up 128 x 144, the consumers take 256 x 72 of them.
+    static constexpr int PRODUCER_REGISTERS = 24, CONSUMER_REGISTERS = 240;
 
     using SA = StageOperand<T, BM, BK, Cfg::a_k_major>;
     using SB = StageOperand<T, BN, BK, Cfg::b_k_major>;
@@ -54,6 +56,9 @@ struct WideGemm {
     static_assert(BM % WM == 0 && BN % WN == 0, "warp tiles cover the block tile");
     static_assert(WARPS == 8, "two consumer warpgroups (setmaxnreg hands them the producer's registers)");
     static_assert(CLUSTER == 1 || CLUSTER == 2, "clusters of one or two blocks");
+    static_assert((65536 / THREADS / 8 * 8 - PRODUCER_REGISTERS) * 128 >=
+                      (CONSUMER_REGISTERS - 65536 / THREADS / 8 * 8) * 32 * WARPS,
+                  "consumers take no more registers than the producer gives up (else setmaxnreg.inc waits forever)");
     static_assert(STAGES >= 2, "the producer loads ahead while consumers multiply");
     static_assert(SA::BYTES % ATOM_BYTES == 0 && SB::BYTES % ATOM_BYTES == 0, "stages stay atom-aligned");
 
@@ -101,6 +106,30 @@ struct WideGemm {
         }
     }
 
+    // StageOperand's loads (part `part` of PARTS, multicast into the cluster when PARTS > 1), with
+    // MN-major panels in a loop rather than unrolled: the producer runs on 24 registers.
+    template <class S, int PARTS>
+    __device__ __forceinline__ static void load(unsigned char* dst, const TensorMap* map, u64* bar, int row0, int k0,
+                                                int batch, int part) {
+        if constexpr (S::k_major) {
+            if constexpr (PARTS > 1) {
+                S::template load_part<PARTS>(dst, map, bar, row0, k0, batch, part, (1 << PARTS) - 1);
+            } else {
+                S::load(dst, map, bar, row0, k0, batch);
+            }
+        } else {
+            constexpr int PER_PART = S::BOXES / PARTS;
+#pragma unroll 1
+            for (int b = part * PER_PART; b < (part + 1) * PER_PART; ++b) {
+                if constexpr (PARTS > 1) {
+                    load_box_multicast(dst + b * S::BOX_BYTES, map, bar, row0 + b * S::W, k0, batch, (1 << PARTS) - 1);
+                } else {
+                    load_box(dst + b * S::BOX_BYTES, map, bar, row0 + b * S::W, k0, batch);
+                }
+            }
+        }
+    }
+
     __device__ __forceinline__ static void produce(unsigned char* smem, Stages* ring, const TensorMap* map_a,
                                                    const TensorMap* map_b, const Sched& sched, bool batched_a,
                                                    bool batched_b) {
@@ -114,13 +143,8 @@ struct WideGemm {
                 unsigned char* s = stage(smem, at.stage);
                 u64* full = &ring->full[at.stage];
                 arrive_expect_bytes(full, (has_a ? SA::BYTES : 0) + SB::BYTES);
-                if (has_a) SA::load(s, map_a, full, w.m0, step * BK, batched_a ? w.batch : 0);
-                if constexpr (CLUSTER > 1) {
-                    SB::template load_part<CLUSTER>(s + SA::BYTES, map_b, full, w.n0, step * BK,
-                                                    batched_b ? w.batch : 0, rank, (1 << CLUSTER) - 1);
-                } else {
-                    SB::load(s + SA::BYTES, map_b, full, w.n0, step * BK, batched_b ? w.batch : 0);
-                }
+                if (has_a) load<SA, 1>(s, map_a, full, w.m0, step * BK, batched_a ? w.batch : 0, 0);
+                load<SB, CLUSTER>(s + SA::BYTES, map_b, full, w.n0, step * BK, batched_b ? w.batch : 0, rank);
                 at.advance();
             }
         }
