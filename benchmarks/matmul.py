@@ -11,7 +11,8 @@
    TMA matmul (benchmarks/triton_matmul.py) on the same data, each result checked on 64
    sampled rows against the float64 product. Time per call includes the host's launch
    cost (one call between CUDA events on an idle GPU).
-3. --engine-sweep: every Hopper engine configuration and K split on the given shapes.
+3. --engine-sweep: every Hopper engine configuration and K split on the given shapes (for f32 /
+   f64 the wide path's variants, blasdx/hopper_wide.py).
 Prints tables, writes JSON and, with matplotlib, a PNG beside it.
 """
 
@@ -201,9 +202,18 @@ def engine_sweep(name: str, shapes: list[tuple[int, int, int]], gen, split_count
 
     from blasdx import arrays, hopper
 
+    from blasdx import hopper_wide
+
     a = TYPES[name]
     result = array_gemm.RESULT_TYPES[a]
     device = array_gemm._device_info(torch.cuda.current_device())
+    if hopper_wide.serves(a, result):  # f64 / f32: the wide path's variants
+        configs = list(hopper_wide.sweep_configs(a).values())
+        default_of = hopper_wide.choose_config
+    else:
+        configs = [dataclasses.replace(hopper.CONFIGS[base], bk=128 // a.size, **changes)
+                   for base, changes in ENGINE_SWEEP]
+        default_of = hopper.choose_config
     rows_out = []
     for m, n, k in shapes:
         x, y, _, _ = _operands(a, m, n, k, gen)
@@ -214,11 +224,11 @@ def engine_sweep(name: str, shapes: list[tuple[int, int, int]], gen, split_count
         vout = arrays.as_array(out, "out")
         handle = arrays.resolve_stream(None, (out,))
         core = arrays.as_core_stream(None, handle)
-        default = hopper.choose_config(a, m, n, k, 1, device.multiprocessors)
-        for base, changes in ENGINE_SWEEP:
-            config = dataclasses.replace(hopper.CONFIGS[base], bk=128 // a.size, **changes)
+        default = default_of(a, m, n, k, 1, device.multiprocessors)
+        for config in configs:
+            bk = 128 // a.size
             for splits in split_counts:
-                if splits > 1 and math.ceil(k / config.bk) < 2 * splits:
+                if splits > 1 and math.ceil(k / bk) < 2 * splits:
                     continue
                 entry = {"case": name, "shape": [m, n, k], "config": str(config), "splits": splits,
                          "default": (config, splits) == default}
@@ -330,7 +340,7 @@ def main() -> int:
     parser.add_argument("--sweep-size", type=int, default=4096)
     parser.add_argument("--engine-sweep", nargs="*", type=_shape, default=None, metavar="MxNxK",
                         help="try every Hopper engine configuration on these shapes (for hopper.py)")
-    parser.add_argument("--engine-sweep-type", default="bf16", choices=["f16", "bf16", "tf32"])
+    parser.add_argument("--engine-sweep-type", default="bf16", choices=["f16", "bf16", "tf32", "f32", "f64"])
     parser.add_argument("--engine-splits", nargs="*", type=int, default=list(ENGINE_SPLITS))
     parser.add_argument("--cublasdx-pipeline", nargs="*", type=int, default=None, metavar="SIZE",
                         help="also run cuBLASDx's pipelined GEMM (nvmath-python, carried wheels) at these squares")

@@ -162,7 +162,7 @@ def _cmd_cache(args: argparse.Namespace) -> None:
 def _cmd_matmul(args: argparse.Namespace) -> None:
     """What bx.matmul runs on an sm_90 GPU for contiguous operands of a type, shape and layouts."""
     from . import dtypes as dt
-    from . import hopper
+    from . import hopper, hopper_wide
     from .array_gemm import RESULT_TYPES
 
     match = re.fullmatch(r"(\d+)x(\d+)x(\d+)", args.shape)
@@ -173,7 +173,8 @@ def _cmd_matmul(args: argparse.Namespace) -> None:
         raise UsageError(f"--layout: {args.layout!r}; expected RR, RC, CR or CC (A then B, R row-major)")
     a = dt.as_dtype(args.type)
     c = dt.as_dtype(args.result) if args.result else RESULT_TYPES.get(a, a)
-    print(hopper.describe_call(a, c, m, n, k, args.batch, args.layout[0] == "R", args.layout[1] == "R", args.sms))
+    engine: Any = hopper_wide if hopper_wide.serves(a, c) else hopper  # f64 / f32 take the wide path
+    print(engine.describe_call(a, c, m, n, k, args.batch, args.layout[0] == "R", args.layout[1] == "R", args.sms))
 
 
 def build_parser() -> argparse.ArgumentParser:

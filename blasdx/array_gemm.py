@@ -31,6 +31,7 @@ from . import dtypes as _dt
 from . import emulation as _emulation
 from . import execute as _execute
 from . import hopper as _hopper
+from . import hopper_wide as _hopper_wide
 from . import tiled as _tiled
 from .arrays import ArrayView, DeviceArray, as_array, resolve_stream
 from .errors import DeviceError, ExecutionError
@@ -357,24 +358,25 @@ def _engine_plan(vx: ArrayView, vy: ArrayView, mx: Matrix, my: Matrix, result: _
     """
     if device.sm != 90:
         return None, f"the wgmma engine needs sm_90 (this GPU is sm_{device.sm})"
+    # f64 / f32: DMMA / FFMA consumers on the same pipeline (hopper_wide); 3xtf32: wgmma on split parts
+    wide = scheme == "native" and _hopper_wide.serves(vx.dtype, result)
     if scheme != "native" and not _hopper.serves(vx.dtype, result, scheme):
         return None, f"the wgmma engine runs {scheme} for float32 -> float32 only"
-    if scheme == "native" and not _hopper.serves(vx.dtype, result):
-        served = ", ".join(f"{a.name} -> {c.name}" for a, c in sorted(_hopper.SERVED, key=str))
-        return None, f"the wgmma engine runs {served}"
+    if scheme == "native" and not wide and not _hopper.serves(vx.dtype, result):
+        served = ", ".join(f"{a.name} -> {c.name}" for a, c in sorted(_hopper.SERVED | _hopper_wide.SERVED, key=str))
+        return None, f"the Hopper engine runs {served}"
     if k == 0:
         return None, "K = 0: nothing to multiply"
-    route_a = _hopper.route("x", vx.dtype, vx.ptr, mx.row_major, mx.ld, mx.outer, mx.batch_stride,
-                            (mx.batch or 1) > 1)
-    route_b = _hopper.route("y", vy.dtype, vy.ptr, not my.row_major, my.ld, my.outer, my.batch_stride,
-                            (my.batch or 1) > 1)
+    engine_module: Any = _hopper_wide if wide else _hopper
+    route_a = engine_module.route("x", vx.dtype, vx.ptr, mx.row_major, mx.ld, mx.outer, mx.batch_stride,
+                                  (mx.batch or 1) > 1)
+    route_b = engine_module.route("y", vy.dtype, vy.ptr, not my.row_major, my.ld, my.outer, my.batch_stride,
+                                  (my.batch or 1) > 1)
     d_layout = None if vout is None else (*_hopper.result_strides(vout), vout.ptr)
+    common = (vx.dtype, result, m, n, k, batch, route_a, route_b, mx.ld, my.ld, mx.batch or 1, my.batch or 1,
+              mx.batch_stride, my.batch_stride, vx.ptr, vy.ptr, device.multiprocessors, d_layout, config, splits)
     try:
-        engine = _hopper.EnginePlan(
-            vx.dtype, result, m, n, k, batch, route_a, route_b, mx.ld, my.ld, mx.batch or 1, my.batch or 1,
-            mx.batch_stride, my.batch_stride, vx.ptr, vy.ptr, device.multiprocessors, d_layout, config, splits,
-            scheme,
-        )
+        engine = _hopper_wide.WidePlan(*common) if wide else _hopper.EnginePlan(*common, scheme)
     except ExecutionError as exc:  # TMA refused an operand: the multi-block kernel reads anything
         return None, f"TMA: {exc}"
     return engine, None

@@ -156,8 +156,8 @@ def test_repacked_operands_are_k_major_and_padded(encoder):
 def test_plans_say_why_the_engine_is_not_taken(encoder):
     assert "the wgmma engine needs sm_90 (this GPU is sm_80)" in plan(view((4096, 4096)), view((4096, 4096)),
                                                                        sm=80).describe()
-    p = plan(view((4096, 4096), dt.float32), view((4096, 4096), dt.float32))
-    assert p.kind == "tiled" and "the wgmma engine runs" in p.reason
+    p = plan(view((4096, 4096), dt.int8), view((4096, 4096), dt.int8))
+    assert p.kind == "tiled" and "the Hopper engine runs" in p.reason
     p = plan(view((64, 0)), view((0, 64)), view((64, 64), dt.float32))
     assert p.kind == "tiled" and p.reason == "K = 0: nothing to multiply"
 
@@ -287,6 +287,6 @@ def test_describe_call_and_cli(capsys):
     assert main(["matmul", "tf32", "16x8192x8192"]) == 0
     out = capsys.readouterr().out
     assert "4 K splits" in out and "y K-major (repacked: tfloat32 wgmma reads K-major operands only)" in out
-    assert main(["matmul", "float32", "64x64x64"]) == 2
+    assert main(["matmul", "int8", "64x64x64"]) == 2
     assert "the engine runs bfloat16 -> float32" in capsys.readouterr().err
     assert main(["matmul", "float16", "64x64"]) == 2

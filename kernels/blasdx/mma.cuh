@@ -62,6 +62,21 @@ struct shape_m8n8k4 {  // f64
     __device__ static int c_col(int lane, int e) { return 2 * (lane & 3) + e; }
 };
 
+// f64 on sm_90 (DMMA): 16 x 8 tiles with K = 4, 8 or 16. A holds K / 2 doubles per thread,
+// element e at row g + 8 * (e % 2), k = t + 4 * (e / 2); B holds K / 4, element e at
+// k = t + 4 * e, column g; C is the 16 x 8 layout of the other m16n8 shapes.
+template <int K_>
+struct shape_m16n8_f64 {
+    static constexpr int M = 16, N = 8, K = K_, A_ELEMS = K / 2, B_ELEMS = K / 4, C_ELEMS = 4;
+    static_assert(K == 4 || K == 8 || K == 16, "sm_90 DMMA has K = 4, 8, 16 for 16 x 8 tiles");
+    __device__ static int a_row(int lane, int e) { return (lane >> 2) + 8 * (e & 1); }
+    __device__ static int a_k(int lane, int e) { return (lane & 3) + 4 * (e >> 1); }
+    __device__ static int b_k(int lane, int e) { return (lane & 3) + 4 * e; }
+    __device__ static int b_col(int lane, int) { return lane >> 2; }
+    __device__ static int c_row(int lane, int e) { return (lane >> 2) + 8 * (e >> 1); }
+    __device__ static int c_col(int lane, int e) { return 2 * (lane & 3) + (e & 1); }
+};
+
 // ---- atoms: shape + element types + the instruction ----------------------------------------
 //
 // mma(d, a, b): d += a * b, with a and b the fragments as 32-bit registers (64-bit for f64).
@@ -170,6 +185,37 @@ template <> struct mma_m8n8k4<double, double, double> : shape_m8n8k4 {
         asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};\n"
                      : "+d"(d[0]), "+d"(d[1])
                      : "d"(a[0]), "d"(b[0]));
+    }
+};
+
+// sm_90 f64 atoms (PTX ISA 7.8): d += a * b over a 16 x 8 x K tile.
+template <int K> struct mma_m16n8_f64;
+template <> struct mma_m16n8_f64<4> : shape_m16n8_f64<4> {
+    using a_type = double; using b_type = double; using acc_type = double;
+    __device__ static void mma(double* d, const double* a, const double* b) {
+        asm volatile("mma.sync.aligned.m16n8k4.row.col.f64.f64.f64.f64 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
+                     "{%0,%1,%2,%3};\n"
+                     : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3])
+                     : "d"(a[0]), "d"(a[1]), "d"(b[0]));
+    }
+};
+template <> struct mma_m16n8_f64<8> : shape_m16n8_f64<8> {
+    using a_type = double; using b_type = double; using acc_type = double;
+    __device__ static void mma(double* d, const double* a, const double* b) {
+        asm volatile("mma.sync.aligned.m16n8k8.row.col.f64.f64.f64.f64 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};\n"
+                     : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3])
+                     : "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(b[0]), "d"(b[1]));
+    }
+};
+template <> struct mma_m16n8_f64<16> : shape_m16n8_f64<16> {
+    using a_type = double; using b_type = double; using acc_type = double;
+    __device__ static void mma(double* d, const double* a, const double* b) {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f64.f64.f64.f64 {%0,%1,%2,%3}, "
+                     "{%4,%5,%6,%7,%8,%9,%10,%11}, {%12,%13,%14,%15}, {%0,%1,%2,%3};\n"
+                     : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3])
+                     : "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(a[4]), "d"(a[5]), "d"(a[6]), "d"(a[7]),
+                       "d"(b[0]), "d"(b[1]), "d"(b[2]), "d"(b[3]));
     }
 };
 
