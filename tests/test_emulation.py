@@ -7,22 +7,13 @@ import re
 
 import pytest
 
-from blasdx import array_gemm, cuda_driver, emulation, hopper
+from blasdx import array_gemm, emulation, hopper
 from blasdx import dtypes as dt
 from blasdx.cache import cached_compile
 from blasdx.errors import ExecutionError
 from blasdx.reference import tolerance
 
 from .test_hopper import SMS, col, view
-from .tma_rules import FakeEncoder
-
-
-@pytest.fixture
-def encoder(monkeypatch) -> FakeEncoder:
-    fake = FakeEncoder()
-    monkeypatch.setattr(cuda_driver, "encode_tiled", fake)
-    array_gemm._CALLS.clear()
-    return fake
 
 
 @pytest.mark.parametrize(("dtype", "bits", "name", "products", "kept"), [

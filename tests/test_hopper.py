@@ -17,7 +17,6 @@ from blasdx import dtypes as dt
 from blasdx.arrays import ArrayView
 from blasdx.cache import cached_compile
 
-from .tma_rules import FakeEncoder
 
 PTR = 0x7F0000000000
 SMS = 132
@@ -36,14 +35,6 @@ def col(shape, dtype=dt.float16, ptr=PTR) -> ArrayView:
     rows, cols = shape[-2:]
     strides = (1, rows) if len(shape) == 2 else (rows * cols, 1, rows)
     return view(shape, dtype, strides, ptr)
-
-
-@pytest.fixture
-def encoder(monkeypatch) -> FakeEncoder:
-    fake = FakeEncoder()
-    monkeypatch.setattr(cuda_driver, "encode_tiled", fake)
-    array_gemm._CALLS.clear()
-    return fake
 
 
 def plan(x, y, acc=None, sm=90):

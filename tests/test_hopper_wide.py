@@ -10,23 +10,14 @@ import re
 
 import pytest
 
-from blasdx import array_gemm, cuda_driver, hopper, hopper_wide
+from blasdx import hopper, hopper_wide
 from blasdx import dtypes as dt
 from blasdx.cache import cached_compile
 
 from .test_hopper import PTR, SMS, col, plan, view
-from .tma_rules import FakeEncoder
 
 WIDE = [dt.float64, dt.float32]
 LAYOUTS = ["RR", "RC", "CR", "CC"]
-
-
-@pytest.fixture
-def encoder(monkeypatch) -> FakeEncoder:
-    fake = FakeEncoder()
-    monkeypatch.setattr(cuda_driver, "encode_tiled", fake)
-    array_gemm._CALLS.clear()
-    return fake
 
 
 def _operands(a: dt.DType, layout: str, m: int, n: int, k: int):

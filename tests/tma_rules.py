@@ -50,3 +50,4 @@ class FakeEncoder:
             raise ExecutionError("cuTensorMapEncodeTiled refused: " + "; ".join(problems))
         self.calls.append(Encoded(type_name, pointer, tuple(dims), tuple(strides), tuple(box), swizzle))
         return cuda_driver.TensorMap()
+
