@@ -51,10 +51,13 @@ def test_round_up(value, multiple, expected):
         (24, 2, 24),  # 48 B: odd chunks
         (12, 4, 12),  # 48 B
         (1, 16, 1),  # 16 B
-        (5, 4, 5),  # 20 B: not 16-byte copyable, left alone
-        (7, 1, 7),
-        (17, 4, 17),  # 68 B
-        (3, 2, 3),
+        (5, 4, 12),  # 20 B -> 3 chunks (48 B)
+        (7, 1, 16),  # 7 B -> 1 chunk
+        (17, 4, 20),  # 68 B -> 5 chunks
+        (3, 2, 8),
+        (100, 2, 104),  # 200 B -> 13 chunks: 100^3 f16 takes ldmatrix
+        (100, 1, 112),  # 100 B -> 7 chunks
+        (24, 1, 48),  # 24 B -> 2 chunks, even -> 3
     ],
 )
 def test_padded_leading_dimension(inner, element, expected):
@@ -66,11 +69,11 @@ def test_padded_leading_dimension(inner, element, expected):
 def test_padded_leading_dimension_properties(inner, element):
     padded = h.padded_leading_dimension(inner, element)
     row = inner * element
-    if row % 32 == 0:
-        assert (padded - inner) * element == 16  # exactly one extra 16-byte chunk
-        assert (padded * element) % 32 == 16  # an odd number of chunks
-    else:
-        assert padded == inner
+    assert padded >= inner
+    assert (padded * element) % 32 == 16  # a whole, odd number of 16-byte chunks
+    assert (padded - inner) * element < 32  # at most one chunk more than rounding up needs
+    if row % 32 == 16:
+        assert padded == inner  # already odd: left alone
     assert h.padded_leading_dimension(inner, element) == padded  # deterministic
 
 
