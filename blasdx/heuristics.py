@@ -172,12 +172,13 @@ def padded_leading_dimension(inner: int, element_size: int) -> int:
     lanes each reading one row) serialises. The row is rounded up to whole 16-byte chunks
     (so that ldmatrix and 16-byte reads can take any row, e.g. 100 f16 values: 200 -> 208
     bytes) and given one more chunk when the count is even: an odd stride visits all eight
-    chunk positions of a 128-byte bank line. Copies into such rows use narrower pieces where
+    chunk positions of a 128-byte bank line. Rows under 64 bytes that are not whole chunks
+    stay as they are. Copies into such rows use narrower pieces where
     the global rows are not whole chunks (``vector_bytes``).
     """
     row_bytes = inner * element_size
-    if element_size > 16 or 16 % element_size:
-        return inner
+    if element_size > 16 or 16 % element_size or (row_bytes % 16 and row_bytes < 64):
+        return inner  # short rows that are not whole chunks: rounding up would cost more than it saves
     chunks = -(-row_bytes // 16)
     if chunks % 2 == 0:
         chunks += 1
