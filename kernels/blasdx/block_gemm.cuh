@@ -213,8 +213,6 @@ struct BlockGemm {
         constexpr int XA = IS_A ? Atom::M : Atom::N;  // extent of the fragment along x
         constexpr int X = opd::X;
         constexpr bool FULL_K = k % Atom::K == 0;
-        auto x_of = [&](int e) { return IS_A ? Atom::a_row(lane, e) : Atom::b_col(lane, e); };
-        auto k_of = [&](int e) { return IS_A ? Atom::a_k(lane, e) : Atom::b_k(lane, e); };
         if constexpr (ldmatrix_reads<IS_A, LD, Atom>()) {
             constexpr int MATS = ELEMS * int(sizeof(T)) / 4, XB = XA / 8, KB = 16 / int(sizeof(T));
             const int q = (lane / 8) % MATS, r = lane % 8;
@@ -232,7 +230,7 @@ struct BlockGemm {
                 if (k0 + Atom::K > k) {
 #pragma unroll
                     for (int e = 0; e < ELEMS; ++e) {
-                        if (k0 + k_of(e) >= k) frag[0].elems()[e] = zero<F>();
+                        if (k0 + (IS_A ? Atom::a_k(lane, e) : Atom::b_k(lane, e)) >= k) frag[0].elems()[e] = zero<F>();
                     }
                 }
             }
@@ -246,7 +244,8 @@ struct BlockGemm {
             constexpr bool FULL_X = X % XA == 0;
 #pragma unroll
             for (int e = 0; e < ELEMS; ++e) {
-                const int x = x0 + x_of(e), kk = k0 + k_of(e);
+                const int x = x0 + (IS_A ? Atom::a_row(lane, e) : Atom::b_col(lane, e));
+                const int kk = k0 + (IS_A ? Atom::a_k(lane, e) : Atom::b_k(lane, e));
                 const bool in = (FULL_X || x < X) && (FULL_K || kk < k);
 #pragma unroll
                 for (int p = 0; p < PARTS; ++p) {
