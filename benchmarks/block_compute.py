@@ -7,8 +7,9 @@ Each block loads one A and one B into shared memory once, then accumulates A B `
 times with the register API and stores the accumulator: the time is the block's own
 tensor-core (or FMA) work, with no global-memory traffic to hide. The grid is the SM count
 times as many blocks as fit on an SM, per competitor. blasdx runs a kernel of its public
-fusion API (``blasdx.compile_kernel``; the descriptor's suggested block dim and leading
-dimensions); cuBLASDx the harness's block-compute kernel (its suggested block dim and
+fusion API (``blasdx.compile_kernel``; ``Workload.compute_bound``, the descriptor's
+suggested block dim for it and suggested leading dimensions); cuBLASDx the harness's
+block-compute kernel (its suggested block dim and
 shared-memory layouts). Both results are checked against the float64 reference first.
 """
 
@@ -53,8 +54,9 @@ TIMED_RUNS = 10
 
 
 def block_descriptor(name: str, size, sm: int, arch_specific: bool) -> bx.Descriptor:
-    """The batched benchmark's descriptor with blasdx's suggested (padded) shared-memory leading dimensions."""
-    desc = descriptor(name, size, sm, arch_specific)
+    """The batched benchmark's descriptor for compute-bound use (``Workload.compute_bound``: the
+    suggested block size of fusion) with blasdx's suggested (padded) shared-memory leading dimensions."""
+    desc = descriptor(name, size, sm, arch_specific) + bx.Workload.compute_bound
     return desc + bx.LeadingDimension(*desc.suggested_leading_dimension)
 
 

@@ -90,6 +90,7 @@ def config_struct(desc: Descriptor, name: str = "blasdx_config") -> str:
         f"    static constexpr int copy_bytes_c = {_h.vector_bytes(al_c, sc, p.c_inner, ldc, smem_ldc)};",
         "    // or, when it is not, staged over the consumed A and B (offset 0) from a register accumulator",
         f"    static constexpr bool stage_c_over_ab = {_bool(plan.smem_c_over_ab is not None)};",
+        "    static constexpr bool aligned_smem = true;  // sA, sB start on 16-byte boundaries",
         f"    static constexpr int threads = {desc.max_threads_per_block};",
         f"    static constexpr int min_blocks_per_sm = {plan.min_blocks};  // __launch_bounds__, see heuristics",
         f"    static constexpr bool use_mma = {_bool(warp.is_mma)};  // {warp.instruction}",

@@ -39,6 +39,7 @@ from .operators import (
     Size,
     TransposeMode,
     Type,
+    Workload,
     row_major,
 )
 
@@ -49,7 +50,7 @@ __all__ = ["Descriptor"]
 
 _ORDER: tuple[type, ...] = (
     Size, Precision, Type, Function, Side, FillMode, Diag, Arrangement, TransposeMode, LeadingDimension, Alignment,
-    SM, Block, BlockDim, BatchesPerBlock,
+    SM, Block, BlockDim, Workload, BatchesPerBlock,
 )
 _DEFAULT_PRECISION = Precision(_dt.float32)
 
@@ -64,7 +65,7 @@ def _category(op: Any) -> type:
 def _operators_of(value: Any) -> tuple[Any, ...]:
     if isinstance(value, Descriptor):
         return value._ops
-    if isinstance(value, (Operator, Type, Function, Side, FillMode, Diag)):
+    if isinstance(value, (Operator, Type, Function, Side, FillMode, Diag, Workload)):
         return (value,)
     raise TypeError(f"cannot add {value!r} ({type(value).__name__}) to a blasdx descriptor; expected an operator")
 
@@ -162,6 +163,7 @@ class Descriptor:
             self._get(SM),
             self.has(Block),
             self.block_dim if self._plannable else self._get(BlockDim),
+            self.workload,
         )
 
     def __eq__(self, other: object) -> bool:
@@ -443,6 +445,7 @@ class Descriptor:
             arr.a is row_major, arr.b is row_major, arr.c is row_major,
             sm.cc if sm else 0,
             sm.arch_specific if sm else False,
+            self.workload is Workload.compute_bound,
         )
 
     @property
@@ -469,7 +472,13 @@ class Descriptor:
         return self.plan.instruction
 
     @property
+    def workload(self) -> Workload:
+        """Workload when given, else ``Workload.memory_bound`` (what ``execute()`` of a batch is)."""
+        return self._get(Workload) or Workload.memory_bound
+
+    @property
     def suggested_block_dim(self) -> tuple[int, int, int]:
+        """Threads blasdx suggests for this GEMM and its Workload (memory-bound batches by default)."""
         self._need(Size, "suggested_block_dim")
         self._need(SM, "suggested_block_dim")
         self._check_combination()

@@ -74,6 +74,7 @@ class Problem:
     c_row_major: bool
     sm: int
     arch_specific: bool = False  # sm_90a: the architecture-specific instructions (wgmma) may be used
+    compute_bound: bool = False  # Workload.compute_bound: operands reused from shared memory (fusion)
 
     def element_size(self, dtype: _dt.DType) -> int:
         return dtype.size * (2 if self.is_complex else 1)
@@ -164,19 +165,24 @@ def atom_shape(family: str) -> tuple[int, int, int]:
 
 
 def padded_leading_dimension(inner: int, element_size: int) -> int:
-    """Leading dimension that keeps 16-byte copies and avoids shared-memory bank conflicts.
+    """Leading dimension that keeps 16-byte rows and avoids shared-memory bank conflicts.
 
     Rows whose size is an even number of 16-byte chunks (32, 64, 128 ... bytes) put row i
     and row i + 2 (or + 8) on the same banks, so an 8-row fragment load (ldmatrix, or eight
-    lanes each reading one row) serialises. One extra 16-byte chunk makes the row stride an
-    odd number of chunks, and an odd stride visits all eight chunk positions of a 128-byte
-    bank line. Rows that are not a multiple of 16 bytes cannot be copied 16 bytes at a time
-    anyway and are left as they are.
+    lanes each reading one row) serialises. The row is rounded up to whole 16-byte chunks
+    (so that ldmatrix and 16-byte reads can take any row, e.g. 100 f16 values: 200 -> 208
+    bytes) and given one more chunk when the count is even: an odd stride visits all eight
+    chunk positions of a 128-byte bank line. Rows under 64 bytes that are not whole chunks
+    stay as they are. Copies into such rows use narrower pieces where
+    the global rows are not whole chunks (``vector_bytes``).
     """
     row_bytes = inner * element_size
-    if row_bytes % 32 == 0:
-        return inner + 16 // element_size
-    return inner
+    if element_size > 16 or 16 % element_size or (row_bytes % 16 and row_bytes < 64):
+        return inner  # short rows that are not whole chunks: rounding up would cost more than it saves
+    chunks = -(-row_bytes // 16)
+    if chunks % 2 == 0:
+        chunks += 1
+    return chunks * 16 // element_size
 
 
 def vector_bytes(alignment: int, element_size: int, *extents_in_elements: int) -> int:
@@ -222,7 +228,10 @@ def _mma_warp_tile(p: Problem, family: str) -> tuple[int, int]:
     A warp tile large enough to reuse each fragment several times (up to 64 x 64 elements)
     but with its accumulator under ``_ACCUMULATOR_BYTES_PER_THREAD`` per thread, and small
     enough that the block has at least four warp tiles to spread over its warps: small
-    problems are memory bound and want more warps issuing loads, not bigger tiles.
+    problems are memory bound and want more warps issuing loads, not bigger tiles. Compute-
+    bound use (``Workload.compute_bound``) asks for two: operands already in shared memory
+    are read once per fragment, so larger warp tiles (fewer fragment loads per MMA) and
+    smaller blocks (more of them per SM) win, as cuBLASDx's 64-thread blocks do at 32^3.
     """
     am, an, _ = atom_shape(family)
     acc_bytes = _dt.find_combination(p.a, p.b, p.c, p.is_complex).accumulator.size * (2 if p.is_complex else 1)
@@ -235,7 +244,8 @@ def _mma_warp_tile(p: Problem, family: str) -> tuple[int, int]:
     def tiles(fm_: int, fn_: int) -> int:
         return ceil(p.m / (fm_ * am)) * ceil(p.n / (fn_ * an))
 
-    while acc_per_thread(fm, fn) > _ACCUMULATOR_BYTES_PER_THREAD or (tiles(fm, fn) < 4 and fm * fn > 1):
+    min_tiles = 2 if p.compute_bound else 4
+    while acc_per_thread(fm, fn) > _ACCUMULATOR_BYTES_PER_THREAD or (tiles(fm, fn) < min_tiles and fm * fn > 1):
         # shrink the longer side (in elements) first, keeping the tile near square
         if fm > 1 and (fm * am >= fn * an or fn == 1):
             fm = (fm + 1) // 2
@@ -247,14 +257,20 @@ def _mma_warp_tile(p: Problem, family: str) -> tuple[int, int]:
 
 
 def _fma_thread_tile(p: Problem) -> tuple[int, int]:
-    """Elements per thread on the CUDA-core path: 4 x 4 for 4-byte types, fewer for wider ones.
+    """Elements per thread on the CUDA-core path: 4 x 4 or 8 x 8 for 4-byte types, fewer for wider ones.
 
-    Sixteen accumulators per thread give each shared-memory load four uses, which is what
-    keeps FFMA issue (not LDS) the limit; complex and f64 values are wider, so fewer.
+    Sixteen accumulators per thread give each shared-memory load four uses. Where 4 x 4 tiles
+    would leave threads with several work items (more than 256 of them, or, compute-bound,
+    enough 8 x 8 tiles for a warp), 8 x 8 tiles read each 16-byte run of A or B once for 8
+    rows or columns instead: the FFMA (not LDS) becomes the limit. Complex and f64 values are
+    wider, so fewer.
     """
     size = p.element_size(p.c)
     if size <= 4:
-        tm = tn = 4
+        small = ceil(p.m / 4) * ceil(p.n / 4)
+        large = ceil(p.m / 8) * ceil(p.n / 8)
+        big = large >= 32 if p.compute_bound else small > 256
+        tm = tn = 8 if big and min(p.m, p.n) >= 8 else 4
     elif size == 8:
         tm, tn = 4, 2
     else:

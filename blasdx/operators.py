@@ -40,6 +40,7 @@ __all__ = [
     "SUPPORTED_SMS",
     "Block",
     "BlockDim",
+    "Workload",
     "Side",
     "FillMode",
     "Diag",
@@ -416,6 +417,24 @@ class BlockDim(Operator):
         if (self.y, self.z) == (1, 1):
             return f"BlockDim({self.x})"
         return f"BlockDim({self.x}, {self.y}, {self.z})"
+
+
+class Workload(_Composable, enum.Enum):
+    """What the block GEMM is for, which decides the suggested block size and tiling.
+
+    ``memory_bound`` (the default): each problem comes from global memory, is multiplied
+    once and stored, as ``execute()`` does for a batch: more warps keep more loads in
+    flight. ``compute_bound``: the operands stay in shared memory and the GEMM runs many
+    times on them (fusion): fewer threads with larger warp (or thread) tiles read each
+    fragment for more products, and more blocks fit on an SM. BlockDim still overrides
+    the suggestion.
+    """
+
+    memory_bound = "memory_bound"
+    compute_bound = "compute_bound"
+
+    def __repr__(self) -> str:
+        return f"Workload.{self.name}"
 
 
 # ---------------------------------------------------------------------------------------------- TRSM

@@ -35,9 +35,9 @@ __device__ __forceinline__ void scale_store(T* dst, S alpha, S beta, bool read_c
     if (read_c) r += beta * convert<S>::from(*dst);
     *dst = convert<S>::template to<T>(r);
 }
-template <class T>
+template <class T, class Acc>
 __device__ __forceinline__ void scale_store(complex<T>* dst, complex<S> alpha, complex<S> beta, bool read_c,
-                                            V acc) {
+                                            Acc acc) {
     const S ar = convert<S>::from(acc.x), ai = convert<S>::from(acc.y);
     S re = alpha.x * ar - alpha.y * ai;
     S im = alpha.x * ai + alpha.y * ar;

@@ -128,6 +128,17 @@ def test_block_dim_override(sm, row, threads):
     run_gemm(desc, row, *_scalars(row)[1], rng)
 
 
+@pytest.mark.parametrize("arr", [(R, R, R), (R, C, C), (C, C, R)], ids=lambda a: "".join(x.name[0] for x in a))
+@pytest.mark.parametrize("size", [(64, 64, 64), (48, 80, 24), (100, 100, 100), (37, 29, 19)], ids=str)
+@pytest.mark.parametrize("row", _rows(), ids=_row_id)
+def test_compute_bound_workload(sm, row, size, arr):
+    """Workload.compute_bound's plans (fewer threads, larger warp and thread tiles) compute the same C."""
+    desc = gemm_descriptor(row, size, sm, arr, workload=bx.Workload.compute_bound)
+    if not desc.is_supported:
+        pytest.skip("does not fit this SM's shared memory")
+    run_gemm(desc, row, *_scalars(row)[1], np.random.default_rng(abs(hash((size, arr))) % 2**32))
+
+
 @pytest.mark.parametrize("row", _rows(), ids=_row_id)
 def test_explicit_leading_dimensions_and_alignment(sm, row):
     ld = bx.LeadingDimension(40, 48, 36)

@@ -51,10 +51,14 @@ def test_round_up(value, multiple, expected):
         (24, 2, 24),  # 48 B: odd chunks
         (12, 4, 12),  # 48 B
         (1, 16, 1),  # 16 B
-        (5, 4, 5),  # 20 B: not 16-byte copyable, left alone
+        (5, 4, 5),  # 20 B: short and not whole chunks, left alone
         (7, 1, 7),
-        (17, 4, 17),  # 68 B
+        (17, 4, 20),  # 68 B -> 5 chunks
         (3, 2, 3),
+        (100, 2, 104),  # 200 B -> 13 chunks: 100^3 f16 takes ldmatrix
+        (100, 1, 112),  # 100 B -> 7 chunks
+        (24, 1, 24),  # 24 B: short
+        (72, 1, 80),  # 72 B -> 5 chunks
     ],
 )
 def test_padded_leading_dimension(inner, element, expected):
@@ -66,11 +70,14 @@ def test_padded_leading_dimension(inner, element, expected):
 def test_padded_leading_dimension_properties(inner, element):
     padded = h.padded_leading_dimension(inner, element)
     row = inner * element
-    if row % 32 == 0:
-        assert (padded - inner) * element == 16  # exactly one extra 16-byte chunk
-        assert (padded * element) % 32 == 16  # an odd number of chunks
-    else:
+    assert padded >= inner
+    if row % 16 and row < 64:
         assert padded == inner
+        return
+    assert (padded * element) % 32 == 16  # a whole, odd number of 16-byte chunks
+    assert (padded - inner) * element < 32  # at most one chunk more than rounding up needs
+    if row % 32 == 16:
+        assert padded == inner  # already odd: left alone
     assert h.padded_leading_dimension(inner, element) == padded  # deterministic
 
 
@@ -253,7 +260,9 @@ def test_plan_properties(pr):
     else:
         assert plan.atom == (1, 1, 1) and plan.warp_tile == (1, 1)
         tm, tn = plan.thread_tile
-        assert 1 <= tm <= min(4, p.m) and 1 <= tn <= min(4, p.n)
+        # 4 x 4 (8 x 8 where 4 x 4 tiles would outnumber 256 threads) for 4-byte values, smaller for wider ones
+        big = 8 if p.element_size(p.c) <= 4 and ceil(p.m / 4) * ceil(p.n / 4) > 256 else 4
+        assert 1 <= tm <= min(big, p.m) and 1 <= tn <= min(big, p.n)
     # layouts keep the global order, hold the whole matrix and fit in shared memory
     for layout, rows, cols, row_major, inner in (
         (plan.smem_a, p.m, p.k, p.a_row_major, p.a_inner),

@@ -39,15 +39,15 @@ CASES = {
     #   ld: A row -> K=5; B col -> K=5; C col -> M=17
     #   sizes: A 5*17 = 85, B 5*9 = 45, C 17*9 = 153
     #   bytes: A 340 -> 352 (16-byte rounding), B 180 -> 192, C 612 -> 1156; A+B = 352 + 180 = 532
-    #   padding: rows of 20, 20, 68 bytes are not multiples of 32 -> unchanged
+    #   padding: rows of 20, 20 bytes are short and not whole chunks -> unchanged; 68 bytes -> 5 chunks = 20
     #   fma: 4x4 elements per thread -> ceil(17/4)*ceil(9/4) = 5*3 = 15 threads -> one warp
     "f32-odd-sm75": dict(
         ops=lambda: total(bx.Size(17, 9, 5), bx.Precision(F32), bx.Function.MM, bx.SM(75), bx.Block()),
         size=(17, 9, 5), value_types=("float32", "float32", "float32"), precision=(F32, F32, F32),
         ld=(5, 5, 17), sizes=(85, 45, 153), dims=((17, 5), (5, 9), (17, 9)),
-        alignment=(4, 4, 4), smem=1156, smem_ab=532, suggested_ld=(5, 5, 17),
+        alignment=(4, 4, 4), smem=1156, smem_ab=532, suggested_ld=(5, 5, 20),
         instruction="fma", suggested_block_dim=(32, 1, 1), block_dim=(32, 1, 1),
-        layout_a=((17, 5), (5, 1)), layout_b=((5, 9), (1, 5)), layout_c=((17, 9), (1, 17)),
+        layout_a=((17, 5), (5, 1)), layout_b=((5, 9), (1, 5)), layout_c=((17, 9), (1, 20)),
         scalar=F32, accumulator=F32, arrangement=(R, K, K), type=bx.Type.real, sm=75, arch="sm_75",
     ),
     # int8 x int8 -> int32, 32x16x8, Arrangement(col, row, row), BlockDim(64, 2), sm_80.
@@ -357,3 +357,34 @@ def test_traits_need_no_block_or_function():
     assert (d.a_dim, d.b_dim, d.c_dim) == ((8, 2), (2, 4), (8, 4))
     # A 2*8 = 16 el = 64 B, B 2*4 = 8 el = 32 B, C 8*4 = 32 el = 128 B
     assert d.shared_memory_size == 64 + 32 + 128
+
+
+# (size, precision): the suggested threads for memory-bound batches and for compute-bound fusion
+WORKLOAD_CASES = [
+    ((32, 32, 32), bx.float16, 128, 64),  # cuBLASDx's 64-thread choice wins compute-bound 32^3
+    ((64, 64, 64), bx.float32, 256, 64),  # FFMA: 4x4 tiles for batches, 8x8 for fusion
+    ((48, 80, 24), bx.float32, 256, 64),
+    ((128, 128, 128), bx.float32, 256, 256),  # 8x8 tiles either way
+]
+
+
+@pytest.mark.parametrize("size, prec, memory, compute", WORKLOAD_CASES)
+def test_workload_decides_the_suggested_block_dim(size, prec, memory, compute):
+    base = bx.Size(*size) + bx.Precision(prec) + bx.Function.MM + bx.SM(80) + bx.Block()
+    assert base.workload is bx.Workload.memory_bound
+    assert base.suggested_block_dim == (memory, 1, 1)
+    assert (base + bx.Workload.memory_bound).suggested_block_dim == (memory, 1, 1)
+    fused = base + bx.Workload.compute_bound
+    assert fused.workload is bx.Workload.compute_bound
+    assert fused.suggested_block_dim == (compute, 1, 1) == fused.block_dim
+    assert (fused + bx.BlockDim(96)).block_dim == (96, 1, 1)  # BlockDim still decides
+
+
+def test_workload_is_an_operator():
+    d = bx.Size(32, 32, 32) + bx.Function.MM + bx.SM(80) + bx.Workload.compute_bound
+    assert "Workload.compute_bound" in repr(d)
+    assert d == bx.Workload.compute_bound + bx.SM(80) + bx.Function.MM + bx.Size(32, 32, 32)
+    assert d != bx.Size(32, 32, 32) + bx.Function.MM + bx.SM(80)
+    assert bx.Size(32, 32, 32) + bx.Workload.memory_bound == bx.Size(32, 32, 32) + bx.Workload.memory_bound
+    with pytest.raises(bx.DescriptorError, match="one Workload operator"):
+        d + bx.Workload.memory_bound

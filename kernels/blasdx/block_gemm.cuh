@@ -3,8 +3,9 @@
 // Cfg (generated per descriptor) fixes sizes, types, orders and tiling. Warps take warp
 // tiles of the output in turn; each accumulates its tile over all of K in registers with
 // mma.sync (or FFMA/DFMA on the CUDA-core path) and hands every result element to an
-// epilogue functor epi(row, col, value). Out-of-range rows, columns and K are predicated
-// inside the kernel, so any size works without padded copies.
+// epilogue functor epi(row, col, value). Any size works without padded copies: fragments read
+// with ldmatrix clamp their rows to the edge and zero K past it, element-wise reads are
+// predicated, and fragments wholly outside C are skipped.
 //
 // Load transforms a_op / b_op (element -> element of the same type) are applied to every
 // A / B element on its way from shared memory into the fragments; identity by default.
@@ -85,6 +86,57 @@ template <class Op, class T> __device__ __forceinline__ decltype(auto) transform
     }
 }
 
+// Whether a config's shared-memory operands start on 16-byte boundaries (generated configs say
+// so; block GEMMs run on sub-matrices inside other kernels, e.g. TRSM updates, may not).
+template <class Cfg, class = void> struct aligned_smem { static constexpr bool value = false; };
+template <class Cfg> struct aligned_smem<Cfg, decltype(void(Cfg::aligned_smem))> {
+    static constexpr bool value = Cfg::aligned_smem;
+};
+
+// The CUDA-core path's tiling: work item (gm, gn) of a thread owns TM x TN outputs, rows
+// row(gm, i) and columns col(gn, j). Runs of V consecutive rows (columns) start V * GM
+// (V * GN) apart: V = 4 where the operand is contiguous along them (column-major A, row-major
+// B) so that one 16-byte read fetches a run, else 1, so that neighbouring threads read
+// neighbouring rows (or columns), each its own 16 bytes of K.
+template <class Cfg>
+struct fma_tiling {
+    static constexpr int m = Cfg::m, n = Cfg::n, TM = Cfg::thread_m, TN = Cfg::thread_n;
+    static constexpr int GM = (m + TM - 1) / TM, GN = (n + TN - 1) / TN, WORK = GM * GN;
+    // real f32: the operands are read as float2 / float4 where the layout allows
+    static constexpr bool VECTOR = !Cfg::is_complex && sizeof(typename Cfg::a_type) == 4 &&
+                                   sizeof(typename Cfg::b_type) == 4 && sizeof(typename Cfg::accumulator_type) == 4 &&
+                                   aligned_smem<Cfg>::value;
+    static constexpr int VM = VECTOR && !Cfg::a_row_major && TM % 4 == 0 && m % 4 == 0 ? 4 : 1;
+    static constexpr int VN = VECTOR && Cfg::b_row_major && TN % 4 == 0 && n % 4 == 0 ? 4 : 1;
+    static constexpr bool FULL_M = m % TM == 0, FULL_N = n % TN == 0;
+    // K values read at once from a K-contiguous operand (row-major A, column-major B); 2 when
+    // both are and the tile is large, to keep the registers of both under control.
+    static constexpr bool A_K = VECTOR && Cfg::a_row_major, B_K = VECTOR && !Cfg::b_row_major;
+    static constexpr int KC = !(A_K || B_K) ? 1 : (A_K && B_K && TM * TN >= 64) ? 2 : 4;
+    __host__ __device__ static constexpr int row_offset(int i) { return i % VM + (i / VM) * GM * VM; }
+    __host__ __device__ static constexpr int col_offset(int j) { return j % VN + (j / VN) * GN * VN; }
+    __host__ __device__ static constexpr int row(int gm, int i) { return gm * VM + row_offset(i); }
+    __host__ __device__ static constexpr int col(int gn, int j) { return gn * VN + col_offset(j); }
+};
+
+// N consecutive values of T from shared memory (16 * N / 4 bytes, aligned to that) into dst.
+template <int N, class T> __device__ __forceinline__ void load_run(T* dst, const T* src) {
+    if constexpr (N == 4 && sizeof(T) == 4) {
+        const float4 v = *reinterpret_cast<const float4*>(src);
+        dst[0] = reinterpret_cast<const T&>(v.x);
+        dst[1] = reinterpret_cast<const T&>(v.y);
+        dst[2] = reinterpret_cast<const T&>(v.z);
+        dst[3] = reinterpret_cast<const T&>(v.w);
+    } else if constexpr (N == 2 && sizeof(T) == 4) {
+        const float2 v = *reinterpret_cast<const float2*>(src);
+        dst[0] = reinterpret_cast<const T&>(v.x);
+        dst[1] = reinterpret_cast<const T&>(v.y);
+    } else {
+#pragma unroll
+        for (int i = 0; i < N; ++i) dst[i] = src[i];
+    }
+}
+
 template <class Cfg>
 struct BlockGemm {
     using a_type = typename Cfg::a_type;
@@ -111,130 +163,134 @@ struct BlockGemm {
 
     // ---- tensor-core path ---------------------------------------------------------------
 
-    // A fragment (16 x K atom) at (m0, k0) with ldmatrix: 8x8 block i covers rows 8*(i%2),
-    // k 8*(i/2). K-contiguous A is read as is; M-contiguous A transposed on the way.
-    template <class Atom, int LDA>
-    __device__ static void load_a_ldmatrix(u32* reg, const a_type* sA, int m0, int k0, int lane) {
-        constexpr int MATS = Atom::A_ELEMS / 2;
-        const int i = (lane / 8) % MATS, r = lane % 8;
-        if constexpr (LDA == PANELS) {  // 8-element rows are whole 16-byte chunks, which the swizzle keeps whole
-            const bool row_major = Cfg::a_row_major;
-            ldmatrix<MATS, !row_major>(reg, a_ptr<LDA>(sA, m0 + 8 * (i % 2) + (row_major ? r : 0),
-                                                        k0 + 8 * (i / 2) + (row_major ? 0 : r)));
-        } else if constexpr (Cfg::a_row_major) {
-            ldmatrix<MATS, false>(reg, sA + (m0 + 8 * (i % 2) + r) * LDA + k0 + 8 * (i / 2));
-        } else {
-            ldmatrix<MATS, true>(reg, sA + m0 + 8 * (i % 2) + (k0 + 8 * (i / 2) + r) * LDA);
+    // One operand seen as X x K: A is (row, kk), B is (kk, col), with x the row of A or the
+    // column of B. K_CONTIG: consecutive kk are adjacent in shared memory (row-major A,
+    // column-major B), which ldmatrix reads as is; otherwise it reads transposed.
+    template <bool IS_A> struct operand {
+        using T = typename std_conditional<IS_A, a_type, b_type>::type;
+        static constexpr int X = IS_A ? m : n;
+        static constexpr bool ROW_MAJOR = IS_A ? Cfg::a_row_major : Cfg::b_row_major;
+        static constexpr bool K_CONTIG = IS_A ? ROW_MAJOR : !ROW_MAJOR;
+        static constexpr bool CONJ = IS_A ? Cfg::conj_a : Cfg::conj_b;
+        template <int LD> __device__ __forceinline__ static const T* at(const T* s, int x, int kk) {
+            if constexpr (LD == PANELS) {
+                if constexpr (IS_A) {
+                    return a_ptr<LD>(s, x, kk);
+                } else {
+                    return b_ptr<LD>(s, kk, x);
+                }
+            } else {
+                return K_CONTIG ? s + x * LD + kk : s + x + kk * LD;
+            }
         }
+    };
+
+    // Whether a fragment of this operand is read with ldmatrix: real operands of 16-bit types
+    // (either order) or of 8- and 32-bit types stored K-contiguous (whose fragments hold whole
+    // 32-bit words of consecutive K), in 16-byte rows starting on 16-byte boundaries. Edges
+    // need no per-element tests: rows past the end are clamped (their products land in
+    // outputs nobody stores) and K past the end is zeroed after the load.
+    template <bool IS_A, int LD, class Atom> __host__ __device__ static constexpr bool ldmatrix_reads() {
+        using op = operand<IS_A>;
+        using T = typename op::T;
+        constexpr int ELEMS = IS_A ? Atom::A_ELEMS : Atom::B_ELEMS;
+        constexpr bool width_ok = sizeof(T) == 2 || (op::K_CONTIG && (sizeof(T) == 1 || sizeof(T) == 4));
+        constexpr bool whole = op::X % 8 == 0 && k % (16 / int(sizeof(T))) == 0;
+        constexpr bool rows_ok = LD == PANELS ? whole : (LD * int(sizeof(T))) % 16 == 0 && (whole || aligned_smem<Cfg>::value);
+        return !is_complex && width_ok && rows_ok && (ELEMS * int(sizeof(T))) % 4 == 0;
     }
 
-    // B fragment (K x 8 atom) at (k0, n0): 8x8 block j covers k 8*j.
-    template <class Atom, int LDB>
-    __device__ static void load_b_ldmatrix(u32* reg, const b_type* sB, int n0, int k0, int lane) {
-        constexpr int MATS = Atom::B_ELEMS / 2;
-        const int j = (lane / 8) % MATS, r = lane % 8;
-        if constexpr (LDB == PANELS) {
-            const bool row_major = Cfg::b_row_major;
-            ldmatrix<MATS, row_major>(reg, b_ptr<LDB>(sB, k0 + 8 * j + (row_major ? r : 0), n0 + (row_major ? 0 : r)));
-        } else if constexpr (Cfg::b_row_major) {
-            ldmatrix<MATS, true>(reg, sB + (k0 + 8 * j + r) * LDB + n0);
+    // The fragment of this operand at (x0, k0) (a 16 x K atom for A, K x 8 for B), op applied
+    // to every element, in frag[part] (frag[2] = -imaginary part for complex A). ldmatrix
+    // 8x8 block q covers x 8 * (q % XB), k KB * (q / XB) (KB elements make 16 bytes).
+    template <bool IS_A, int LD, class Atom, class Frag, class Op>
+    __device__ __forceinline__ static void load_fragment(Frag* frag, const typename operand<IS_A>::T* s, int x0,
+                                                         int k0, int lane, const Op& op) {
+        using opd = operand<IS_A>;
+        using T = typename opd::T;
+        using F = typename std_conditional<IS_A, typename Atom::a_type, typename Atom::b_type>::type;
+        constexpr int ELEMS = IS_A ? Atom::A_ELEMS : Atom::B_ELEMS;
+        constexpr int XA = IS_A ? Atom::M : Atom::N;  // extent of the fragment along x
+        constexpr int X = opd::X;
+        constexpr bool FULL_K = k % Atom::K == 0;
+        if constexpr (ldmatrix_reads<IS_A, LD, Atom>()) {
+            constexpr int MATS = ELEMS * int(sizeof(T)) / 4, XB = XA / 8, KB = 16 / int(sizeof(T));
+            const int q = (lane / 8) % MATS, r = lane % 8;
+            int x = x0 + 8 * (q % XB) + (opd::K_CONTIG ? r : 0);
+            int kk = k0 + KB * (q / XB) + (opd::K_CONTIG ? 0 : r);
+            if constexpr (opd::K_CONTIG) {  // a lane names a row of x; its 16 bytes run along K
+                if (X % XA != 0) x = x < X ? x : X - 1;
+                if (!FULL_K) kk = kk < k ? kk : 0;
+            } else {  // a lane names a row of K; its 16 bytes run along x
+                if (X % XA != 0) x = x < X ? x : 0;
+                if (!FULL_K) kk = kk < k ? kk : k - 1;
+            }
+            ldmatrix<MATS, !opd::K_CONTIG>(frag[0].reg, opd::template at<LD>(s, x, kk));
+            if constexpr (!FULL_K) {  // zero K past the end (both operands: the padding may hold NaN)
+                if (k0 + Atom::K > k) {
+#pragma unroll
+                    for (int e = 0; e < ELEMS; ++e) {
+                        if (k0 + (IS_A ? Atom::a_k(lane, e) : Atom::b_k(lane, e)) >= k) frag[0].elems()[e] = zero<F>();
+                    }
+                }
+            }
+#pragma unroll
+            for (int e = 0; e < ELEMS; ++e) {
+                if constexpr (!is_identity<Op>::value) frag[0].elems()[e] = op(frag[0].elems()[e]);
+                frag[0].elems()[e] = preparer<Atom>::apply(frag[0].elems()[e]);
+            }
         } else {
-            ldmatrix<MATS, false>(reg, sB + k0 + 8 * j + (n0 + r) * LDB);
+            constexpr int PARTS = is_complex ? 2 : 1;
+            constexpr bool FULL_X = X % XA == 0;
+#pragma unroll
+            for (int e = 0; e < ELEMS; ++e) {
+                const int x = x0 + (IS_A ? Atom::a_row(lane, e) : Atom::b_col(lane, e));
+                const int kk = k0 + (IS_A ? Atom::a_k(lane, e) : Atom::b_k(lane, e));
+                const bool in = (FULL_X || x < X) && (FULL_K || kk < k);
+#pragma unroll
+                for (int p = 0; p < PARTS; ++p) {
+                    F v = zero<F>();
+                    if (in) v = part_of<opd::CONJ>(transformed(op, *opd::template at<LD>(s, x, kk)), p);
+                    frag[p].elems()[e] = preparer<Atom>::apply(v);
+                }
+                if constexpr (is_complex && IS_A) frag[2].elems()[e] = negate(frag[1].elems()[e]);
+            }
         }
     }
 
     // Adds the A * B of one K step (k0 .. k0 + atom::K) of the warp tile at (m0, n0) into
     // acc[part][i][j][e]. The K loop stays with the callers, so run() compiles as it always did.
+    // Fragments wholly outside C (the last warp tile of an edge) are neither loaded nor multiplied.
     template <int LDA, int LDB, class Acc, class AOp, class BOp>
     __device__ __forceinline__ static void mma_step(Acc& acc, const a_type* sA, const b_type* sB, int m0, int n0,
                                                     int k0, int lane, const AOp& a_op, const BOp& b_op) {
         using atom = typename Cfg::atom;
-        using fa_type = typename atom::a_type;
-        using fb_type = typename atom::b_type;
         constexpr int FM = Cfg::warp_m, FN = Cfg::warp_n;
         constexpr bool FULL_M = m % (FM * atom::M) == 0, FULL_N = n % (FN * atom::N) == 0;
-        constexpr bool FULL_K = k % atom::K == 0;
         constexpr int PARTS = is_complex ? 2 : 1;
         // Complex products take four real MMAs: re += ar*br + (-ai)*bi, im += ar*bi + ai*br.
         constexpr int A_FRAGS = is_complex ? 3 : 1;  // ar, ai, -ai
-        // Real 16-bit operands in whole 8x8 blocks with 16-byte rows are read with ldmatrix
-        // (one instruction per fragment); anything else element by element, predicated.
-        constexpr bool SIXTEEN_BIT = sizeof(fa_type) == 2 && !is_complex;
-        constexpr bool LDSM_A = SIXTEEN_BIT && FULL_M && FULL_K && (LDA == PANELS || (LDA * 2) % 16 == 0);
-        constexpr bool LDSM_B = SIXTEEN_BIT && FULL_N && FULL_K && (LDB == PANELS || (LDB * 2) % 16 == 0);
 
-        fragment<fa_type, atom::A_ELEMS> fa[A_FRAGS][FM];
-        fragment<fb_type, atom::B_ELEMS> fb[PARTS][FN];
+        fragment<typename atom::a_type, atom::A_ELEMS> fa[FM][A_FRAGS];
+        fragment<typename atom::b_type, atom::B_ELEMS> fb[FN][PARTS];
 #pragma unroll
         for (int i = 0; i < FM; ++i) {
-            if constexpr (LDSM_A) {
-                load_a_ldmatrix<atom, LDA>(fa[0][i].reg, sA, m0 + i * atom::M, k0, lane);
-                if constexpr (!is_identity<AOp>::value) {
-#pragma unroll
-                    for (int e = 0; e < atom::A_ELEMS; ++e) fa[0][i].elems()[e] = a_op(fa[0][i].elems()[e]);
-                }
-                continue;
-            }
-#pragma unroll
-            for (int e = 0; e < atom::A_ELEMS; ++e) {
-                const int row = m0 + i * atom::M + atom::a_row(lane, e);
-                const int kk = k0 + atom::a_k(lane, e);
-                const bool in = (FULL_M || row < m) && (FULL_K || kk < k);
-#pragma unroll
-                for (int p = 0; p < PARTS; ++p) {
-                    fa_type v = zero<fa_type>();
-                    if (in) {
-                        if constexpr (LDA == PANELS) {
-                            v = part_of<Cfg::conj_a>(transformed(a_op, *a_ptr<LDA>(sA, row, kk)), p);
-                        } else {
-                            v = part_of<Cfg::conj_a>(transformed(a_op, matrix_at<Cfg::a_row_major, LDA>(sA, row, kk)),
-                                                     p);
-                        }
-                    }
-                    fa[p][i].elems()[e] = preparer<atom>::apply(v);
-                }
-                if constexpr (is_complex) fa[2][i].elems()[e] = negate(fa[1][i].elems()[e]);
-            }
+            if (FULL_M || m0 + i * atom::M < m) load_fragment<true, LDA, atom>(fa[i], sA, m0 + i * atom::M, k0, lane, a_op);
         }
 #pragma unroll
         for (int j = 0; j < FN; ++j) {
-            if constexpr (LDSM_B) {
-                load_b_ldmatrix<atom, LDB>(fb[0][j].reg, sB, n0 + j * atom::N, k0, lane);
-                if constexpr (!is_identity<BOp>::value) {
-#pragma unroll
-                    for (int e = 0; e < atom::B_ELEMS; ++e) fb[0][j].elems()[e] = b_op(fb[0][j].elems()[e]);
-                }
-                continue;
-            }
-#pragma unroll
-            for (int e = 0; e < atom::B_ELEMS; ++e) {
-                const int col = n0 + j * atom::N + atom::b_col(lane, e);
-                const int kk = k0 + atom::b_k(lane, e);
-                const bool in = (FULL_N || col < n) && (FULL_K || kk < k);
-#pragma unroll
-                for (int p = 0; p < PARTS; ++p) {
-                    fb_type v = zero<fb_type>();
-                    if (in) {
-                        if constexpr (LDB == PANELS) {
-                            v = part_of<Cfg::conj_b>(transformed(b_op, *b_ptr<LDB>(sB, kk, col)), p);
-                        } else {
-                            v = part_of<Cfg::conj_b>(transformed(b_op, matrix_at<Cfg::b_row_major, LDB>(sB, kk, col)),
-                                                     p);
-                        }
-                    }
-                    fb[p][j].elems()[e] = preparer<atom>::apply(v);
-                }
-            }
+            if (FULL_N || n0 + j * atom::N < n) load_fragment<false, LDB, atom>(fb[j], sB, n0 + j * atom::N, k0, lane, b_op);
         }
 #pragma unroll
         for (int i = 0; i < FM; ++i)
 #pragma unroll
             for (int j = 0; j < FN; ++j) {
-                atom::mma(acc[0][i][j], fa[0][i].regs(), fb[0][j].regs());
+                if (!(FULL_M || m0 + i * atom::M < m) || !(FULL_N || n0 + j * atom::N < n)) continue;
+                atom::mma(acc[0][i][j], fa[i][0].regs(), fb[j][0].regs());
                 if constexpr (is_complex) {
-                    atom::mma(acc[0][i][j], fa[2][i].regs(), fb[1][j].regs());
-                    atom::mma(acc[1][i][j], fa[0][i].regs(), fb[1][j].regs());
-                    atom::mma(acc[1][i][j], fa[1][i].regs(), fb[0][j].regs());
+                    atom::mma(acc[0][i][j], fa[i][2].regs(), fb[j][1].regs());
+                    atom::mma(acc[1][i][j], fa[i][0].regs(), fb[j][1].regs());
+                    atom::mma(acc[1][i][j], fa[i][1].regs(), fb[j][0].regs());
                 }
             }
     }
@@ -289,60 +345,131 @@ struct BlockGemm {
 
     // ---- CUDA-core path -------------------------------------------------------------------
 
-    // Adds A(:, kk) * B(kk, :) for the TM x TN outputs of work item (gm, gn) into acc. Rows
-    // are strided by the number of row groups so that neighbouring threads read neighbouring
-    // rows. The K loop stays with the callers, like mma_step's.
-    template <int LDA, int LDB, class Acc, class AOp, class BOp>
+    // Adds A(:, k0 .. k0 + KC) * B(k0 .. k0 + KC, :) for the TM x TN outputs of work item
+    // (gm, gn) into acc (fma_tiling says which). K-contiguous operands are read KC values at
+    // a time, operands contiguous along M (N) four rows (columns) at a time; anything else,
+    // and complex values, element by element. The K loop stays with the callers.
+    template <int LDA, int LDB, int KC, class Acc, class AOp, class BOp>
     __device__ __forceinline__ static void fma_step(Acc& acc, const a_type* sA, const b_type* sB, int gm, int gn,
-                                                    int kk, const AOp& a_op, const BOp& b_op) {
-        constexpr int TM = Cfg::thread_m, TN = Cfg::thread_n;
-        constexpr int GM = (m + TM - 1) / TM, GN = (n + TN - 1) / TN;
-        constexpr bool FULL_M = m % TM == 0, FULL_N = n % TN == 0;
-        value_type a[TM], b[TN];
+                                                    int k0, const AOp& a_op, const BOp& b_op) {
+        using L = fma_tiling<Cfg>;
+        constexpr int TM = L::TM, TN = L::TN;
+        constexpr bool A_KV = KC > 1 && L::A_K && LDA % KC == 0;   // A(row, k0 .. k0 + KC) in one read
+        constexpr bool B_KV = KC > 1 && L::B_K && LDB % KC == 0;   // B(k0 .. k0 + KC, col) in one read
+        constexpr int AV = L::VM > 1 && LDA % 4 == 0 ? 4 : 1;     // rows of A per read
+        constexpr int BV = L::VN > 1 && LDB % 4 == 0 ? 4 : 1;     // columns of B per read
+        value_type a[TM][KC], b[TN][KC];
+        if constexpr (A_KV) {
 #pragma unroll
-        for (int i = 0; i < TM; ++i) {
-            const int row = gm + GM * i;
-            a[i] = (FULL_M || row < m) ? widen<acc_type, Cfg::conj_a>(
-                                             transformed(a_op, matrix_at<Cfg::a_row_major, LDA>(sA, row, kk)))
-                                       : value_type{};
+            for (int i = 0; i < TM; ++i) {
+                const int row = L::row(gm, i);
+                if (L::FULL_M || row < m) {
+                    load_run<KC>(a[i], sA + row * LDA + k0);
+#pragma unroll
+                    for (int c = 0; c < KC; ++c) a[i][c] = transformed(a_op, a[i][c]);
+                } else {
+#pragma unroll
+                    for (int c = 0; c < KC; ++c) a[i][c] = value_type{};
+                }
+            }
+        }
+        if constexpr (B_KV) {
+#pragma unroll
+            for (int j = 0; j < TN; ++j) {
+                const int col = L::col(gn, j);
+                if (L::FULL_N || col < n) {
+                    load_run<KC>(b[j], sB + col * LDB + k0);
+#pragma unroll
+                    for (int c = 0; c < KC; ++c) b[j][c] = transformed(b_op, b[j][c]);
+                } else {
+#pragma unroll
+                    for (int c = 0; c < KC; ++c) b[j][c] = value_type{};
+                }
+            }
         }
 #pragma unroll
-        for (int j = 0; j < TN; ++j) {
-            const int col = gn + GN * j;
-            b[j] = (FULL_N || col < n) ? widen<acc_type, Cfg::conj_b>(
-                                             transformed(b_op, matrix_at<Cfg::b_row_major, LDB>(sB, kk, col)))
-                                       : value_type{};
+        for (int c = 0; c < KC; ++c) {
+            const int kk = k0 + c;
+            if constexpr (!A_KV) {
+#pragma unroll
+                for (int i = 0; i < TM; i += AV) {
+                    const int row = L::row(gm, i);
+                    if (L::FULL_M || row < m) {  // runs of AV rows are wholly inside or outside (m % 4 == 0)
+                        if constexpr (AV > 1) {
+                            value_type run[AV];
+                            load_run<AV>(run, sA + row + kk * LDA);
+#pragma unroll
+                            for (int v = 0; v < AV; ++v) a[i + v][c] = transformed(a_op, run[v]);
+                        } else {
+                            a[i][c] = widen<acc_type, Cfg::conj_a>(
+                                transformed(a_op, matrix_at<Cfg::a_row_major, LDA>(sA, row, kk)));
+                        }
+                    } else {
+#pragma unroll
+                        for (int v = 0; v < AV; ++v) a[i + v][c] = value_type{};
+                    }
+                }
+            }
+            if constexpr (!B_KV) {
+#pragma unroll
+                for (int j = 0; j < TN; j += BV) {
+                    const int col = L::col(gn, j);
+                    if (L::FULL_N || col < n) {
+                        if constexpr (BV > 1) {
+                            value_type run[BV];
+                            load_run<BV>(run, sB + kk * LDB + col);
+#pragma unroll
+                            for (int v = 0; v < BV; ++v) b[j + v][c] = transformed(b_op, run[v]);
+                        } else {
+                            b[j][c] = widen<acc_type, Cfg::conj_b>(
+                                transformed(b_op, matrix_at<Cfg::b_row_major, LDB>(sB, kk, col)));
+                        }
+                    } else {
+#pragma unroll
+                        for (int v = 0; v < BV; ++v) b[j + v][c] = value_type{};
+                    }
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < TM; ++i)
+#pragma unroll
+                for (int j = 0; j < TN; ++j) mac(acc[i][j], a[i][c], b[j][c]);
         }
+    }
+
+    // acc += A * B over all of K for work item (gm, gn): KC-wide steps, then the K remainder.
+    template <int LDA, int LDB, class Acc, class AOp, class BOp>
+    __device__ __forceinline__ static void fma_k_loop(Acc& acc, const a_type* sA, const b_type* sB, int gm, int gn,
+                                                      const AOp& a_op, const BOp& b_op) {
+        constexpr int KC = fma_tiling<Cfg>::KC, K_MAIN = k / KC * KC;
+        // fully unrolled for short K: a remainder loop of a partial unroll costs registers
+        constexpr int UNROLL = K_MAIN <= 16 ? (K_MAIN / KC > 0 ? K_MAIN / KC : 1) : (KC >= 4 ? 2 : 4 / KC);
+#pragma unroll UNROLL
+        for (int k0 = 0; k0 < K_MAIN; k0 += KC) fma_step<LDA, LDB, KC>(acc, sA, sB, gm, gn, k0, a_op, b_op);
 #pragma unroll
-        for (int i = 0; i < TM; ++i)
-#pragma unroll
-            for (int j = 0; j < TN; ++j) mac(acc[i][j], a[i], b[j]);
+        for (int kk = K_MAIN; kk < k; ++kk) fma_step<LDA, LDB, 1>(acc, sA, sB, gm, gn, kk, a_op, b_op);
     }
 
     // Each thread owns TM x TN outputs per work item and takes work items in turn.
     template <int LDA, int LDB, class Epilogue, class AOp, class BOp>
     __device__ static void run_fma(const a_type* sA, const b_type* sB, int tid, Epilogue& epi, const AOp& a_op,
                                    const BOp& b_op) {
-        constexpr int TM = Cfg::thread_m, TN = Cfg::thread_n;
-        constexpr int GM = (m + TM - 1) / TM, GN = (n + TN - 1) / TN, WORK = GM * GN;
-        constexpr bool FULL_M = m % TM == 0, FULL_N = n % TN == 0;
-        // fully unrolled for short K: a remainder loop of a partial unroll costs registers
-        constexpr int K_UNROLL = k <= 16 ? k : 4;
-        for (int w = tid; w < WORK; w += threads) {
-            const int gm = w % GM, gn = w / GM;
+        using L = fma_tiling<Cfg>;
+        constexpr int TM = L::TM, TN = L::TN;
+        for (int w = tid; w < L::WORK; w += threads) {
+            const int gm = w % L::GM, gn = w / L::GM;
             value_type acc[TM][TN];
 #pragma unroll
             for (int i = 0; i < TM; ++i)
 #pragma unroll
                 for (int j = 0; j < TN; ++j) acc[i][j] = value_type{};
-#pragma unroll K_UNROLL
-            for (int kk = 0; kk < k; ++kk) fma_step<LDA, LDB>(acc, sA, sB, gm, gn, kk, a_op, b_op);
+            fma_k_loop<LDA, LDB>(acc, sA, sB, gm, gn, a_op, b_op);
 #pragma unroll
             for (int i = 0; i < TM; ++i)
 #pragma unroll
                 for (int j = 0; j < TN; ++j) {
-                    const int row = gm + GM * i, col = gn + GN * j;
-                    if ((FULL_M || row < m) && (FULL_N || col < n)) epi(row, col, acc[i][j]);
+                    const int row = L::row(gm, i), col = L::col(gn, j);
+                    if ((L::FULL_M || row < m) && (L::FULL_N || col < n)) epi(row, col, acc[i][j]);
                 }
         }
     }
@@ -382,10 +509,7 @@ struct BlockGemm {
                     mma_step<LDA, LDB>(frag.regs[t], sA, sB, m0, n0, k0, lane, a_op, b_op);
                 }
             } else {
-                const int gm = shape::gm(tid, t), gn = shape::gn(tid, t);
-                constexpr int K_UNROLL = k <= 16 ? k : 4;
-#pragma unroll K_UNROLL
-                for (int kk = 0; kk < k; ++kk) fma_step<LDA, LDB>(frag.regs[t], sA, sB, gm, gn, kk, a_op, b_op);
+                fma_k_loop<LDA, LDB>(frag.regs[t], sA, sB, shape::gm(tid, t), shape::gn(tid, t), a_op, b_op);
             }
         }
     }
@@ -465,8 +589,9 @@ template <class Cfg> struct fragment_shape<Cfg, false> {
     using acc_type = typename Cfg::accumulator_type;
     using value_type = typename std_conditional<Cfg::is_complex, complex<acc_type>, acc_type>::type;
     static constexpr int m = Cfg::m, n = Cfg::n;
-    static constexpr int TM = Cfg::thread_m, TN = Cfg::thread_n;
-    static constexpr int GM = (m + TM - 1) / TM, GN = (n + TN - 1) / TN, WORK = GM * GN;
+    using tiling = fma_tiling<Cfg>;
+    static constexpr int TM = tiling::TM, TN = tiling::TN;
+    static constexpr int GM = tiling::GM, GN = tiling::GN, WORK = tiling::WORK;
     static constexpr int ITEMS = (WORK + Cfg::threads - 1) / Cfg::threads;
     static constexpr int PER_ITEM = TM * TN;
     static constexpr int SIZE = ITEMS * PER_ITEM;
@@ -479,10 +604,10 @@ template <class Cfg> struct fragment_shape<Cfg, false> {
     }
     __device__ __forceinline__ static int gm(int tid, int t) { return work(tid, t) % GM; }
     __device__ __forceinline__ static int gn(int tid, int t) { return work(tid, t) / GM; }
-    __device__ __forceinline__ static int row_base(int tid, int t) { return gm(tid, t); }
-    __device__ __forceinline__ static int col_base(int tid, int t) { return gn(tid, t); }
-    __device__ __forceinline__ static int row_offset(int r) { return GM * (r / TN); }
-    __device__ __forceinline__ static int col_offset(int r) { return GN * (r % TN); }
+    __device__ __forceinline__ static int row_base(int tid, int t) { return tiling::row(gm(tid, t), 0); }
+    __device__ __forceinline__ static int col_base(int tid, int t) { return tiling::col(gn(tid, t), 0); }
+    __device__ __forceinline__ static int row_offset(int r) { return tiling::row_offset(r / TN); }
+    __device__ __forceinline__ static int col_offset(int r) { return tiling::col_offset(r % TN); }
     static constexpr bool FULL_M = m % TM == 0, FULL_N = n % TN == 0;
     __device__ __forceinline__ static int row(int tid, int idx) {
         return row_base(tid, idx / PER_ITEM) + row_offset(idx % PER_ITEM);

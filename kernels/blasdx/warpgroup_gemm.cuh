@@ -196,6 +196,8 @@ struct WarpgroupGemm {
     static_assert(Cfg::atom::M == 16 && Cfg::atom::N == 8 && Cfg::atom::C_ELEMS == 4,
                   "the mma.sync fallback needs m16n8 atoms, whose C fragment is wgmma's per 8 columns");
 
+    static constexpr int K_UNROLL = sizeof(a_type) == 1 ? 1 : 2;
+
     // acc (this thread's acc_type[TILE_N / 2] of the tile at (m0, n0)) += op(A) op(B), with mma.sync.
     template <class AOp, class BOp>
     __device__ __forceinline__ static void accumulate_tile_mma(acc_type* acc, const a_type* sA, const b_type* sB,
@@ -206,7 +208,9 @@ struct WarpgroupGemm {
 #pragma unroll
         for (int c = 0; c < TILE_N / CHUNK_N; ++c) {  // columns c * CHUNK_N ...: elements from c * CHUNK_N / 2
             auto& chunk = *reinterpret_cast<acc_type(*)[1][1][CHUNK_N / 8][4]>(acc + c * CHUNK_N / 2);
-#pragma unroll 2
+            // one K step at a time for 8-bit operands: their transformed fragments are
+            // gathered element by element, and two steps' worth spill (fp8, 128 columns)
+#pragma unroll K_UNROLL
             for (int k0 = 0; k0 < k; k0 += atom::K) {
                 warp_engine::template mma_step<PANELS, PANELS>(chunk, sA, sB, row0, n0 + c * CHUNK_N, k0, lane, a_op,
                                                                b_op);

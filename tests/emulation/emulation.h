@@ -1,4 +1,4 @@
-// Host stand-ins for the CUDA features blasdx's TRSM code uses, so that the real kernel code
+// Host stand-ins for the CUDA features blasdx's TRSM and FMA GEMM code uses, so that the real kernel code
 // runs on the CPU (tests/host_emulation.py): one OS thread per CUDA thread, __syncthreads() a
 // std::barrier, shared memory a static array, cp.async and mma.sync left out (the code under
 // test takes their plain paths without __CUDA_ARCH__). Built with ThreadSanitizer, a missing
@@ -25,10 +25,13 @@ struct dim3 {
 };
 struct alignas(16) uint4 { unsigned x, y, z, w; };
 struct alignas(8) uint2 { unsigned x, y; };
+struct alignas(16) float4 { float x, y, z, w; };
+struct alignas(8) float2 { float x, y; };
 inline thread_local dim3 threadIdx;
 inline dim3 blockIdx, blockDim, gridDim;
 inline std::barrier<>* emulated_barrier = nullptr;
 inline void __syncthreads() { emulated_barrier->arrive_and_wait(); }
+inline void __trap() { std::abort(); }
 inline float __frcp_rn(float v) { return 1.0f / v; }
 inline double __drcp_rn(double v) { return 1.0 / v; }
 inline float __uint_as_float(unsigned v) { float f; std::memcpy(&f, &v, 4); return f; }
