@@ -319,7 +319,8 @@ def plan_call(
         plan.kind, plan.desc = "block", desc
         return plan
     plan.strides = (mx, my, ma)
-    engine, plan.reason = _engine_plan(vx, vy, mx, my, result, m, n, k, plan.batch, device, out)
+    engine, plan.reason = _engine_plan(vx, vy, mx, my, result, m, n, k, plan.batch, device, out,
+                                       fast_accumulation=fast_accumulation)
     if engine is not None:
         plan.kind, plan.kernel = "hopper", engine
         return plan
@@ -334,15 +335,16 @@ def plan_call(
 
 def _engine_plan(vx: ArrayView, vy: ArrayView, mx: Matrix, my: Matrix, result: _dt.DType, m: int, n: int, k: int,
                  batch: int, device: _DeviceInfo, vout: ArrayView | None = None, config: Any = None,
-                 splits: int | None = None) -> tuple[Any, str | None]:
+                 splits: int | None = None, fast_accumulation: bool = False) -> tuple[Any, str | None]:
     """The Hopper engine's plan of this call, or (None, why it does not run it).
 
     ``vout`` is the result array when one is given (None: a new C-contiguous one);
-    ``config`` / ``splits`` override the engine's own choice (benchmark sweeps, tests).
+    ``config`` / ``splits`` override the engine's own choice (benchmark sweeps, tests);
+    ``fast_accumulation`` keeps fp8 sums in the tensor core (no promotion to f32 registers).
     """
     if device.sm != 90:
         return None, f"the wgmma engine needs sm_90 (this GPU is sm_{device.sm})"
-    if not _hopper.serves(vx.dtype, result):
+    if not _hopper.serves(vx.dtype, result, vy.dtype):
         served = ", ".join(f"{a.name} -> {c.name}" for a, c in sorted(_hopper.SERVED, key=str))
         return None, f"the wgmma engine runs {served}"
     if k == 0:
@@ -356,6 +358,7 @@ def _engine_plan(vx: ArrayView, vy: ArrayView, mx: Matrix, my: Matrix, result: _
         engine = _hopper.EnginePlan(
             vx.dtype, result, m, n, k, batch, route_a, route_b, mx.ld, my.ld, mx.batch or 1, my.batch or 1,
             mx.batch_stride, my.batch_stride, vx.ptr, vy.ptr, device.multiprocessors, d_layout, config, splits,
+            vy.dtype, fast_accumulation,
         )
     except ExecutionError as exc:  # TMA refused an operand: the multi-block kernel reads anything
         return None, f"TMA: {exc}"
@@ -550,14 +553,17 @@ def _run(plan: CallPlan, x_view: ArrayView, y_view: ArrayView, acc: Any, vacc: A
 # ---------------------------------------------------------------------------------------------
 
 
-def matmul(x: Any, y: Any, *, stream: Any = None, dtype: Any = None) -> Any:
+def matmul(x: Any, y: Any, *, stream: Any = None, dtype: Any = None, fast_accumulation: bool = False) -> Any:
     """``x @ y`` as a new array of the type the inputs fix (:data:`RESULT_TYPES`).
 
     x is [M, K] or [batch, M, K], y is [K, N] or [batch, K, N]; a batch of 1 (or a matrix)
     broadcasts. Any row- or column-major layout and leading dimension per operand. The
     result is a C-contiguous array of x's library (PyTorch, CuPy, else a blasdx
     DeviceArray). Use :func:`tf32` to run float32 inputs on tf32 tensor cores.
+    ``fast_accumulation`` is :func:`mma`'s (fp8 inputs only).
     """
+    if not isinstance(fast_accumulation, bool):
+        raise ExecutionError(f"fast_accumulation: expected True or False, got {fast_accumulation!r}")
     if dtype is not None:
         raise ExecutionError(
             f"dtype={dtype!r}: matmul's result type is fixed by the input type ({_result_table()}); for another "
@@ -566,11 +572,13 @@ def matmul(x: Any, y: Any, *, stream: Any = None, dtype: Any = None) -> Any:
     known: dict[int, int] = {}  # the library streams asked during this call
     handle = resolve_stream(stream, (_unwrap(x), _unwrap(y)), known=known)
     vx, vy = _view(x, "x", handle, known), _view(y, "y", handle, known)
-    key = _key(vx, vy, None, "matmul")
+    if fast_accumulation and vx.dtype not in _FP8:
+        raise ExecutionError(f"fast_accumulation=True with {vx.dtype.name} inputs; {_rule('fast')}")
+    key = _key(vx, vy, None, ("matmul", fast_accumulation))
     plan = _CALLS.get(key)
     if plan is None:
         device_id = _device_of((vx, vy), ("x", "y"))
-        plan = _cached_plan(key, lambda: _plan_matmul(vx, vy, device_id))
+        plan = _cached_plan(key, lambda: _plan_matmul(vx, vy, device_id, fast_accumulation))
     if stream is not None:
         _devices.check_stream_device(stream, handle, plan.device_id)
     token = _devices.enter(plan.device_id)
@@ -584,7 +592,7 @@ def matmul(x: Any, y: Any, *, stream: Any = None, dtype: Any = None) -> Any:
     return out
 
 
-def _plan_matmul(vx: ArrayView, vy: ArrayView, device_id: int) -> CallPlan:
+def _plan_matmul(vx: ArrayView, vy: ArrayView, device_id: int, fast_accumulation: bool = False) -> CallPlan:
     _check_dtypes(vx, vy)
     result = RESULT_TYPES.get(vx.dtype)
     if result is None:
@@ -592,16 +600,19 @@ def _plan_matmul(vx: ArrayView, vy: ArrayView, device_id: int) -> CallPlan:
             f"x: matmul takes {', '.join(d.name for d in RESULT_TYPES)} inputs, not {vx.dtype.name} "
             f"({_result_table()})"
         )
-    return plan_call(vx, vy, None, result, _device_info(device_id), device_id)
+    return plan_call(vx, vy, None, result, _device_info(device_id), device_id,
+                     fast_accumulation=fast_accumulation)
 
 
 def mma(x: Any, y: Any, acc: Any, *, out: Any = None, fast_accumulation: bool = False, stream: Any = None) -> Any:
     """``x @ y + acc`` as a new array of acc's type and shape (or into ``out``; ``out=acc`` works in place).
 
     acc is [M, N] or [batch, M, N] and fixes the batch; x and y have acc's batch or 1 (or
-    are matrices). ``fast_accumulation`` is accepted for fp8 inputs only: on sm_90 it lets
-    one-block problems that wgmma tiles keep their sums in the tensor core's accumulator
-    (about 14 significant bits per addition, docs/index.md); elsewhere it changes nothing.
+    are matrices). ``fast_accumulation`` is accepted for fp8 inputs only: on sm_90 the whole
+    K sum stays in the tensor core's accumulator (about 14 significant bits per addition,
+    docs/index.md) in the Hopper engine and in one-block problems that wgmma tiles, where by
+    default the engine adds the tensor core's sums into f32 registers every 128 K elements;
+    elsewhere it changes nothing.
     """
     if not isinstance(fast_accumulation, bool):
         raise ExecutionError(f"fast_accumulation: expected True or False, got {fast_accumulation!r}")
