@@ -296,6 +296,7 @@ def gemm_source(a: _dt.DType, c: _dt.DType, config: EngineConfig, a_k_major: boo
         "struct HopperConfig {",
         *config_members(a, b, config, a_k_major, b_k_major),
         f"    using c_type = {_STORAGE_TYPES[c.name]};",
+        f"    using acc_type = {accumulator_type(c)};",
         f"    static constexpr bool store_by_tma = {str(store_by_tma).lower()};",
         "};",
         '#include "hopper_gemm.cu"',
@@ -305,7 +306,13 @@ def gemm_source(a: _dt.DType, c: _dt.DType, config: EngineConfig, a_k_major: boo
 
 def reduce_source(c: _dt.DType) -> str:
     """kernels/splitk_reduce.cu for results of type ``c``."""
-    return f'#include "blasdx/types.cuh"\nusing splitk_c_type = {_STORAGE_TYPES[c.name]};\n#include "splitk_reduce.cu"\n'
+    return (f'#include "blasdx/types.cuh"\nusing splitk_c_type = {_STORAGE_TYPES[c.name]};\n'
+            f'using splitk_acc_type = {accumulator_type(c)};\n#include "splitk_reduce.cu"\n')
+
+
+def accumulator_type(c: _dt.DType) -> str:
+    """The C++ type the kernels accumulate results of type ``c`` in: int for int32 (exact), else float."""
+    return "int" if c.integral else "float"
 
 
 def repack_source(itemsize: int) -> str:

@@ -127,6 +127,7 @@ template <int PENDING> __device__ __forceinline__ void wait() {
 __device__ __forceinline__ void fence_operand(float& r) { asm volatile("" : "+f"(r)::"memory"); }
 __device__ __forceinline__ void fence_operand(u32& r) { asm volatile("" : "+r"(r)::"memory"); }
 __device__ __forceinline__ void fence_operand(int& r) { asm volatile("" : "+r"(r)::"memory"); }
+__device__ __forceinline__ void fence_operand(double& r) { asm volatile("" : "+d"(r)::"memory"); }
 
 // ---- the instruction ---------------------------------------------------------------------------
 

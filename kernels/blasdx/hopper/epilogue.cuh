@@ -22,22 +22,28 @@ namespace hopper {
 
 template <class T> struct pair_of;
 template <> struct pair_of<float> { using type = float2; };
+template <> struct pair_of<double> { using type = double2; };
+template <> struct pair_of<int> { using type = int2; };
 template <> struct pair_of<__half> { using type = __half2; };
 template <> struct pair_of<__nv_bfloat16> { using type = __nv_bfloat162; };
 
-template <class T> __device__ __forceinline__ float load_float(const T* p) { return convert<float>::from(*p); }
-template <class T> __device__ __forceinline__ void store_float(T* p, float v) { *p = convert<float>::to<T>(v); }
+// One element of storage type T read as / written from the accumulator's type V (float,
+// int or double): conversions of types.cuh's convert<V>.
+template <class V, class T> __device__ __forceinline__ V load_value(const T* p) { return convert<V>::from(*p); }
+template <class V, class T> __device__ __forceinline__ void store_value(T* p, V v) {
+    *p = convert<V>::template to<T>(v);
+}
 
 // Two adjacent elements at p, p + 1 (p aligned to the pair).
-template <class T> __device__ __forceinline__ void load_pair(const T* p, float& v0, float& v1) {
+template <class T, class V> __device__ __forceinline__ void load_pair(const T* p, V& v0, V& v1) {
     const typename pair_of<T>::type v = *reinterpret_cast<const typename pair_of<T>::type*>(p);
-    v0 = convert<float>::from(v.x);
-    v1 = convert<float>::from(v.y);
+    v0 = convert<V>::from(v.x);
+    v1 = convert<V>::from(v.y);
 }
-template <class T> __device__ __forceinline__ void store_pair(T* p, float v0, float v1) {
+template <class T, class V> __device__ __forceinline__ void store_pair(T* p, V v0, V v1) {
     typename pair_of<T>::type v;
-    v.x = convert<float>::to<T>(v0);
-    v.y = convert<float>::to<T>(v1);
+    v.x = convert<V>::template to<T>(v0);
+    v.y = convert<V>::template to<T>(v1);
     *reinterpret_cast<typename pair_of<T>::type*>(p) = v;
 }
 
@@ -51,68 +57,72 @@ __device__ __forceinline__ bool pairs_aligned(const T* base, i64 row_stride, i64
 // ---- pair functors ------------------------------------------------------------------------------
 
 // D = alpha * acc + beta * C, C read only when beta != 0; C and D of any strides (they may
-// be the same matrix). Element strides; a batch stride of 0 broadcasts.
-template <class TC>
+// be the same matrix). Element strides; a batch stride of 0 broadcasts. V is the
+// accumulator's type, and that of alpha and beta (int keeps integer results exact).
+template <class TC, class V = float>
 struct LinearCombination {
     using value_type = TC;
     const TC* c;
     TC* d;
     int m, n;
     i64 c_row, c_col, c_batch, d_row, d_col, d_batch;
-    float alpha, beta;
+    V alpha, beta;
     bool read_c, c_pairs, d_pairs;
 
     __device__ __forceinline__ LinearCombination(const TC* c_, TC* d_, int m_, int n_, i64 c_row_, i64 c_col_,
-                                                 i64 c_batch_, i64 d_row_, i64 d_col_, i64 d_batch_, float alpha_,
-                                                 float beta_)
+                                                 i64 c_batch_, i64 d_row_, i64 d_col_, i64 d_batch_, V alpha_,
+                                                 V beta_)
         : c(c_), d(d_), m(m_), n(n_), c_row(c_row_), c_col(c_col_), c_batch(c_batch_), d_row(d_row_),
           d_col(d_col_), d_batch(d_batch_), alpha(alpha_), beta(beta_) {
-        read_c = beta != 0.0f;
+        read_c = beta != V(0);
         c_pairs = read_c && pairs_aligned(c, c_row, c_col, c_batch);
         d_pairs = pairs_aligned(d, d_row, d_col, d_batch);
     }
 
     // alpha * (v0, v1) + beta * C at (row, col), (row, col + 1); C is read inside M x N only.
-    __device__ __forceinline__ void value(const Work& w, int row, int col, float& v0, float& v1) const {
+    __device__ __forceinline__ void value(const Work& w, int row, int col, V& v0, V& v1) const {
         v0 *= alpha;
         v1 *= alpha;
         if (!read_c || row >= m || col >= n) return;
         const TC* pc = c + w.batch * c_batch + row * c_row + col * c_col;
         if (col + 1 < n && c_pairs) {
-            float c0, c1;
+            V c0, c1;
             load_pair(pc, c0, c1);
             v0 += beta * c0;
             v1 += beta * c1;
         } else {
-            v0 += beta * load_float(pc);
-            if (col + 1 < n) v1 += beta * load_float(pc + c_col);
+            v0 += beta * load_value<V>(pc);
+            if (col + 1 < n) v1 += beta * load_value<V>(pc + c_col);
         }
     }
 
-    __device__ __forceinline__ void operator()(const Work& w, int row, int col, float v0, float v1) const {
+    __device__ __forceinline__ void operator()(const Work& w, int row, int col, V v0, V v1) const {
         if (row >= m || col >= n) return;
         value(w, row, col, v0, v1);
         TC* pd = d + w.batch * d_batch + row * d_row + col * d_col;
         if (col + 1 < n && d_pairs) {
             store_pair(pd, v0, v1);
         } else {
-            store_float(pd, v0);
-            if (col + 1 < n) store_float(pd + d_col, v1);
+            store_value(pd, v0);
+            if (col + 1 < n) store_value(pd + d_col, v1);
         }
     }
 };
 
-// Split K: each split writes its raw partial sums to workspace[split][batch][m][n] (f32);
-// a second kernel (splitk_reduce.cu) adds the splits up and applies alpha, beta and C.
+// Split K: each split writes its raw partial sums to workspace[split][batch][m][n] (of the
+// accumulator's type V); a second kernel (splitk_reduce.cu) adds the splits up and applies
+// alpha, beta and C.
+template <class V = float>
 struct SplitKPartial {
-    float* workspace;
+    V* workspace;
     int m, n, batch;
 
-    __device__ __forceinline__ void operator()(const Work& w, int row, int col, float v0, float v1) const {
+    __device__ __forceinline__ void operator()(const Work& w, int row, int col, V v0, V v1) const {
         if (row >= m || col >= n) return;
-        float* p = workspace + ((i64(w.split) * batch + w.batch) * m + row) * i64(n) + col;
+        V* p = workspace + ((i64(w.split) * batch + w.batch) * m + row) * i64(n) + col;
         if (col + 1 < n && n % 2 == 0) {
-            *reinterpret_cast<float2*>(p) = make_float2(v0, v1);
+            using pair = typename pair_of<V>::type;
+            *reinterpret_cast<pair*>(p) = pair{v0, v1};
         } else {
             p[0] = v0;
             if (col + 1 < n) p[1] = v1;
@@ -131,7 +141,7 @@ struct StoreEachPair {
     template <class Acc>
     __device__ __forceinline__ void operator()(const Work& w, const Acc& acc, int row0, int col0, int /*consumer*/,
                                                unsigned char* /*staging*/) const {
-        acc.for_each_pair(row0, col0, [&](int row, int col, float v0, float v1) { pair(w, row, col, v0, v1); });
+        acc.for_each_pair(row0, col0, [&](int row, int col, auto v0, auto v1) { pair(w, row, col, v0, v1); });
     }
     __device__ __forceinline__ void finish(int /*consumer*/) const {}
 };
@@ -171,7 +181,7 @@ struct StageThroughShared {
                     for (int h = 0; h < 2; ++h) {
                         const int r = 16 * warp + lane / 4 + 8 * h, c = 8 * j + 2 * (lane % 4);
                         const int reg = 4 * (chunk * COLUMNS / 8 + j) + 2 * h;
-                        float v0 = acc.r[i][reg], v1 = acc.r[i][reg + 1];
+                        typename Acc::value_type v0 = acc.r[i][reg], v1 = acc.r[i][reg + 1];
                         values.value(w, row0 + 64 * i + r, col0 + chunk * COLUMNS + c, v0, v1);
                         store_pair(reinterpret_cast<TC*>(buffer + wgmma::swizzle<128>(r * 128 + c * int(sizeof(TC)))),
                                    v0, v1);

@@ -17,6 +17,7 @@
 //   pingpong               consumers take whole tiles in turn (unit 0 consumer 0, unit 1
 //                          consumer 1, ...) instead of sharing each tile's rows: one
 //                          consumer's epilogue runs while the other multiplies
+//   acc_type (optional)    the accumulator's element type: float (default), int for 8-bit integers
 //   cluster_m              blocks per cluster along M (1 or 2): the blocks of a cluster take
 //                          vertically adjacent tiles and each loads half of their common B
 //                          tile, multicast into both (half the B traffic through L2); a
@@ -33,6 +34,11 @@
 namespace blasdx {
 namespace hopper {
 
+// Cfg::acc_type when the configuration names one, else float.
+template <class...> using void_t = void;
+template <class Cfg, class = void> struct accumulator_of { using type = float; };
+template <class Cfg> struct accumulator_of<Cfg, void_t<typename Cfg::acc_type>> { using type = typename Cfg::acc_type; };
+
 template <class Cfg>
 struct DeviceGemm {
     static constexpr int BM = Cfg::bm, BN = Cfg::bn, BK = Cfg::bk, STAGES = Cfg::stages;
@@ -47,7 +53,7 @@ struct DeviceGemm {
 
     using SA = StageOperand<typename Cfg::a_type, BM, BK, Cfg::a_k_major>;
     using SB = StageOperand<typename Cfg::b_type, BN, BK, Cfg::b_k_major>;
-    using Acc = Accumulator<ATOMS_M, BN>;
+    using Acc = Accumulator<ATOMS_M, BN, typename accumulator_of<Cfg>::type>;
     using Sched = Scheduler<BM, BN, BK, Cfg::group_m, CLUSTER>;
     using Stages = Ring<STAGES>;
 

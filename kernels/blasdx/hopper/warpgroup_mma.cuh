@@ -79,19 +79,20 @@ struct StageOperand {
     }
 };
 
-// A warpgroup's accumulator: ATOMS_M slices of 64 rows x N columns in f32 registers, in
-// wgmma's fragment layout (wgmma.cuh): register 4j + e of a slice holds row 16 * warp +
-// lane / 4 + 8 * (e / 2), column 8j + 2 * (lane % 4) + e % 2.
-template <int ATOMS_M_, int N_>
+// A warpgroup's accumulator: ATOMS_M slices of 64 rows x N columns in registers of type V
+// (float, or int for 8-bit integers), in wgmma's fragment layout (wgmma.cuh): register
+// 4j + e of a slice holds row 16 * warp + lane / 4 + 8 * (e / 2), column 8j + 2 * (lane % 4) + e % 2.
+template <int ATOMS_M_, int N_, class V = float>
 struct Accumulator {
+    using value_type = V;
     static constexpr int ATOMS_M = ATOMS_M_, N = N_;
-    float r[ATOMS_M][N / 2];
+    V r[ATOMS_M][N / 2];
 
     __device__ __forceinline__ void zero() {
 #pragma unroll
         for (int i = 0; i < ATOMS_M; ++i)
 #pragma unroll
-            for (int j = 0; j < N / 2; ++j) r[i][j] = 0.0f;
+            for (int j = 0; j < N / 2; ++j) r[i][j] = V(0);
         pin();
     }
 
@@ -121,9 +122,9 @@ struct Accumulator {
 // One stage: acc += A[row0 .. row0 + 64 * ATOMS_M) x B[0 .. N) over the stage's BK, as one
 // wgmma group (committed, not waited for). TA / TB are the instruction's operand types
 // (blasdx::tf32 for tf32), SA / SB the stage operands.
-template <class TA, class TB, class SA, class SB, int ATOMS_M, int N, int BK>
-__device__ __forceinline__ void mma_stage(Accumulator<ATOMS_M, N>& acc, u32 a_base, u32 b_base, int row0) {
-    using op = wgmma::mma<TA, TB, float>;
+template <class TA, class TB, class SA, class SB, int ATOMS_M, int N, int BK, class V>
+__device__ __forceinline__ void mma_stage(Accumulator<ATOMS_M, N, V>& acc, u32 a_base, u32 b_base, int row0) {
+    using op = wgmma::mma<TA, TB, V>;
     constexpr bool TRANS_A = !SA::k_major, TRANS_B = !SB::k_major;
     static_assert(BK % op::K_STEP == 0, "a stage is whole instruction K steps");
     wgmma::fence();
