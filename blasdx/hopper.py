@@ -495,12 +495,8 @@ class EnginePlan:
                 self._fit_grid(device_id)
             gemm.launch(device_id, self.grid, (self.config.threads, 1, 1), stream, self.config.cluster)
         if self.splits > 1:
-            total = self.batch * self.m * self.n
-            grid = (max(1, min(math.ceil(total / 256), 8 * self.multiprocessors)), 1, 1)
-            with self._reduce.params.lock:
-                self._reduce.fill((workspace, c_ptr, d.ptr, self.m, self.n, self.batch, self.splits, *c_strides,
-                                   *d_strides, alpha, beta))
-                self._reduce.launch(device_id, grid, (256, 1, 1), stream)
+            reduce_splits(self._reduce, device_id, stream, workspace, self.splits, c_ptr, c_strides, d.ptr, d_strides,
+                          self.m, self.n, self.batch, self.multiprocessors, alpha, beta)
 
     def _operands_and_workspace(self, device_id: int, stream_core: Any, stream: int, a: Any,
                                 b: Any) -> tuple[int, int, int]:
@@ -561,6 +557,17 @@ class EnginePlan:
                                op.strides[1] // size, problems))
             self._repack.launch(device_id, grid, (32, 8, 1), stream)
         return target
+
+
+def reduce_splits(kernel: _Kernel, device_id: int, stream: int, workspace: int, splits: int, c_ptr: int,
+                  c_strides: tuple[int, int, int], d_ptr: int, d_strides: tuple[int, int, int], m: int, n: int,
+                  batch: int, multiprocessors: int, alpha: Any, beta: Any) -> None:
+    """kernels/splitk_reduce.cu: D = alpha * (the splits' partial sums) + beta * C (no splits: beta * C)."""
+    total = batch * m * n
+    grid = (max(1, min(math.ceil(total / 256), 8 * multiprocessors)), 1, 1)
+    with kernel.params.lock:
+        kernel.fill((workspace, c_ptr, d_ptr, m, n, batch, splits, *c_strides, *d_strides, alpha, beta))
+        kernel.launch(device_id, grid, (256, 1, 1), stream)
 
 
 class _ScratchPool:

@@ -18,6 +18,10 @@
 //                          consumer 1, ...) instead of sharing each tile's rows: one
 //                          consumer's epilogue runs while the other multiplies
 //   acc_type (optional)    the accumulator's element type: float (default), int for 8-bit integers
+//   promotion (optional)   fp8: K elements the tensor core sums before a consumer adds them into
+//                          its f32 accumulator (promotion.cuh; 32, 64 or 128); 0 (default): the
+//                          whole K range stays in the tensor core's accumulator. run() then takes
+//                          the block scales applied at each promotion (NoBlockScales: none)
 //   cluster_m              blocks per cluster along M (1 or 2): the blocks of a cluster take
 //                          vertically adjacent tiles and each loads half of their common B
 //                          tile, multicast into both (half the B traffic through L2); a
@@ -27,6 +31,7 @@
 
 #include "epilogue.cuh"
 #include "pipeline.cuh"
+#include "promotion.cuh"
 #include "scheduler.cuh"
 #include "tma.cuh"
 #include "warpgroup_mma.cuh"
@@ -38,6 +43,11 @@ namespace hopper {
 template <class...> using void_t = void;
 template <class Cfg, class = void> struct accumulator_of { using type = float; };
 template <class Cfg> struct accumulator_of<Cfg, void_t<typename Cfg::acc_type>> { using type = typename Cfg::acc_type; };
+// Cfg::promotion when the configuration names one, else 0.
+template <class Cfg, class = void> struct promotion_of { static constexpr int value = 0; };
+template <class Cfg> struct promotion_of<Cfg, void_t<decltype(Cfg::promotion)>> {
+    static constexpr int value = Cfg::promotion;
+};
 
 template <class Cfg>
 struct DeviceGemm {
@@ -54,6 +64,8 @@ struct DeviceGemm {
     using SA = StageOperand<typename Cfg::a_type, BM, BK, Cfg::a_k_major>;
     using SB = StageOperand<typename Cfg::b_type, BN, BK, Cfg::b_k_major>;
     using Acc = Accumulator<ATOMS_M, BN, typename accumulator_of<Cfg>::type>;
+    static constexpr int PROMOTION = promotion_of<Cfg>::value;
+    using Part = Accumulator<1, promotion_width<BN>::value, float>;  // the tensor core's sums of one interval
     using Sched = Scheduler<BM, BN, BK, Cfg::group_m, CLUSTER>;
     using Stages = Ring<STAGES>;
 
@@ -72,7 +84,10 @@ struct DeviceGemm {
     static_assert(BN == 64 || BN == 128 || BN == 256, "one wgmma spans the tile's N: 64, 128 or 256");
     static_assert(STAGES >= 2, "the producer loads ahead while consumers multiply");
     static_assert(SA::BYTES % ATOM_BYTES == 0 && SB::BYTES % ATOM_BYTES == 0, "stages stay atom-aligned");
-    static_assert(ATOMS_M * BN / 2 + 40 <= CONSUMER_REGISTERS, "the accumulator fits the consumer's registers");
+    static_assert(ATOMS_M * BN / 2 + (PROMOTION ? Part::N / 2 : 0) + 40 <= CONSUMER_REGISTERS,
+                  "the accumulator (and the promotion's) fits the consumer's registers");
+    static_assert(PROMOTION == 0 || (Cfg::a_k_major && Cfg::b_k_major && sizeof(typename Cfg::a_type) == 1),
+                  "promotion is for fp8 operands (K-major)");
 
     __device__ __forceinline__ static unsigned char* stage(unsigned char* smem, int s) { return smem + s * STAGE_BYTES; }
 
@@ -83,10 +98,12 @@ struct DeviceGemm {
     }
 
     // The whole block's work; `smem` is the dynamic shared memory (shared_bytes<Epilogue>()).
-    template <class Epilogue>
+    // `scales` are the block scales applied at each promotion (promotion.cuh; only with PROMOTION).
+    template <class Epilogue, class Scales = NoBlockScales>
     __device__ __forceinline__ static void run(unsigned char* smem_raw, const TensorMap* map_a,
                                                const TensorMap* map_b, const Sched& sched, bool batched_a,
-                                               bool batched_b, const Epilogue& epi) {
+                                               bool batched_b, const Epilogue& epi, const Scales& scales = Scales{}) {
+        static_assert(PROMOTION > 0 || !Scales::ACTIVE, "block scales are applied at promotion");
         static_assert(shared_bytes<Epilogue>() <= 232448, "the stages fit the 227 KB a Hopper block can have");
         unsigned char* smem = smem_raw + ((ATOM_BYTES - shared_address(smem_raw) % ATOM_BYTES) % ATOM_BYTES);
         unsigned char* staging = smem + STAGES * STAGE_BYTES;
@@ -111,7 +128,7 @@ struct DeviceGemm {
         } else {
             claim_registers<CONSUMER_REGISTERS>();
             const int consumer = warpgroup - 1;
-            consume(smem, ring, sched, consumer, epi, staging + consumer * Epilogue::staging_bytes);
+            consume(smem, ring, sched, consumer, epi, staging + consumer * Epilogue::staging_bytes, scales);
         }
     }
 
@@ -146,13 +163,15 @@ struct DeviceGemm {
         }
     }
 
-    template <class Epilogue>
+    template <class Epilogue, class Scales>
     __device__ __forceinline__ static void consume(unsigned char* smem, Stages* ring, const Sched& sched,
-                                                   int consumer, const Epilogue& epi, unsigned char* staging) {
+                                                   int consumer, const Epilogue& epi, unsigned char* staging,
+                                                   const Scales& scales) {
         const bool lead = threadIdx.x % 32 == 0;  // one arrival per warp frees a stage
         const int rank = CLUSTER > 1 ? int(cluster_rank()) : 0;
         RingState<STAGES> at;
         Acc acc;
+        Part part;  // unused without promotion
         int turn = 0;    // ping-pong: the units of this block alternate between the consumers
         u32 waited = 0;  // turns of this consumer that waited for the other's
         for (int unit = blockIdx.x / CLUSTER; unit < sched.units; unit += gridDim.x / CLUSTER, ++turn) {
@@ -168,11 +187,17 @@ struct DeviceGemm {
             for (int step = w.k_begin; step < w.k_end; ++step) {
                 wait(&ring->full[at.stage], at.parity);
                 const u32 a_base = shared_address(stage(smem, at.stage));
-                mma_stage<typename Cfg::a_mma, typename Cfg::b_mma, SA, SB, ATOMS_M, BN, BK>(acc, a_base,
-                                                                                     a_base + SA::BYTES, row0);
-                wgmma::wait<1>();
-                if (held >= 0 && lead) release(ring, held, rank);
-                held = at.stage;
+                if constexpr (PROMOTION > 0) {  // every product of the stage is in acc on return
+                    promote_stage<typename Cfg::a_mma, typename Cfg::b_mma, SA, SB, ATOMS_M, BN, BK, PROMOTION>(
+                        acc, part, a_base, a_base + SA::BYTES, row0, scales, step, w.m0 + row0, w.n0);
+                    if (lead) release(ring, at.stage, rank);
+                } else {
+                    mma_stage<typename Cfg::a_mma, typename Cfg::b_mma, SA, SB, ATOMS_M, BN, BK>(acc, a_base,
+                                                                                         a_base + SA::BYTES, row0);
+                    wgmma::wait<1>();
+                    if (held >= 0 && lead) release(ring, held, rank);
+                    held = at.stage;
+                }
                 at.advance();
             }
             if (PINGPONG && threadIdx.x % 128 == 0) arrive(&ring->turn[consumer ^ 1]);  // every stage waited for
