@@ -148,20 +148,9 @@ class DeviceGemm:
     def prelude(self, name: str) -> str:
         """``struct <name>`` with the engine type and traits (and the config struct it instantiates)."""
         storage = _hopper._STORAGE_TYPES[self.a.name]
-        mma = _hopper._MMA_TYPES[self.a.name]
-        cfg = self.config
         return "\n".join([
             f"struct {name}_config {{",
-            f"    using a_type = {storage};",
-            f"    using b_type = {storage};",
-            f"    using a_mma = {mma};",
-            f"    using b_mma = {mma};",
-            f"    static constexpr int bm = {cfg.bm}, bn = {cfg.bn}, bk = {cfg.bk};",
-            f"    static constexpr int stages = {cfg.stages}, consumers = {cfg.consumers}, group_m = {cfg.group_m}, "
-            f"cluster_m = {cfg.cluster};",
-            f"    static constexpr bool pingpong = {str(cfg.pingpong).lower()};",
-            f"    static constexpr bool a_k_major = {str(self.a_k_major).lower()}, "
-            f"b_k_major = {str(self.b_k_major).lower()};",
+            *_hopper.config_members(self.a, self.a, self.config, self.a_k_major, self.b_k_major),
             "};",
             f"struct {name} {{",
             f"    using gemm = blasdx::hopper::DeviceGemm<{name}_config>;",

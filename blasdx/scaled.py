@@ -277,6 +277,10 @@ def scaled_mm(x: Any, y: Any, scale_x: Any, scale_y: Any, *, out_dtype: Any = No
         if vout.readonly:
             raise ExecutionError("out: the array is read-only; pass a writable array")
         _ag._matrix(vout, "out")
+        spans = _ag._spans((("out", vout), ("x", vx), ("y", vy), ("scale_x", vsx), ("scale_y", vsy))
+                           + ((("bias", vbias),) if vbias is not None else ()))
+        ptrs = tuple(v.ptr for v in (vx, vy, vsx, vsy, vbias) if v is not None)
+        _ag._check_overlap(vout, spans[0][1:], spans[1:], ptrs)
     views = (vx, vy, vsx, vsy, vbias, vout)
     key = _key(views, (c.name, sx.mode, sy.mode, fast_accumulation, None if out is None else type(out)))
     call = _CALLS.get(key)
@@ -288,12 +292,6 @@ def scaled_mm(x: Any, y: Any, scale_x: Any, scale_y: Any, *, out_dtype: Any = No
         if len(_CALLS) > 1024:
             _CALLS.clear()
         _CALLS[key] = call
-    if vout is not None:
-        spans = _ag._spans((("out", vout), ("x", vx), ("y", vy), ("scale_x", vsx), ("scale_y", vsy))
-                           + ((("bias", vbias),) if vbias is not None else ()))
-        others = spans[1:]
-        ptrs = tuple(v.ptr for v in (vx, vy, vsx, vsy, vbias) if v is not None)
-        _ag._check_overlap(vout, spans[0][1:], others, ptrs)
     if stream is not None:
         _devices.check_stream_device(stream, handle, call.device_id)
     token = _devices.enter(call.device_id)
