@@ -41,7 +41,8 @@ def tolerance(
       error is that of a P-deep product whatever K is: the allowance above for K = P
       (4.9e-4 at P = 128, the default), at least 1e-4; the f32 additions of the intervals add
       only about 2^-24 * sqrt(K / P);
-    - a float16 C: 2e-3 more for the final rounding (2^-11 relative);
+    - a float16 C: 2e-3 more for the final rounding (2^-11 relative); a bfloat16 C (the Hopper
+      engine's device API, scaled_mm): 4 * 2^-9 more (2^-9 relative);
     - f16 accumulation (f16 x f16 -> f16): 8 * 2^-11 * sqrt(K) + 2e-3, since every partial
       sum is rounded to f16.
     """
@@ -58,6 +59,8 @@ def tolerance(
             base = max(base, 2 * math.ceil(depth / 32) * 2.0**-14)
     else:
         base = max(1e-5, 4 * 2.0**-24 * math.sqrt(k))
+    if c == _dt.bfloat16:
+        base += 4 * 2.0**-9
     if c == _dt.float16:
         base += 2e-3
         if accumulator == _dt.float16:
