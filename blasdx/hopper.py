@@ -500,7 +500,7 @@ class EnginePlan:
 
     def _operands_and_workspace(self, device_id: int, stream_core: Any, stream: int, a: Any,
                                 b: Any) -> tuple[int, int, int]:
-        """The addresses TMA reads A and B from (repacked first where the routes say) and the split workspace (0: none)."""
+        """The addresses TMA reads A and B from (repacked first where the routes say); the split workspace."""
         a_ptr = self._prepare(a, self.route_a, self.operand_a, self.m, "a", device_id, stream_core, stream)
         b_ptr = self._prepare(b, self.route_b, self.operand_b, self.n, "b", device_id, stream_core, stream)
         workspace = 0

@@ -57,7 +57,9 @@ struct BlockScales {
             }
         const int last = (n - 1) / BLOCK;
 #pragma unroll
-        for (int j = 0; j < CHUNKS; ++j) fy[j] = Y ? __ldg(y + kb * y_row + min((col0 + j * TN) / BLOCK, last) * y_col) : 1.0f;
+        for (int j = 0; j < CHUNKS; ++j) {
+            fy[j] = Y ? __ldg(y + kb * y_row + min((col0 + j * TN) / BLOCK, last) * y_col) : 1.0f;
+        }
     }
 };
 
