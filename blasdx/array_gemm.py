@@ -28,6 +28,7 @@ from . import arrays as _arrays
 from . import cuda_modules as _cuda
 from . import devices as _devices
 from . import dtypes as _dt
+from . import emulation as _emulation
 from . import execute as _execute
 from . import hopper as _hopper
 from . import tiled as _tiled
@@ -60,6 +61,8 @@ RULES = {
     "dtype": "x and y have the same element type; they are not promoted to a common type",
     "types": "(x, y, acc) element types form one of the supported rows",
     "fast": "fast_accumulation applies to fp8 inputs (float8_e4m3, float8_e5m2) only",
+    "bits": "mantissa_bits is the minimum the products keep: float32 inputs take 1-23 (tf32 up to 10, 3xtf32 "
+            "beyond), other types at most their own",
 }
 
 _FP8 = (_dt.float8_e4m3, _dt.float8_e5m2)
@@ -250,7 +253,7 @@ class CallPlan:
 
     __slots__ = (
         "kind", "shape", "dtype", "batch", "m", "n", "k", "beta", "desc", "kernel", "strides", "device_id",
-        "result_layout", "spans", "reason",
+        "result_layout", "spans", "reason", "scheme",
     )
 
     def __repr__(self) -> str:
@@ -261,7 +264,8 @@ class CallPlan:
         else:
             what = repr(self.kernel.desc)
         why = f", {self.reason}" if self.reason else ""
-        return f"CallPlan({self.kind}, result {self.shape} {self.dtype}, {what}{why})"
+        scheme = "" if self.scheme.name == "native" else f", {self.scheme}"
+        return f"CallPlan({self.kind}, result {self.shape} {self.dtype}{scheme}, {what}{why})"
 
     def describe(self) -> str:
         """One line: the path, what it runs, and why the Hopper engine was not taken (if not)."""
@@ -271,14 +275,20 @@ class CallPlan:
 def plan_call(
     vx: ArrayView, vy: ArrayView, vacc: ArrayView | None, result: _dt.DType, device: _DeviceInfo, device_id: int,
     out: ArrayView | None = None, allow_block: bool = True, fast_accumulation: bool = False,
+    scheme: _emulation.Scheme | None = None,
 ) -> CallPlan:
     """Check the operands and pick the kernel: matmul when vacc is None, else mma (acc's type, shape).
 
     ``out`` is the array the result goes to (None: a new C-contiguous one); ``allow_block``
     False keeps the call on the multi-block kernel (one that reads acc and writes out).
     ``fast_accumulation`` (fp8 on sm_90) builds the one-block descriptor for sm_90a, whose
-    wgmma keeps the sum in the tensor core's accumulator.
+    wgmma keeps the sum in the tensor core's accumulator. ``scheme`` (blasdx.emulation) is
+    how products are formed: "tf32" runs float32 views as tf32; "3xtf32" runs on the Hopper
+    engine, or where it cannot, on the native float32 kernel (which keeps more bits).
     """
+    scheme = scheme or _emulation.resolve(vx.dtype, None)
+    if scheme.name == "tf32":
+        vx, vy = vx._replace(dtype=_dt.tfloat32), vy._replace(dtype=_dt.tfloat32)
     mx, my = _matrix(vx, "x"), _matrix(vy, "y")
     _check_inner(mx, my, vx, vy)
     if vacc is None:
@@ -305,13 +315,14 @@ def plan_call(
     plan.device_id = device_id
     plan.beta = 0 if vacc is None else 1
     plan.desc = plan.kernel = plan.strides = plan.spans = plan.reason = None
+    plan.scheme = scheme
     if out is not None:
         _check_out_shape(out, plan)
     mo = None if out is None else _matrix(out, "out")
     plan.result_layout = mo
     arch_specific = fast_accumulation and device.sm == 90 and vx.dtype in _FP8
     desc = None
-    if allow_block:
+    if allow_block and scheme.name != "3xtf32":
         desc = _block_descriptor(vx, vy, mx, my, out, mo, result, m, n, k, device.sm, plan.batch, arch_specific)
     tile = _tiled.tile_shape(vx.dtype, m, n, device.sm, result)
     tiles = math.ceil(m / tile.m) * math.ceil(n / tile.n)
@@ -320,10 +331,14 @@ def plan_call(
         return plan
     plan.strides = (mx, my, ma)
     engine, plan.reason = _engine_plan(vx, vy, mx, my, result, m, n, k, plan.batch, device, out,
-                                       fast_accumulation=fast_accumulation)
+                                       fast_accumulation=fast_accumulation,
+                                       scheme="3xtf32" if scheme.name == "3xtf32" else "native")
     if engine is not None:
         plan.kind, plan.kernel = "hopper", engine
         return plan
+    if scheme.name == "3xtf32":  # native float32 products keep every bit 3xtf32 would
+        plan.scheme = _emulation.resolve(vx.dtype, None)
+        plan.reason = f"3xtf32 not run ({plan.reason}): native float32 products keep the bits"
     plan.kind = "tiled"
     vec_a = _tiled.copy_width(vx.ptr, vx.dtype.size, mx.ld, mx.outer, mx.batch_stride, mx.batch or 1)
     vec_b = _tiled.copy_width(vy.ptr, vy.dtype.size, my.ld, my.outer, my.batch_stride, my.batch or 1)
@@ -335,7 +350,8 @@ def plan_call(
 
 def _engine_plan(vx: ArrayView, vy: ArrayView, mx: Matrix, my: Matrix, result: _dt.DType, m: int, n: int, k: int,
                  batch: int, device: _DeviceInfo, vout: ArrayView | None = None, config: Any = None,
-                 splits: int | None = None, fast_accumulation: bool = False) -> tuple[Any, str | None]:
+                 splits: int | None = None, scheme: str = "native",
+                 fast_accumulation: bool = False) -> tuple[Any, str | None]:
     """The Hopper engine's plan of this call, or (None, why it does not run it).
 
     ``vout`` is the result array when one is given (None: a new C-contiguous one);
@@ -344,7 +360,9 @@ def _engine_plan(vx: ArrayView, vy: ArrayView, mx: Matrix, my: Matrix, result: _
     """
     if device.sm != 90:
         return None, f"the wgmma engine needs sm_90 (this GPU is sm_{device.sm})"
-    if not _hopper.serves(vx.dtype, result, vy.dtype):
+    if scheme != "native" and not _hopper.serves(vx.dtype, result, scheme):
+        return None, f"the wgmma engine runs {scheme} for float32 -> float32 only"
+    if scheme == "native" and not _hopper.serves(vx.dtype, result, b=vy.dtype):
         served = ", ".join(f"{a.name} -> {c.name}" for a, c in sorted(_hopper.SERVED, key=str))
         return None, f"the wgmma engine runs {served}"
     if k == 0:
@@ -358,7 +376,7 @@ def _engine_plan(vx: ArrayView, vy: ArrayView, mx: Matrix, my: Matrix, result: _
         engine = _hopper.EnginePlan(
             vx.dtype, result, m, n, k, batch, route_a, route_b, mx.ld, my.ld, mx.batch or 1, my.batch or 1,
             mx.batch_stride, my.batch_stride, vx.ptr, vy.ptr, device.multiprocessors, d_layout, config, splits,
-            vy.dtype, fast_accumulation,
+            scheme, vy.dtype, fast_accumulation,
         )
     except ExecutionError as exc:  # TMA refused an operand: the multi-block kernel reads anything
         return None, f"TMA: {exc}"
@@ -531,6 +549,8 @@ def _run(plan: CallPlan, x_view: ArrayView, y_view: ArrayView, acc: Any, vacc: A
     """Launch the plan's kernel into ``out`` (already allocated or checked), with the plan's device current."""
     if plan.batch == 0 or plan.m == 0 or plan.n == 0:
         return
+    if plan.scheme.name == "tf32" and x_view.dtype == _dt.float32:
+        x_view, y_view = x_view._replace(dtype=_dt.tfloat32), y_view._replace(dtype=_dt.tfloat32)
     if plan.kind in ("tiled", "hopper"):
         core = _arrays.as_core_stream(stream, handle)
         producers = tuple(v.stream for v in (x_view, y_view, vacc, vout) if v is not None and v.stream is not None)
@@ -553,14 +573,17 @@ def _run(plan: CallPlan, x_view: ArrayView, y_view: ArrayView, acc: Any, vacc: A
 # ---------------------------------------------------------------------------------------------
 
 
-def matmul(x: Any, y: Any, *, stream: Any = None, dtype: Any = None, fast_accumulation: bool = False) -> Any:
+def matmul(x: Any, y: Any, *, stream: Any = None, dtype: Any = None, mantissa_bits: int | None = None,
+           fast_accumulation: bool = False) -> Any:
     """``x @ y`` as a new array of the type the inputs fix (:data:`RESULT_TYPES`).
 
     x is [M, K] or [batch, M, K], y is [K, N] or [batch, K, N]; a batch of 1 (or a matrix)
     broadcasts. Any row- or column-major layout and leading dimension per operand. The
     result is a C-contiguous array of x's library (PyTorch, CuPy, else a blasdx
-    DeviceArray). Use :func:`tf32` to run float32 inputs on tf32 tensor cores.
-    ``fast_accumulation`` is :func:`mma`'s (fp8 inputs only).
+    DeviceArray). Use :func:`tf32` to run float32 inputs on tf32 tensor cores;
+    ``mantissa_bits`` states the bits the products must keep (blasdx.emulation: float32
+    inputs with 11-23 bits run as three tf32 products on Hopper). ``fast_accumulation`` is
+    :func:`mma`'s (fp8 inputs only).
     """
     if not isinstance(fast_accumulation, bool):
         raise ExecutionError(f"fast_accumulation: expected True or False, got {fast_accumulation!r}")
@@ -574,11 +597,11 @@ def matmul(x: Any, y: Any, *, stream: Any = None, dtype: Any = None, fast_accumu
     vx, vy = _view(x, "x", handle, known), _view(y, "y", handle, known)
     if fast_accumulation and vx.dtype not in _FP8:
         raise ExecutionError(f"fast_accumulation=True with {vx.dtype.name} inputs; {_rule('fast')}")
-    key = _key(vx, vy, None, ("matmul", fast_accumulation))
+    key = _key(vx, vy, None, ("matmul", mantissa_bits, fast_accumulation))
     plan = _CALLS.get(key)
     if plan is None:
         device_id = _device_of((vx, vy), ("x", "y"))
-        plan = _cached_plan(key, lambda: _plan_matmul(vx, vy, device_id, fast_accumulation))
+        plan = _cached_plan(key, lambda: _plan_matmul(vx, vy, device_id, mantissa_bits, fast_accumulation))
     if stream is not None:
         _devices.check_stream_device(stream, handle, plan.device_id)
     token = _devices.enter(plan.device_id)
@@ -592,19 +615,22 @@ def matmul(x: Any, y: Any, *, stream: Any = None, dtype: Any = None, fast_accumu
     return out
 
 
-def _plan_matmul(vx: ArrayView, vy: ArrayView, device_id: int, fast_accumulation: bool = False) -> CallPlan:
+def _plan_matmul(vx: ArrayView, vy: ArrayView, device_id: int, mantissa_bits: int | None = None,
+                 fast_accumulation: bool = False) -> CallPlan:
     _check_dtypes(vx, vy)
+    scheme = _resolve_scheme(vx.dtype, mantissa_bits)
     result = RESULT_TYPES.get(vx.dtype)
     if result is None:
         raise ExecutionError(
             f"x: matmul takes {', '.join(d.name for d in RESULT_TYPES)} inputs, not {vx.dtype.name} "
             f"({_result_table()})"
         )
-    return plan_call(vx, vy, None, result, _device_info(device_id), device_id,
+    return plan_call(vx, vy, None, result, _device_info(device_id), device_id, scheme=scheme,
                      fast_accumulation=fast_accumulation)
 
 
-def mma(x: Any, y: Any, acc: Any, *, out: Any = None, fast_accumulation: bool = False, stream: Any = None) -> Any:
+def mma(x: Any, y: Any, acc: Any, *, out: Any = None, fast_accumulation: bool = False, stream: Any = None,
+        mantissa_bits: int | None = None) -> Any:
     """``x @ y + acc`` as a new array of acc's type and shape (or into ``out``; ``out=acc`` works in place).
 
     acc is [M, N] or [batch, M, N] and fixes the batch; x and y have acc's batch or 1 (or
@@ -612,7 +638,7 @@ def mma(x: Any, y: Any, acc: Any, *, out: Any = None, fast_accumulation: bool = 
     K sum stays in the tensor core's accumulator (about 14 significant bits per addition,
     docs/index.md) in the Hopper engine and in one-block problems that wgmma tiles, where by
     default the engine adds the tensor core's sums into f32 registers every 128 K elements;
-    elsewhere it changes nothing.
+    elsewhere it changes nothing. ``mantissa_bits`` as for :func:`matmul`.
     """
     if not isinstance(fast_accumulation, bool):
         raise ExecutionError(f"fast_accumulation: expected True or False, got {fast_accumulation!r}")
@@ -626,7 +652,7 @@ def mma(x: Any, y: Any, acc: Any, *, out: Any = None, fast_accumulation: bool = 
     in_place = vout is not None and vout.ptr == vacc.ptr and vout.strides == vacc.strides and vout.shape == vacc.shape
     out_key = None if vout is None else (vout.dtype.name, vout.shape, vout.strides, vout.ptr & 15, in_place,
                                          type(out))
-    key = _key(vx, vy, vacc, ("mma", type(acc), out_key, fast_accumulation))
+    key = _key(vx, vy, vacc, ("mma", type(acc), out_key, fast_accumulation, mantissa_bits))
     plan = _CALLS.get(key)
     if plan is None:
         views, names = (vx, vy, vacc), ("x", "y", "acc")
@@ -636,7 +662,8 @@ def mma(x: Any, y: Any, acc: Any, *, out: Any = None, fast_accumulation: bool = 
         # the one-block kernel computes in place: it needs acc copied into out first, which
         # PyTorch / CuPy do; other arrays go to the multi-block kernel (reads acc, writes out)
         copyable = in_place or _library_copy(acc, acc if out is None else out)
-        plan = _cached_plan(key, lambda: _plan_mma(vx, vy, vacc, vout, device_id, copyable, fast_accumulation))
+        plan = _cached_plan(key, lambda: _plan_mma(vx, vy, vacc, vout, device_id, copyable, fast_accumulation,
+                                                   mantissa_bits))
     if vout is not None:
         if vout.readonly:
             raise ExecutionError("out: the array is read-only; pass a writable array")
@@ -667,8 +694,9 @@ def _library_copy(acc: Any, out: Any) -> bool:
 
 
 def _plan_mma(vx: ArrayView, vy: ArrayView, vacc: ArrayView, vout: ArrayView | None, device_id: int,
-              allow_block: bool, fast_accumulation: bool = False) -> CallPlan:
+              allow_block: bool, fast_accumulation: bool = False, mantissa_bits: int | None = None) -> CallPlan:
     _check_dtypes(vx, vy)
+    scheme = _resolve_scheme(vx.dtype, mantissa_bits)
     if _dt.find_combination(vx.dtype, vy.dtype, vacc.dtype, False) is None:
         rows = "; ".join(_dt.supported_rows(is_complex=False))
         raise ExecutionError(
@@ -676,7 +704,15 @@ def _plan_mma(vx: ArrayView, vy: ArrayView, vacc: ArrayView, vout: ArrayView | N
             f"{rows}"
         )
     return plan_call(vx, vy, vacc, vacc.dtype, _device_info(device_id), device_id, vout, allow_block,
-                     fast_accumulation)
+                     fast_accumulation, scheme)
+
+
+def _resolve_scheme(dtype: _dt.DType, mantissa_bits: int | None) -> _emulation.Scheme:
+    """The products' scheme for ``mantissa_bits`` (ExecutionError quoting the rule when it cannot be kept)."""
+    try:
+        return _emulation.resolve(dtype, mantissa_bits)
+    except ExecutionError as exc:
+        raise ExecutionError(f"{exc}; {_rule('bits')}") from None
 
 
 def _check_dtypes(vx: ArrayView, vy: ArrayView) -> None:

@@ -109,7 +109,7 @@ class DeviceGemm:
         """The configuration the engine's rule picks for an M x N x K product (without K splits)."""
         a = _dt.as_dtype(a)
         promotion = _hopper.promotion_of(a, fast_accumulation is True)
-        config, _ = _hopper.choose_config(a, m, n, k, 1, multiprocessors, promotion)
+        config, _ = _hopper.choose_config(a, m, n, k, 1, multiprocessors, promotion=promotion)
         return cls(a, c, a_layout, b_layout, config, b, fast_accumulation)
 
     # -- traits ---------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """The Hopper engine's host side: tile configuration, how operands reach TMA, compile, launch.
 
 On an sm_90 GPU, ``bx.matmul`` / ``bx.mma`` run the types wgmma serves (f16 -> f16 | f32,
-bf16 -> f32, tf32 -> f32, e4m3 / e5m2 -> f16 | f32, int8 / uint8 -> int32) through
+bf16 -> f32, tf32 -> f32, e4m3 / e5m2 -> f16 | f32, int8 / uint8 -> int32, and f32 -> f32 at
+float32 accuracy as three tf32 products when a call asks for it: blasdx.emulation) through
 kernels/hopper_gemm.cu: TMA loads into a stage ring,
 warp-specialised wgmma consumers, a persistent grid, and split K when the output has too
 few tiles to fill the GPU. This module decides everything a call needs from the operands'
@@ -46,8 +47,10 @@ SERVED = {
     (_dt.float8_e4m3, _dt.float16), (_dt.float8_e4m3, _dt.float32), (_dt.float8_e5m2, _dt.float16),
     (_dt.float8_e5m2, _dt.float32), (_dt.int8, _dt.int32), (_dt.uint8, _dt.int32),
 }
+#: Emulated schemes the engine runs: scheme name -> (input, result) type pairs.
+EMULATED_SERVED = {"3xtf32": {(_dt.float32, _dt.float32)}}
 _FP8 = (_dt.float8_e4m3, _dt.float8_e5m2)
-_MMA_TYPES = {"float16": "__half", "bfloat16": "__nv_bfloat16", "tfloat32": "blasdx::tf32",
+_MMA_TYPES = {"float16": "__half", "bfloat16": "__nv_bfloat16", "tfloat32": "blasdx::tf32", "float32": "blasdx::tf32",
               "float8_e4m3": "__nv_fp8_e4m3", "float8_e5m2": "__nv_fp8_e5m2", "int8": "signed char",
               "uint8": "unsigned char"}
 _STORAGE_TYPES = {"float16": "__half", "bfloat16": "__nv_bfloat16", "tfloat32": "float", "float32": "float",
@@ -65,8 +68,11 @@ _SWIZZLE = 128  # bytes: one stage row of K (K-major) or one 64-element panel ro
 _SCRATCH_ALIGNMENT = 256  # scratch allocations start on 256 bytes; maps of repacked operands are encoded at it
 
 
-def serves(a: _dt.DType, c: _dt.DType, b: _dt.DType | None = None) -> bool:
-    """Whether the engine runs inputs of type ``a`` (and ``b``, default ``a``) with results of type ``c``."""
+def serves(a: _dt.DType, c: _dt.DType, scheme: str = "native", b: _dt.DType | None = None) -> bool:
+    """Whether the engine runs inputs of type ``a`` (and ``b``, default ``a``) with results of type ``c`` by
+    ``scheme`` (blasdx.emulation)."""
+    if scheme != "native":
+        return (b is None or b == a) and (a, c) in EMULATED_SERVED.get(scheme, ())
     b = a if b is None else b
     if (a, c) not in SERVED or (b, c) not in SERVED:
         return False
@@ -96,6 +102,8 @@ class EngineConfig:
     cluster: int = 1  # blocks per cluster along M, sharing B's tile by TMA multicast
     pingpong: bool = False  # consumers take whole tiles in turn (one's epilogue overlaps the other's products)
     promotion: int = 0  # fp8: K elements summed by the tensor core between additions into f32 registers; 0: never
+    split_tf32: bool = False  # float32 operands split into tf32 parts in each stage (three products)
+    promote_stages: int = 1  # with the split: stages the tensor cores sum between promotions
 
     @property
     def threads(self) -> int:
@@ -103,20 +111,22 @@ class EngineConfig:
         return 128 * (1 + self.consumers)
 
     def stage_bytes(self, itemsize: int) -> int:
-        return (self.bm + self.bn) * self.bk * itemsize
+        """A stage's operands; twice that with the tf32 split (high parts, then low parts)."""
+        return (self.bm + self.bn) * self.bk * itemsize * (2 if self.split_tf32 else 1)
 
     def shared_memory(self, itemsize: int, staged_store: bool = False) -> int:
         """Dynamic shared memory (gemm.cuh): alignment slack, the stages, the epilogue's staging, barriers."""
         staging = self.consumers * STAGING_BYTES if staged_store else 0
-        return 1024 + self.stages * self.stage_bytes(itemsize) + staging + 16 * self.stages + 16
+        return 1024 + self.stages * self.stage_bytes(itemsize) + staging + 24 * self.stages + 16
 
     def __str__(self) -> str:
         consumers = "1 consumer" if self.consumers == 1 else f"{self.consumers} consumers"
         cluster = f", clusters of {self.cluster}" if self.cluster > 1 else ""
         pingpong = ", ping-pong" if self.pingpong else ""
         promotion = f", f32 promotion every {self.promotion} K" if self.promotion else ""
+        split = f", 3xtf32 split, promoted every {self.promote_stages} stages" if self.split_tf32 else ""
         return (f"{self.bm}x{self.bn}x{self.bk}, {self.stages} stages, {consumers}{pingpong}, group {self.group_m}"
-                f"{cluster}{promotion}")
+                f"{cluster}{promotion}{split}")
 
 
 # Configurations per output shape class (K step: 128 bytes of the input type).
@@ -136,7 +146,14 @@ SQUARE = EngineConfig(128, 128, 64, 6, 2)
 NARROW = EngineConfig(64, 256, 64, 5, 1)
 PINGPONG = EngineConfig(128, 128, 64, 6, 2, pingpong=True)
 WIDE_CLUSTERS = EngineConfig(128, 256, 64, 4, 2, cluster=2)
-CONFIGS = {"wide": WIDE, "square": SQUARE, "narrow": NARROW, "pingpong": PINGPONG, "wide clusters": WIDE_CLUSTERS}
+# The 3xtf32 split doubles a stage (low parts beside the high ones): 128 x 128 x 32 f32
+# tiles take 64 KB a stage, so 3 stages; each stage carries three times the products, summed
+# apart and added into the accumulator per stage (gemm.cuh, multiply_promoted), which takes
+# two more accumulators per consumer: 64 x 128 each (the square tile shared by 2 consumers).
+SPLIT_SQUARE = EngineConfig(128, 128, 32, 3, 2, split_tf32=True, promote_stages=2)
+CONFIGS = {"wide": WIDE, "square": SQUARE, "narrow": NARROW, "pingpong": PINGPONG, "wide clusters": WIDE_CLUSTERS,
+           "split square": SPLIT_SQUARE, "split square p1": replace(SPLIT_SQUARE, promote_stages=1),
+           "split square p4": replace(SPLIT_SQUARE, promote_stages=4)}
 
 #: wide tiles in clusters from this many waves of tiles over the SMs, each at least this deep in K.
 CLUSTER_WAVES = 8
@@ -151,19 +168,22 @@ MAX_SPLITS = 16
 
 
 def choose_config(a: _dt.DType, m: int, n: int, k: int, batch: int, multiprocessors: int,
-                  promotion: int = 0) -> tuple[EngineConfig, int]:
+                  scheme: str = "native", promotion: int = 0) -> tuple[EngineConfig, int]:
     """The tile configuration and K split count of an M x N x K product with ``batch`` problems.
 
-    Outputs of at most 64 rows take `narrow`; long products with many `wide` tiles (at
-    least CLUSTER_WAVES per SM, CLUSTER_MIN_K_STEPS deep) take `wide` in clusters of 2;
-    the rest `pingpong`, or with fp8 promotion (``promotion`` K elements, see PROMOTION)
-    `square`: a promoting consumer waits for its products before it adds them up, so both
-    consumers multiply the same stage and fill each other's waits (ping-pong consumers take
-    turns and would leave the tensor cores idle). Then :func:`split_count`.
+    The 3xtf32 scheme takes `split square`. Otherwise outputs of at most 64 rows take
+    `narrow`; long products with many `wide` tiles (at least CLUSTER_WAVES per SM,
+    CLUSTER_MIN_K_STEPS deep) take `wide` in clusters of 2; the rest `pingpong`, or with fp8
+    promotion (``promotion`` K elements, see PROMOTION) `square`: a promoting consumer waits
+    for its products before it adds them up, so both consumers multiply the same stage and
+    fill each other's waits (ping-pong consumers take turns and would leave the tensor cores
+    idle). Then :func:`split_count`.
     """
     bk = _SWIZZLE // a.size
     wide_tiles = batch * math.ceil(m / WIDE.bm) * math.ceil(n / WIDE.bn)
-    if m <= 64:
+    if scheme == "3xtf32":
+        config = SPLIT_SQUARE
+    elif m <= 64:
         config = NARROW
     elif wide_tiles >= CLUSTER_WAVES * multiprocessors and math.ceil(k / bk) >= CLUSTER_MIN_K_STEPS:
         config = WIDE_CLUSTERS
@@ -276,6 +296,8 @@ def config_members(a: _dt.DType, b: _dt.DType, config: EngineConfig, a_k_major: 
         f"    static constexpr bool pingpong = {str(config.pingpong).lower()};",
         f"    static constexpr bool a_k_major = {str(a_k_major).lower()}, b_k_major = {str(b_k_major).lower()};",
         f"    static constexpr int promotion = {config.promotion};",
+        *([f"    static constexpr bool split_tf32 = true; static constexpr int promote_stages = "
+           f"{config.promote_stages};"] if config.split_tf32 else []),
     ]
 
 
@@ -393,7 +415,8 @@ class EnginePlan:
                  route_b: OperandRoute, lda: int, ldb: int, batch_a: int, batch_b: int, batch_stride_a: int,
                  batch_stride_b: int, ptr_a: int, ptr_b: int, multiprocessors: int,
                  d_layout: tuple[int, int, int, int] | None = None, config: EngineConfig | None = None,
-                 splits: int | None = None, b: _dt.DType | None = None, fast_accumulation: bool = False) -> None:
+                 splits: int | None = None, scheme: str = "native", b: _dt.DType | None = None,
+                 fast_accumulation: bool = False) -> None:
         """Choose and check (kernels compile at the first run); ExecutionError when TMA refuses an operand.
 
         ``ptr_a`` / ``ptr_b`` are this call's addresses: the tensor maps are encoded now
@@ -403,13 +426,17 @@ class EnginePlan:
         bytes is stored with TMA. ``config`` / ``splits`` override the rule (benchmark sweeps; the
         config's ``promotion`` is then used as given). ``b`` is B's type (default ``a``: 8-bit
         types may mix); ``fast_accumulation`` keeps fp8 sums in the tensor core (no promotion).
+        ``scheme`` is the products' scheme (blasdx.emulation): "3xtf32" splits float32 operands.
         """
         b = a if b is None else b
         self.a, self.b, self.c = a, b, c
         self.m, self.n, self.k, self.batch = m, n, k, batch
         self.route_a, self.route_b = route_a, route_b
-        chosen, chosen_splits = choose_config(a, m, n, k, batch, multiprocessors, promotion_of(a, fast_accumulation))
+        chosen, chosen_splits = choose_config(a, m, n, k, batch, multiprocessors, scheme,
+                                              promotion_of(a, fast_accumulation))
         self.config = config or chosen
+        if self.config.split_tf32 != (scheme == "3xtf32"):
+            raise ValueError(f"configuration {self.config} does not run the {scheme} scheme")
         self.splits = splits if splits is not None else (chosen_splits if config is None else 1)
         self.multiprocessors = multiprocessors
         self.operand_a = _operand(route_a, a, m, k, lda, batch_a, batch_stride_a, self.config.bm, self.config.bk)
@@ -620,16 +647,17 @@ def _describe(config: EngineConfig, splits: int, route_a: OperandRoute, route_b:
 
 
 def describe_call(a: _dt.DType, c: _dt.DType, m: int, n: int, k: int, batch: int = 1, a_row_major: bool = True,
-                  b_row_major: bool = True, multiprocessors: int = 132, fast_accumulation: bool = False) -> str:
+                  b_row_major: bool = True, multiprocessors: int = 132, fast_accumulation: bool = False,
+                  scheme: str = "native") -> str:
     """What the engine runs for contiguous operands of these types, shape and layouts (no GPU needed).
 
     The same rule and routes as :class:`EnginePlan`, for operands at 256-byte aligned
     addresses with a new C-contiguous result (``python -m blasdx matmul``).
     """
-    if not serves(a, c):
+    if not serves(a, c, scheme):
         raise ValueError(f"the engine runs {', '.join(f'{x.name} -> {y.name}' for x, y in sorted(SERVED, key=str))}"
-                         f"; not {a.name} -> {c.name}")
-    config, splits = choose_config(a, m, n, k, batch, multiprocessors, promotion_of(a, fast_accumulation))
+                         f" (and float32 -> float32 as 3xtf32); not {a.name} -> {c.name} ({scheme})")
+    config, splits = choose_config(a, m, n, k, batch, multiprocessors, scheme, promotion_of(a, fast_accumulation))
     route_a = route("x", a, _SCRATCH_ALIGNMENT, a_row_major, k if a_row_major else m, m if a_row_major else k,
                     m * k, batch > 1)
     route_b = route("y", a, _SCRATCH_ALIGNMENT, not b_row_major, n if b_row_major else k, k if b_row_major else n,

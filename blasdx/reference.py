@@ -22,7 +22,7 @@ _U = {"float16": 2.0**-11, "float32": 2.0**-24, "float64": 2.0**-53, "tfloat32":
 
 def tolerance(
     a: _dt.DType, c: _dt.DType, k: int, accumulator: _dt.DType | None = None, instruction: str | None = None,
-    promotion: int | None = None,
+    promotion: int | None = None, scheme: str = "native",
 ) -> float:
     """Largest allowed normwise relative error ``||C - ref||_F / ||ref||_F``.
 
@@ -41,6 +41,10 @@ def tolerance(
       error is that of a P-deep product whatever K is: the allowance above for K = P
       (4.9e-4 at P = 128, the default), at least 1e-4; the f32 additions of the intervals add
       only about 2^-24 * sqrt(K / P);
+    - float32 as three tf32 products (``scheme`` "3xtf32", blasdx.emulation): float32's bound
+      (each stage's tensor-core sum is added into the accumulator with rounded f32 adds) plus
+      8 * 2^-22 for the parts (what hi and tf32(lo) miss of x is at most 2^-21 |x| per operand,
+      and the dropped a_lo b_lo term is at most 2^-22);
     - a float16 C: 2e-3 more for the final rounding (2^-11 relative); a bfloat16 C (the Hopper
       engine's device API, scaled_mm): 4 * 2^-9 more (2^-9 relative);
     - f16 accumulation (f16 x f16 -> f16): 8 * 2^-11 * sqrt(K) + 2e-3, since every partial
@@ -52,6 +56,8 @@ def tolerance(
         return 1e-12
     if a == _dt.tfloat32:
         base = 5e-3
+    elif scheme == "3xtf32":
+        base = max(1e-5, 4 * 2.0**-24 * math.sqrt(k)) + 8 * 2.0**-22
     elif a in (_dt.float8_e4m3, _dt.float8_e5m2):
         base = 1e-4
         if instruction is not None and instruction.startswith("wgmma"):

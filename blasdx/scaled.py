@@ -120,7 +120,7 @@ class ScaledPlan(_hopper.EnginePlan):
         if blocks and (fast_accumulation or (config is not None and not config.promotion)):
             raise ValueError("block scales are applied at promotion: they need a configuration that promotes")
         super().__init__(a, c, m, n, k, 1, route_a, route_b, lda, ldb, 1, 1, 0, 0, ptr_a, ptr_b, multiprocessors,
-                         d_layout, config, splits, b, fast_accumulation)
+                         d_layout, config, splits, b=b, fast_accumulation=fast_accumulation)
 
     def _gemm_kernel(self, staged: bool) -> Any:
         source = scaled_source(self.a, self.b, self.c, self.config, self.route_a.k_major, self.route_b.k_major, staged,

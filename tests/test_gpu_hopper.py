@@ -251,8 +251,9 @@ def test_every_config_and_split(torch):
     a, c = dt.bfloat16, dt.float32
     gen = torch.Generator(device="cuda").manual_seed(14)
     m, n, k = 259, 390, 1100  # 3 tile rows of 128: the last cluster's second block lies past M
-    configs = dict(hopper.CONFIGS)
-    configs.update({f"{name} in clusters": hopper.replace(config, cluster=2) for name, config in hopper.CONFIGS.items()
+    native = {name: config for name, config in hopper.CONFIGS.items() if not config.split_tf32}  # 3xtf32: its tests
+    configs = dict(native)
+    configs.update({f"{name} in clusters": hopper.replace(config, cluster=2) for name, config in native.items()
                     if config.consumers == 2})
     for name, config in configs.items():
         for splits in (1, 3):

@@ -74,7 +74,7 @@ def _engine(torch, x, y, acc, out, c: dt.DType, alpha=1, beta=1, config=None, sp
     device = array_gemm._device_info(out.device.index)
     vout = arrays.as_array(out, "out")
     engine, reason = array_gemm._engine_plan(vx, vy, mx, my, c, mx.rows, my.cols, mx.cols, batch, device, vout,
-                                             config, splits, fast)
+                                             config, splits, fast_accumulation=fast)
     assert engine is not None, reason
     handle = arrays.resolve_stream(None, (out,))
     vacc = None if acc is None else arrays.as_array(acc, "acc")

@@ -216,7 +216,7 @@ COMBINATIONS = [
 ] + [  # the mixed 8-bit pairs (8-bit wgmma reads K-major operands only)
     (a, b, c, True, True)
     for a in EIGHT_BIT for b in EIGHT_BIT for c in (dt.float16, dt.float32, dt.int32)
-    if a != b and hopper.serves(a, c, b)
+    if a != b and hopper.serves(a, c, b=b)
 ]
 #: The tensor-core opcode of each input family (SASS): HGMMA 16-bit and tf32, QGMMA fp8, IGMMA 8-bit integers.
 OPCODE = {1: "QGMMA", 2: "HGMMA", 4: "HGMMA"}
@@ -234,7 +234,7 @@ def _instructions(sass: str) -> set[str]:
 @pytest.mark.parametrize(("a", "b", "c", "a_k_major", "b_k_major"), COMBINATIONS,
                          ids=lambda v: v.name if isinstance(v, dt.DType) else ("K" if v else "MN"))
 def test_engine_compiles_with_wgmma_tma_and_no_spills(a, b, c, a_k_major, b_k_major):
-    config = hopper.choose_config(a, 4096, 4096, 4096, 1, SMS, hopper.promotion_of(a))[0]
+    config = hopper.choose_config(a, 4096, 4096, 4096, 1, SMS, promotion=hopper.promotion_of(a))[0]
     source = hopper.gemm_source(a, c, config, a_k_major, b_k_major, store_by_tma=True, b=b)
     compiled = cached_compile(source, hopper.KERNEL_NAME, "sm_90a")
     sass = compiled.sass()
@@ -242,13 +242,14 @@ def test_engine_compiles_with_wgmma_tma_and_no_spills(a, b, c, a_k_major, b_k_ma
     assert {_opcode(a), "UTMALDG", "UTMASTG", "USETMAXREG", "SYNCS"} <= ops
     assert not ops & {"LDL", "STL"} and compiled.local_memory == 0
     assert compiled.registers <= 168, "the register cap at entry of 384 threads, before the hand-over"
+    assert "serialized" not in (compiled.log or ""), "ptxas serialised the wgmmas (accumulators read in flight)"
     if a.size == 1:  # the instruction's operand types, in SASS's spelling
         names = {"float8_e4m3": "E4M3", "float8_e5m2": "E5M2", "int8": "S8", "uint8": "U8"}
         assert f".{names[a.name]}.{names[b.name]}" in sass
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(hopper.CONFIGS))
+@pytest.mark.parametrize("name", sorted(n for n, c in hopper.CONFIGS.items() if not c.split_tf32))
 def test_every_config_compiles(name):
     config = hopper.replace(hopper.CONFIGS[name], bk=64)
     compiled = cached_compile(hopper.gemm_source(dt.bfloat16, dt.float32, config, True, False), hopper.KERNEL_NAME,
@@ -310,24 +311,24 @@ def test_describe_call_and_cli(capsys):
 
 
 def test_eight_bit_pairs_and_promotion_rule():
-    assert hopper.serves(dt.float8_e4m3, dt.float16, dt.float8_e5m2)
-    assert hopper.serves(dt.int8, dt.int32, dt.uint8) and hopper.serves(dt.uint8, dt.int32)
-    assert not hopper.serves(dt.float8_e4m3, dt.float32, dt.int8) and not hopper.serves(dt.int8, dt.float32)
+    assert hopper.serves(dt.float8_e4m3, dt.float16, b=dt.float8_e5m2)
+    assert hopper.serves(dt.int8, dt.int32, b=dt.uint8) and hopper.serves(dt.uint8, dt.int32)
+    assert not hopper.serves(dt.float8_e4m3, dt.float32, b=dt.int8) and not hopper.serves(dt.int8, dt.float32)
     assert not hopper.serves(dt.float8_e4m3, dt.bfloat16)  # matmul's table: fp8 -> f16 | f32
     assert hopper.promotion_of(dt.float8_e4m3) == hopper.promotion_of(dt.float8_e5m2) == 128
     assert hopper.promotion_of(dt.float8_e4m3, fast_accumulation=True) == 0
     assert hopper.promotion_of(dt.int8) == hopper.promotion_of(dt.bfloat16) == 0
     e4m3 = dt.float8_e4m3
     # promoting consumers wait for their products: both multiply each stage (no ping-pong)
-    assert hopper.choose_config(e4m3, 8192, 8192, 8192, 1, SMS, 128)[0] == hopper.replace(
+    assert hopper.choose_config(e4m3, 8192, 8192, 8192, 1, SMS, promotion=128)[0] == hopper.replace(
         hopper.WIDE_CLUSTERS, bk=128, promotion=128)
-    assert hopper.choose_config(e4m3, 4096, 4096, 4096, 1, SMS, 128)[0] == hopper.replace(
+    assert hopper.choose_config(e4m3, 4096, 4096, 4096, 1, SMS, promotion=128)[0] == hopper.replace(
         hopper.SQUARE, bk=128, promotion=128)
-    assert hopper.choose_config(e4m3, 16, 8192, 8192, 1, SMS, 128) == (
+    assert hopper.choose_config(e4m3, 16, 8192, 8192, 1, SMS, promotion=128) == (
         hopper.replace(hopper.NARROW, bk=128, promotion=128), 4)
     assert hopper.choose_config(e4m3, 4096, 4096, 4096, 1, SMS)[0] == hopper.replace(hopper.PINGPONG, bk=128)
     assert hopper.choose_config(dt.int8, 4096, 4096, 4096, 1, SMS)[0] == hopper.replace(hopper.PINGPONG, bk=128)
-    assert "f32 promotion every 128 K" in str(hopper.choose_config(e4m3, 4096, 4096, 4096, 1, SMS, 128)[0])
+    assert "f32 promotion every 128 K" in str(hopper.choose_config(e4m3, 4096, 4096, 4096, 1, SMS, promotion=128)[0])
 
 
 def test_fp8_plans_promote_unless_fast(encoder):

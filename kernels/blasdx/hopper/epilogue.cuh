@@ -141,7 +141,8 @@ struct StoreEachPair {
     template <class Acc>
     __device__ __forceinline__ void operator()(const Work& w, const Acc& acc, int row0, int col0, int /*consumer*/,
                                                unsigned char* /*staging*/) const {
-        acc.for_each_pair(row0, col0, [&](int row, int col, auto v0, auto v1) { pair(w, row, col, v0, v1); });
+        using V = typename Acc::value_type;
+        acc.for_each_pair(row0, col0, [&](int row, int col, V v0, V v1) { pair(w, row, col, v0, v1); });
     }
     __device__ __forceinline__ void finish(int /*consumer*/) const {}
 };

@@ -18,6 +18,12 @@
 //                          consumer 1, ...) instead of sharing each tile's rows: one
 //                          consumer's epilogue runs while the other multiplies
 //   acc_type (optional)    the accumulator's element type: float (default), int for 8-bit integers
+//   split_tf32 (optional)  float32 operands at float32 accuracy on tf32 tensor cores
+//                          (precision.cuh): warps 1-3 of the producer warpgroup split each
+//                          filled stage into high and low parts, and consumers multiply
+//                          three products per stage
+//   promote_stages (opt.)  with the split: stages summed by the tensor cores between two
+//                          promotions into the accumulator (default 1)
 //   promotion (optional)   fp8: K elements the tensor core sums before a consumer adds them into
 //                          its f32 accumulator (promotion.cuh; 32, 64 or 128); 0 (default): the
 //                          whole K range stays in the tensor core's accumulator. run() then takes
@@ -31,6 +37,7 @@
 
 #include "epilogue.cuh"
 #include "pipeline.cuh"
+#include "precision.cuh"
 #include "promotion.cuh"
 #include "scheduler.cuh"
 #include "tma.cuh"
@@ -43,7 +50,19 @@ namespace hopper {
 template <class...> using void_t = void;
 template <class Cfg, class = void> struct accumulator_of { using type = float; };
 template <class Cfg> struct accumulator_of<Cfg, void_t<typename Cfg::acc_type>> { using type = typename Cfg::acc_type; };
-// Cfg::promotion when the configuration names one, else 0.
+// Cfg::split_tf32 when the configuration names it, else false.
+template <class Cfg, class = void> struct splits_tf32 { static constexpr bool value = false; };
+template <class Cfg> struct splits_tf32<Cfg, void_t<decltype(Cfg::split_tf32)>> {
+    static constexpr bool value = Cfg::split_tf32;
+};
+
+// Cfg::promote_stages when the configuration names it, else 1.
+template <class Cfg, class = void> struct promote_stages_of { static constexpr int value = 1; };
+template <class Cfg> struct promote_stages_of<Cfg, void_t<decltype(Cfg::promote_stages)>> {
+    static constexpr int value = Cfg::promote_stages;
+};
+
+// Cfg::promotion (fp8) when the configuration names one, else 0.
 template <class Cfg, class = void> struct promotion_of { static constexpr int value = 0; };
 template <class Cfg> struct promotion_of<Cfg, void_t<decltype(Cfg::promotion)>> {
     static constexpr int value = Cfg::promotion;
@@ -54,6 +73,15 @@ struct DeviceGemm {
     static constexpr int BM = Cfg::bm, BN = Cfg::bn, BK = Cfg::bk, STAGES = Cfg::stages;
     static constexpr int CONSUMERS = Cfg::consumers, CLUSTER = Cfg::cluster_m;
     static constexpr bool PINGPONG = Cfg::pingpong;
+    static constexpr bool SPLIT = splits_tf32<Cfg>::value;
+    static constexpr int SPLITTERS = 96;  // warps 1-3 of the producer warpgroup split stages
+    // The products of every PROMOTE_STAGES stages summed apart and added into the accumulator
+    // by the CUDA cores.
+    static constexpr bool PROMOTE = SPLIT;
+    static constexpr int PROMOTE_STAGES = promote_stages_of<Cfg>::value;
+    // fp8: the tensor cores' sums of every PROMOTION K elements added into the f32 accumulator
+    // (times the block scales, if any) through a 64 x 128 temporary (promotion.cuh).
+    static constexpr int PROMOTION = promotion_of<Cfg>::value;
     static constexpr int WG_M = PINGPONG ? BM : BM / CONSUMERS, ATOMS_M = WG_M / 64;
     static constexpr int READERS = PINGPONG ? 1 : CONSUMERS;  // consumer warpgroups that read each stage
     static constexpr int THREADS = 128 * (1 + CONSUMERS);
@@ -64,12 +92,12 @@ struct DeviceGemm {
     using SA = StageOperand<typename Cfg::a_type, BM, BK, Cfg::a_k_major>;
     using SB = StageOperand<typename Cfg::b_type, BN, BK, Cfg::b_k_major>;
     using Acc = Accumulator<ATOMS_M, BN, typename accumulator_of<Cfg>::type>;
-    static constexpr int PROMOTION = promotion_of<Cfg>::value;
-    using Part = Accumulator<1, promotion_width<BN>::value, float>;  // the tensor core's sums of one interval
+    using Part = Accumulator<1, promotion_width<BN>::value, float>;  // fp8: the tensor cores' sums of one interval
     using Sched = Scheduler<BM, BN, BK, Cfg::group_m, CLUSTER>;
     using Stages = Ring<STAGES>;
 
-    static constexpr int STAGE_BYTES = SA::BYTES + SB::BYTES;
+    static constexpr int OPERAND_BYTES = SA::BYTES + SB::BYTES;
+    static constexpr int STAGE_BYTES = SPLIT ? 2 * OPERAND_BYTES : OPERAND_BYTES;  // split: [A B A_lo B_lo]
     // Dynamic shared memory: 1024 bytes of slack to align the stages to a swizzle atom, the
     // stages, each consumer's staging for its epilogue, the barriers.
     template <class Epilogue>
@@ -83,11 +111,13 @@ struct DeviceGemm {
     static_assert(WG_M % 64 == 0 && ATOMS_M <= 2, "a consumer owns one or two 64-row slices of the tile");
     static_assert(BN == 64 || BN == 128 || BN == 256, "one wgmma spans the tile's N: 64, 128 or 256");
     static_assert(STAGES >= 2, "the producer loads ahead while consumers multiply");
+    static_assert(!SPLIT || (CLUSTER == 1 && sizeof(typename Cfg::a_type) == 4 && sizeof(typename Cfg::b_type) == 4),
+                  "the tf32 split takes float32 operands, without clusters");
     static_assert(SA::BYTES % ATOM_BYTES == 0 && SB::BYTES % ATOM_BYTES == 0, "stages stay atom-aligned");
     static_assert(ATOMS_M * BN / 2 + (PROMOTION ? Part::N / 2 : 0) + 40 <= CONSUMER_REGISTERS,
-                  "the accumulator (and the promotion's) fits the consumer's registers");
-    static_assert(PROMOTION == 0 || (Cfg::a_k_major && Cfg::b_k_major && sizeof(typename Cfg::a_type) == 1),
-                  "promotion is for fp8 operands (K-major)");
+                  "the accumulator (and the fp8 promotion's temporary) fits the consumer's registers");
+    static_assert(PROMOTION == 0 || (!SPLIT && Cfg::a_k_major && Cfg::b_k_major && sizeof(typename Cfg::a_type) == 1),
+                  "fp8 promotion is for K-major 8-bit operands");
 
     __device__ __forceinline__ static unsigned char* stage(unsigned char* smem, int s) { return smem + s * STAGE_BYTES; }
 
@@ -98,7 +128,7 @@ struct DeviceGemm {
     }
 
     // The whole block's work; `smem` is the dynamic shared memory (shared_bytes<Epilogue>()).
-    // `scales` are the block scales applied at each promotion (promotion.cuh; only with PROMOTION).
+    // `scales` are the block scales applied at each fp8 promotion (promotion.cuh; PROMOTION only).
     template <class Epilogue, class Scales = NoBlockScales>
     __device__ __forceinline__ static void run(unsigned char* smem_raw, const TensorMap* map_a,
                                                const TensorMap* map_b, const Sched& sched, bool batched_a,
@@ -112,7 +142,7 @@ struct DeviceGemm {
             u32 granted;
             asm("mov.u32 %0, %%dynamic_smem_size;\n" : "=r"(granted));
             if (granted < u32(shared_bytes<Epilogue>())) __trap();  // a launch with less would corrupt memory
-            ring->init(4 * READERS * CLUSTER);
+            ring->init(4 * READERS * CLUSTER, SPLITTERS);
             prefetch_tensor_map(map_a);
             prefetch_tensor_map(map_b);
         }
@@ -124,7 +154,11 @@ struct DeviceGemm {
         const int warpgroup = threadIdx.x / 128;
         if (warpgroup == 0) {
             release_registers<PRODUCER_REGISTERS>();
-            if (threadIdx.x == 0) produce(smem, ring, map_a, map_b, sched, batched_a, batched_b);
+            if (threadIdx.x == 0) {
+                produce(smem, ring, map_a, map_b, sched, batched_a, batched_b);
+            } else if constexpr (SPLIT) {
+                if (threadIdx.x >= 32) split(smem, ring, sched);
+            }
         } else {
             claim_registers<CONSUMER_REGISTERS>();
             const int consumer = warpgroup - 1;
@@ -163,6 +197,22 @@ struct DeviceGemm {
         }
     }
 
+    // Warps 1-3: each stage, once filled, split into tf32 high parts (in place) and low parts.
+    __device__ __forceinline__ static void split(unsigned char* smem, Stages* ring, const Sched& sched) {
+        RingState<STAGES> at;
+        for (int unit = blockIdx.x; unit < sched.units; unit += gridDim.x) {
+            const Work w = sched.work(unit, 0);
+            for (int step = w.k_begin; step < w.k_end; ++step) {
+                wait(&ring->full[at.stage], at.parity);
+                unsigned char* s = stage(smem, at.stage);
+                split_stage<OPERAND_BYTES, SPLITTERS>(s, s + OPERAND_BYTES, threadIdx.x - 32);
+                async_proxy_fence();  // the parts are visible to wgmma (the async proxy)
+                arrive(&ring->split[at.stage]);
+                at.advance();
+            }
+        }
+    }
+
     template <class Epilogue, class Scales>
     __device__ __forceinline__ static void consume(unsigned char* smem, Stages* ring, const Sched& sched,
                                                    int consumer, const Epilogue& epi, unsigned char* staging,
@@ -171,7 +221,6 @@ struct DeviceGemm {
         const int rank = CLUSTER > 1 ? int(cluster_rank()) : 0;
         RingState<STAGES> at;
         Acc acc;
-        Part part;  // unused without promotion
         int turn = 0;    // ping-pong: the units of this block alternate between the consumers
         u32 waited = 0;  // turns of this consumer that waited for the other's
         for (int unit = blockIdx.x / CLUSTER; unit < sched.units; unit += gridDim.x / CLUSTER, ++turn) {
@@ -182,31 +231,123 @@ struct DeviceGemm {
             }
             if (PINGPONG && turn > 0) wait(&ring->turn[consumer], waited++ & 1);  // its last unit's stages are in
             const int row0 = PINGPONG ? 0 : consumer * WG_M;
-            acc.zero();
-            int held = -1;  // the stage the group in flight reads
-            for (int step = w.k_begin; step < w.k_end; ++step) {
-                wait(&ring->full[at.stage], at.parity);
-                const u32 a_base = shared_address(stage(smem, at.stage));
-                if constexpr (PROMOTION > 0) {  // every product of the stage is in acc on return
-                    promote_stage<typename Cfg::a_mma, typename Cfg::b_mma, SA, SB, ATOMS_M, BN, BK, PROMOTION>(
-                        acc, part, a_base, a_base + SA::BYTES, row0, scales, step, w.m0 + row0, w.n0);
-                    if (lead) release(ring, at.stage, rank);
-                } else {
-                    mma_stage<typename Cfg::a_mma, typename Cfg::b_mma, SA, SB, ATOMS_M, BN, BK>(acc, a_base,
-                                                                                         a_base + SA::BYTES, row0);
-                    wgmma::wait<1>();
-                    if (held >= 0 && lead) release(ring, held, rank);
-                    held = at.stage;
-                }
-                at.advance();
+            if constexpr (PROMOTE) {
+                multiply_promoted(acc, smem, ring, at, w, row0, lead, rank);
+            } else if constexpr (PROMOTION > 0) {
+                multiply_in_intervals(acc, smem, ring, at, w, row0, lead, rank, scales);
+            } else {
+                multiply(acc, smem, ring, at, w, row0, lead, rank);
             }
-            if (PINGPONG && threadIdx.x % 128 == 0) arrive(&ring->turn[consumer ^ 1]);  // every stage waited for
-            wgmma::wait<0>();
-            if (held >= 0 && lead) release(ring, held, rank);
-            acc.pin();
             epi(w, acc, w.m0 + row0, w.n0, consumer, staging);
         }
         epi.finish(consumer);
+    }
+
+    // Waits for the stage at `at` and issues its products into `target` as one wgmma group.
+    __device__ __forceinline__ static void issue(Acc& target, unsigned char* smem, Stages* ring,
+                                                 const RingState<STAGES>& at, int row0) {
+        const u32 base = shared_address(stage(smem, at.stage));
+        if constexpr (SPLIT) {
+            wait(&ring->split[at.stage], at.parity);
+            mma_stage_split<SA, SB, ATOMS_M, BN, BK>(target, base, base + SA::BYTES, base + OPERAND_BYTES,
+                                                     base + OPERAND_BYTES + SA::BYTES, row0);
+        } else {
+            wait(&ring->full[at.stage], at.parity);
+            mma_stage<typename Cfg::a_mma, typename Cfg::b_mma, SA, SB, ATOMS_M, BN, BK>(target, base,
+                                                                                 base + SA::BYTES, row0);
+        }
+    }
+
+    // A unit's K steps summed in acc by the tensor cores; one stage's group stays in flight
+    // while the next is issued, and a stage is freed once its group has completed. Ping-pong:
+    // the other consumer may go on once every stage of this unit has been waited for.
+    __device__ __forceinline__ static void multiply(Acc& acc, unsigned char* smem, Stages* ring,
+                                                    RingState<STAGES>& at, const Work& w, int row0, bool lead,
+                                                    int rank) {
+        acc.zero();
+        int held = -1;  // the stage the group in flight reads
+        for (int step = w.k_begin; step < w.k_end; ++step) {
+            issue(acc, smem, ring, at, row0);
+            wgmma::wait<1>();
+            if (held >= 0 && lead) release(ring, held, rank);
+            held = at.stage;
+            at.advance();
+        }
+        if (PINGPONG && threadIdx.x % 128 == 0) arrive(&ring->turn[(threadIdx.x / 128 - 1) ^ 1]);
+        wgmma::wait<0>();
+        if (held >= 0 && lead) release(ring, held, rank);
+        acc.pin();
+    }
+
+    // As multiply, but the products of every PROMOTE_STAGES stages go to a fresh accumulator
+    // that is then added into acc by the CUDA cores (rounded f32 adds): the tensor cores' f32
+    // sums do not round to nearest, so their error grows with the length of the sum; promoted,
+    // it grows with PROMOTE_STAGES stages'. The last group is waited for before the adds
+    // (reading an accumulator of a group in flight would make ptxas serialise every wgmma),
+    // so this consumer's tensor-core work pauses while it adds.
+    __device__ static void multiply_promoted(Acc& acc, unsigned char* smem, Stages* ring, RingState<STAGES>& at,
+                                             const Work& w, int row0, bool lead, int rank) {
+        Acc part;
+        acc.zero();
+        part.zero();
+        int held = -1;  // the stage the group in flight reads, when one is
+        int summed = 0;  // stages in part
+        for (int step = w.k_begin; step < w.k_end; ++step) {
+            issue(part, smem, ring, at, row0);
+            if (++summed == PROMOTE_STAGES || step + 1 == w.k_end) {
+                wgmma::wait<0>();
+                if (lead) {
+                    if (held >= 0) release(ring, held, rank);
+                    release(ring, at.stage, rank);
+                }
+                add_and_clear(acc, part);
+                held = -1;
+                summed = 0;
+            } else {
+                wgmma::wait<1>();
+                if (held >= 0 && lead) release(ring, held, rank);
+                held = at.stage;
+            }
+            at.advance();
+        }
+        wgmma::wait<0>();  // nothing is in flight here (the last step promoted); ptxas cannot tell
+        if (PINGPONG && threadIdx.x % 128 == 0) arrive(&ring->turn[(threadIdx.x / 128 - 1) ^ 1]);
+        acc.pin();
+    }
+
+    // fp8: each stage's products summed by the tensor cores PROMOTION K elements at a time
+    // into a temporary that starts afresh, and added into acc (times the block scales) by the
+    // CUDA cores (promote_stage); a stage is freed once all its products are in acc. The
+    // consumer's tensor-core work pauses while it adds: the other consumer's fills the gap.
+    template <class Scales>
+    __device__ __forceinline__ static void multiply_in_intervals(Acc& acc, unsigned char* smem, Stages* ring,
+                                                                 RingState<STAGES>& at, const Work& w, int row0,
+                                                                 bool lead, int rank, const Scales& scales) {
+        Part part;
+        acc.zero();
+        for (int step = w.k_begin; step < w.k_end; ++step) {
+            wait(&ring->full[at.stage], at.parity);
+            const u32 base = shared_address(stage(smem, at.stage));
+            promote_stage<typename Cfg::a_mma, typename Cfg::b_mma, SA, SB, ATOMS_M, BN, BK, PROMOTION>(
+                acc, part, base, base + SA::BYTES, row0, scales, step, w.m0 + row0, w.n0);
+            if (lead) release(ring, at.stage, rank);
+            at.advance();
+        }
+        if (PINGPONG && threadIdx.x % 128 == 0) arrive(&ring->turn[(threadIdx.x / 128 - 1) ^ 1]);
+        acc.pin();
+    }
+
+    // acc += part; part = 0 (part's group has completed).
+    __device__ __forceinline__ static void add_and_clear(Acc& acc, Acc& part) {
+        part.pin();
+#pragma unroll
+        for (int i = 0; i < ATOMS_M; ++i)
+#pragma unroll
+            for (int j = 0; j < BN / 2; ++j) {
+                acc.r[i][j] += part.r[i][j];
+                part.r[i][j] = 0;
+            }
+        part.pin();
     }
 };
 

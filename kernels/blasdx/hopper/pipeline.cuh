@@ -5,6 +5,9 @@
 // have read the stage). Producer and consumers walk the same sequence of stages; a
 // RingState is the position in it: the stage and the parity of the pass over the ring.
 // The producer waits on `empty` with the opposite parity, so its first pass never blocks.
+// When the engine splits float32 operands into tf32 high and low parts (precision.cuh),
+// a stage also has a `split` barrier: the splitting warps arrive once the parts are in
+// shared memory, and the consumers wait for it instead of `full`.
 #pragma once
 
 #include "sync.cuh"
@@ -16,6 +19,7 @@ template <int STAGES>
 struct Ring {
     u64 full[STAGES];
     u64 empty[STAGES];
+    u64 split[STAGES];
     // Ping-pong consumers take turns: turn[c] completes a phase when the other consumer has
     // waited for every stage of its last unit. A consumer that skips the other's stages must
     // not wait on a stage more than one pass ahead (a parity wait cannot tell passes apart),
@@ -23,11 +27,12 @@ struct Ring {
     u64 turn[2];
 
     // One thread initialises; the block syncs before anyone uses the barriers.
-    __device__ __forceinline__ void init(int consumer_arrivals) {
+    __device__ __forceinline__ void init(int consumer_arrivals, int splitter_arrivals = 1) {
 #pragma unroll
         for (int s = 0; s < STAGES; ++s) {
             barrier_init(&full[s], 1);
             barrier_init(&empty[s], consumer_arrivals);
+            barrier_init(&split[s], splitter_arrivals);
         }
         barrier_init(&turn[0], 1);
         barrier_init(&turn[1], 1);

@@ -119,15 +119,14 @@ struct Accumulator {
     }
 };
 
-// One stage: acc += A[row0 .. row0 + 64 * ATOMS_M) x B[0 .. N) over the stage's BK, as one
-// wgmma group (committed, not waited for). TA / TB are the instruction's operand types
+// acc += A[row0 .. row0 + 64 * ATOMS_M) x B[0 .. N) over one stage's BK: the wgmmas only
+// (the caller fences and commits). TA / TB are the instruction's operand types
 // (blasdx::tf32 for tf32), SA / SB the stage operands.
 template <class TA, class TB, class SA, class SB, int ATOMS_M, int N, int BK, class V>
-__device__ __forceinline__ void mma_stage(Accumulator<ATOMS_M, N, V>& acc, u32 a_base, u32 b_base, int row0) {
+__device__ __forceinline__ void issue_stage(Accumulator<ATOMS_M, N, V>& acc, u32 a_base, u32 b_base, int row0) {
     using op = wgmma::mma<TA, TB, V>;
     constexpr bool TRANS_A = !SA::k_major, TRANS_B = !SB::k_major;
     static_assert(BK % op::K_STEP == 0, "a stage is whole instruction K steps");
-    wgmma::fence();
 #pragma unroll
     for (int step = 0; step < BK / op::K_STEP; ++step) {
         const wgmma::u64 desc_b = SB::template descriptor<op::K_STEP>(b_base, 0, step);
@@ -137,6 +136,25 @@ __device__ __forceinline__ void mma_stage(Accumulator<ATOMS_M, N, V>& acc, u32 a
                 acc.r[i], SA::template descriptor<op::K_STEP>(a_base, row0 + 64 * i, step), desc_b);
         }
     }
+}
+
+// One stage as one wgmma group (committed, not waited for).
+template <class TA, class TB, class SA, class SB, int ATOMS_M, int N, int BK, class V>
+__device__ __forceinline__ void mma_stage(Accumulator<ATOMS_M, N, V>& acc, u32 a_base, u32 b_base, int row0) {
+    wgmma::fence();
+    issue_stage<TA, TB, SA, SB, ATOMS_M, N, BK>(acc, a_base, b_base, row0);
+    wgmma::commit();
+}
+
+// One stage of float32 operands split into tf32 parts (precision.cuh), as one wgmma group:
+// acc += A_lo B_hi + A_hi B_lo + A_hi B_hi, the small terms first.
+template <class SA, class SB, int ATOMS_M, int N, int BK>
+__device__ __forceinline__ void mma_stage_split(Accumulator<ATOMS_M, N, float>& acc, u32 a_hi, u32 b_hi, u32 a_lo,
+                                                u32 b_lo, int row0) {
+    wgmma::fence();
+    issue_stage<tf32, tf32, SA, SB, ATOMS_M, N, BK>(acc, a_lo, b_hi, row0);
+    issue_stage<tf32, tf32, SA, SB, ATOMS_M, N, BK>(acc, a_hi, b_lo, row0);
+    issue_stage<tf32, tf32, SA, SB, ATOMS_M, N, BK>(acc, a_hi, b_hi, row0);
     wgmma::commit();
 }
 

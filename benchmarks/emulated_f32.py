@@ -1,0 +1,141 @@
+"""float32 GEMM at float32 accuracy on tf32 tensor cores (mantissa_bits=23 -> 3xtf32) against cuBLAS.
+
+    python benchmarks/emulated_f32.py [--sizes 1024 2048 4096 8192] [--configs] [--json PATH]
+
+For each square size, on the same random float32 operands (normal values, and with
+--wide-range values spread over 2^-20 .. 2^20): time per call and TFLOP/s of
+bx.matmul(x, y, mantissa_bits=23), torch.matmul in float32 (tf32 off: FFMA), torch.matmul
+with tf32 allowed, and bx.matmul(bx.tf32(x), bx.tf32(y)); and each one's normwise
+relative error against the float64 product (torch float64 on the GPU, 256 sampled rows).
+--configs also times every split configuration of the engine (blasdx/hopper.py CONFIGS).
+Prints a table with ratios to torch float32 and writes JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import date
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import blasdx as bx  # noqa: E402
+from batched import time_ms  # noqa: E402
+from blasdx import array_gemm, arrays, hopper  # noqa: E402
+from blasdx import dtypes as dt  # noqa: E402
+
+
+def _operands(size: int, wide_range: bool, gen):
+    import torch
+
+    x = torch.randn(size, size, device="cuda", generator=gen)
+    y = torch.randn(size, size, device="cuda", generator=gen)
+    if wide_range:  # every element scaled by its own power of two in 2^-20 .. 2^20
+        x = x * torch.exp2(torch.randint(-20, 21, x.shape, device="cuda", generator=gen).float())
+        y = y * torch.exp2(torch.randint(-20, 21, y.shape, device="cuda", generator=gen).float())
+    return x, y
+
+
+def _error(got, x, y, rows) -> float:
+    import torch
+
+    ref = x[rows].double() @ y.double()
+    return (torch.linalg.norm(got[rows].double() - ref) / torch.linalg.norm(ref)).item()
+
+
+def _config_call(x, y, config):
+    """bx.matmul's engine with one configuration forced (for --configs)."""
+    import torch
+
+    vx, vy = arrays.as_array(x, "x"), arrays.as_array(y, "y")
+    mx, my = array_gemm._matrix(vx, "x"), array_gemm._matrix(vy, "y")
+    out = torch.empty(x.shape[0], y.shape[1], device="cuda")
+    vout = arrays.as_array(out, "out")
+    device = array_gemm._device_info(out.device.index)
+    engine, why = array_gemm._engine_plan(vx, vy, mx, my, dt.float32, mx.rows, my.cols, mx.cols, 1, device, vout,
+                                          config, 1, "3xtf32")
+    if engine is None:
+        raise RuntimeError(why)
+    handle = arrays.resolve_stream(None, (out,))
+    core = arrays.as_core_stream(None, handle)
+    return (lambda: engine.run(out.device.index, core, handle, vx, vy, None, vout, 1.0, 0.0)), out
+
+
+def case(size: int, wide_range: bool, configs: bool, gen) -> dict:
+    import torch
+
+    x, y = _operands(size, wide_range, gen)
+    rows = torch.randint(0, size, (min(size, 256),), device="cuda", generator=gen)
+    flops = 2.0 * size**3
+
+    def torch_f32():
+        torch.backends.cuda.matmul.allow_tf32 = False
+        return torch.matmul(x, y)
+
+    def torch_tf32():
+        torch.backends.cuda.matmul.allow_tf32 = True
+        return torch.matmul(x, y)
+
+    calls = {
+        "bx 3xtf32": lambda: bx.matmul(x, y, mantissa_bits=23),
+        "torch f32": torch_f32,
+        "torch tf32": torch_tf32,
+        "bx tf32": lambda: bx.matmul(bx.tf32(x), bx.tf32(y)),
+    }
+    out = {"size": size, "wide_range": wide_range}
+    for name, call in calls.items():
+        err = _error(call(), x, y, rows)
+        ms = time_ms(call, 10)
+        out[name] = {"ms": ms, "tflops": flops / ms / 1e9, "error": err}
+    torch.backends.cuda.matmul.allow_tf32 = False
+    plan = next(p for p in reversed(list(array_gemm._CALLS.values())) if p.shape == (size, size)
+                and p.scheme.name == "3xtf32")
+    out["plan"] = plan.describe()
+    if configs:
+        out["configs"] = {}
+        for name, config in hopper.CONFIGS.items():
+            if not config.split_tf32:
+                continue
+            call, result = _config_call(x, y, config)
+            call()
+            ms = time_ms(call, 10)
+            out["configs"][name] = {"ms": ms, "tflops": flops / ms / 1e9, "error": _error(result, x, y, rows)}
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", nargs="*", type=int, default=[1024, 2048, 4096, 8192])
+    parser.add_argument("--wide-range", action="store_true", help="also operands over 2^-20 .. 2^20")
+    parser.add_argument("--configs", action="store_true", help="time every split configuration")
+    parser.add_argument("--json", default="benchmarks/results/emulated_f32.json")
+    args = parser.parse_args()
+    import torch
+
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    results = []
+    print(f"{'size':>6} {'range':>6} | {'bx 3xtf32':>22} | {'torch f32':>22} | {'torch tf32':>22} | "
+          f"{'bx tf32':>22} | 3xtf32 / torch f32")
+    for wide in ([False, True] if args.wide_range else [False]):
+        for size in args.sizes:
+            r = case(size, wide, args.configs, gen)
+            results.append(r)
+            cells = " | ".join(f"{r[n]['tflops']:6.1f} TF/s err {r[n]['error']:.1e}"
+                               for n in ("bx 3xtf32", "torch f32", "torch tf32", "bx tf32"))
+            speedup = r["torch f32"]["ms"] / r["bx 3xtf32"]["ms"]
+            ratio = r["bx 3xtf32"]["error"] / r["torch f32"]["error"]
+            print(f"{size:6d} {'wide' if wide else 'normal':>6} | {cells} | {speedup:.2f}x speed, "
+                  f"{ratio:.2f}x error")
+            for name, c in r.get("configs", {}).items():
+                print(f"         {name:16s} {c['tflops']:6.1f} TF/s err {c['error']:.1e}")
+    record = {"date": date.today().isoformat(), "device": torch.cuda.get_device_name(), "results": results}
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps(record, indent=1))
+    print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

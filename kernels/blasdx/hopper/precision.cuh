@@ -1,0 +1,49 @@
+// Float32 products on tf32 tensor cores at float32 accuracy: each operand x is split into
+// a high part hi = x rounded to tf32 (to nearest) and a low part lo = x - hi (exact in
+// float32, |lo| <= 2^-11 |x|), which the tensor core reads to tf32's 10 mantissa bits; a
+// product is summed as a_lo b_hi + a_hi b_lo + a_hi b_hi (a_lo b_lo lies below float32's
+// last bit). What the parts miss of x is at most 2^-21 |x|.
+//
+// The split runs in shared memory, on each stage TMA has filled: it is element by element,
+// so it does not care about the stage's swizzled layout. The high parts replace the stage's
+// operands in place; the low parts go to a second half of the stage.
+#pragma once
+
+#include "pipeline.cuh"
+#include "tma.cuh"
+
+namespace blasdx {
+namespace hopper {
+
+// (hi, lo) of one value: integer rounding of the bits (add half of tf32's last place, clear
+// the 13 bits below it), then one exact subtraction. NaN and infinities give a NaN low part,
+// replaced by 0 (hi keeps the value). Values within 2^-12 of the largest float round up to
+// infinity and are not split correctly.
+__device__ __forceinline__ void split_tf32(float x, float& hi, float& lo) {
+    hi = __uint_as_float((__float_as_uint(x) + 0x1000u) & 0xffffe000u);
+    const float rest = x - hi;
+    lo = rest == rest ? rest : 0.0f;
+}
+
+// Splits BYTES of float32 at `stage` in place (high parts) and writes the low parts at
+// `low`; THREADS threads, `thread` the caller's index among them, 16 bytes at a time.
+template <int BYTES, int THREADS>
+__device__ __forceinline__ void split_stage(unsigned char* stage, unsigned char* low, int thread) {
+    static_assert(BYTES % 16 == 0, "stages are whole 16-byte vectors");
+    float4* hi = reinterpret_cast<float4*>(stage);
+    float4* lo = reinterpret_cast<float4*>(low);
+#pragma unroll 4
+    for (int i = thread; i < BYTES / 16; i += THREADS) {
+        const float4 x = hi[i];
+        float4 h, l;
+        split_tf32(x.x, h.x, l.x);
+        split_tf32(x.y, h.y, l.y);
+        split_tf32(x.z, h.z, l.z);
+        split_tf32(x.w, h.w, l.w);
+        hi[i] = h;
+        lo[i] = l;
+    }
+}
+
+}  // namespace hopper
+}  // namespace blasdx

@@ -1,0 +1,115 @@
+"""Precision emulated on tensor cores (blasdx.emulation): the scheme a mantissa requirement
+resolves to, how plans take it, and the 3xtf32 kernels (compiled for sm_90a, SASS read)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from blasdx import array_gemm, cuda_driver, emulation, hopper
+from blasdx import dtypes as dt
+from blasdx.cache import cached_compile
+from blasdx.errors import ExecutionError
+from blasdx.reference import tolerance
+
+from .test_hopper import SMS, col, view
+from .tma_rules import FakeEncoder
+
+
+@pytest.fixture
+def encoder(monkeypatch) -> FakeEncoder:
+    fake = FakeEncoder()
+    monkeypatch.setattr(cuda_driver, "encode_tiled", fake)
+    array_gemm._CALLS.clear()
+    return fake
+
+
+@pytest.mark.parametrize(("dtype", "bits", "name", "products", "kept"), [
+    (dt.float32, None, "native", 1, 23),
+    (dt.float32, 1, "tf32", 1, 10),
+    (dt.float32, 10, "tf32", 1, 10),
+    (dt.float32, 11, "3xtf32", 3, 23),
+    (dt.float32, 23, "3xtf32", 3, 23),
+    (dt.float16, 10, "native", 1, 10),
+    (dt.bfloat16, 7, "native", 1, 7),
+    (dt.float64, 52, "native", 1, 52),
+])
+def test_the_cheapest_scheme_that_keeps_the_bits(dtype, bits, name, products, kept):
+    scheme = emulation.resolve(dtype, bits)
+    assert (scheme.name, scheme.products, scheme.mantissa_bits) == (name, products, kept)
+    assert bits is None or scheme.mantissa_bits >= bits
+
+
+@pytest.mark.parametrize(("dtype", "bits", "message"), [
+    (dt.float32, 24, "float32 inputs keep at most 23 mantissa bits; 24 were asked for"),
+    (dt.float16, 11, "float16 inputs keep at most 10"),
+    (dt.bfloat16, 10, "bfloat16 inputs keep at most 7"),
+    (dt.float64, 53, "float64 inputs keep at most 52"),
+    (dt.int8, 8, "int8 products are exact integers"),
+    (dt.float32, 0, "expected a positive int or None, got 0"),
+    (dt.float32, True, "expected a positive int or None, got True"),
+    (dt.float32, 12.0, "expected a positive int or None, got 12.0"),
+])
+def test_requirements_that_cannot_be_kept_are_refused(dtype, bits, message):
+    with pytest.raises(ExecutionError, match=re.escape(message)):
+        emulation.resolve(dtype, bits)
+
+
+def test_array_calls_quote_the_rule():
+    with pytest.raises(ExecutionError, match="mantissa_bits is the minimum the products keep"):
+        array_gemm._resolve_scheme(dt.float32, 30)
+
+
+def _plan(x, y, bits, sm=90):
+    scheme = array_gemm._resolve_scheme(x.dtype, bits)
+    return array_gemm.plan_call(x, y, None, dt.float32, array_gemm._DeviceInfo(sm, SMS), 0, scheme=scheme)
+
+
+def test_3xtf32_takes_the_engine_with_the_split_configuration(encoder):
+    plan = _plan(view((4096, 4096), dt.float32), view((4096, 4096), dt.float32), 23)
+    assert plan.kind == "hopper" and plan.kernel.config.split_tf32
+    text = plan.describe()
+    assert "3xtf32 (3 products, 23 bits)" in text and "3xtf32 split" in text
+    assert "y K-major (repacked: float32 wgmma reads K-major operands only)" in text
+    assert plan.kernel.config.shared_memory(4, staged_store=True) <= 232448
+
+
+def test_3xtf32_small_problems_skip_the_one_block_kernel(encoder):
+    plan = _plan(view((64, 64), dt.float32), col((64, 64), dt.float32), 20)
+    assert plan.kind == "hopper" and plan.kernel.config.split_tf32
+
+
+def test_3xtf32_elsewhere_runs_native_float32(encoder):
+    plan = _plan(view((512, 512), dt.float32), view((512, 512), dt.float32), 23, sm=80)
+    assert plan.kind == "tiled" and plan.scheme.name == "native"
+    assert "3xtf32 not run (the wgmma engine needs sm_90" in plan.describe()
+    assert plan.kernel.desc.precision[0] == dt.float32  # FFMA: every float32 bit
+
+
+def test_few_bits_run_float32_as_tf32(encoder):
+    plan = _plan(view((4096, 4096), dt.float32), col((4096, 4096), dt.float32), 8)
+    assert plan.kind == "hopper" and not plan.kernel.config.split_tf32 and plan.kernel.a == dt.tfloat32
+    assert "tf32 (1 product, 10 bits)" in plan.describe()
+
+
+def test_tolerance_of_3xtf32_is_float32s_plus_the_parts():
+    assert tolerance(dt.float32, dt.float32, 4096, scheme="3xtf32") == pytest.approx(
+        tolerance(dt.float32, dt.float32, 4096) + 8 * 2.0**-22)
+    assert tolerance(dt.float32, dt.float32, 4096, scheme="3xtf32") < tolerance(dt.tfloat32, dt.float32, 4096) / 100
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(n for n, c in hopper.CONFIGS.items() if c.split_tf32))
+@pytest.mark.parametrize("staged", [True, False])
+def test_split_kernels_compile_with_tf32_wgmma_and_no_spills(name, staged):
+    config = hopper.CONFIGS[name]
+    source = hopper.gemm_source(dt.float32, dt.float32, config, True, True, store_by_tma=staged)
+    compiled = cached_compile(source, hopper.KERNEL_NAME, "sm_90a")
+    sass = compiled.sass()
+    assert compiled.local_memory == 0 and "LDL" not in sass and "STL" not in sass
+    assert "serialized" not in (compiled.log or ""), "ptxas serialised the wgmmas (accumulators read in flight)"
+    assert f"HGMMA.64x{config.bn}x8.F32.TF32" in sass and "UTMALDG" in sass
+    # the splitting warps read and write whole 16-byte vectors of the stages
+    assert "LDS.128" in sass and "STS.128" in sass
+    assert compiled.shared_memory == 0  # all dynamic: EngineConfig.shared_memory is what launches ask for
