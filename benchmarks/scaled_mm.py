@@ -199,8 +199,8 @@ def measure(size: int, gen) -> list[dict]:
          {"torch row-wise": t}, flops, results)
     # blocks: 1 x 128 of x (column-major: rows contiguous), 128 x 128 of y
     kb, nb = math.ceil(k / 128), math.ceil(n / 128)
-    sx_b = _scales(torch, (kb, m), gen).t()
-    sy_b = _scales(torch, (kb, nb), gen)
+    sx_b = _scales(torch, (kb, m), gen).t()  # (M, K / 128), rows contiguous: the layout torch's blockwise call takes
+    sy_b = _scales(torch, (nb, kb), gen).t()  # (K / 128, N / 128), column-major likewise
     check = Checker(x, y, sx_b, sy_b, ("block", "block"), gen)
     ours = lambda: bx.scaled_mm(x, y, sx_b, sy_b, out_dtype=bx.bfloat16)  # noqa: E731
     ms, err = timed(ours, "bx block", 128)
@@ -227,14 +227,19 @@ def measure(size: int, gen) -> list[dict]:
     ms = loop_ms(ours)
     theirs_i = lambda: torch._int_mm(xi, yi)  # noqa: E731
     check(theirs_i(), "torch int8", dt.int8, dt.int32, None)
+    yr = yi.contiguous()  # row-major y: the layout of benchmarks/matmul.py's int8 case
+    theirs_r = lambda: torch._int_mm(xi, yr)  # noqa: E731
+    check(theirs_r(), "torch int8 row-major y", dt.int8, dt.int32, None)
     plan = next(p for p in reversed(list(array_gemm._CALLS.values())) if p.dtype == dt.int32)
     _row("int8", size, {"ms": ms, "tflops": flops / ms / 1e9, "plan": plan.describe()}, "bx.matmul",
-         {"torch._int_mm": loop_ms(theirs_i)}, flops, results)
+         {"torch._int_mm": loop_ms(theirs_i), "torch._int_mm (row-major y)": loop_ms(theirs_r)}, flops, results)
     return results
 
 
 SWEEP = [("wide clusters", {}), ("wide", {}), ("square", {}), ("square", {"cluster": 2}), ("pingpong", {}),
          ("pingpong", {"cluster": 2}), ("wide", {"stages": 3})]
+#: Promotion every 64 K elements (its accuracy meets mma.sync's 1e-4; docs/index.md): what it costs.
+SWEEP_64 = [("wide clusters", {"promotion": 64}), ("wide", {"promotion": 64})]
 
 
 def sweep(sizes: list[int], gen) -> list[dict]:
@@ -262,8 +267,8 @@ def sweep(sizes: list[int], gen) -> list[dict]:
             else:
                 one = torch.ones((), device="cuda")
                 check = Checker(x, y, one, one, ("tensor", "tensor"), gen)
-            for base, changes in SWEEP:
-                config = dataclasses.replace(hopper.CONFIGS[base], bk=128, promotion=promotion, **changes)
+            for base, changes in SWEEP + (SWEEP_64 if promotion else []):
+                config = dataclasses.replace(hopper.CONFIGS[base], bk=128, **{"promotion": promotion, **changes})
                 entry = {"case": label, "size": size, "config": str(config)}
                 try:
                     engine, reason = array_gemm._engine_plan(vx, vy, mx, my, c, size, size, size, 1, device, vout,

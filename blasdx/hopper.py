@@ -155,6 +155,14 @@ CONFIGS = {"wide": WIDE, "square": SQUARE, "narrow": NARROW, "pingpong": PINGPON
            "split square": SPLIT_SQUARE, "split square p1": replace(SPLIT_SQUARE, promote_stages=1),
            "split square p4": replace(SPLIT_SQUARE, promote_stages=4)}
 
+# Measured with benchmarks/scaled_mm.py --sweep (H100, 2026-11-23, TFLOP/s; e4m3 -> f16 promoted
+# every 128 K / fast, int8 -> int32):
+#   8192^3 promoted: wide + clusters 1109, wide 1073, square 973, pingpong 773
+#   4096^3 promoted: wide 1205, wide + clusters 1134, square 1096, pingpong 814
+#   8192^3 fast:     wide + clusters 1189, wide 1176, pingpong 1144, square 1073
+#   4096^3 fast:     wide 1279, wide + clusters 1254, pingpong 1189, square 1152
+#   int8 8192^3:     wide + clusters 1256, pingpong 1252, wide 1244; 4096^3: pingpong 1306, wide 1281
+
 #: wide tiles in clusters from this many waves of tiles over the SMs, each at least this deep in K.
 CLUSTER_WAVES = 8
 CLUSTER_MIN_K_STEPS = 32
@@ -173,11 +181,12 @@ def choose_config(a: _dt.DType, m: int, n: int, k: int, batch: int, multiprocess
 
     The 3xtf32 scheme takes `split square`. Otherwise outputs of at most 64 rows take
     `narrow`; long products with many `wide` tiles (at least CLUSTER_WAVES per SM,
-    CLUSTER_MIN_K_STEPS deep) take `wide` in clusters of 2; the rest `pingpong`, or with fp8
-    promotion (``promotion`` K elements, see PROMOTION) `square`: a promoting consumer waits
-    for its products before it adds them up, so both consumers multiply the same stage and
-    fill each other's waits (ping-pong consumers take turns and would leave the tensor cores
-    idle). Then :func:`split_count`.
+    CLUSTER_MIN_K_STEPS deep) take `wide` in clusters of 2; the rest `pingpong`, or `wide`
+    for fp8: a promoting consumer (``promotion`` K elements, see PROMOTION) waits for its
+    products before it adds them up, so both consumers had better multiply the same stage and
+    fill each other's waits (ping-pong consumers take turns), and fp8's narrow results make
+    ping-pong's hidden epilogue worth less than wide tiles' B reuse, promoted or not (the
+    fp8 figures beside the configurations). Then :func:`split_count`.
     """
     bk = _SWIZZLE // a.size
     wide_tiles = batch * math.ceil(m / WIDE.bm) * math.ceil(n / WIDE.bn)
@@ -188,7 +197,7 @@ def choose_config(a: _dt.DType, m: int, n: int, k: int, batch: int, multiprocess
     elif wide_tiles >= CLUSTER_WAVES * multiprocessors and math.ceil(k / bk) >= CLUSTER_MIN_K_STEPS:
         config = WIDE_CLUSTERS
     else:
-        config = SQUARE if promotion else PINGPONG
+        config = WIDE if a in _FP8 else PINGPONG
     config = replace(config, bk=bk, promotion=promotion)
     return config, split_count(config, m, n, k, batch, multiprocessors)
 

@@ -319,14 +319,14 @@ def test_eight_bit_pairs_and_promotion_rule():
     assert hopper.promotion_of(dt.float8_e4m3, fast_accumulation=True) == 0
     assert hopper.promotion_of(dt.int8) == hopper.promotion_of(dt.bfloat16) == 0
     e4m3 = dt.float8_e4m3
-    # promoting consumers wait for their products: both multiply each stage (no ping-pong)
+    # fp8 takes wide tiles (promoting consumers wait for their products: both multiply each stage)
     assert hopper.choose_config(e4m3, 8192, 8192, 8192, 1, SMS, promotion=128)[0] == hopper.replace(
         hopper.WIDE_CLUSTERS, bk=128, promotion=128)
     assert hopper.choose_config(e4m3, 4096, 4096, 4096, 1, SMS, promotion=128)[0] == hopper.replace(
-        hopper.SQUARE, bk=128, promotion=128)
+        hopper.WIDE, bk=128, promotion=128)
     assert hopper.choose_config(e4m3, 16, 8192, 8192, 1, SMS, promotion=128) == (
         hopper.replace(hopper.NARROW, bk=128, promotion=128), 4)
-    assert hopper.choose_config(e4m3, 4096, 4096, 4096, 1, SMS)[0] == hopper.replace(hopper.PINGPONG, bk=128)
+    assert hopper.choose_config(e4m3, 4096, 4096, 4096, 1, SMS)[0] == hopper.replace(hopper.WIDE, bk=128)
     assert hopper.choose_config(dt.int8, 4096, 4096, 4096, 1, SMS)[0] == hopper.replace(hopper.PINGPONG, bk=128)
     assert "f32 promotion every 128 K" in str(hopper.choose_config(e4m3, 4096, 4096, 4096, 1, SMS, promotion=128)[0])
 
@@ -338,7 +338,7 @@ def test_fp8_plans_promote_unless_fast(encoder):
     assert "f32 promotion every 128 K" in p.describe() and "repacked" not in p.describe()
     map_a, map_b, map_d = encoder.calls
     assert map_a.box == (128, 128, 1) and map_a.dims == (2048, 4096, 1)  # 128 fp8 of K per 128-byte row
-    assert map_b.box == (128, 128, 1) and map_b.dims == (2048, 3072, 1)
+    assert map_b.box == (128, 256, 1) and map_b.dims == (2048, 3072, 1)  # 128 x 256 tiles
     assert map_d.dims == (3072, 4096, 1) and map_d.box == (64, 64, 1)  # f16 result
     fast = array_gemm.plan_call(x, y, None, dt.float16, array_gemm._DeviceInfo(90, SMS), 0, fast_accumulation=True)
     assert fast.kind == "hopper" and fast.kernel.config.promotion == 0 and "promotion" not in fast.describe()
@@ -363,7 +363,7 @@ def test_int8_plans_take_int32_scalars(encoder):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("interval", hopper.PROMOTION_INTERVALS)
-@pytest.mark.parametrize("name", ["wide clusters", "square", "narrow"])
+@pytest.mark.parametrize("name", ["wide clusters", "wide", "square", "narrow"])
 def test_promoted_configs_compile_without_spills(name, interval):
     """The configurations the rule promotes with, at every interval: QGMMA into a 64 x 128 temporary, no spills."""
     config = hopper.replace(hopper.CONFIGS[name], bk=128, promotion=interval)

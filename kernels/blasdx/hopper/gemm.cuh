@@ -319,19 +319,30 @@ struct DeviceGemm {
     // into a temporary that starts afresh, and added into acc (times the block scales) by the
     // CUDA cores (promote_stage); a stage is freed once all its products are in acc. The
     // consumer's tensor-core work pauses while it adds: the other consumer's fills the gap.
+    // The block factors of the next stage are loaded while this one multiplies.
     template <class Scales>
     __device__ __forceinline__ static void multiply_in_intervals(Acc& acc, unsigned char* smem, Stages* ring,
                                                                  RingState<STAGES>& at, const Work& w, int row0,
                                                                  bool lead, int rank, const Scales& scales) {
+        constexpr int TN = Part::N;
         Part part;
+        Factors<ATOMS_M, BN / TN> now, next;
         acc.zero();
+        if constexpr (Scales::ACTIVE) {
+            static_assert(BK == Scales::BLOCK, "a stage is one 128-deep K block of the block scales");
+            if (w.k_begin < w.k_end) scales.template load<TN>(now, w.k_begin, w.m0 + row0, w.n0);
+        }
         for (int step = w.k_begin; step < w.k_end; ++step) {
+            if constexpr (Scales::ACTIVE) {
+                if (step + 1 < w.k_end) scales.template load<TN>(next, step + 1, w.m0 + row0, w.n0);
+            }
             wait(&ring->full[at.stage], at.parity);
             const u32 base = shared_address(stage(smem, at.stage));
-            promote_stage<typename Cfg::a_mma, typename Cfg::b_mma, SA, SB, ATOMS_M, BN, BK, PROMOTION>(
-                acc, part, base, base + SA::BYTES, row0, scales, step, w.m0 + row0, w.n0);
+            promote_stage<typename Cfg::a_mma, typename Cfg::b_mma, SA, SB, ATOMS_M, BN, BK, PROMOTION,
+                          Scales::ACTIVE>(acc, part, base, base + SA::BYTES, row0, now);
             if (lead) release(ring, at.stage, rank);
             at.advance();
+            if constexpr (Scales::ACTIVE) now = next;
         }
         if (PINGPONG && threadIdx.x % 128 == 0) arrive(&ring->turn[(threadIdx.x / 128 - 1) ^ 1]);
         acc.pin();

@@ -13,6 +13,8 @@
 // promotion costs 64 registers whatever the tile: each 64-row slice and TN-column chunk of the
 // consumer's tile is multiplied and promoted in turn. A promoting consumer waits for its own
 // products before it adds them up; the other consumer's products keep the tensor cores busy.
+// Block scales come from global memory (L2) and are loaded a stage ahead (Factors), so their
+// latency hides under a whole stage of products.
 #pragma once
 
 #include "../wgmma.cuh"
@@ -22,11 +24,18 @@
 namespace blasdx {
 namespace hopper {
 
+// One stage's block factors of this thread: rows (slice i, half h) and TN-column chunks j.
+template <int ATOMS_M, int CHUNKS>
+struct Factors {
+    float x[ATOMS_M][2];
+    float y[CHUNKS];
+};
+
 // Block scales applied at promotion: none (every factor 1; the addition has no multiply).
 struct NoBlockScales {
     static constexpr bool ACTIVE = false;
-    template <int ATOMS_M, int CHUNKS, int TN>
-    __device__ __forceinline__ void load(float (&)[ATOMS_M][2], float (&)[CHUNKS], int, int, int) const {}
+    template <int TN, int ATOMS_M, int CHUNKS>
+    __device__ __forceinline__ void load(Factors<ATOMS_M, CHUNKS>&, int, int, int) const {}
 };
 
 // Block scales of X (A: one f32 per row and 128-deep K block, x[row * x_row + kb * x_col]) and / or
@@ -43,9 +52,8 @@ struct BlockScales {
 
     // This thread's factors for K block kb: rows row0 + 64 i + 16 * warp + lane / 4 + 8 h of the
     // warpgroup tile starting at (row0, col0), and its TN-column chunks j.
-    template <int ATOMS_M, int CHUNKS, int TN>
-    __device__ __forceinline__ void load(float (&fx)[ATOMS_M][2], float (&fy)[CHUNKS], int kb, int row0,
-                                         int col0) const {
+    template <int TN, int ATOMS_M, int CHUNKS>
+    __device__ __forceinline__ void load(Factors<ATOMS_M, CHUNKS>& f, int kb, int row0, int col0) const {
         static_assert(BLOCK % TN == 0, "a promotion chunk lies in one 128-column block of B");
         const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
         const int row = row0 + 16 * warp + lane / 4;
@@ -53,12 +61,12 @@ struct BlockScales {
         for (int i = 0; i < ATOMS_M; ++i)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                fx[i][h] = X ? __ldg(x + min(row + 64 * i + 8 * h, m - 1) * x_row + kb * x_col) : 1.0f;
+                f.x[i][h] = X ? __ldg(x + min(row + 64 * i + 8 * h, m - 1) * x_row + kb * x_col) : 1.0f;
             }
         const int last = (n - 1) / BLOCK;
 #pragma unroll
         for (int j = 0; j < CHUNKS; ++j) {
-            fy[j] = Y ? __ldg(y + kb * y_row + min((col0 + j * TN) / BLOCK, last) * y_col) : 1.0f;
+            f.y[j] = Y ? __ldg(y + kb * y_row + min((col0 + j * TN) / BLOCK, last) * y_col) : 1.0f;
         }
     }
 };
@@ -70,24 +78,19 @@ template <int N> struct promotion_width {
 
 // One stage, promoted: for each 64-row slice i and TN-column chunk j of the consumer's tile and
 // each INTERVAL-deep part of the stage's BK, the instructions of that part into `part` (the
-// first starting afresh), then acc[i][chunk j] += factor * part. Every wgmma of the stage has
-// completed on return. kb is the stage's 128-deep K block (for the block scales).
-template <class TA, class TB, class SA, class SB, int ATOMS_M, int N, int BK, int INTERVAL, class Scales>
+// first starting afresh), then acc[i][chunk j] += factor * part, the factor the stage's block
+// factors f (SCALED; else none). Every wgmma of the stage has completed on return.
+template <class TA, class TB, class SA, class SB, int ATOMS_M, int N, int BK, int INTERVAL, bool SCALED>
 __device__ __forceinline__ void promote_stage(Accumulator<ATOMS_M, N, float>& acc,
                                               Accumulator<1, promotion_width<N>::value, float>& part, u32 a_base,
-                                              u32 b_base, int row0, const Scales& scales, int kb, int tile_row,
-                                              int tile_col) {
+                                              u32 b_base, int row0,
+                                              const Factors<ATOMS_M, N / promotion_width<N>::value>& f) {
     using op = wgmma::mma<TA, TB, float>;
     constexpr int TN = promotion_width<N>::value, CHUNKS = N / TN;
     constexpr int STEPS = INTERVAL / op::K_STEP, PARTS = BK / INTERVAL;
     static_assert(SA::k_major && SB::k_major, "fp8 wgmma reads A and B K-major only");
     static_assert(INTERVAL % op::K_STEP == 0 && BK % INTERVAL == 0, "an interval is whole instructions inside a stage");
     static_assert(N % TN == 0, "the tile is whole promotion chunks wide");
-    float fx[ATOMS_M][2], fy[CHUNKS];
-    if constexpr (Scales::ACTIVE) {
-        static_assert(BK == Scales::BLOCK, "a stage is one 128-deep K block of the block scales");
-        scales.template load<ATOMS_M, CHUNKS, TN>(fx, fy, kb, tile_row, tile_col);
-    }
 #pragma unroll
     for (int i = 0; i < ATOMS_M; ++i) {
 #pragma unroll
@@ -116,8 +119,8 @@ __device__ __forceinline__ void promote_stage(Accumulator<ATOMS_M, N, float>& ac
                         for (int e = 0; e < 2; ++e) {
                             float& sum = acc.r[i][4 * (j * (TN / 8) + c) + 2 * h + e];
                             const float v = part.r[0][4 * c + 2 * h + e];
-                            if constexpr (Scales::ACTIVE) {
-                                sum = fmaf(fx[i][h] * fy[j], v, sum);
+                            if constexpr (SCALED) {
+                                sum = fmaf(f.x[i][h] * f.y[j], v, sum);
                             } else {
                                 sum += v;
                             }
