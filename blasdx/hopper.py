@@ -156,12 +156,12 @@ CONFIGS = {"wide": WIDE, "square": SQUARE, "narrow": NARROW, "pingpong": PINGPON
            "split square p4": replace(SPLIT_SQUARE, promote_stages=4)}
 
 # Measured with benchmarks/scaled_mm.py --sweep (H100, 2026-11-23, TFLOP/s; e4m3 -> f16 promoted
-# every 128 K / fast, int8 -> int32):
-#   8192^3 promoted: wide + clusters 1109, wide 1073, square 973, pingpong 773
-#   4096^3 promoted: wide 1205, wide + clusters 1134, square 1096, pingpong 814
-#   8192^3 fast:     wide + clusters 1189, wide 1176, pingpong 1144, square 1073
-#   4096^3 fast:     wide 1279, wide + clusters 1254, pingpong 1189, square 1152
-#   int8 8192^3:     wide + clusters 1256, pingpong 1252, wide 1244; 4096^3: pingpong 1306, wide 1281
+# every 128 K / fast, int8 -> int32; two runs, the second's figures, the first's where they differ):
+#   8192^3 promoted: wide + clusters 1109, wide 1061, square 984, pingpong 782
+#   4096^3 promoted: wide 1200, wide + clusters 1156, square 1100, pingpong 802
+#   8192^3 fast:     wide + clusters 1227, wide 1176, pingpong 1150, square 1076
+#   4096^3 fast:     wide 1266-1279, pingpong 1189-1275, wide + clusters 1248, square 1181
+#   int8 8192^3:     wide 1284, pingpong 1272, wide + clusters 1252; 4096^3: pingpong 1288, wide 1243
 
 #: wide tiles in clusters from this many waves of tiles over the SMs, each at least this deep in K.
 CLUSTER_WAVES = 8
