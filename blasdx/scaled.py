@@ -4,15 +4,9 @@
 M x K and y is K x N, both fp8 (float8_e4m3 or float8_e5m2, in any pair), and each scale is a
 float32 device array whose shape says what it covers (docs/index.md, "Scaled fp8 products"):
 
-=============  ==========================  ============================================
-operand        scale shape                 covers
-=============  ==========================  ============================================
-x and y        ``()``, ``(1,)``, ``(1, 1)``  the whole operand (per tensor)
-x              ``(M, 1)``                  a row of x
-x              ``(M, ceil(K / 128))``      1 x 128 blocks of x (a row, 128 K elements)
-y              ``(1, N)``                  a column of y
-y              ``(ceil(K / 128), ceil(N / 128))``  128 x 128 blocks of y
-=============  ==========================  ============================================
+* ``()``, ``(1,)`` or ``(1, 1)``: the whole operand (per tensor), x or y;
+* x: ``(M, 1)`` one factor per row; ``(M, ceil(K / 128))`` per 1 x 128 block (a row, 128 K);
+* y: ``(1, N)`` one factor per column; ``(ceil(K / 128), ceil(N / 128))`` per 128 x 128 block.
 
 Factors constant along K (tensor, row, column) multiply the finished f32 sum in the epilogue;
 block factors vary along K, so they multiply each 128-deep partial sum as the engine promotes
