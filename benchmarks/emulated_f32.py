@@ -8,7 +8,8 @@ bx.matmul(x, y, mantissa_bits=23), torch.matmul in float32 (tf32 off: FFMA), tor
 with tf32 allowed, and bx.matmul(bx.tf32(x), bx.tf32(y)); and each one's normwise
 relative error against the float64 product (torch float64 on the GPU, 256 sampled rows).
 --configs also times every split configuration of the engine (blasdx/hopper.py CONFIGS).
-Prints a table with ratios to torch float32 and writes JSON.
+--accuracy K... measures only the errors of 256 x 256 x K products (the accuracy study of
+docs/performance.md). Prints tables with ratios to torch float32 and writes JSON.
 """
 
 from __future__ import annotations
@@ -105,16 +106,54 @@ def case(size: int, wide_range: bool, configs: bool, gen) -> dict:
     return out
 
 
+def accuracy(ks: list[int], wide_range: bool, gen) -> list[dict]:
+    """Normwise errors of 256 x 256 x K products, each K, every path (no timing)."""
+    import torch
+
+    rows = []
+    for k in ks:
+        x = torch.randn(256, k, device="cuda", generator=gen)
+        if wide_range:
+            x = x * torch.exp2(torch.randint(-20, 21, x.shape, device="cuda", generator=gen).float())
+        y = torch.randn(k, 256, device="cuda", generator=gen)
+        if wide_range:
+            y = y * torch.exp2(torch.randint(-20, 21, y.shape, device="cuda", generator=gen).float())
+        everything = torch.arange(256, device="cuda")
+        row = {"k": k, "wide_range": wide_range}
+        torch.backends.cuda.matmul.allow_tf32 = False
+        row["torch f32"] = _error(torch.matmul(x, y), x, y, everything)
+        torch.backends.cuda.matmul.allow_tf32 = True
+        row["torch tf32"] = _error(torch.matmul(x, y), x, y, everything)
+        torch.backends.cuda.matmul.allow_tf32 = False
+        row["bx 3xtf32"] = _error(bx.matmul(x, y, mantissa_bits=23), x, y, everything)
+        row["bx tf32"] = _error(bx.matmul(bx.tf32(x), bx.tf32(y)), x, y, everything)
+        rows.append(row)
+        print(f"K {k:6d} {'wide' if wide_range else 'normal':>6}: " + ", ".join(
+            f"{n} {row[n]:.2e}" for n in ("bx 3xtf32", "torch f32", "torch tf32", "bx tf32"))
+            + f"  (3xtf32 / torch f32 {row['bx 3xtf32'] / row['torch f32']:.2f}x)")
+    return rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", nargs="*", type=int, default=[1024, 2048, 4096, 8192])
     parser.add_argument("--wide-range", action="store_true", help="also operands over 2^-20 .. 2^20")
     parser.add_argument("--configs", action="store_true", help="time every split configuration")
+    parser.add_argument("--accuracy", nargs="*", type=int, default=None, metavar="K",
+                        help="only the errors of 256 x 256 x K products")
     parser.add_argument("--json", default="benchmarks/results/emulated_f32.json")
     args = parser.parse_args()
     import torch
 
     gen = torch.Generator(device="cuda").manual_seed(0)
+    if args.accuracy is not None:
+        study = [r for wide in (False, True) for r in accuracy(args.accuracy or [64, 256, 1024, 4096, 16384, 65536],
+                                                                 wide, gen)]
+        record = {"date": date.today().isoformat(), "device": torch.cuda.get_device_name(), "accuracy": study}
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(record, indent=1))
+        print(f"wrote {args.json}")
+        return 0
     results = []
     print(f"{'size':>6} {'range':>6} | {'bx 3xtf32':>22} | {'torch f32':>22} | {'torch tf32':>22} | "
           f"{'bx tf32':>22} | 3xtf32 / torch f32")

@@ -107,8 +107,8 @@ class EngineConfig:
 
     @property
     def threads(self) -> int:
-        """Producer warpgroup plus consumers."""
-        return 128 * (1 + self.consumers)
+        """Producer warpgroup plus consumers (plus a splitting warpgroup with the tf32 split)."""
+        return 128 * (1 + self.consumers + (1 if self.split_tf32 else 0))
 
     def stage_bytes(self, itemsize: int) -> int:
         """A stage's operands; twice that with the tf32 split (high parts, then low parts)."""

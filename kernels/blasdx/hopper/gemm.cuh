@@ -19,9 +19,9 @@
 //                          consumer's epilogue runs while the other multiplies
 //   acc_type (optional)    the accumulator's element type: float (default), int for 8-bit integers
 //   split_tf32 (optional)  float32 operands at float32 accuracy on tf32 tensor cores
-//                          (precision.cuh): warps 1-3 of the producer warpgroup split each
-//                          filled stage into high and low parts, and consumers multiply
-//                          three products per stage
+//                          (precision.cuh): warps 1-3 of the producer warpgroup and one more
+//                          warpgroup after the consumers split each filled stage into high
+//                          and low parts, and consumers multiply three products per stage
 //   promote_stages (opt.)  with the split: stages summed by the tensor cores between two
 //                          promotions into the accumulator (default 1)
 //   promotion (optional)   fp8: K elements the tensor core sums before a consumer adds them into
@@ -74,7 +74,8 @@ struct DeviceGemm {
     static constexpr int CONSUMERS = Cfg::consumers, CLUSTER = Cfg::cluster_m;
     static constexpr bool PINGPONG = Cfg::pingpong;
     static constexpr bool SPLIT = splits_tf32<Cfg>::value;
-    static constexpr int SPLITTERS = 96;  // warps 1-3 of the producer warpgroup split stages
+    // Threads that split stages: warps 1-3 of the producer warpgroup and the last warpgroup.
+    static constexpr int SPLITTERS = SPLIT ? 96 + 128 : 0;
     // The products of every PROMOTE_STAGES stages summed apart and added into the accumulator
     // by the CUDA cores.
     static constexpr bool PROMOTE = SPLIT;
@@ -84,10 +85,11 @@ struct DeviceGemm {
     static constexpr int PROMOTION = promotion_of<Cfg>::value;
     static constexpr int WG_M = PINGPONG ? BM : BM / CONSUMERS, ATOMS_M = WG_M / 64;
     static constexpr int READERS = PINGPONG ? 1 : CONSUMERS;  // consumer warpgroups that read each stage
-    static constexpr int THREADS = 128 * (1 + CONSUMERS);
+    static constexpr int THREADS = 128 * (1 + CONSUMERS + (SPLIT ? 1 : 0));
     // Registers per thread after the hand-over: the producer keeps few, consumers get the rest.
     static constexpr int PRODUCER_REGISTERS = 40;
-    static constexpr int CONSUMER_REGISTERS = CONSUMERS == 1 ? 256 : 232;
+    // (With the splitting warpgroup: 2 x 128 x 40 + 256 x 216 = the 64K registers of an SM.)
+    static constexpr int CONSUMER_REGISTERS = SPLIT ? 216 : CONSUMERS == 1 ? 256 : 232;
 
     using SA = StageOperand<typename Cfg::a_type, BM, BK, Cfg::a_k_major>;
     using SB = StageOperand<typename Cfg::b_type, BN, BK, Cfg::b_k_major>;
@@ -142,7 +144,7 @@ struct DeviceGemm {
             u32 granted;
             asm("mov.u32 %0, %%dynamic_smem_size;\n" : "=r"(granted));
             if (granted < u32(shared_bytes<Epilogue>())) __trap();  // a launch with less would corrupt memory
-            ring->init(4 * READERS * CLUSTER, SPLITTERS);
+            ring->init(4 * READERS * CLUSTER, SPLIT ? SPLITTERS : 1);
             prefetch_tensor_map(map_a);
             prefetch_tensor_map(map_b);
         }
@@ -157,8 +159,11 @@ struct DeviceGemm {
             if (threadIdx.x == 0) {
                 produce(smem, ring, map_a, map_b, sched, batched_a, batched_b);
             } else if constexpr (SPLIT) {
-                if (threadIdx.x >= 32) split(smem, ring, sched);
+                if (threadIdx.x >= 32) split(smem, ring, sched, threadIdx.x - 32);
             }
+        } else if (SPLIT && warpgroup == 1 + CONSUMERS) {
+            release_registers<PRODUCER_REGISTERS>();
+            split(smem, ring, sched, 96 + threadIdx.x % 128);
         } else {
             claim_registers<CONSUMER_REGISTERS>();
             const int consumer = warpgroup - 1;
@@ -197,15 +202,17 @@ struct DeviceGemm {
         }
     }
 
-    // Warps 1-3: each stage, once filled, split into tf32 high parts (in place) and low parts.
-    __device__ __forceinline__ static void split(unsigned char* smem, Stages* ring, const Sched& sched) {
+    // The splitting threads (`splitter` of SPLITTERS): each stage, once filled, split into tf32
+    // high parts (in place) and low parts.
+    __device__ __forceinline__ static void split(unsigned char* smem, Stages* ring, const Sched& sched,
+                                                 int splitter) {
         RingState<STAGES> at;
         for (int unit = blockIdx.x; unit < sched.units; unit += gridDim.x) {
             const Work w = sched.work(unit, 0);
             for (int step = w.k_begin; step < w.k_end; ++step) {
                 wait(&ring->full[at.stage], at.parity);
                 unsigned char* s = stage(smem, at.stage);
-                split_stage<OPERAND_BYTES, SPLITTERS>(s, s + OPERAND_BYTES, threadIdx.x - 32);
+                split_stage<OPERAND_BYTES, SPLITTERS>(s, s + OPERAND_BYTES, splitter);
                 async_proxy_fence();  // the parts are visible to wgmma (the async proxy)
                 arrive(&ring->split[at.stage]);
                 at.advance();
