@@ -64,6 +64,7 @@ _LAZY = {
     "matmul": "array_gemm",
     "mma": "array_gemm",
     "tf32": "array_gemm",
+    "scaled_mm": "scaled",
     "solve_triangular": "array_trsm",
     "DeviceGemm": "device_gemm",
 }
@@ -77,7 +78,7 @@ __all__ = [
     "CompiledKernel", "CompileOptions", "precompile",
     "to_device", "from_device",
     "compile_kernel", "header", "FusedKernel", "FusionHeader",
-    "matmul", "mma", "tf32", "solve_triangular",
+    "matmul", "mma", "tf32", "scaled_mm", "solve_triangular",
     "Side", "FillMode", "Diag", "BatchesPerBlock", "TrsmDescriptor",
     "__version__",
 ]

@@ -332,6 +332,7 @@ def plan_call(
         return plan
     plan.strides = (mx, my, ma)
     engine, plan.reason = _engine_plan(vx, vy, mx, my, result, m, n, k, plan.batch, device, out,
+                                       fast_accumulation=fast_accumulation,
                                        scheme="3xtf32" if scheme.name == "3xtf32" else "native")
     if engine is not None:
         plan.kind, plan.kernel = "hopper", engine
@@ -350,11 +351,13 @@ def plan_call(
 
 def _engine_plan(vx: ArrayView, vy: ArrayView, mx: Matrix, my: Matrix, result: _dt.DType, m: int, n: int, k: int,
                  batch: int, device: _DeviceInfo, vout: ArrayView | None = None, config: Any = None,
-                 splits: int | None = None, scheme: str = "native") -> tuple[Any, str | None]:
+                 splits: int | None = None, scheme: str = "native",
+                 fast_accumulation: bool = False) -> tuple[Any, str | None]:
     """The Hopper engine's plan of this call, or (None, why it does not run it).
 
     ``vout`` is the result array when one is given (None: a new C-contiguous one);
-    ``config`` / ``splits`` override the engine's own choice (benchmark sweeps, tests).
+    ``config`` / ``splits`` override the engine's own choice (benchmark sweeps, tests);
+    ``fast_accumulation`` keeps fp8 sums in the tensor core (no promotion to f32 registers).
     """
     if device.sm != 90:
         return None, f"the wgmma engine needs sm_90 (this GPU is sm_{device.sm})"
@@ -362,7 +365,7 @@ def _engine_plan(vx: ArrayView, vy: ArrayView, mx: Matrix, my: Matrix, result: _
     wide = scheme == "native" and _hopper_wide.serves(vx.dtype, result)
     if scheme != "native" and not _hopper.serves(vx.dtype, result, scheme):
         return None, f"the wgmma engine runs {scheme} for float32 -> float32 only"
-    if scheme == "native" and not wide and not _hopper.serves(vx.dtype, result):
+    if scheme == "native" and not wide and not _hopper.serves(vx.dtype, result, b=vy.dtype):
         served = ", ".join(f"{a.name} -> {c.name}" for a, c in sorted(_hopper.SERVED | _hopper_wide.SERVED, key=str))
         return None, f"the Hopper engine runs {served}"
     if k == 0:
@@ -376,7 +379,10 @@ def _engine_plan(vx: ArrayView, vy: ArrayView, mx: Matrix, my: Matrix, result: _
     common = (vx.dtype, result, m, n, k, batch, route_a, route_b, mx.ld, my.ld, mx.batch or 1, my.batch or 1,
               mx.batch_stride, my.batch_stride, vx.ptr, vy.ptr, device.multiprocessors, d_layout, config, splits)
     try:
-        engine = _hopper_wide.WidePlan(*common) if wide else _hopper.EnginePlan(*common, scheme)
+        if wide:
+            engine = _hopper_wide.WidePlan(*common)
+        else:
+            engine = _hopper.EnginePlan(*common, scheme, vy.dtype, fast_accumulation)
     except ExecutionError as exc:  # TMA refused an operand: the multi-block kernel reads anything
         return None, f"TMA: {exc}"
     return engine, None
@@ -572,7 +578,8 @@ def _run(plan: CallPlan, x_view: ArrayView, y_view: ArrayView, acc: Any, vacc: A
 # ---------------------------------------------------------------------------------------------
 
 
-def matmul(x: Any, y: Any, *, stream: Any = None, dtype: Any = None, mantissa_bits: int | None = None) -> Any:
+def matmul(x: Any, y: Any, *, stream: Any = None, dtype: Any = None, mantissa_bits: int | None = None,
+           fast_accumulation: bool = False) -> Any:
     """``x @ y`` as a new array of the type the inputs fix (:data:`RESULT_TYPES`).
 
     x is [M, K] or [batch, M, K], y is [K, N] or [batch, K, N]; a batch of 1 (or a matrix)
@@ -580,8 +587,11 @@ def matmul(x: Any, y: Any, *, stream: Any = None, dtype: Any = None, mantissa_bi
     result is a C-contiguous array of x's library (PyTorch, CuPy, else a blasdx
     DeviceArray). Use :func:`tf32` to run float32 inputs on tf32 tensor cores;
     ``mantissa_bits`` states the bits the products must keep (blasdx.emulation: float32
-    inputs with 11-23 bits run as three tf32 products on Hopper).
+    inputs with 11-23 bits run as three tf32 products on Hopper). ``fast_accumulation`` is
+    :func:`mma`'s (fp8 inputs only).
     """
+    if not isinstance(fast_accumulation, bool):
+        raise ExecutionError(f"fast_accumulation: expected True or False, got {fast_accumulation!r}")
     if dtype is not None:
         raise ExecutionError(
             f"dtype={dtype!r}: matmul's result type is fixed by the input type ({_result_table()}); for another "
@@ -590,11 +600,13 @@ def matmul(x: Any, y: Any, *, stream: Any = None, dtype: Any = None, mantissa_bi
     known: dict[int, int] = {}  # the library streams asked during this call
     handle = resolve_stream(stream, (_unwrap(x), _unwrap(y)), known=known)
     vx, vy = _view(x, "x", handle, known), _view(y, "y", handle, known)
-    key = _key(vx, vy, None, ("matmul", mantissa_bits))
+    if fast_accumulation and vx.dtype not in _FP8:
+        raise ExecutionError(f"fast_accumulation=True with {vx.dtype.name} inputs; {_rule('fast')}")
+    key = _key(vx, vy, None, ("matmul", mantissa_bits, fast_accumulation))
     plan = _CALLS.get(key)
     if plan is None:
         device_id = _device_of((vx, vy), ("x", "y"))
-        plan = _cached_plan(key, lambda: _plan_matmul(vx, vy, device_id, mantissa_bits))
+        plan = _cached_plan(key, lambda: _plan_matmul(vx, vy, device_id, mantissa_bits, fast_accumulation))
     if stream is not None:
         _devices.check_stream_device(stream, handle, plan.device_id)
     token = _devices.enter(plan.device_id)
@@ -608,7 +620,8 @@ def matmul(x: Any, y: Any, *, stream: Any = None, dtype: Any = None, mantissa_bi
     return out
 
 
-def _plan_matmul(vx: ArrayView, vy: ArrayView, device_id: int, mantissa_bits: int | None = None) -> CallPlan:
+def _plan_matmul(vx: ArrayView, vy: ArrayView, device_id: int, mantissa_bits: int | None = None,
+                 fast_accumulation: bool = False) -> CallPlan:
     _check_dtypes(vx, vy)
     scheme = _resolve_scheme(vx.dtype, mantissa_bits)
     result = RESULT_TYPES.get(vx.dtype)
@@ -617,7 +630,8 @@ def _plan_matmul(vx: ArrayView, vy: ArrayView, device_id: int, mantissa_bits: in
             f"x: matmul takes {', '.join(d.name for d in RESULT_TYPES)} inputs, not {vx.dtype.name} "
             f"({_result_table()})"
         )
-    return plan_call(vx, vy, None, result, _device_info(device_id), device_id, scheme=scheme)
+    return plan_call(vx, vy, None, result, _device_info(device_id), device_id, scheme=scheme,
+                     fast_accumulation=fast_accumulation)
 
 
 def mma(x: Any, y: Any, acc: Any, *, out: Any = None, fast_accumulation: bool = False, stream: Any = None,
@@ -625,10 +639,11 @@ def mma(x: Any, y: Any, acc: Any, *, out: Any = None, fast_accumulation: bool = 
     """``x @ y + acc`` as a new array of acc's type and shape (or into ``out``; ``out=acc`` works in place).
 
     acc is [M, N] or [batch, M, N] and fixes the batch; x and y have acc's batch or 1 (or
-    are matrices). ``fast_accumulation`` is accepted for fp8 inputs only: on sm_90 it lets
-    one-block problems that wgmma tiles keep their sums in the tensor core's accumulator
-    (about 14 significant bits per addition, docs/index.md); elsewhere it changes nothing.
-    ``mantissa_bits`` as for :func:`matmul`.
+    are matrices). ``fast_accumulation`` is accepted for fp8 inputs only: on sm_90 the whole
+    K sum stays in the tensor core's accumulator (about 14 significant bits per addition,
+    docs/index.md) in the Hopper engine and in one-block problems that wgmma tiles, where by
+    default the engine adds the tensor core's sums into f32 registers every 128 K elements;
+    elsewhere it changes nothing. ``mantissa_bits`` as for :func:`matmul`.
     """
     if not isinstance(fast_accumulation, bool):
         raise ExecutionError(f"fast_accumulation: expected True or False, got {fast_accumulation!r}")

@@ -82,10 +82,13 @@ TENSOR_MAP_TYPES = {
     "tfloat32": "CU_TENSOR_MAP_DATA_TYPE_FLOAT32",  # the tensor core reads the upper 19 bits
     "float32": "CU_TENSOR_MAP_DATA_TYPE_FLOAT32",
     "float64": "CU_TENSOR_MAP_DATA_TYPE_FLOAT64",
+    # TMA moves bytes and zero-fills outside the tensor: 8-bit types go as UINT8 (the byte 0 is
+    # +0.0 in e4m3 and e5m2, and 0 in int8)
     "float8_e4m3": "CU_TENSOR_MAP_DATA_TYPE_UINT8",
     "float8_e5m2": "CU_TENSOR_MAP_DATA_TYPE_UINT8",
     "int8": "CU_TENSOR_MAP_DATA_TYPE_UINT8",
     "uint8": "CU_TENSOR_MAP_DATA_TYPE_UINT8",
+    "int32": "CU_TENSOR_MAP_DATA_TYPE_INT32",
 }
 
 _SWIZZLES = {0: "CU_TENSOR_MAP_SWIZZLE_NONE", 32: "CU_TENSOR_MAP_SWIZZLE_32B", 64: "CU_TENSOR_MAP_SWIZZLE_64B",

@@ -31,9 +31,10 @@ from .operators import Layout, col_major, row_major
 
 __all__ = ["DeviceGemm"]
 
-_INPUTS = (_dt.float16, _dt.bfloat16, _dt.tfloat32)
+_INPUTS = (_dt.float16, _dt.bfloat16, _dt.tfloat32, _dt.float8_e4m3, _dt.float8_e5m2, _dt.int8, _dt.uint8)
 _RESULTS = (_dt.float16, _dt.bfloat16, _dt.float32)
-_STORAGE = {"float16": "__half", "bfloat16": "__nv_bfloat16", "float32": "float"}
+_INT_RESULTS = (_dt.int32,)
+_STORAGE = {"float16": "__half", "bfloat16": "__nv_bfloat16", "float32": "float", "int32": "int"}
 
 
 @dataclass(frozen=True)
@@ -41,12 +42,20 @@ class DeviceGemm:
     """A device-level GEMM of the Hopper engine (sm_90a) for fused kernels.
 
     Args:
-        a: input type of A and B: float16, bfloat16 or tfloat32 (f32 accumulation).
-        c: the type D is stored in by the TMA-store epilogue: float16, bfloat16 or float32.
-        a_layout / b_layout: row_major or col_major; tf32 needs row-major A and column-major B
-            (its wgmma reads K-major operands only).
+        a: input type of A (and of B unless ``b`` says otherwise): float16, bfloat16 or tfloat32
+            (f32 accumulation), float8_e4m3 / float8_e5m2 (f32, promoted: see ``fast_accumulation``),
+            int8 / uint8 (int32 accumulation).
+        c: the type D is stored in by the TMA-store epilogue: float16, bfloat16 or float32; int32
+            for 8-bit integer inputs (the accumulator's values are int then).
+        a_layout / b_layout: row_major or col_major; tf32 and 8-bit types need row-major A and
+            column-major B (their wgmma reads K-major operands only).
         config: the engine's tile configuration (default: the 128 x 256 tile of large products;
-            :meth:`for_problem` applies the engine's rule to a problem size).
+            :meth:`for_problem` applies the engine's rule to a problem size). For fp8 its
+            ``promotion`` (32, 64 or 128 K elements) is kept when set.
+        b: B's type when it differs from A's: another 8-bit type of the same kind (e4m3 x e5m2,
+            int8 x uint8).
+        fast_accumulation: fp8 only: leave the whole K sum in the tensor core instead of
+            promoting it into f32 registers every 128 K elements (hopper.PROMOTION).
     """
 
     a: _dt.DType
@@ -54,15 +63,28 @@ class DeviceGemm:
     a_layout: Layout = row_major
     b_layout: Layout = row_major
     config: _hopper.EngineConfig = _hopper.WIDE
+    b: _dt.DType | None = None
+    fast_accumulation: bool = False
 
     def __post_init__(self) -> None:
         a, c = _dt.as_dtype(self.a), _dt.as_dtype(self.c)
+        b = a if self.b is None else _dt.as_dtype(self.b, argument="b")
         object.__setattr__(self, "a", a)
+        object.__setattr__(self, "b", b)
         object.__setattr__(self, "c", c)
         if a not in _INPUTS:
             raise DescriptorError(f"a: the engine takes {', '.join(d.name for d in _INPUTS)} inputs, not {a.name}")
-        if c not in _RESULTS:
-            raise DescriptorError(f"c: D is stored as {', '.join(d.name for d in _RESULTS)}, not {c.name}")
+        results = _INT_RESULTS if a.integral else _RESULTS
+        if c not in results:
+            raise DescriptorError(f"c: D of {a.name} inputs is stored as {', '.join(d.name for d in results)}, not "
+                                  f"{c.name}")
+        if b != a and (a.size != 1 or b.size != 1 or a.integral != b.integral):
+            raise DescriptorError(f"b: {b.name} does not pair with a: {a.name}; only 8-bit types of one kind mix "
+                                  "(float8_e4m3 with float8_e5m2, int8 with uint8)")
+        if not isinstance(self.fast_accumulation, bool) or (self.fast_accumulation and a.integral) or (
+                self.fast_accumulation and a.size != 1):
+            raise DescriptorError(f"fast_accumulation: True or False, and True for fp8 inputs only; got "
+                                  f"{self.fast_accumulation!r} with {a.name}")
         for name in ("a_layout", "b_layout"):
             if not isinstance(getattr(self, name), Layout):
                 raise DescriptorError(f"{name}: expected bx.row_major or bx.col_major, got {getattr(self, name)!r}")
@@ -72,14 +94,23 @@ class DeviceGemm:
             )
         if not isinstance(self.config, _hopper.EngineConfig):
             raise DescriptorError(f"config: expected a blasdx.hopper.EngineConfig, got {self.config!r}")
-        object.__setattr__(self, "config", dataclasses.replace(self.config, bk=128 // a.size))
+        promotion = self.config.promotion or _hopper.promotion_of(a, self.fast_accumulation)
+        if self.fast_accumulation or a not in _hopper._FP8:
+            promotion = 0
+        if promotion not in (0, *_hopper.PROMOTION_INTERVALS):
+            raise DescriptorError(f"config: promotion every {promotion} K elements; the engine promotes every "
+                                  f"{', '.join(map(str, _hopper.PROMOTION_INTERVALS))}")
+        object.__setattr__(self, "config", dataclasses.replace(self.config, bk=128 // a.size, promotion=promotion))
 
     @classmethod
     def for_problem(cls, a: Any, c: Any, m: int, n: int, k: int, *, a_layout: Layout = row_major,
-                    b_layout: Layout = row_major, multiprocessors: int = 132) -> DeviceGemm:
+                    b_layout: Layout = row_major, multiprocessors: int = 132, b: Any = None,
+                    fast_accumulation: bool = False) -> DeviceGemm:
         """The configuration the engine's rule picks for an M x N x K product (without K splits)."""
-        config, _ = _hopper.choose_config(_dt.as_dtype(a), m, n, k, 1, multiprocessors)
-        return cls(a, c, a_layout, b_layout, config)
+        a = _dt.as_dtype(a)
+        promotion = _hopper.promotion_of(a, fast_accumulation is True)
+        config, _ = _hopper.choose_config(a, m, n, k, 1, multiprocessors, promotion=promotion)
+        return cls(a, c, a_layout, b_layout, config, b, fast_accumulation)
 
     # -- traits ---------------------------------------------------------------------------------
 
@@ -127,7 +158,7 @@ class DeviceGemm:
 
     @property
     def b_value_type(self) -> _dt.DType:
-        return self.a
+        return self.b
 
     @property
     def c_value_type(self) -> _dt.DType:
@@ -135,38 +166,29 @@ class DeviceGemm:
 
     @property
     def scalar_type(self) -> _dt.DType:
-        return _dt.float32
+        """The accumulator's (and the epilogue's values') type: int32 for 8-bit integers, else float32."""
+        return _dt.int32 if self.a.integral else _dt.float32
 
     accumulator_type = scalar_type
 
     def __repr__(self) -> str:
-        return (f"DeviceGemm({self.a.name} -> {self.c.name}, A {self.a_layout.value}, B {self.b_layout.value}, "
+        types = self.a.name if self.b == self.a else f"{self.a.name} x {self.b.name}"
+        return (f"DeviceGemm({types} -> {self.c.name}, A {self.a_layout.value}, B {self.b_layout.value}, "
                 f"{self.config})")
 
     # -- C++ ------------------------------------------------------------------------------------
 
     def prelude(self, name: str) -> str:
         """``struct <name>`` with the engine type and traits (and the config struct it instantiates)."""
-        storage = _hopper._STORAGE_TYPES[self.a.name]
-        mma = _hopper._MMA_TYPES[self.a.name]
-        cfg = self.config
         return "\n".join([
             f"struct {name}_config {{",
-            f"    using a_type = {storage};",
-            f"    using b_type = {storage};",
-            f"    using a_mma = {mma};",
-            f"    using b_mma = {mma};",
-            f"    static constexpr int bm = {cfg.bm}, bn = {cfg.bn}, bk = {cfg.bk};",
-            f"    static constexpr int stages = {cfg.stages}, consumers = {cfg.consumers}, group_m = {cfg.group_m}, "
-            f"cluster_m = {cfg.cluster};",
-            f"    static constexpr bool pingpong = {str(cfg.pingpong).lower()};",
-            f"    static constexpr bool a_k_major = {str(self.a_k_major).lower()}, "
-            f"b_k_major = {str(self.b_k_major).lower()};",
+            *_hopper.config_members(self.a, self.b, self.config, self.a_k_major, self.b_k_major),
+            f"    using acc_type = {_hopper.accumulator_type(self.c)};",
             "};",
             f"struct {name} {{",
             f"    using gemm = blasdx::hopper::DeviceGemm<{name}_config>;",
-            f"    using a_type = {storage};",
-            f"    using b_type = {storage};",
+            f"    using a_type = {_hopper._STORAGE_TYPES[self.a.name]};",
+            f"    using b_type = {_hopper._STORAGE_TYPES[self.b.name]};",
             f"    using c_type = {_STORAGE[self.c.name]};",
             f"    static constexpr int threads = {self.threads};",
             f"    static constexpr int shared_memory = {self.shared_memory};",
@@ -196,9 +218,10 @@ class DeviceGemm:
 
     def tensor_map_b(self, array: Any) -> _driver.TensorMap:
         """The tensor map of B ([K, N] or [batch, K, N], this GEMM's layout) for ``run``'s map_b."""
-        view = self._view(array, "b", self.a, self.b_layout)
+        view = self._view(array, "b", self.b, self.b_layout)
         k, cols = view.shape[-2:]
-        return self._encode(view, "b", cols, k, self.b_k_major, self.config.bn // self.config.cluster, self.b_layout)
+        return self._encode(view, "b", cols, k, self.b_k_major, self.config.bn // self.config.cluster, self.b_layout,
+                            self.b)
 
     def tensor_map_d(self, array: Any) -> _driver.TensorMap:
         """The tensor map of a row-major D ([M, N] or [batch, M, N], type c) for StageThroughShared."""
@@ -226,12 +249,13 @@ class DeviceGemm:
         return view._replace(dtype=dtype)
 
     def _encode(self, view: Any, argument: str, rows: int, k: int, k_major: bool, tile_rows: int,
-                layout: Layout) -> Any:
+                layout: Layout, dtype: _dt.DType | None = None) -> Any:
+        dtype = self.a if dtype is None else dtype
         batch = view.shape[0] if len(view.shape) == 3 else 1
         ld = view.strides[-2] if layout is row_major else view.strides[-1]
         bs = view.strides[0] if batch > 1 else 0
-        r = _hopper.route(argument, self.a, view.ptr, k_major, ld, rows if k_major else k, bs, batch > 1)
+        r = _hopper.route(argument, dtype, view.ptr, k_major, ld, rows if k_major else k, bs, batch > 1)
         if r.repack is not None:
             raise ExecutionError(f"{argument}: {r.repack}; pass a copy that TMA can read")
-        op = _hopper._operand(r, self.a, rows, k, ld, batch, bs, tile_rows, self.config.bk)
-        return _driver.encode_tiled(self.a.name, view.ptr, op.dims, op.strides, op.box, 128)
+        op = _hopper._operand(r, dtype, rows, k, ld, batch, bs, tile_rows, self.config.bk)
+        return _driver.encode_tiled(dtype.name, view.ptr, op.dims, op.strides, op.box, 128)

@@ -218,7 +218,9 @@ def prelude(gemms: Mapping[str, Descriptor] | Descriptor) -> str:
     _arch_of(gemms)
     blocks = [d for d in gemms.values() if isinstance(d, Descriptor)]
     includes = []
-    if any(a in _FP8 or b in _FP8 for a, b, _ in (d.precision for d in blocks)):
+    engines = [d for d in gemms.values() if isinstance(d, DeviceGemm)]
+    if any(a in _FP8 or b in _FP8 for a, b, _ in (d.precision for d in blocks)) or any(
+            d.a in _FP8 or d.b in _FP8 for d in engines):
         includes.append('#include "blasdx/fp8.cuh"')
     includes.append('#include "blasdx/api.cuh"')
     if any(isinstance(desc, TrsmDescriptor) for desc in blocks):

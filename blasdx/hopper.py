@@ -1,8 +1,9 @@
 """The Hopper engine's host side: tile configuration, how operands reach TMA, compile, launch.
 
 On an sm_90 GPU, ``bx.matmul`` / ``bx.mma`` run the types wgmma serves (f16 -> f16 | f32,
-bf16 -> f32, tf32 -> f32, and f32 -> f32 at float32 accuracy as three tf32 products when a
-call asks for it: blasdx.emulation) through kernels/hopper_gemm.cu: TMA loads into a stage ring,
+bf16 -> f32, tf32 -> f32, e4m3 / e5m2 -> f16 | f32, int8 / uint8 -> int32, and f32 -> f32 at
+float32 accuracy as three tf32 products when a call asks for it: blasdx.emulation) through
+kernels/hopper_gemm.cu: TMA loads into a stage ring,
 warp-specialised wgmma consumers, a persistent grid, and split K when the output has too
 few tiles to fill the GPU. This module decides everything a call needs from the operands'
 shapes, strides and pointers (:class:`EnginePlan`), once per kind of call:
@@ -11,7 +12,9 @@ shapes, strides and pointers (:class:`EnginePlan`), once per kind of call:
 * each operand's route (:class:`OperandRoute`): read in place by TMA, or first repacked
   into a K-major scratch copy (kernels/repack.cu) when TMA cannot describe it (a row or
   batch stride that is not a multiple of 16 bytes) or the instruction cannot read its
-  layout (tf32 wgmma reads K-major operands only);
+  layout (8-bit and tf32 wgmma read K-major operands only);
+* for fp8, how often the tensor core's partial sums are promoted into f32 registers
+  (:data:`PROMOTION`; ``fast_accumulation`` keeps the whole sum in the tensor core);
 * the tensor maps (encoded once, re-pointed per call) and the launch parameters.
 """
 
@@ -38,23 +41,47 @@ REPACK_NAME = "blasdx_repack"
 ARCH = "sm_90a"
 
 #: (input, result) type pairs the engine runs; other types take the multi-block mma.sync kernel.
+#: 8-bit inputs may mix (e4m3 x e5m2, int8 x uint8): the table of blasdx.dtypes decides.
 SERVED = {
     (_dt.float16, _dt.float16), (_dt.float16, _dt.float32), (_dt.bfloat16, _dt.float32), (_dt.tfloat32, _dt.float32),
+    (_dt.float8_e4m3, _dt.float16), (_dt.float8_e4m3, _dt.float32), (_dt.float8_e5m2, _dt.float16),
+    (_dt.float8_e5m2, _dt.float32), (_dt.int8, _dt.int32), (_dt.uint8, _dt.int32),
 }
 #: Emulated schemes the engine runs: scheme name -> (input, result) type pairs.
 EMULATED_SERVED = {"3xtf32": {(_dt.float32, _dt.float32)}}
-_MMA_TYPES = {"float16": "__half", "bfloat16": "__nv_bfloat16", "tfloat32": "blasdx::tf32", "float32": "blasdx::tf32"}
-_STORAGE_TYPES = {"float16": "__half", "bfloat16": "__nv_bfloat16", "tfloat32": "float", "float32": "float"}
+_FP8 = (_dt.float8_e4m3, _dt.float8_e5m2)
+_MMA_TYPES = {"float16": "__half", "bfloat16": "__nv_bfloat16", "tfloat32": "blasdx::tf32", "float32": "blasdx::tf32",
+              "float8_e4m3": "__nv_fp8_e4m3", "float8_e5m2": "__nv_fp8_e5m2", "int8": "signed char",
+              "uint8": "unsigned char"}
+_STORAGE_TYPES = {"float16": "__half", "bfloat16": "__nv_bfloat16", "tfloat32": "float", "float32": "float",
+                  "float8_e4m3": "__nv_fp8_e4m3", "float8_e5m2": "__nv_fp8_e5m2", "int8": "signed char",
+                  "uint8": "unsigned char", "int32": "int"}
+
+#: fp8: K elements whose products the tensor core sums before they are added into f32
+#: registers (one 128-byte stage of K, the DeepSeek-V3 scheme). The tensor core's fp8 sums keep
+#: about 14 significant bits (docs/index.md); promoting bounds how many such additions pile up.
+PROMOTION = 128
+#: Promotion intervals the kernel supports: whole instruction K steps that divide a stage.
+PROMOTION_INTERVALS = (32, 64, 128)
 _UNSIGNED = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int", 8: "unsigned long long"}
 _SWIZZLE = 128  # bytes: one stage row of K (K-major) or one 64-element panel row (MN-major)
 _SCRATCH_ALIGNMENT = 256  # scratch allocations start on 256 bytes; maps of repacked operands are encoded at it
 
 
-def serves(a: _dt.DType, c: _dt.DType, scheme: str = "native") -> bool:
-    """Whether the engine runs inputs of type ``a`` with results of type ``c`` by ``scheme`` (blasdx.emulation)."""
-    if scheme == "native":
-        return (a, c) in SERVED
-    return (a, c) in EMULATED_SERVED.get(scheme, ())
+def serves(a: _dt.DType, c: _dt.DType, scheme: str = "native", b: _dt.DType | None = None) -> bool:
+    """Whether the engine runs inputs of type ``a`` (and ``b``, default ``a``) with results of type ``c`` by
+    ``scheme`` (blasdx.emulation)."""
+    if scheme != "native":
+        return (b is None or b == a) and (a, c) in EMULATED_SERVED.get(scheme, ())
+    b = a if b is None else b
+    if (a, c) not in SERVED or (b, c) not in SERVED:
+        return False
+    return a == b or _dt.find_combination(a, b, c, False) is not None
+
+
+def promotion_of(a: _dt.DType, fast_accumulation: bool = False) -> int:
+    """The promotion interval of inputs of type ``a``: PROMOTION for fp8 (0 with fast accumulation), else 0."""
+    return PROMOTION if a in _FP8 and not fast_accumulation else 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -74,6 +101,7 @@ class EngineConfig:
     group_m: int = 8
     cluster: int = 1  # blocks per cluster along M, sharing B's tile by TMA multicast
     pingpong: bool = False  # consumers take whole tiles in turn (one's epilogue overlaps the other's products)
+    promotion: int = 0  # fp8: K elements summed by the tensor core between additions into f32 registers; 0: never
     split_tf32: bool = False  # float32 operands split into tf32 parts in each stage (three products)
     promote_stages: int = 1  # with the split: stages the tensor cores sum between promotions
 
@@ -95,9 +123,10 @@ class EngineConfig:
         consumers = "1 consumer" if self.consumers == 1 else f"{self.consumers} consumers"
         cluster = f", clusters of {self.cluster}" if self.cluster > 1 else ""
         pingpong = ", ping-pong" if self.pingpong else ""
+        promotion = f", f32 promotion every {self.promotion} K" if self.promotion else ""
         split = f", 3xtf32 split, promoted every {self.promote_stages} stages" if self.split_tf32 else ""
         return (f"{self.bm}x{self.bn}x{self.bk}, {self.stages} stages, {consumers}{pingpong}, group {self.group_m}"
-                f"{cluster}{split}")
+                f"{cluster}{promotion}{split}")
 
 
 # Configurations per output shape class (K step: 128 bytes of the input type).
@@ -126,6 +155,14 @@ CONFIGS = {"wide": WIDE, "square": SQUARE, "narrow": NARROW, "pingpong": PINGPON
            "split square": SPLIT_SQUARE, "split square p1": replace(SPLIT_SQUARE, promote_stages=1),
            "split square p4": replace(SPLIT_SQUARE, promote_stages=4)}
 
+# Measured with benchmarks/scaled_mm.py --sweep (H100, 2026-11-23, TFLOP/s; e4m3 -> f16 promoted
+# every 128 K / fast, int8 -> int32; two runs, the second's figures, the first's where they differ):
+#   8192^3 promoted: wide + clusters 1109, wide 1061, square 984, pingpong 782
+#   4096^3 promoted: wide 1200, wide + clusters 1156, square 1100, pingpong 802
+#   8192^3 fast:     wide + clusters 1227, wide 1176, pingpong 1150, square 1076
+#   4096^3 fast:     wide 1266-1279, pingpong 1189-1275, wide + clusters 1248, square 1181
+#   int8 8192^3:     wide 1284, pingpong 1272, wide + clusters 1252; 4096^3: pingpong 1288, wide 1243
+
 #: wide tiles in clusters from this many waves of tiles over the SMs, each at least this deep in K.
 CLUSTER_WAVES = 8
 CLUSTER_MIN_K_STEPS = 32
@@ -139,13 +176,17 @@ MAX_SPLITS = 16
 
 
 def choose_config(a: _dt.DType, m: int, n: int, k: int, batch: int, multiprocessors: int,
-                  scheme: str = "native") -> tuple[EngineConfig, int]:
+                  scheme: str = "native", promotion: int = 0) -> tuple[EngineConfig, int]:
     """The tile configuration and K split count of an M x N x K product with ``batch`` problems.
 
     The 3xtf32 scheme takes `split square`. Otherwise outputs of at most 64 rows take
     `narrow`; long products with many `wide` tiles (at least CLUSTER_WAVES per SM,
-    CLUSTER_MIN_K_STEPS deep) take `wide` in clusters of 2; the rest `pingpong`. Then
-    :func:`split_count`.
+    CLUSTER_MIN_K_STEPS deep) take `wide` in clusters of 2; the rest `pingpong`, or `wide`
+    for fp8: a promoting consumer (``promotion`` K elements, see PROMOTION) waits for its
+    products before it adds them up, so both consumers had better multiply the same stage and
+    fill each other's waits (ping-pong consumers take turns), and fp8's narrow results make
+    ping-pong's hidden epilogue worth less than wide tiles' B reuse, promoted or not (the
+    fp8 figures beside the configurations). Then :func:`split_count`.
     """
     bk = _SWIZZLE // a.size
     wide_tiles = batch * math.ceil(m / WIDE.bm) * math.ceil(n / WIDE.bn)
@@ -156,8 +197,8 @@ def choose_config(a: _dt.DType, m: int, n: int, k: int, batch: int, multiprocess
     elif wide_tiles >= CLUSTER_WAVES * multiprocessors and math.ceil(k / bk) >= CLUSTER_MIN_K_STEPS:
         config = WIDE_CLUSTERS
     else:
-        config = PINGPONG
-    config = replace(config, bk=bk)
+        config = WIDE if a in _FP8 else PINGPONG
+    config = replace(config, bk=bk, promotion=promotion)
     return config, split_count(config, m, n, k, batch, multiprocessors)
 
 
@@ -251,26 +292,43 @@ def _operand(route_: OperandRoute, dtype: _dt.DType, rows: int, k: int, ld: int,
 # ---------------------------------------------------------------------------------------------
 
 
-def gemm_source(a: _dt.DType, c: _dt.DType, config: EngineConfig, a_k_major: bool, b_k_major: bool,
-                store_by_tma: bool = False) -> str:
-    """kernels/hopper_gemm.cu instantiated for the input and result types, layouts, tile and store path."""
-    storage, mma = _STORAGE_TYPES[a.name], _MMA_TYPES[a.name]
-    return "\n".join([
-        '#include "blasdx/types.cuh"',
-        "struct HopperConfig {",
-        f"    using a_type = {storage};",
-        f"    using b_type = {storage};",
-        f"    using a_mma = {mma};",
-        f"    using b_mma = {mma};",
-        f"    using c_type = {_STORAGE_TYPES[c.name]};",
+def config_members(a: _dt.DType, b: _dt.DType, config: EngineConfig, a_k_major: bool, b_k_major: bool) -> list[str]:
+    """The members of gemm.cuh's Cfg struct (types, tile, layouts, promotion) as lines of C++."""
+    return [
+        f"    using a_type = {_STORAGE_TYPES[a.name]};",
+        f"    using b_type = {_STORAGE_TYPES[b.name]};",
+        f"    using a_mma = {_MMA_TYPES[a.name]};",
+        f"    using b_mma = {_MMA_TYPES[b.name]};",
         f"    static constexpr int bm = {config.bm}, bn = {config.bn}, bk = {config.bk};",
         f"    static constexpr int stages = {config.stages}, consumers = {config.consumers}, "
         f"group_m = {config.group_m}, cluster_m = {config.cluster};",
         f"    static constexpr bool pingpong = {str(config.pingpong).lower()};",
         f"    static constexpr bool a_k_major = {str(a_k_major).lower()}, b_k_major = {str(b_k_major).lower()};",
-        f"    static constexpr bool store_by_tma = {str(store_by_tma).lower()};",
+        f"    static constexpr int promotion = {config.promotion};",
         *([f"    static constexpr bool split_tf32 = true; static constexpr int promote_stages = "
            f"{config.promote_stages};"] if config.split_tf32 else []),
+    ]
+
+
+def type_headers(a: _dt.DType, b: _dt.DType) -> list[str]:
+    """The includes the element types need (cuda_fp8.h only for fp8: it is large)."""
+    lines = ['#include "blasdx/types.cuh"']
+    if a in _FP8 or b in _FP8:
+        lines.append('#include "blasdx/fp8.cuh"')
+    return lines
+
+
+def gemm_source(a: _dt.DType, c: _dt.DType, config: EngineConfig, a_k_major: bool, b_k_major: bool,
+                store_by_tma: bool = False, b: _dt.DType | None = None) -> str:
+    """kernels/hopper_gemm.cu instantiated for the input and result types, layouts, tile and store path."""
+    b = a if b is None else b
+    return "\n".join([
+        *type_headers(a, b),
+        "struct HopperConfig {",
+        *config_members(a, b, config, a_k_major, b_k_major),
+        f"    using c_type = {_STORAGE_TYPES[c.name]};",
+        f"    using acc_type = {accumulator_type(c)};",
+        f"    static constexpr bool store_by_tma = {str(store_by_tma).lower()};",
         "};",
         '#include "hopper_gemm.cu"',
         "",
@@ -280,7 +338,12 @@ def gemm_source(a: _dt.DType, c: _dt.DType, config: EngineConfig, a_k_major: boo
 def reduce_source(c: _dt.DType) -> str:
     """kernels/splitk_reduce.cu for results of type ``c``."""
     return (f'#include "blasdx/types.cuh"\nusing splitk_c_type = {_STORAGE_TYPES[c.name]};\n'
-            'using splitk_acc_type = float;\n#include "splitk_reduce.cu"\n')
+            f'using splitk_acc_type = {accumulator_type(c)};\n#include "splitk_reduce.cu"\n')
+
+
+def accumulator_type(c: _dt.DType) -> str:
+    """The C++ type the kernels accumulate results of type ``c`` in: int for int32 (exact), else float."""
+    return "int" if c.integral else "float"
 
 
 def repack_source(itemsize: int) -> str:
@@ -297,6 +360,20 @@ _GEMM_PARAMS = ("map", "map", "map", "u64", "u64", "u64", "i32", "i32", "i32", "
 _REDUCE_PARAMS = ("u64", "u64", "u64", "i32", "i32", "i32", "i32", "i64", "i64", "i64", "i64", "i64", "i64", "f32",
                   "f32")
 _REPACK_PARAMS = ("u64", "u64", "i32", "i32", "i64", "i64", "i64", "i64", "i64", "i32")
+
+
+def _scalar_kinds(kinds: tuple[str, ...], c: _dt.DType) -> tuple[str, ...]:
+    """A parameter list whose last two (alpha, beta) take C's scalar type: int32 for integer C."""
+    return kinds[:-2] + ("i32", "i32") if c.integral else kinds
+
+
+def scalar(value: Any, c: _dt.DType) -> Any:
+    """alpha or beta as the kernels of result type ``c`` take it (dtypes.Combination.scalar): int for int32 C."""
+    if not c.integral:
+        return float(value)
+    if int(value) != value:
+        raise ValueError(f"alpha / beta of an integer result are integers, not {value!r}")
+    return int(value)
 _MAX_GRID_Z = 65535
 
 
@@ -347,20 +424,25 @@ class EnginePlan:
                  route_b: OperandRoute, lda: int, ldb: int, batch_a: int, batch_b: int, batch_stride_a: int,
                  batch_stride_b: int, ptr_a: int, ptr_b: int, multiprocessors: int,
                  d_layout: tuple[int, int, int, int] | None = None, config: EngineConfig | None = None,
-                 splits: int | None = None, scheme: str = "native") -> None:
+                 splits: int | None = None, scheme: str = "native", b: _dt.DType | None = None,
+                 fast_accumulation: bool = False) -> None:
         """Choose and check (kernels compile at the first run); ExecutionError when TMA refuses an operand.
 
         ``ptr_a`` / ``ptr_b`` are this call's addresses: the tensor maps are encoded now
         (later calls only re-point them), so a tensor TMA cannot describe is found before
         anything runs. ``d_layout`` is D's (row, column, batch) element strides and address
         (None: a new C-contiguous result); a row-major D whose rows and problems start on 16
-        bytes is stored with TMA. ``config`` / ``splits`` override the rule (benchmark sweeps).
+        bytes is stored with TMA. ``config`` / ``splits`` override the rule (benchmark sweeps; the
+        config's ``promotion`` is then used as given). ``b`` is B's type (default ``a``: 8-bit
+        types may mix); ``fast_accumulation`` keeps fp8 sums in the tensor core (no promotion).
         ``scheme`` is the products' scheme (blasdx.emulation): "3xtf32" splits float32 operands.
         """
-        self.a, self.c = a, c
+        b = a if b is None else b
+        self.a, self.b, self.c = a, b, c
         self.m, self.n, self.k, self.batch = m, n, k, batch
         self.route_a, self.route_b = route_a, route_b
-        chosen, chosen_splits = choose_config(a, m, n, k, batch, multiprocessors, scheme)
+        chosen, chosen_splits = choose_config(a, m, n, k, batch, multiprocessors, scheme,
+                                              promotion_of(a, fast_accumulation))
         self.config = config or chosen
         if self.config.split_tf32 != (scheme == "3xtf32"):
             raise ValueError(f"configuration {self.config} does not run the {scheme} scheme")
@@ -368,7 +450,7 @@ class EnginePlan:
         self.multiprocessors = multiprocessors
         self.operand_a = _operand(route_a, a, m, k, lda, batch_a, batch_stride_a, self.config.bm, self.config.bk)
         cluster = self.config.cluster
-        self.operand_b = _operand(route_b, a, n, k, ldb, batch_b, batch_stride_b, self.config.bn // cluster,
+        self.operand_b = _operand(route_b, b, n, k, ldb, batch_b, batch_stride_b, self.config.bn // cluster,
                                   self.config.bk)
         self.tiles = math.ceil(math.ceil(m / self.config.bm) / cluster) * math.ceil(n / self.config.bn)
         self.units = batch * self.splits * self.tiles  # of clusters
@@ -381,15 +463,15 @@ class EnginePlan:
             d_layout = (n, 1, m * n if batch > 1 else 0, 0)
         self.store_d = _store_geometry(c, m, n, batch, d_layout) if self.splits == 1 else None
         staged = self.store_d is not None
-        self._gemm = _Kernel(gemm_source(a, c, self.config, route_a.k_major, route_b.k_major, staged), KERNEL_NAME,
-                             ARCH, _GEMM_PARAMS, self.config.shared_memory(a.size, staged))
-        self._reduce = _Kernel(reduce_source(c), REDUCE_NAME, "sm_90", _REDUCE_PARAMS) if self.splits > 1 else None
+        self._gemm = self._gemm_kernel(staged)
+        self._reduce = (_Kernel(reduce_source(c), REDUCE_NAME, "sm_90", _scalar_kinds(_REDUCE_PARAMS, c))
+                        if self.splits > 1 else None)
         needs_repack = route_a.repack is not None or route_b.repack is not None
         self._repack = _Kernel(repack_source(a.size), REPACK_NAME, "sm_90", _REPACK_PARAMS) if needs_repack else None
         self._maps = [
-            _driver.encode_tiled(a.name, ptr if r.repack is None else _SCRATCH_ALIGNMENT, op.dims, op.strides, op.box,
+            _driver.encode_tiled(t.name, ptr if r.repack is None else _SCRATCH_ALIGNMENT, op.dims, op.strides, op.box,
                                  _SWIZZLE)
-            for ptr, r, op in ((ptr_a, route_a, self.operand_a), (ptr_b, route_b, self.operand_b))
+            for t, ptr, r, op in ((a, ptr_a, route_a, self.operand_a), (b, ptr_b, route_b, self.operand_b))
         ]
         self._scalars: Any = None  # the strides, alpha and beta the GEMM's parameters hold
         self._mapped = [ptr if r.repack is None else _SCRATCH_ALIGNMENT
@@ -399,6 +481,12 @@ class EnginePlan:
             op = self.store_d
             self._maps.append(_driver.encode_tiled(c.name, ptr_d, op.dims, op.strides, op.box, _SWIZZLE))
             self._mapped.append(ptr_d)
+
+    def _gemm_kernel(self, staged: bool) -> _Kernel:
+        """kernels/hopper_gemm.cu for this plan (``staged``: D stored by TMA)."""
+        source = gemm_source(self.a, self.c, self.config, self.route_a.k_major, self.route_b.k_major, staged, self.b)
+        return _Kernel(source, KERNEL_NAME, ARCH, _scalar_kinds(_GEMM_PARAMS, self.c),
+                       self.config.shared_memory(self.a.size, staged))
 
     def __repr__(self) -> str:
         return f"EnginePlan({self.describe()})"
@@ -416,15 +504,14 @@ class EnginePlan:
 
     def run(self, device_id: int, stream_core: Any, stream: int, a: Any, b: Any, c: Any, d: Any, alpha: float,
             beta: float) -> None:
-        """D = alpha * A B + beta * C on ``stream``: A, B, C, D are ArrayViews (C None: beta is 0)."""
+        """D = alpha * A B + beta * C on ``stream``: A, B, C, D are ArrayViews (C None: beta is 0).
+
+        alpha and beta are of C's scalar type (int32 for an integer C; :func:`scalar`).
+        """
         if c is None:
-            beta = 0.0
-        a_ptr = self._prepare(a, self.route_a, self.operand_a, self.m, "a", device_id, stream_core, stream)
-        b_ptr = self._prepare(b, self.route_b, self.operand_b, self.n, "b", device_id, stream_core, stream)
-        workspace = 0
-        if self.splits > 1:
-            nbytes = 4 * self.splits * self.batch * self.m * self.n
-            workspace = _SCRATCH.get(device_id, stream, stream_core, "splits", nbytes)
+            beta = 0
+        alpha, beta = scalar(alpha, self.c), scalar(beta, self.c)
+        a_ptr, b_ptr, workspace = self._operands_and_workspace(device_id, stream_core, stream, a, b)
         c_ptr, c_strides = (0, (0, 0, 0)) if c is None else (c.ptr, result_strides(c))
         d_strides = result_strides(d)
         gemm = self._gemm
@@ -444,12 +531,19 @@ class EnginePlan:
                 self._fit_grid(device_id)
             gemm.launch(device_id, self.grid, (self.config.threads, 1, 1), stream, self.config.cluster)
         if self.splits > 1:
-            total = self.batch * self.m * self.n
-            grid = (max(1, min(math.ceil(total / 256), 8 * self.multiprocessors)), 1, 1)
-            with self._reduce.params.lock:
-                self._reduce.fill((workspace, c_ptr, d.ptr, self.m, self.n, self.batch, self.splits, *c_strides,
-                                   *d_strides, alpha, beta))
-                self._reduce.launch(device_id, grid, (256, 1, 1), stream)
+            reduce_splits(self._reduce, device_id, stream, workspace, self.splits, c_ptr, c_strides, d.ptr, d_strides,
+                          self.m, self.n, self.batch, self.multiprocessors, alpha, beta)
+
+    def _operands_and_workspace(self, device_id: int, stream_core: Any, stream: int, a: Any,
+                                b: Any) -> tuple[int, int, int]:
+        """The addresses TMA reads A and B from (repacked first where the routes say); the split workspace."""
+        a_ptr = self._prepare(a, self.route_a, self.operand_a, self.m, "a", device_id, stream_core, stream)
+        b_ptr = self._prepare(b, self.route_b, self.operand_b, self.n, "b", device_id, stream_core, stream)
+        workspace = 0
+        if self.splits > 1:
+            nbytes = 4 * self.splits * self.batch * self.m * self.n  # f32 or int32 partial sums
+            workspace = _SCRATCH.get(device_id, stream, stream_core, "splits", nbytes)
+        return a_ptr, b_ptr, workspace
 
     def _fit_grid(self, device_id: int) -> None:
         """A persistent grid of clusters no larger than the device runs at once."""
@@ -485,7 +579,7 @@ class EnginePlan:
         """The address TMA reads the operand from: the array itself, or its K-major repacked copy."""
         if route_.repack is None:
             return view.ptr
-        k, size = self.k, self.a.size
+        k, size = self.k, (self.a if slot == "a" else self.b).size
         problems = op.dims[2]
         target = _SCRATCH.get(device_id, stream, stream_core, slot, op.strides[1] * problems)
         shape, strides = tuple(view.shape), tuple(view.strides)
@@ -499,6 +593,17 @@ class EnginePlan:
                                op.strides[1] // size, problems))
             self._repack.launch(device_id, grid, (32, 8, 1), stream)
         return target
+
+
+def reduce_splits(kernel: _Kernel, device_id: int, stream: int, workspace: int, splits: int, c_ptr: int,
+                  c_strides: tuple[int, int, int], d_ptr: int, d_strides: tuple[int, int, int], m: int, n: int,
+                  batch: int, multiprocessors: int, alpha: Any, beta: Any) -> None:
+    """kernels/splitk_reduce.cu: D = alpha * (the splits' partial sums) + beta * C (no splits: beta * C)."""
+    total = batch * m * n
+    grid = (max(1, min(math.ceil(total / 256), 8 * multiprocessors)), 1, 1)
+    with kernel.params.lock:
+        kernel.fill((workspace, c_ptr, d_ptr, m, n, batch, splits, *c_strides, *d_strides, alpha, beta))
+        kernel.launch(device_id, grid, (256, 1, 1), stream)
 
 
 class _ScratchPool:
@@ -551,7 +656,8 @@ def _describe(config: EngineConfig, splits: int, route_a: OperandRoute, route_b:
 
 
 def describe_call(a: _dt.DType, c: _dt.DType, m: int, n: int, k: int, batch: int = 1, a_row_major: bool = True,
-                  b_row_major: bool = True, multiprocessors: int = 132, scheme: str = "native") -> str:
+                  b_row_major: bool = True, multiprocessors: int = 132, fast_accumulation: bool = False,
+                  scheme: str = "native") -> str:
     """What the engine runs for contiguous operands of these types, shape and layouts (no GPU needed).
 
     The same rule and routes as :class:`EnginePlan`, for operands at 256-byte aligned
@@ -560,7 +666,7 @@ def describe_call(a: _dt.DType, c: _dt.DType, m: int, n: int, k: int, batch: int
     if not serves(a, c, scheme):
         raise ValueError(f"the engine runs {', '.join(f'{x.name} -> {y.name}' for x, y in sorted(SERVED, key=str))}"
                          f" (and float32 -> float32 as 3xtf32); not {a.name} -> {c.name} ({scheme})")
-    config, splits = choose_config(a, m, n, k, batch, multiprocessors, scheme)
+    config, splits = choose_config(a, m, n, k, batch, multiprocessors, scheme, promotion_of(a, fast_accumulation))
     route_a = route("x", a, _SCRATCH_ALIGNMENT, a_row_major, k if a_row_major else m, m if a_row_major else k,
                     m * k, batch > 1)
     route_b = route("y", a, _SCRATCH_ALIGNMENT, not b_row_major, n if b_row_major else k, k if b_row_major else n,

@@ -22,7 +22,7 @@ _U = {"float16": 2.0**-11, "float32": 2.0**-24, "float64": 2.0**-53, "tfloat32":
 
 def tolerance(
     a: _dt.DType, c: _dt.DType, k: int, accumulator: _dt.DType | None = None, instruction: str | None = None,
-    scheme: str = "native",
+    promotion: int | None = None, scheme: str = "native",
 ) -> float:
     """Largest allowed normwise relative error ``||C - ref||_F / ||ref||_F``.
 
@@ -35,12 +35,18 @@ def tolerance(
     - fp8: 1e-4, since fp8 tensor cores may keep fewer accumulator bits than full f32;
       with ``instruction`` a ``wgmma`` one (sm_90a), the sum stays in the tensor core's fp8
       accumulator, which keeps about 14 significant bits per addition (measured on H100:
-      1.03e-4 at K = 128): 2 * 2^-14 per 32-deep K step, at least 1e-4;
+      1.03e-4 at K = 128): 2 * 2^-14 per 32-deep K step, at least 1e-4. The Hopper engine's fp8
+      (``instruction`` "wgmma") with ``promotion`` = P > 0 adds the tensor core's sum into f32
+      registers every P K elements, the sum starting afresh each time, so the tensor core's
+      error is that of a P-deep product whatever K is: the allowance above for K = P
+      (4.9e-4 at P = 128, the default), at least 1e-4; the f32 additions of the intervals add
+      only about 2^-24 * sqrt(K / P);
     - float32 as three tf32 products (``scheme`` "3xtf32", blasdx.emulation): float32's bound
       (each stage's tensor-core sum is added into the accumulator with rounded f32 adds) plus
       8 * 2^-22 for the parts (what hi and tf32(lo) miss of x is at most 2^-21 |x| per operand,
       and the dropped a_lo b_lo term is at most 2^-22);
-    - a float16 C: 2e-3 more for the final rounding (2^-11 relative);
+    - a float16 C: 2e-3 more for the final rounding (2^-11 relative); a bfloat16 C (the Hopper
+      engine's device API, scaled_mm): 4 * 2^-9 more (2^-9 relative);
     - f16 accumulation (f16 x f16 -> f16): 8 * 2^-11 * sqrt(K) + 2e-3, since every partial
       sum is rounded to f16.
     """
@@ -55,9 +61,12 @@ def tolerance(
     elif a in (_dt.float8_e4m3, _dt.float8_e5m2):
         base = 1e-4
         if instruction is not None and instruction.startswith("wgmma"):
-            base = max(base, 2 * math.ceil(k / 32) * 2.0**-14)
+            depth = min(k, promotion) if promotion else k
+            base = max(base, 2 * math.ceil(depth / 32) * 2.0**-14)
     else:
         base = max(1e-5, 4 * 2.0**-24 * math.sqrt(k))
+    if c == _dt.bfloat16:
+        base += 4 * 2.0**-9
     if c == _dt.float16:
         base += 2e-3
         if accumulator == _dt.float16:

@@ -46,10 +46,22 @@ def view(shape, dtype, strides=None, ptr=PTR) -> ArrayView:
 
 
 def test_validation_names_the_argument():
-    with pytest.raises(DescriptorError, match=r"a: the engine takes float16, bfloat16, tfloat32 inputs, not float64"):
+    with pytest.raises(DescriptorError, match=r"a: the engine takes float16, bfloat16, tfloat32, float8_e4m3, "
+                                              r"float8_e5m2, int8, uint8 inputs, not float64"):
         bx.DeviceGemm(bx.float64)
-    with pytest.raises(DescriptorError, match=r"c: D is stored as float16, bfloat16, float32, not int32"):
+    with pytest.raises(DescriptorError, match=r"c: D of float16 inputs is stored as float16, bfloat16, float32, not int32"):
         bx.DeviceGemm(bx.float16, bx.int32)
+    with pytest.raises(DescriptorError, match=r"c: D of int8 inputs is stored as int32, not float32"):
+        bx.DeviceGemm(bx.int8, bx.float32, bx.row_major, bx.col_major)
+    with pytest.raises(DescriptorError, match=r"b: int8 does not pair with a: float8_e4m3"):
+        bx.DeviceGemm(bx.float8_e4m3, bx.float16, bx.row_major, bx.col_major, b=bx.int8)
+    with pytest.raises(DescriptorError, match=r"fast_accumulation: True or False, and True for fp8 inputs only"):
+        bx.DeviceGemm(bx.int8, bx.int32, bx.row_major, bx.col_major, fast_accumulation=True)
+    with pytest.raises(DescriptorError, match=r"float8_e5m2 wgmma reads K-major operands only"):
+        bx.DeviceGemm(bx.float8_e5m2, bx.float16)
+    with pytest.raises(DescriptorError, match=r"config: promotion every 96 K elements"):
+        bx.DeviceGemm(bx.float8_e5m2, bx.float16, bx.row_major, bx.col_major, hopper.replace(hopper.SQUARE,
+                                                                                            promotion=96))
     with pytest.raises(DescriptorError, match=r"tfloat32 wgmma reads K-major operands only"):
         bx.DeviceGemm(bx.tfloat32, bx.float32, bx.row_major, bx.row_major)
     with pytest.raises(DescriptorError, match=r"a_layout: expected bx.row_major or bx.col_major"):
@@ -127,3 +139,41 @@ def test_prelude_matches_the_engine_source():
     for line in re.findall(r"static constexpr [^\n]+", engine):
         if "store_by_tma" not in line:
             assert line in text
+
+
+INT_SOURCE = r"""
+struct Offset {  // int32 values: the accumulator's type for 8-bit integer inputs
+    int o;
+    __device__ void value(const blasdx::hopper::Work&, int, int, int& v0, int& v1) const { v0 += o; v1 += o; }
+};
+extern "C" __global__ void __launch_bounds__(LINEAR::threads, 1)
+offset(const __grid_constant__ blasdx::hopper::TensorMap map_a, const __grid_constant__ blasdx::hopper::TensorMap map_b,
+       const __grid_constant__ blasdx::hopper::TensorMap map_d, int o, int m, int n, int k) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    using G = LINEAR::gemm;
+    const G::Sched sched(m, n, k, 1, 1);
+    G::run(smem, &map_a, &map_b, sched, false, false,
+           blasdx::hopper::StageThroughShared<LINEAR::c_type, Offset>{&map_d, Offset{o}});
+}
+"""
+
+
+@pytest.mark.parametrize(("a", "b", "c", "fast"), [
+    (dt.float8_e4m3, dt.float8_e5m2, dt.bfloat16, False), (dt.float8_e5m2, None, dt.float16, True),
+    (dt.int8, dt.uint8, dt.int32, False),
+])
+def test_eight_bit_fused_kernels(a, b, c, fast):
+    """fp8 (promoted unless fast) and int8 device GEMMs in a user's kernel: QGMMA / IGMMA, TMA, no spills."""
+    dg = bx.DeviceGemm(a, c, bx.row_major, bx.col_major, b=b, fast_accumulation=fast)
+    assert dg.config.bk == 128 and dg.config.promotion == (0 if fast or a.integral else 128)
+    assert dg.b_value_type == (b or a) and dg.scalar_type == (dt.int32 if a.integral else dt.float32)
+    kernel = bx.compile_kernel(INT_SOURCE if a.integral else SOURCE, "offset" if a.integral else "scaled",
+                               {"LINEAR": dg})
+    sass = kernel.compiled.sass()
+    names = {"float8_e4m3": "E4M3", "float8_e5m2": "E5M2", "int8": "S8", "uint8": "U8"}
+    opcode = "IGMMA" if a.integral else "QGMMA"
+    assert re.search(rf"{opcode}\.64x\d+x32\.\w*\.?{names[a.name]}\.{names[(b or a).name]}", sass), sass[:0]
+    assert "UTMALDG" in sass and "UTMASTG" in sass and not re.search(r"\b(LDL|STL)\b", sass)
+    for_problem = bx.DeviceGemm.for_problem(a, c, 4096, 4096, 4096, a_layout=bx.row_major, b_layout=bx.col_major,
+                                            b=b, fast_accumulation=fast)
+    assert for_problem.config.promotion == dg.config.promotion

@@ -22,7 +22,8 @@ from .gpu_support import gpu_sm, require_gpu, torch_dtype
 
 pytestmark = pytest.mark.gpu
 
-SERVED = sorted(hopper.SERVED, key=lambda p: (p[0].name, p[1].name))
+# 16-bit and tf32 inputs here; 8-bit ones (exact int32, promoted fp8) in test_gpu_hopper_8bit.py
+SERVED = sorted((p for p in hopper.SERVED if p[0].size > 1), key=lambda p: (p[0].name, p[1].name))
 LAYOUTS = ["RR", "RC", "CR", "CC"]  # A then B: R row-major, C column-major
 
 
@@ -57,8 +58,6 @@ def _check(torch, got, x, y, a: dt.DType, c: dt.DType, k: int, acc=None, alpha=1
     scale = torch.linalg.norm(ref).item()
     err = torch.linalg.norm(out - ref).item() / (scale if scale > 0 else 1.0)
     tol = tolerance(a, c, max(k, 1), dt.float32)
-    if c == dt.bfloat16:  # a bf16 D (the device API's): its rounding, 2^-9 relative
-        tol += 4 * 2.0**-9
     assert err <= tol, f"{what}: relative error {err:.3e} > {tol:.1e}"
 
 

@@ -147,8 +147,6 @@ def test_repacked_operands_are_k_major_and_padded(encoder):
 def test_plans_say_why_the_engine_is_not_taken(encoder):
     assert "the wgmma engine needs sm_90 (this GPU is sm_80)" in plan(view((4096, 4096)), view((4096, 4096)),
                                                                        sm=80).describe()
-    p = plan(view((4096, 4096), dt.int8), view((4096, 4096), dt.int8))
-    assert p.kind == "tiled" and "the Hopper engine runs" in p.reason
     p = plan(view((64, 0)), view((0, 64)), view((64, 64), dt.float32))
     assert p.kind == "tiled" and p.reason == "K = 0: nothing to multiply"
 
@@ -198,30 +196,45 @@ def test_parameter_block_points_at_its_slots():
 
 # ---- the kernels compile for sm_90a and use the intended instructions ---------------------------------
 
+EIGHT_BIT = (dt.float8_e4m3, dt.float8_e5m2, dt.int8, dt.uint8)
 COMBINATIONS = [
-    (a, c, ak, bk)
+    (a, a, c, ak, bk)
     for a, c in sorted(hopper.SERVED, key=lambda p: (p[0].name, p[1].name))
     for ak, bk in ((True, True), (True, False), (False, True), (False, False))
     if a.size == 2 or (ak and bk)
+] + [  # the mixed 8-bit pairs (8-bit wgmma reads K-major operands only)
+    (a, b, c, True, True)
+    for a in EIGHT_BIT for b in EIGHT_BIT for c in (dt.float16, dt.float32, dt.int32)
+    if a != b and hopper.serves(a, c, b=b)
 ]
+#: The tensor-core opcode of each input family (SASS): HGMMA 16-bit and tf32, QGMMA fp8, IGMMA 8-bit integers.
+OPCODE = {1: "QGMMA", 2: "HGMMA", 4: "HGMMA"}
+
+
+def _opcode(a: dt.DType) -> str:
+    return "IGMMA" if a.integral else OPCODE[a.size]
 
 
 def _instructions(sass: str) -> set[str]:
-    return set(re.findall(r"\b(HGMMA|UTMALDG|UTMASTG|USETMAXREG|SYNCS|LDL|STL)\b", sass))
+    return set(re.findall(r"\b(HGMMA|QGMMA|IGMMA|UTMALDG|UTMASTG|USETMAXREG|SYNCS|LDL|STL)\b", sass))
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("a", "c", "a_k_major", "b_k_major"), COMBINATIONS,
+@pytest.mark.parametrize(("a", "b", "c", "a_k_major", "b_k_major"), COMBINATIONS,
                          ids=lambda v: v.name if isinstance(v, dt.DType) else ("K" if v else "MN"))
-def test_engine_compiles_with_wgmma_tma_and_no_spills(a, c, a_k_major, b_k_major):
-    config = hopper.choose_config(a, 4096, 4096, 4096, 1, SMS)[0]
-    source = hopper.gemm_source(a, c, config, a_k_major, b_k_major, store_by_tma=True)
+def test_engine_compiles_with_wgmma_tma_and_no_spills(a, b, c, a_k_major, b_k_major):
+    config = hopper.choose_config(a, 4096, 4096, 4096, 1, SMS, promotion=hopper.promotion_of(a))[0]
+    source = hopper.gemm_source(a, c, config, a_k_major, b_k_major, store_by_tma=True, b=b)
     compiled = cached_compile(source, hopper.KERNEL_NAME, "sm_90a")
-    ops = _instructions(compiled.sass())
-    assert {"HGMMA", "UTMALDG", "UTMASTG", "USETMAXREG", "SYNCS"} <= ops
+    sass = compiled.sass()
+    ops = _instructions(sass)
+    assert {_opcode(a), "UTMALDG", "UTMASTG", "USETMAXREG", "SYNCS"} <= ops
     assert not ops & {"LDL", "STL"} and compiled.local_memory == 0
     assert compiled.registers <= 168, "the register cap at entry of 384 threads, before the hand-over"
     assert "serialized" not in (compiled.log or ""), "ptxas serialised the wgmmas (accumulators read in flight)"
+    if a.size == 1:  # the instruction's operand types, in SASS's spelling
+        names = {"float8_e4m3": "E4M3", "float8_e5m2": "E5M2", "int8": "S8", "uint8": "U8"}
+        assert f".{names[a.name]}.{names[b.name]}" in sass
 
 
 @pytest.mark.slow
@@ -278,6 +291,84 @@ def test_describe_call_and_cli(capsys):
     assert main(["matmul", "tf32", "16x8192x8192"]) == 0
     out = capsys.readouterr().out
     assert "4 K splits" in out and "y K-major (repacked: tfloat32 wgmma reads K-major operands only)" in out
-    assert main(["matmul", "int8", "64x64x64"]) == 2
-    assert "the engine runs bfloat16 -> float32" in capsys.readouterr().err
+    assert main(["matmul", "int8", "4096x4096x4096"]) == 0
+    assert "hopper wgmma+TMA" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="the engine runs bfloat16 -> float32"):
+        hopper.describe_call(dt.float16, dt.bfloat16, 64, 64, 64)
     assert main(["matmul", "float16", "64x64"]) == 2
+
+
+# ---- 8-bit types: pairs, fp8 promotion, int32 results ---------------------------------------------
+
+
+def test_eight_bit_pairs_and_promotion_rule():
+    assert hopper.serves(dt.float8_e4m3, dt.float16, b=dt.float8_e5m2)
+    assert hopper.serves(dt.int8, dt.int32, b=dt.uint8) and hopper.serves(dt.uint8, dt.int32)
+    assert not hopper.serves(dt.float8_e4m3, dt.float32, b=dt.int8) and not hopper.serves(dt.int8, dt.float32)
+    assert not hopper.serves(dt.float8_e4m3, dt.bfloat16)  # matmul's table: fp8 -> f16 | f32
+    assert hopper.promotion_of(dt.float8_e4m3) == hopper.promotion_of(dt.float8_e5m2) == 128
+    assert hopper.promotion_of(dt.float8_e4m3, fast_accumulation=True) == 0
+    assert hopper.promotion_of(dt.int8) == hopper.promotion_of(dt.bfloat16) == 0
+    e4m3 = dt.float8_e4m3
+    # fp8 takes wide tiles (promoting consumers wait for their products: both multiply each stage)
+    assert hopper.choose_config(e4m3, 8192, 8192, 8192, 1, SMS, promotion=128)[0] == hopper.replace(
+        hopper.WIDE_CLUSTERS, bk=128, promotion=128)
+    assert hopper.choose_config(e4m3, 4096, 4096, 4096, 1, SMS, promotion=128)[0] == hopper.replace(
+        hopper.WIDE, bk=128, promotion=128)
+    assert hopper.choose_config(e4m3, 16, 8192, 8192, 1, SMS, promotion=128) == (
+        hopper.replace(hopper.NARROW, bk=128, promotion=128), 4)
+    assert hopper.choose_config(e4m3, 4096, 4096, 4096, 1, SMS)[0] == hopper.replace(hopper.WIDE, bk=128)
+    assert hopper.choose_config(dt.int8, 4096, 4096, 4096, 1, SMS)[0] == hopper.replace(hopper.PINGPONG, bk=128)
+    assert "f32 promotion every 128 K" in str(hopper.choose_config(e4m3, 4096, 4096, 4096, 1, SMS, promotion=128)[0])
+
+
+def test_fp8_plans_promote_unless_fast(encoder):
+    x, y = view((4096, 2048), dt.float8_e4m3), col((2048, 3072), dt.float8_e4m3)
+    p = plan(x, y)
+    assert p.kind == "hopper" and p.kernel.config.promotion == 128, p.describe()
+    assert "f32 promotion every 128 K" in p.describe() and "repacked" not in p.describe()
+    map_a, map_b, map_d = encoder.calls
+    assert map_a.box == (128, 128, 1) and map_a.dims == (2048, 4096, 1)  # 128 fp8 of K per 128-byte row
+    assert map_b.box == (128, 256, 1) and map_b.dims == (2048, 3072, 1)  # 128 x 256 tiles
+    assert map_d.dims == (3072, 4096, 1) and map_d.box == (64, 64, 1)  # f16 result
+    fast = array_gemm.plan_call(x, y, None, dt.float16, array_gemm._DeviceInfo(90, SMS), 0, fast_accumulation=True)
+    assert fast.kind == "hopper" and fast.kernel.config.promotion == 0 and "promotion" not in fast.describe()
+    p = plan(view((4096, 2048), dt.float8_e5m2), view((2048, 3072), dt.float8_e5m2))  # row-major y is N-major
+    assert "y K-major (repacked: float8_e5m2 wgmma reads K-major operands only)" in p.describe()
+
+
+def test_int8_plans_take_int32_scalars(encoder):
+    p = plan(view((4096, 4096), dt.int8), col((4096, 4096), dt.int8))
+    assert p.kind == "hopper" and p.kernel.c == dt.int32 and "D by TMA" in p.describe()
+    assert encoder.calls[2].type_name == "int32" and encoder.calls[2].box == (32, 64, 1)
+    assert p.kernel._gemm.params.kinds[-2:] == ("i32", "i32")  # alpha, beta
+    assert "using acc_type = int;" in p.kernel._gemm.source
+    assert hopper.scalar(3, dt.int32) == 3 and isinstance(hopper.scalar(2.0, dt.int32), int)
+    assert hopper.scalar(2, dt.float32) == 2.0
+    with pytest.raises(ValueError, match="alpha / beta of an integer result are integers, not 0.5"):
+        hopper.scalar(0.5, dt.int32)
+    split = plan(view((128, 16384), dt.uint8), col((16384, 256), dt.int8), view((128, 256), dt.int32))
+    assert split.kernel.splits > 1 and split.kernel._reduce.params.kinds[-2:] == ("i32", "i32")
+    assert "using splitk_acc_type = int;" in split.kernel._reduce.source
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("interval", hopper.PROMOTION_INTERVALS)
+@pytest.mark.parametrize("name", ["wide clusters", "wide", "square", "narrow"])
+def test_promoted_configs_compile_without_spills(name, interval):
+    """The configurations the rule promotes with, at every interval: QGMMA into a 64 x 128 temporary, no spills."""
+    config = hopper.replace(hopper.CONFIGS[name], bk=128, promotion=interval)
+    for staged in (True, False):
+        source = hopper.gemm_source(dt.float8_e5m2, dt.float16, config, True, True, staged, dt.float8_e4m3)
+        compiled = cached_compile(source, hopper.KERNEL_NAME, "sm_90a")
+        sass = compiled.sass()
+        assert compiled.local_memory == 0 and "LDL" not in sass and "STL" not in sass
+        assert "QGMMA.64x128x32.F32.E5M2.E4M3" in sass and "UTMALDG" in sass
+        atoms = config.bm // config.consumers // 64 if not config.pingpong else config.bm // 64
+        assert sass.count("QGMMA") == atoms * (config.bn // 128) * 4  # 4 K steps of 32 per stage
+
+
+def test_split_reduce_compiles_for_int32():
+    reduce = cached_compile(hopper.reduce_source(dt.int32), hopper.REDUCE_NAME, "sm_90")
+    assert reduce.local_memory == 0
+    assert cached_compile(hopper.repack_source(1), hopper.REPACK_NAME, "sm_90").shared_memory == 32 * 33

@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from blasdx import hopper, hopper_wide
+from blasdx import array_gemm, hopper, hopper_wide
 from blasdx import dtypes as dt
 from blasdx.cache import cached_compile
 
@@ -103,9 +103,12 @@ def test_split_plans_describe_and_reduce(encoder):
 
 
 def test_unserved_types_say_what_the_engine_runs(encoder):
-    p = plan(view((4096, 4096), dt.int8), view((4096, 4096), dt.int8))
-    assert p.kind == "tiled" and "the Hopper engine runs" in p.reason
-    assert "float64 -> float64" in p.reason and "float32 -> float32" in p.reason
+    x, y = view((4096, 4096), dt.float16), view((4096, 4096), dt.float16)
+    mx, my = array_gemm._matrix(x, "x"), array_gemm._matrix(y, "y")
+    engine, reason = array_gemm._engine_plan(x, y, mx, my, dt.bfloat16, 4096, 4096, 4096, 1,
+                                             array_gemm._DeviceInfo(90, SMS))
+    assert engine is None and "the Hopper engine runs" in reason
+    assert "float64 -> float64" in reason and "float32 -> float32" in reason and "int8 -> int32" in reason
     p = plan(view((4096, 4096), dt.float64), view((4096, 4096), dt.float64), sm=80)
     assert p.kind == "tiled" and "needs sm_90" in p.reason
 

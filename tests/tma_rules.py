@@ -14,7 +14,7 @@ from blasdx import cuda_driver
 from blasdx.errors import ExecutionError
 
 _SIZES = {"float16": 2, "bfloat16": 2, "tfloat32": 4, "float32": 4, "float64": 8, "float8_e4m3": 1,
-          "float8_e5m2": 1, "int8": 1, "uint8": 1}
+          "float8_e5m2": 1, "int8": 1, "uint8": 1, "int32": 4}
 
 
 @dataclass

@@ -7,8 +7,14 @@
 // * Warpgroup (9.7.15.1): four consecutive warps, the first with a warp index divisible by 4,
 //   issue every wgmma instruction together (.sync.aligned: all 128 threads, same instruction).
 // * Shapes (9.7.15.5, "Matrix Shape"): m64nNk16 for f16/bf16 inputs (accumulator f16 or f32),
-//   m64nNk32 for e4m3/e5m2 (f16 or f32), m64nNk8 for tf32; N is a multiple of 8 from 8 to 256.
-//   One instruction reads 32 bytes of K per row of A and per column of B in every case.
+//   m64nNk32 for e4m3/e5m2 (f16 or f32) and for s8/u8 (s32), m64nNk8 for tf32; N is a multiple
+//   of 8 from 8 to 256 (of 16 from 16 to 256 for s8/u8 beyond 32: the widths blasdx issues,
+//   powers of two, are valid for every type). One instruction reads 32 bytes of K per row of A
+//   and per column of B in every case.
+// * Operands (9.7.15.5, syntax): f16/bf16 take "d, a-desc, b-desc, scale-d, imm-scale-a,
+//   imm-scale-b, imm-trans-a, imm-trans-b"; tf32 and fp8 the same without the transposes;
+//   s8/u8 only "d, a-desc, b-desc, scale-d" (no negation, no transposes). scale-d 0 computes
+//   D = A * B, ignoring D's old values.
 // * Accumulator fragment (9.7.15.5.1.1.1, "Matrix Fragments for wgmma.mma_async.m64nNk16",
 //   Figure "register fragment layout for accumulator matrix D"; the k8 and k32 figures are the
 //   same): warp w of the warpgroup holds rows 16w .. 16w+15. Within a warp it is the mma.sync
@@ -203,6 +209,7 @@ __device__ __forceinline__ void fence_operand(double& r) { asm volatile("" : "+d
 #define BLASDX_WG_U16(d) BLASDX_WG_U8(d), BLASDX_WG_U8((d) + 8)
 #define BLASDX_WG_U32(d) BLASDX_WG_U16(d), BLASDX_WG_U16((d) + 16)
 #define BLASDX_WG_U64(d) BLASDX_WG_U32(d), BLASDX_WG_U32((d) + 32)
+#define BLASDX_WG_U128(d) BLASDX_WG_U64(d), BLASDX_WG_U64((d) + 64)
 
 // One width: "wgmma...m64n<N><OP> {regs}, descA, descB, 1, 1, 1[, transA, transB];" with C registers.
 #define BLASDX_WG_CASE(N, C, OP, LIST, TRANS, ...)                                                               \
@@ -228,6 +235,24 @@ __device__ __forceinline__ void fence_operand(double& r) { asm volatile("" : "+d
     BLASDX_WG_CASE(128, 32, OP, BLASDX_WG_U, TRANS, __VA_ARGS__) \
     BLASDX_WG_CASE(256, 64, OP, BLASDX_WG_U, TRANS, __VA_ARGS__)
 
+// The same with a literal operand tail TAIL after the descriptors (", 0, 1, 1" starts the sum
+// afresh for fp8: scale-d 0 gives D = A * B; integer wgmma takes scale-d alone: ", 1" or ", 0").
+#define BLASDX_WG_CASE_TAIL(N, C, OP, LIST, TAIL)                                                           \
+    if constexpr (WIDTH == N) {                                                                               \
+        asm volatile("wgmma.mma_async.sync.aligned.m64n" #N OP " {" BLASDX_WG_REGS_##C "}, " BLASDX_WG_AB_##C \
+                     TAIL ";\n"                                                                               \
+                     : LIST##C(d)                                                                             \
+                     : "l"(desc_a), "l"(desc_b));                                                             \
+    }
+// Every width of an accumulator of N/2 32-bit registers (f32 "+f" or s32 "+r").
+#define BLASDX_WG_WORD_WIDTHS(OP, LIST, TAIL)                \
+    BLASDX_WG_CASE_TAIL(8, 4, OP, LIST, TAIL)                 \
+    BLASDX_WG_CASE_TAIL(16, 8, OP, LIST, TAIL)                \
+    BLASDX_WG_CASE_TAIL(32, 16, OP, LIST, TAIL)               \
+    BLASDX_WG_CASE_TAIL(64, 32, OP, LIST, TAIL)               \
+    BLASDX_WG_CASE_TAIL(128, 64, OP, LIST, TAIL)              \
+    BLASDX_WG_CASE_TAIL(256, 128, OP, LIST, TAIL)
+
 template <int WIDTH>
 struct width_check {
     static_assert(WIDTH == 8 || WIDTH == 16 || WIDTH == 32 || WIDTH == 64 || WIDTH == 128 || WIDTH == 256,
@@ -239,7 +264,8 @@ struct width_check {
 // TRANS_B select M-major A / N-major B (16-bit types only). The type list is the supported one.
 template <class TA, class TB, class TAcc> struct mma {
     static_assert(sizeof(TA) == 0,
-                  "wgmma runs f16 x f16 -> f16 | f32, bf16 x bf16 -> f32, tf32 -> f32 and e4m3/e5m2 -> f32 here");
+                  "wgmma runs f16 x f16 -> f16 | f32, bf16 x bf16 -> f32, tf32 -> f32, e4m3/e5m2 (any pair) -> f32 "
+                  "and s8/u8 (any pair) -> s32 here");
 };
 
 #define BLASDX_WG_SIXTEEN_BIT(TA, TACC, REG, WIDTHS, OP)                                         \
@@ -271,17 +297,24 @@ template <> struct mma<tf32, tf32, float> {
     }
 };
 
+// 8-bit types (fp8 -> f32, s8/u8 -> s32; k32, K-major only). issue<..., ACCUMULATE = false>
+// starts the sum afresh (D = A * B, scale-d 0): the first step of an fp8 promotion interval
+// (warpgroup_mma.cuh) needs no zeroed registers.
 #ifdef __CUDA_FP8_TYPES_EXIST__
 #define BLASDX_WG_FP8(TA, TB, OP)                                                                \
     template <> struct mma<TA, TB, float> {                                                      \
         static constexpr int K_STEP = 32;                                                        \
         static constexpr bool TRANSPOSES = false;                                                \
         using reg_type = float;                                                                  \
-        template <int WIDTH, bool TRANS_A, bool TRANS_B>                                         \
+        template <int WIDTH, bool TRANS_A, bool TRANS_B, bool ACCUMULATE = true>                 \
         __device__ __forceinline__ static void issue(float* d, u64 desc_a, u64 desc_b) {         \
             (void)width_check<WIDTH>{};                                                          \
             static_assert(!TRANS_A && !TRANS_B, "fp8 wgmma reads A and B K-major only");         \
-            BLASDX_WG_F32_WIDTHS(OP, BLASDX_WG_NO_T, )                                           \
+            if constexpr (ACCUMULATE) {                                                          \
+                BLASDX_WG_WORD_WIDTHS(OP, BLASDX_WG_F, ", 1, 1, 1")                              \
+            } else {                                                                             \
+                BLASDX_WG_WORD_WIDTHS(OP, BLASDX_WG_F, ", 0, 1, 1")                              \
+            }                                                                                    \
         }                                                                                        \
     };
 BLASDX_WG_FP8(__nv_fp8_e4m3, __nv_fp8_e4m3, "k32.f32.e4m3.e4m3")
@@ -290,6 +323,29 @@ BLASDX_WG_FP8(__nv_fp8_e5m2, __nv_fp8_e4m3, "k32.f32.e5m2.e4m3")
 BLASDX_WG_FP8(__nv_fp8_e5m2, __nv_fp8_e5m2, "k32.f32.e5m2.e5m2")
 #undef BLASDX_WG_FP8
 #endif
+
+// s8 / u8 in any pair -> s32 (exact: wraps modulo 2^32 like int32 arithmetic, no .satfinite).
+#define BLASDX_WG_INT8(TA, TB, OP)                                                               \
+    template <> struct mma<TA, TB, int> {                                                        \
+        static constexpr int K_STEP = 32;                                                        \
+        static constexpr bool TRANSPOSES = false;                                                \
+        using reg_type = int;                                                                    \
+        template <int WIDTH, bool TRANS_A, bool TRANS_B, bool ACCUMULATE = true>                 \
+        __device__ __forceinline__ static void issue(int* d, u64 desc_a, u64 desc_b) {           \
+            (void)width_check<WIDTH>{};                                                          \
+            static_assert(!TRANS_A && !TRANS_B, "integer wgmma reads A and B K-major only");     \
+            if constexpr (ACCUMULATE) {                                                          \
+                BLASDX_WG_WORD_WIDTHS(OP, BLASDX_WG_U, ", 1")                                    \
+            } else {                                                                             \
+                BLASDX_WG_WORD_WIDTHS(OP, BLASDX_WG_U, ", 0")                                    \
+            }                                                                                    \
+        }                                                                                        \
+    };
+BLASDX_WG_INT8(signed char, signed char, "k32.s32.s8.s8")
+BLASDX_WG_INT8(signed char, unsigned char, "k32.s32.s8.u8")
+BLASDX_WG_INT8(unsigned char, signed char, "k32.s32.u8.s8")
+BLASDX_WG_INT8(unsigned char, unsigned char, "k32.s32.u8.u8")
+#undef BLASDX_WG_INT8
 
 }  // namespace wgmma
 }  // namespace blasdx

@@ -24,6 +24,10 @@
 //                          and low parts, and consumers multiply three products per stage
 //   promote_stages (opt.)  with the split: stages summed by the tensor cores between two
 //                          promotions into the accumulator (default 1)
+//   promotion (optional)   fp8: K elements the tensor core sums before a consumer adds them into
+//                          its f32 accumulator (promotion.cuh; 32, 64 or 128); 0 (default): the
+//                          whole K range stays in the tensor core's accumulator. run() then takes
+//                          the block scales applied at each promotion (NoBlockScales: none)
 //   cluster_m              blocks per cluster along M (1 or 2): the blocks of a cluster take
 //                          vertically adjacent tiles and each loads half of their common B
 //                          tile, multicast into both (half the B traffic through L2); a
@@ -34,6 +38,7 @@
 #include "epilogue.cuh"
 #include "pipeline.cuh"
 #include "precision.cuh"
+#include "promotion.cuh"
 #include "scheduler.cuh"
 #include "tma.cuh"
 #include "warpgroup_mma.cuh"
@@ -57,6 +62,12 @@ template <class Cfg> struct promote_stages_of<Cfg, void_t<decltype(Cfg::promote_
     static constexpr int value = Cfg::promote_stages;
 };
 
+// Cfg::promotion (fp8) when the configuration names one, else 0.
+template <class Cfg, class = void> struct promotion_of { static constexpr int value = 0; };
+template <class Cfg> struct promotion_of<Cfg, void_t<decltype(Cfg::promotion)>> {
+    static constexpr int value = Cfg::promotion;
+};
+
 template <class Cfg>
 struct DeviceGemm {
     static constexpr int BM = Cfg::bm, BN = Cfg::bn, BK = Cfg::bk, STAGES = Cfg::stages;
@@ -69,6 +80,9 @@ struct DeviceGemm {
     // by the CUDA cores.
     static constexpr bool PROMOTE = SPLIT;
     static constexpr int PROMOTE_STAGES = promote_stages_of<Cfg>::value;
+    // fp8: the tensor cores' sums of every PROMOTION K elements added into the f32 accumulator
+    // (times the block scales, if any) through a 64 x 128 temporary (promotion.cuh).
+    static constexpr int PROMOTION = promotion_of<Cfg>::value;
     static constexpr int WG_M = PINGPONG ? BM : BM / CONSUMERS, ATOMS_M = WG_M / 64;
     static constexpr int READERS = PINGPONG ? 1 : CONSUMERS;  // consumer warpgroups that read each stage
     static constexpr int THREADS = 128 * (1 + CONSUMERS + (SPLIT ? 1 : 0));
@@ -80,6 +94,7 @@ struct DeviceGemm {
     using SA = StageOperand<typename Cfg::a_type, BM, BK, Cfg::a_k_major>;
     using SB = StageOperand<typename Cfg::b_type, BN, BK, Cfg::b_k_major>;
     using Acc = Accumulator<ATOMS_M, BN, typename accumulator_of<Cfg>::type>;
+    using Part = Accumulator<1, promotion_width<BN>::value, float>;  // fp8: the tensor cores' sums of one interval
     using Sched = Scheduler<BM, BN, BK, Cfg::group_m, CLUSTER>;
     using Stages = Ring<STAGES>;
 
@@ -101,7 +116,10 @@ struct DeviceGemm {
     static_assert(!SPLIT || (CLUSTER == 1 && sizeof(typename Cfg::a_type) == 4 && sizeof(typename Cfg::b_type) == 4),
                   "the tf32 split takes float32 operands, without clusters");
     static_assert(SA::BYTES % ATOM_BYTES == 0 && SB::BYTES % ATOM_BYTES == 0, "stages stay atom-aligned");
-    static_assert(ATOMS_M * BN / 2 + 40 <= CONSUMER_REGISTERS, "the accumulator fits the consumer's registers");
+    static_assert(ATOMS_M * BN / 2 + (PROMOTION ? Part::N / 2 : 0) + 40 <= CONSUMER_REGISTERS,
+                  "the accumulator (and the fp8 promotion's temporary) fits the consumer's registers");
+    static_assert(PROMOTION == 0 || (!SPLIT && Cfg::a_k_major && Cfg::b_k_major && sizeof(typename Cfg::a_type) == 1),
+                  "fp8 promotion is for K-major 8-bit operands");
 
     __device__ __forceinline__ static unsigned char* stage(unsigned char* smem, int s) { return smem + s * STAGE_BYTES; }
 
@@ -112,10 +130,12 @@ struct DeviceGemm {
     }
 
     // The whole block's work; `smem` is the dynamic shared memory (shared_bytes<Epilogue>()).
-    template <class Epilogue>
+    // `scales` are the block scales applied at each fp8 promotion (promotion.cuh; PROMOTION only).
+    template <class Epilogue, class Scales = NoBlockScales>
     __device__ __forceinline__ static void run(unsigned char* smem_raw, const TensorMap* map_a,
                                                const TensorMap* map_b, const Sched& sched, bool batched_a,
-                                               bool batched_b, const Epilogue& epi) {
+                                               bool batched_b, const Epilogue& epi, const Scales& scales = Scales{}) {
+        static_assert(PROMOTION > 0 || !Scales::ACTIVE, "block scales are applied at promotion");
         static_assert(shared_bytes<Epilogue>() <= 232448, "the stages fit the 227 KB a Hopper block can have");
         unsigned char* smem = smem_raw + ((ATOM_BYTES - shared_address(smem_raw) % ATOM_BYTES) % ATOM_BYTES);
         unsigned char* staging = smem + STAGES * STAGE_BYTES;
@@ -147,7 +167,7 @@ struct DeviceGemm {
         } else {
             claim_registers<CONSUMER_REGISTERS>();
             const int consumer = warpgroup - 1;
-            consume(smem, ring, sched, consumer, epi, staging + consumer * Epilogue::staging_bytes);
+            consume(smem, ring, sched, consumer, epi, staging + consumer * Epilogue::staging_bytes, scales);
         }
     }
 
@@ -200,9 +220,10 @@ struct DeviceGemm {
         }
     }
 
-    template <class Epilogue>
+    template <class Epilogue, class Scales>
     __device__ __forceinline__ static void consume(unsigned char* smem, Stages* ring, const Sched& sched,
-                                                   int consumer, const Epilogue& epi, unsigned char* staging) {
+                                                   int consumer, const Epilogue& epi, unsigned char* staging,
+                                                   const Scales& scales) {
         const bool lead = threadIdx.x % 32 == 0;  // one arrival per warp frees a stage
         const int rank = CLUSTER > 1 ? int(cluster_rank()) : 0;
         RingState<STAGES> at;
@@ -219,6 +240,8 @@ struct DeviceGemm {
             const int row0 = PINGPONG ? 0 : consumer * WG_M;
             if constexpr (PROMOTE) {
                 multiply_promoted(acc, smem, ring, at, w, row0, lead, rank);
+            } else if constexpr (PROMOTION > 0) {
+                multiply_in_intervals(acc, smem, ring, at, w, row0, lead, rank, scales);
             } else {
                 multiply(acc, smem, ring, at, w, row0, lead, rank);
             }
@@ -295,6 +318,39 @@ struct DeviceGemm {
             at.advance();
         }
         wgmma::wait<0>();  // nothing is in flight here (the last step promoted); ptxas cannot tell
+        if (PINGPONG && threadIdx.x % 128 == 0) arrive(&ring->turn[(threadIdx.x / 128 - 1) ^ 1]);
+        acc.pin();
+    }
+
+    // fp8: each stage's products summed by the tensor cores PROMOTION K elements at a time
+    // into a temporary that starts afresh, and added into acc (times the block scales) by the
+    // CUDA cores (promote_stage); a stage is freed once all its products are in acc. The
+    // consumer's tensor-core work pauses while it adds: the other consumer's fills the gap.
+    // The block factors of the next stage are loaded while this one multiplies.
+    template <class Scales>
+    __device__ __forceinline__ static void multiply_in_intervals(Acc& acc, unsigned char* smem, Stages* ring,
+                                                                 RingState<STAGES>& at, const Work& w, int row0,
+                                                                 bool lead, int rank, const Scales& scales) {
+        constexpr int TN = Part::N;
+        Part part;
+        Factors<ATOMS_M, BN / TN> now, next;
+        acc.zero();
+        if constexpr (Scales::ACTIVE) {
+            static_assert(BK == Scales::BLOCK, "a stage is one 128-deep K block of the block scales");
+            if (w.k_begin < w.k_end) scales.template load<TN>(now, w.k_begin, w.m0 + row0, w.n0);
+        }
+        for (int step = w.k_begin; step < w.k_end; ++step) {
+            if constexpr (Scales::ACTIVE) {
+                if (step + 1 < w.k_end) scales.template load<TN>(next, step + 1, w.m0 + row0, w.n0);
+            }
+            wait(&ring->full[at.stage], at.parity);
+            const u32 base = shared_address(stage(smem, at.stage));
+            promote_stage<typename Cfg::a_mma, typename Cfg::b_mma, SA, SB, ATOMS_M, BN, BK, PROMOTION,
+                          Scales::ACTIVE>(acc, part, base, base + SA::BYTES, row0, now);
+            if (lead) release(ring, at.stage, rank);
+            at.advance();
+            if constexpr (Scales::ACTIVE) now = next;
+        }
         if (PINGPONG && threadIdx.x % 128 == 0) arrive(&ring->turn[(threadIdx.x / 128 - 1) ^ 1]);
         acc.pin();
     }

@@ -1,0 +1,420 @@
+"""GPU correctness of the Hopper engine's 8-bit paths (sm_90 only): int8 / uint8 -> int32 exact,
+fp8 with f32 promotion (and fast accumulation, measured), and bx.scaled_mm.
+
+* int8: every (x, y) pair, layouts, odd sizes, batches and broadcasts, split K, integer alpha /
+  beta: the int32 result equals the exact product (float64 on the GPU is exact at these sizes).
+* fp8: every pair and result type against the float64 product of the fp8 values, with
+  reference.tolerance's promoted allowance; the error over K = 128 ... 16384, promoted (every
+  32, 64, 128 K elements) and fast, is measured (written to $BLASDX_ACCURACY_JSON when set).
+* scaled_mm: every scaling of x and y, layouts, result types, bias, split K, K = 0, against the
+  float64 product of the dequantized inputs; bad scales raise before launch and leave out alone.
+Outputs are poisoned (NaN, or a sentinel for int32) before every call.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import pytest
+
+import blasdx as bx
+from blasdx import array_gemm, arrays, hopper
+from blasdx import dtypes as dt
+from blasdx.errors import ExecutionError
+from blasdx.reference import tolerance
+
+from .gpu_support import require_gpu, torch_dtype
+
+pytestmark = pytest.mark.gpu
+
+INT8 = (dt.int8, dt.uint8)
+FP8 = (dt.float8_e4m3, dt.float8_e5m2)
+INT_PAIRS = [(a, b) for a in INT8 for b in INT8]
+FP8_PAIRS = [(a, b) for a in FP8 for b in FP8]
+SENTINEL = -1234567  # int32 poison
+
+
+@pytest.fixture(scope="module")
+def torch():
+    if require_gpu() != 90:
+        pytest.skip("the Hopper engine runs on sm_90 GPUs")
+    import torch
+
+    return torch
+
+
+def _ordered(t, order: str):
+    """t (logical shape) stored row-major ("R") or column-major ("C")."""
+    return t.contiguous() if order == "R" else t.transpose(-1, -2).contiguous().transpose(-1, -2)
+
+
+def _operand(torch, shape, a: dt.DType, gen, order: str = "R"):
+    """Fresh random values of type a: the whole int8 / uint8 range, or 2 * normal rounded to fp8."""
+    if a.integral:
+        lo, hi = (-128, 128) if a == dt.int8 else (0, 256)
+        t = torch.randint(lo, hi, shape, device="cuda", generator=gen, dtype=torch.int32).to(torch_dtype(a))
+    else:
+        t = (2 * torch.randn(shape, device="cuda", generator=gen)).to(torch_dtype(a))
+    return _ordered(t, order)
+
+
+def _poisoned(torch, shape, c: dt.DType):
+    if c.integral:
+        return torch.full(shape, SENTINEL, device="cuda", dtype=torch.int32)
+    return torch.full(shape, float("nan"), device="cuda", dtype=torch_dtype(c))
+
+
+def _engine(torch, x, y, acc, out, c: dt.DType, alpha=1, beta=1, config=None, splits=None, fast=False):
+    """out = alpha * x @ y + beta * acc through the engine (any 8-bit pair); the plan."""
+    vx, vy = arrays.as_array(x, "x"), arrays.as_array(y, "y")
+    mx, my = array_gemm._matrix(vx, "x"), array_gemm._matrix(vy, "y")
+    batch = out.shape[0] if out.dim() == 3 else 1
+    device = array_gemm._device_info(out.device.index)
+    vout = arrays.as_array(out, "out")
+    engine, reason = array_gemm._engine_plan(vx, vy, mx, my, c, mx.rows, my.cols, mx.cols, batch, device, vout,
+                                             config, splits, fast_accumulation=fast)
+    assert engine is not None, reason
+    handle = arrays.resolve_stream(None, (out,))
+    vacc = None if acc is None else arrays.as_array(acc, "acc")
+    engine.run(out.device.index, arrays.as_core_stream(None, handle), handle, vx, vy, vacc, vout, alpha, beta)
+    return engine
+
+
+def _reference(torch, x, y, acc=None, alpha=1, beta=0):
+    ref = alpha * torch.matmul(x.to(torch.float64), y.to(torch.float64))
+    return ref if acc is None or beta == 0 else ref + beta * acc.to(torch.float64)
+
+
+def _exact(torch, got, ref, what: str):
+    got = got.to(torch.float64)
+    bad = (got != ref).sum().item()
+    assert bad == 0, f"{what}: {bad} of {ref.numel()} elements differ (max |diff| {(got - ref).abs().max().item()})"
+
+
+def _error(torch, got, ref) -> float:
+    out = got.to(torch.float64)
+    assert not torch.isnan(out).any(), "NaN in the result (an element was never written)"
+    scale = torch.linalg.norm(ref).item()
+    return torch.linalg.norm(out - ref).item() / (scale if scale > 0 else 1.0)
+
+
+def _plan_of(shape, result: dt.DType):
+    return next(p for p in reversed(list(array_gemm._CALLS.values())) if p.shape == shape and p.dtype == result)
+
+
+# ---- int8 / uint8 -> int32: exact ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("size", [1, 17, 255, 1000, 4097])
+@pytest.mark.parametrize("layout", ["RC", "CR"])
+@pytest.mark.parametrize("pair", INT_PAIRS, ids=lambda p: f"{p[0].name}-{p[1].name}")
+def test_int8_exact_every_pair(torch, pair, layout, size):
+    a, b = pair
+    gen = torch.Generator(device="cuda").manual_seed(size + 31 * INT_PAIRS.index(pair))
+    m, n, k = size, size + (3 if size > 1 else 0), size + (5 if size > 1 else 0)
+    x, y = _operand(torch, (m, k), a, gen, layout[0]), _operand(torch, (k, n), b, gen, layout[1])
+    acc = torch.randint(-2**20, 2**20, (m, n), device="cuda", generator=gen, dtype=torch.int32)
+    out = _poisoned(torch, (m, n), dt.int32)
+    engine = _engine(torch, x, y, acc, out, dt.int32, alpha=3, beta=-2)
+    assert layout == "RC" or "repacked" in engine.describe(), engine.describe()  # 8-bit wgmma reads K-major
+    _exact(torch, out, _reference(torch, x, y, acc, 3, -2), f"{a.name} x {b.name} {layout} {m}x{n}x{k}")
+
+
+@pytest.mark.parametrize("a", INT8, ids=lambda t: t.name)
+def test_int8_matmul_and_mma_take_the_engine(torch, a):
+    gen = torch.Generator(device="cuda").manual_seed(41)
+    x, y = _operand(torch, (1000, 1536), a, gen), _operand(torch, (1536, 1200), a, gen, "C")
+    got = bx.matmul(x, y)
+    assert got.dtype == torch.int32
+    plan = _plan_of((1000, 1200), dt.int32)
+    assert plan.kind == "hopper", plan.describe()
+    assert "IGMMA" in plan.kernel.compiled.sass()
+    _exact(torch, got, _reference(torch, x, y), f"matmul {a.name}")
+    acc = torch.randint(-1000, 1000, (1000, 1200), device="cuda", generator=gen, dtype=torch.int32)
+    before = acc.clone()
+    bx.mma(x, y, acc, out=acc)
+    _exact(torch, acc, _reference(torch, x, y, before, 1, 1), f"mma {a.name} in place")
+
+
+@pytest.mark.parametrize("broadcast", ["none", "x", "y"])
+def test_int8_batches_and_broadcasts(torch, broadcast):
+    gen = torch.Generator(device="cuda").manual_seed(43)
+    batch, m, n, k = 5, 300, 200, 1000
+    x = _operand(torch, (1 if broadcast == "x" else batch, m, k), dt.int8, gen)
+    y = _operand(torch, (1 if broadcast == "y" else batch, k, n), dt.uint8, gen, "C")
+    out = _poisoned(torch, (batch, m, n), dt.int32)
+    _engine(torch, x, y, None, out, dt.int32)
+    _exact(torch, out, _reference(torch, x, y).expand(batch, m, n), f"batch, broadcast {broadcast}")
+
+
+@pytest.mark.parametrize("shape", [(16, 8192, 8192), (37, 1000, 9000), (259, 390, 4100)])
+def test_int8_split_k(torch, shape):
+    m, n, k = shape
+    gen = torch.Generator(device="cuda").manual_seed(m)
+    x, y = _operand(torch, (m, k), dt.uint8, gen), _operand(torch, (k, n), dt.int8, gen, "C")
+    acc = torch.randint(-9, 9, (m, n), device="cuda", generator=gen, dtype=torch.int32)
+    out = _poisoned(torch, (m, n), dt.int32)
+    splits = None if m < 64 else 3
+    config = None if splits is None else hopper.replace(hopper.PINGPONG, bk=128)
+    engine = _engine(torch, x, y, acc, out, dt.int32, alpha=-1, beta=5, config=config, splits=splits)
+    assert engine.splits > 1, engine.describe()
+    _exact(torch, out, _reference(torch, x, y, acc, -1, 5), f"{m}x{n}x{k}, {engine.splits} splits")
+
+
+# ---- fp8: promoted into f32, every pair and result type -------------------------------------------
+
+
+def _fp8_tolerance(a, c, k, promotion):
+    return tolerance(a, c, max(k, 1), dt.float32, "wgmma", promotion)
+
+
+@pytest.mark.parametrize("size", [1, 17, 255, 1000])
+@pytest.mark.parametrize("c", [dt.float16, dt.float32], ids=lambda t: t.name)
+@pytest.mark.parametrize("pair", FP8_PAIRS, ids=lambda p: f"{p[0].name}-{p[1].name}")
+def test_fp8_every_pair_promoted(torch, pair, c, size):
+    a, b = pair
+    gen = torch.Generator(device="cuda").manual_seed(size + 7 * FP8_PAIRS.index(pair))
+    m, n, k = size, size + (3 if size > 1 else 0), size + (5 if size > 1 else 0)
+    for layout in ("RC", "CR"):
+        x, y = _operand(torch, (m, k), a, gen, layout[0]), _operand(torch, (k, n), b, gen, layout[1])
+        acc = torch.randn((m, n), device="cuda", generator=gen).to(torch_dtype(c))
+        out = _poisoned(torch, (m, n), c)
+        engine = _engine(torch, x, y, acc, out, c, alpha=0.5, beta=-1.0)
+        assert engine.config.promotion == hopper.PROMOTION
+        err = _error(torch, out, _reference(torch, x, y, acc, 0.5, -1.0))
+        tol = _fp8_tolerance(a, c, k, engine.config.promotion)
+        assert err <= tol, f"{a.name} x {b.name} -> {c.name} {layout} {m}x{n}x{k}: {err:.3e} > {tol:.1e}"
+
+
+@pytest.mark.parametrize("a", FP8, ids=lambda t: t.name)
+def test_fp8_matmul_promotes_unless_fast(torch, a):
+    gen = torch.Generator(device="cuda").manual_seed(47)
+    x, y = _operand(torch, (1024, 2048), a, gen), _operand(torch, (2048, 768), a, gen, "C")
+    ref = _reference(torch, x, y)
+    got = bx.matmul(x, y)
+    plan = _plan_of((1024, 768), dt.float16)
+    assert plan.kind == "hopper" and plan.kernel.config.promotion == 128, plan.describe()
+    assert _error(torch, got, ref) <= _fp8_tolerance(a, dt.float16, 2048, 128)
+    fast = bx.matmul(x, y, fast_accumulation=True)
+    plan = next(p for key, p in array_gemm._CALLS.items() if key[-1][0] == "matmul" and key[-1][-1] is True)
+    assert plan.kernel.config.promotion == 0, plan.describe()
+    assert _error(torch, fast, ref) <= tolerance(a, dt.float16, 2048, dt.float32, "wgmma")
+
+
+def test_fp8_batches_and_split_k(torch):
+    gen = torch.Generator(device="cuda").manual_seed(53)
+    x = _operand(torch, (4, 200, 1000), dt.float8_e4m3, gen)
+    y = _operand(torch, (1, 1000, 300), dt.float8_e5m2, gen, "C")
+    out = _poisoned(torch, (4, 200, 300), dt.float32)
+    _engine(torch, x, y, None, out, dt.float32, beta=0)
+    assert _error(torch, out, _reference(torch, x, y)) <= _fp8_tolerance(dt.float8_e4m3, dt.float32, 1000, 128)
+    x, y = _operand(torch, (16, 8192), dt.float8_e4m3, gen), _operand(torch, (8192, 4096), dt.float8_e4m3, gen, "C")
+    out = _poisoned(torch, (16, 4096), dt.float16)
+    engine = _engine(torch, x, y, None, out, dt.float16, beta=0)
+    assert engine.splits > 1 and engine.config.promotion == 128, engine.describe()
+    assert _error(torch, out, _reference(torch, x, y)) <= _fp8_tolerance(dt.float8_e4m3, dt.float16, 8192, 128)
+
+
+DEPTHS = [128, 256, 512, 1024, 2048, 4096, 8192, 16384]
+
+
+def test_fp8_error_over_k_promoted_and_fast(torch):
+    """Promotion keeps the error flat in K; fast accumulation's grows. Measured values are reported."""
+    gen = torch.Generator(device="cuda").manual_seed(59)
+    m = n = 512
+    a, c = dt.float8_e4m3, dt.float32
+    modes = {"promoted 32": 32, "promoted 64": 64, "promoted 128": 128, "fast": 0}
+    errors: dict[str, dict[int, float]] = {mode: {} for mode in modes}
+    for k in DEPTHS:
+        x, y = _operand(torch, (m, k), a, gen), _operand(torch, (k, n), a, gen, "C")
+        ref = _reference(torch, x, y)
+        for mode, interval in modes.items():
+            config = hopper.replace(hopper.SQUARE, bk=128, promotion=interval)
+            out = _poisoned(torch, (m, n), c)
+            _engine(torch, x, y, None, out, c, beta=0, config=config, splits=1)
+            errors[mode][k] = err = _error(torch, out, ref)
+            if interval:
+                tol = _fp8_tolerance(a, c, k, interval)
+            else:
+                tol = tolerance(a, c, k, dt.float32, "wgmma")
+            assert err <= tol, f"{mode} at K = {k}: {err:.3e} > {tol:.1e}"
+    path = os.environ.get("BLASDX_ACCURACY_JSON")
+    if path:
+        with open(path, "w") as f:
+            json.dump({"shape": [m, n], "types": f"{a.name} -> {c.name}", "errors": errors}, f, indent=1)
+    print("\nnormwise relative error of e4m3 -> f32, 512 x 512 x K:")
+    for mode, row in errors.items():
+        print(f"  {mode:13s} " + " ".join(f"{k}: {e:.2e}" for k, e in row.items()))
+    for interval in (32, 64, 128):  # flat in K: the deepest no worse than twice the shallowest
+        row = errors[f"promoted {interval}"]
+        assert row[16384] <= 2 * row[128] + 1e-6, row
+    assert errors["promoted 128"][16384] < errors["fast"][16384]
+    assert errors["fast"][16384] > 4 * errors["fast"][128], "fast accumulation's error grows with K"
+
+
+# ---- scaled_mm -------------------------------------------------------------------------------------------
+
+
+def _scales(torch, shape, gen):
+    """Positive f32 scales spread over 2^-3 .. 2^3 (so a wrong index or a missing factor shows)."""
+    return torch.exp2(6 * torch.rand(shape, device="cuda", generator=gen) - 3)
+
+
+def _scale_of(torch, mode, m, k, n, gen, is_x, order="R"):
+    kb = math.ceil(k / 128)
+    shape = {"tensor": (), "row": (m, 1), "column": (1, n), "block": (m, kb) if is_x else (kb, math.ceil(n / 128))}
+    s = _scales(torch, shape[mode], gen)
+    return _ordered(s, order) if s.dim() == 2 else s
+
+
+def _dequantized(torch, t, s, mode, is_x):
+    """t (float64) times its scale expanded to t's shape."""
+    t = t.to(torch.float64)
+    s = s.to(torch.float64)
+    if mode == "tensor":
+        return t * s
+    if mode in ("row", "column"):
+        return t * s
+    rows, cols = t.shape
+    if is_x:  # (M, K / 128): each factor covers 128 K elements of a row
+        return t * s.repeat_interleave(128, dim=1)[:, :cols]
+    return t * s.repeat_interleave(128, dim=0)[:rows].repeat_interleave(128, dim=1)[:, :cols]
+
+
+def _scaled_reference(torch, x, y, sx, sy, xm, ym, bias=None):
+    ref = _dequantized(torch, x, sx, xm, True) @ _dequantized(torch, y, sy, ym, False)
+    return ref if bias is None else ref + bias.to(torch.float64)
+
+
+@pytest.mark.parametrize("out_dtype", [dt.float16, dt.bfloat16, dt.float32], ids=lambda t: t.name)
+@pytest.mark.parametrize("y_mode", ["tensor", "column", "block"])
+@pytest.mark.parametrize("x_mode", ["tensor", "row", "block"])
+def test_scaled_mm_every_scaling(torch, x_mode, y_mode, out_dtype):
+    gen = torch.Generator(device="cuda").manual_seed(61)
+    m, n, k = 300, 520, 1000  # N and K not multiples of 128: partial scale blocks
+    for layout, pair in (("RC", (dt.float8_e4m3, dt.float8_e4m3)), ("CR", (dt.float8_e5m2, dt.float8_e4m3))):
+        x, y = _operand(torch, (m, k), pair[0], gen, layout[0]), _operand(torch, (k, n), pair[1], gen, layout[1])
+        sx = _scale_of(torch, x_mode, m, k, n, gen, True, "C")  # column-major block scales (rows contiguous)
+        sy = _scale_of(torch, y_mode, m, k, n, gen, False)
+        bias = torch.randn(n, device="cuda", generator=gen).to(torch_dtype(out_dtype)) if layout == "RC" else None
+        got = bx.scaled_mm(x, y, sx, sy, out_dtype=out_dtype, bias=bias)
+        assert got.dtype == torch_dtype(out_dtype) and got.shape == (m, n)
+        err = _error(torch, got, _scaled_reference(torch, x, y, sx, sy, x_mode, y_mode, bias))
+        tol = _fp8_tolerance(pair[0], out_dtype, k, 128)
+        assert err <= tol, f"x per {x_mode}, y per {y_mode}, {layout}, {out_dtype.name}: {err:.3e} > {tol:.1e}"
+
+
+def test_scaled_mm_split_k_fast_and_out(torch):
+    gen = torch.Generator(device="cuda").manual_seed(67)
+    m, n, k = 16, 4096, 8192  # decode: split K; the reduction adds the bias once
+    x, y = _operand(torch, (m, k), dt.float8_e4m3, gen), _operand(torch, (k, n), dt.float8_e4m3, gen, "C")
+    sx, sy = _scale_of(torch, "block", m, k, n, gen, True), _scale_of(torch, "block", m, k, n, gen, False)
+    bias = torch.randn(n, device="cuda", generator=gen).to(torch.bfloat16)
+    out = _poisoned(torch, (m, n), dt.bfloat16)
+    bx.scaled_mm(x, y, sx, sy, out_dtype=bx.bfloat16, bias=bias, out=out)
+    call = next(iter(c for c in bx_scaled_calls() if c.shape == (m, n)))
+    assert call.plan.splits > 1, call.plan.describe()
+    ref = _scaled_reference(torch, x, y, sx, sy, "block", "block", bias)
+    assert _error(torch, out, ref) <= _fp8_tolerance(dt.float8_e4m3, dt.bfloat16, k, 128)
+    # fast accumulation with epilogue scales, into a column-major out
+    m = 1000
+    x = _operand(torch, (m, k), dt.float8_e4m3, gen)
+    sx, sy = _scale_of(torch, "row", m, k, n, gen, True), _scale_of(torch, "column", m, k, n, gen, False)
+    out = _poisoned(torch, (n, m), dt.float32).t()
+    bx.scaled_mm(x, y, sx, sy, out_dtype=bx.float32, out=out, fast_accumulation=True)
+    ref = _scaled_reference(torch, x, y, sx, sy, "row", "column")
+    assert _error(torch, out, ref) <= tolerance(dt.float8_e4m3, dt.float32, k, dt.float32, "wgmma")
+
+
+def bx_scaled_calls():
+    from blasdx import scaled
+
+    return list(scaled._CALLS.values())
+
+
+def test_scaled_mm_k_zero_and_against_torch(torch):
+    gen = torch.Generator(device="cuda").manual_seed(71)
+    bias = torch.randn(96, device="cuda", generator=gen).to(torch.float16)
+    x, y = torch.empty((40, 0), device="cuda").to(torch.float8_e4m3fn), torch.empty((0, 96), device="cuda").to(
+        torch.float8_e4m3fn)
+    one = torch.ones((), device="cuda")
+    got = bx.scaled_mm(x, y, one, one, bias=bias)
+    assert torch.equal(got, bias.expand(40, 96))
+    # per-tensor scales agree with torch._scaled_mm (cuBLASLt) on the same data
+    x, y = _operand(torch, (512, 1024), dt.float8_e4m3, gen), _operand(torch, (1024, 768), dt.float8_e4m3, gen, "C")
+    sx, sy = torch.tensor(0.25, device="cuda"), torch.tensor(3.0, device="cuda")
+    ours = bx.scaled_mm(x, y, sx, sy, out_dtype=bx.bfloat16)
+    theirs = torch._scaled_mm(x, y, scale_a=sx, scale_b=sy, out_dtype=torch.bfloat16)
+    ref = _scaled_reference(torch, x, y, sx, sy, "tensor", "tensor")
+    assert _error(torch, ours, ref) <= _fp8_tolerance(dt.float8_e4m3, dt.bfloat16, 1024, 128)
+    assert _error(torch, theirs, ref) <= _fp8_tolerance(dt.float8_e4m3, dt.bfloat16, 1024, 128)
+
+
+@pytest.mark.parametrize(("bad", "match"), [
+    ({"scale_x": "half"}, r"^scale_x: scales are float32, not float16"),
+    ({"scale_y": "vector"}, r"^scale_y: shape \(768,\) covers its operand in none"),
+    ({"scale_x": "wrong blocks"}, r"^scale_x: shape \(256, 7\) covers"),
+    ({"fast": True}, r"^fast_accumulation=True with block scales"),
+])
+def test_bad_scales_raise_before_launch_and_leave_out_alone(torch, bad, match):
+    gen = torch.Generator(device="cuda").manual_seed(73)
+    m, n, k = 256, 768, 1024
+    x, y = _operand(torch, (m, k), dt.float8_e4m3, gen), _operand(torch, (k, n), dt.float8_e4m3, gen, "C")
+    sx, sy = _scale_of(torch, "block", m, k, n, gen, True), _scale_of(torch, "block", m, k, n, gen, False)
+    if bad.get("scale_x") == "half":
+        sx = sx.half()
+    if bad.get("scale_x") == "wrong blocks":
+        sx = sx[:, :7]
+    if bad.get("scale_y") == "vector":
+        sy = _scales(torch, (n,), gen)
+    out = torch.full((m, n), 7.0, device="cuda", dtype=torch.float16)
+    torch.cuda.synchronize()
+    with pytest.raises(ExecutionError, match=match):
+        bx.scaled_mm(x, y, sx, sy, out=out, fast_accumulation=bad.get("fast", False))
+    torch.cuda.synchronize()
+    assert torch.equal(out, torch.full_like(out, 7.0)), "out was written"
+
+
+# ---- the engine in a user's kernel (bx.DeviceGemm) for 8-bit types ---------------------------------
+
+FUSED = r"""
+struct Scale {  // VALUE: float for fp8, int for 8-bit integers
+    VALUE s;
+    __device__ void value(const blasdx::hopper::Work&, int, int, VALUE& v0, VALUE& v1) const { v0 *= s; v1 *= s; }
+};
+extern "C" __global__ void __launch_bounds__(LINEAR::threads, 1)
+scaled(const __grid_constant__ blasdx::hopper::TensorMap map_a, const __grid_constant__ blasdx::hopper::TensorMap map_b,
+       const __grid_constant__ blasdx::hopper::TensorMap map_d, VALUE s, int m, int n, int k, int batch) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    using G = LINEAR::gemm;
+    const G::Sched sched(m, n, k, batch, 1);
+    G::run(smem, &map_a, &map_b, sched, batch > 1, batch > 1,
+           blasdx::hopper::StageThroughShared<LINEAR::c_type, Scale>{&map_d, Scale{s}});
+}
+"""
+
+
+@pytest.mark.parametrize(("a", "b", "c", "fast"), [
+    (dt.float8_e4m3, dt.float8_e5m2, dt.bfloat16, False), (dt.float8_e4m3, dt.float8_e4m3, dt.float32, True),
+    (dt.uint8, dt.int8, dt.int32, False),
+])
+def test_device_gemm_eight_bit(torch, a, b, c, fast):
+    gen = torch.Generator(device="cuda").manual_seed(79)
+    batch, m, n, k = 2, 704, 520, 1040  # rows of A, B and D whole 16 bytes (the device API does not repack)
+    dg = bx.DeviceGemm(a, c, bx.row_major, bx.col_major, hopper.replace(hopper.SQUARE, cluster=2), b=b,
+                       fast_accumulation=fast)
+    kernel = bx.compile_kernel(FUSED.replace("VALUE", "int" if a.integral else "float"), "scaled", {"LINEAR": dg})
+    x, y = _operand(torch, (batch, m, k), a, gen), _operand(torch, (batch, k, n), b, gen, "C")
+    d = _poisoned(torch, (batch, m, n), c)
+    s = 3 if a.integral else 0.25
+    maps = (dg.tensor_map_a(x), dg.tensor_map_b(y), dg.tensor_map_d(d))
+    kernel.launch(dg.grid(m, n, batch), (*maps, s, m, n, k, batch))
+    torch.cuda.synchronize()
+    ref = _reference(torch, x, y, alpha=s)
+    if a.integral:
+        _exact(torch, d, ref, f"DeviceGemm {a.name} x {b.name}")
+    else:
+        tol = tolerance(a, c, k, dt.float32, "wgmma", dg.config.promotion)
+        assert _error(torch, d, ref) <= tol
