@@ -117,7 +117,7 @@ class EngineConfig:
     def shared_memory(self, itemsize: int, staged_store: bool = False) -> int:
         """Dynamic shared memory (gemm.cuh): alignment slack, the stages, the epilogue's staging, barriers."""
         staging = self.consumers * STAGING_BYTES if staged_store else 0
-        return 1024 + self.stages * self.stage_bytes(itemsize) + staging + 24 * self.stages + 16
+        return 1024 + self.stages * self.stage_bytes(itemsize) + staging + ring_bytes(self.stages)
 
     def __str__(self) -> str:
         consumers = "1 consumer" if self.consumers == 1 else f"{self.consumers} consumers"
@@ -127,6 +127,11 @@ class EngineConfig:
         split = f", 3xtf32 split, promoted every {self.promote_stages} stages" if self.split_tf32 else ""
         return (f"{self.bm}x{self.bn}x{self.bk}, {self.stages} stages, {consumers}{pingpong}, group {self.group_m}"
                 f"{cluster}{promotion}{split}")
+
+
+def ring_bytes(stages: int) -> int:
+    """sizeof(Ring<stages>) of pipeline.cuh: full, empty and split barriers per stage, two turn barriers."""
+    return 3 * 8 * stages + 16
 
 
 # Configurations per output shape class (K step: 128 bytes of the input type).

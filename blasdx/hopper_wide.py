@@ -60,7 +60,7 @@ class WideConfig:
 
     def shared_memory(self, itemsize: int) -> int:
         """Dynamic shared memory (wide_gemm.cuh): alignment slack, the stages, barriers."""
-        return 1024 + self.stages * (self.bm + self.bn) * self.bk(itemsize) * itemsize + 16 * self.stages + 16
+        return 1024 + self.stages * (self.bm + self.bn) * self.bk(itemsize) * itemsize + _hopper.ring_bytes(self.stages)
 
     def __str__(self) -> str:
         cluster = f", clusters of {self.cluster}" if self.cluster > 1 else ""
@@ -107,6 +107,7 @@ def wide_source(a: _dt.DType, config: WideConfig, a_k_major: bool, b_k_major: bo
         f"    static constexpr int stages = {config.stages}, group_m = {config.group_m}, "
         f"cluster_m = {config.cluster};",
         f"    static constexpr bool a_k_major = {str(a_k_major).lower()}, b_k_major = {str(b_k_major).lower()};",
+        f"    static constexpr int host_shared_bytes = {config.shared_memory(a.size)};  // what launches ask for",
         "};",
         '#include "hopper_wide_gemm.cu"',
         "",
@@ -140,7 +141,7 @@ class WidePlan(_hopper.EnginePlan):
         The arguments are EnginePlan's; D is always stored element by element with the
         call's strides, so ``d_layout`` changes nothing here.
         """
-        self.a, self.c = a, c
+        self.a, self.b, self.c = a, a, c  # both operands have the input type
         self.m, self.n, self.k, self.batch = m, n, k, batch
         self.route_a, self.route_b = route_a, route_b
         chosen, chosen_splits = choose_config(a, m, n, k, batch, multiprocessors)

@@ -82,6 +82,7 @@ struct WideGemm {
                                                const TensorMap* map_b, int m, int n, int k, int batch, int splits,
                                                bool batched_a, bool batched_b, const Epilogue& epi) {
         static_assert(shared_bytes() <= 232448, "the stages fit the 227 KB a Hopper block can have");
+        static_assert(shared_bytes() <= Cfg::host_shared_bytes, "the host's figure (hopper_wide.py) covers the block's");
         unsigned char* smem = smem_raw + ((ATOM_BYTES - shared_address(smem_raw) % ATOM_BYTES) % ATOM_BYTES);
         Stages* ring = reinterpret_cast<Stages*>(smem + STAGES * STAGE_BYTES);
         if (threadIdx.x == 0) {
