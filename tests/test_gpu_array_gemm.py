@@ -144,7 +144,7 @@ def test_matmul_random(sm, a, orders):
             got = bx.matmul(_tensor(x_host, a, orders[0]), _tensor(y_host, a, orders[1]))
             ref = _reference(x_host, y_host, None)
             assert tuple(got.shape) == ref.shape
-            tol = tolerance(a, result, shape[2], dt.find_combination(a, a, result, False).accumulator)
+            tol = _path_tolerance(a, result, shape[2])
             assert_close(_host(got, result), ref, tol, what=f"matmul {a.name} {shape} {orders} {batches}")
 
 
@@ -156,25 +156,23 @@ def test_mma_random(sm, a):
 
     rng = np.random.default_rng(abs(hash((a.name, "mma"))) % 2**32)
     for c in _acc_types(a):
-        row = dt.find_combination(a, a, c, False)
         for shape, orders in zip(SHAPES, ORDERS * 2):
             for batches in [(None, None, None), (2, 1, 2), (2, 2, 2)]:
                 x_host, y_host, acc_host = _random_case(a, c, shape, orders, rng, batches)
                 x, y = _tensor(x_host, a, orders[0]), _tensor(y_host, a, orders[1])
                 acc = _tensor(acc_host, c, orders[1])
                 ref = _reference(x_host, y_host, acc_host)
-                tol = tolerance(a, c, shape[2], row.accumulator)
                 what = f"mma {a.name}->{c.name} {shape} {orders} {batches}"
                 before = torch_to_host(acc, c).copy()
                 got = bx.mma(x, y, acc)  # a new array; acc untouched
-                assert_close(_host(got, c), ref, tol, what=what)
+                assert_close(_host(got, c), ref, _path_tolerance(a, c, shape[2]), what=what)
                 np.testing.assert_array_equal(torch_to_host(acc, c), before)
                 out = torch.full(tuple(acc.shape), float("nan") if not c.integral else 77,
                                  dtype=got.dtype, device="cuda")
                 assert bx.mma(x, y, acc, out=out) is out
-                assert_close(_host(out, c), ref, tol, what=what + " out=")
+                assert_close(_host(out, c), ref, _path_tolerance(a, c, shape[2]), what=what + " out=")
                 assert bx.mma(x, y, acc, out=acc) is acc  # in place
-                assert_close(_host(acc, c), ref, tol, what=what + " in place")
+                assert_close(_host(acc, c), ref, _path_tolerance(a, c, shape[2]), what=what + " in place")
 
 
 # ---- the multi-block path -------------------------------------------------------------------------
@@ -182,6 +180,16 @@ def test_mma_random(sm, a):
 SQUARES = [1, 2, 17, 64, 65, 127, 128, 129, 255, 511, 1000, 2048, 4096]
 RECTANGLES = [(4096, 64, 1000), (64, 4096, 129), (1, 4096, 4096), (4096, 1, 513), (3000, 2500, 40)]
 
+
+
+def _path_tolerance(a: dt.DType, c: dt.DType, k: int) -> float:
+    """reference.tolerance for the path the newest call took: an fp8 product on the Hopper engine
+    promotes its tensor-core sums every ``promotion`` K (the wgmma allowance), the others the table's."""
+    accumulator = dt.find_combination(a, a, c, False).accumulator
+    plan = list(array_gemm._CALLS.values())[-1]
+    if plan.kind == "hopper" and a in (dt.float8_e4m3, dt.float8_e5m2):
+        return tolerance(a, c, k, accumulator, "wgmma", plan.kernel.config.promotion)
+    return tolerance(a, c, k, accumulator)
 
 def _sampled_check(x_host, y_host, got_host, a, result, k, rng, what):
     """Compare 64 random rows of the result with the float64 reference of those rows."""
