@@ -55,7 +55,7 @@ _MMA_TYPES = {"float16": "__half", "bfloat16": "__nv_bfloat16", "tfloat32": "bla
               "uint8": "unsigned char"}
 _STORAGE_TYPES = {"float16": "__half", "bfloat16": "__nv_bfloat16", "tfloat32": "float", "float32": "float",
                   "float8_e4m3": "__nv_fp8_e4m3", "float8_e5m2": "__nv_fp8_e5m2", "int8": "signed char",
-                  "uint8": "unsigned char", "int32": "int"}
+                  "uint8": "unsigned char", "int32": "int", "float64": "double"}
 
 #: fp8: K elements whose products the tensor core sums before they are added into f32
 #: registers (one 128-byte stage of K, the DeepSeek-V3 scheme). The tensor core's fp8 sums keep
@@ -347,8 +347,11 @@ def reduce_source(c: _dt.DType) -> str:
 
 
 def accumulator_type(c: _dt.DType) -> str:
-    """The C++ type the kernels accumulate results of type ``c`` in: int for int32 (exact), else float."""
-    return "int" if c.integral else "float"
+    """The C++ type the kernels accumulate results of type ``c`` in: int for int32 (exact), double for
+    float64 (the wide path), else float."""
+    if c.integral:
+        return "int"
+    return "double" if c == _dt.float64 else "float"
 
 
 def repack_source(itemsize: int) -> str:

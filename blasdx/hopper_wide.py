@@ -23,7 +23,6 @@ __all__ = ["SERVED", "WideConfig", "WidePlan", "CONFIGS", "choose_config", "serv
            "describe_call", "KERNEL_NAME"]
 
 KERNEL_NAME = "blasdx_hopper_wide_gemm"
-REDUCE_NAME = "blasdx_hopper_wide_reduce"
 
 #: (input, result) type pairs the wide path runs on sm_90.
 SERVED = {(_dt.float64, _dt.float64), (_dt.float32, _dt.float32)}
@@ -114,11 +113,6 @@ def wide_source(a: _dt.DType, config: WideConfig, a_k_major: bool, b_k_major: bo
     ])
 
 
-def reduce_source(c: _dt.DType) -> str:
-    """kernels/hopper_wide_reduce.cu for results of type ``c``."""
-    return f'#include "blasdx/types.cuh"\nusing wide_reduce_type = {_TYPES[c.name]};\n#include "hopper_wide_reduce.cu"\n'
-
-
 def _params(c: _dt.DType) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """Parameter kinds of the GEMM and of the split-K finish (alpha and beta in the result's type)."""
     f = _SLOTS[c.name]
@@ -162,7 +156,7 @@ class WidePlan(_hopper.EnginePlan):
         gemm_params, reduce_params = _params(c)
         self._gemm = _hopper._Kernel(wide_source(a, self.config, route_a.k_major, route_b.k_major), KERNEL_NAME,
                                      _hopper.ARCH, gemm_params, self.config.shared_memory(a.size))
-        self._reduce = (_hopper._Kernel(reduce_source(c), REDUCE_NAME, "sm_90", reduce_params)
+        self._reduce = (_hopper._Kernel(_hopper.reduce_source(c), _hopper.REDUCE_NAME, "sm_90", reduce_params)
                         if self.splits > 1 else None)
         needs_repack = route_a.repack is not None or route_b.repack is not None
         self._repack = (_hopper._Kernel(_hopper.repack_source(a.size), _hopper.REPACK_NAME, "sm_90",
@@ -211,12 +205,8 @@ class WidePlan(_hopper.EnginePlan):
                 self._fit_grid(device_id)
             gemm.launch(device_id, self.grid, (self.config.threads, 1, 1), stream, self.config.cluster)
         if self.splits > 1:
-            total = self.batch * self.m * self.n
-            grid = (max(1, min(math.ceil(total / 256), 8 * self.multiprocessors)), 1, 1)
-            with self._reduce.params.lock:
-                self._reduce.fill((workspace, c_ptr, d.ptr, self.m, self.n, self.batch, self.splits, *c_strides,
-                                   *d_strides, alpha, beta))
-                self._reduce.launch(device_id, grid, (256, 1, 1), stream)
+            _hopper.reduce_splits(self._reduce, device_id, stream, workspace, self.splits, c_ptr, c_strides, d.ptr,
+                                  d_strides, self.m, self.n, self.batch, self.multiprocessors, alpha, beta)
 
     def _point_maps(self, a_ptr: int, b_ptr: int, d_ptr: int) -> None:
         """Point A's and B's maps at this call's operands (a driver call only on change); D has no map."""

@@ -7,7 +7,7 @@
 // {bk, bn / cluster_m} when K-major and {128 / sizeof(type), bk} when M/N-major, zero fill
 // outside; a broadcast operand has batch extent 1 (batched_a / batched_b = 0). D is written
 // element by element with its strides; with splits > 1 each split writes its partial sums to
-// `workspace` and hopper_wide_reduce.cu finishes. C is read only when beta != 0. Strides are
+// `workspace` and splitk_reduce.cu finishes. C is read only when beta != 0. Strides are
 // in elements.
 #include "blasdx/hopper/wide_gemm.cuh"
 

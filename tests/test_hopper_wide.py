@@ -99,7 +99,8 @@ def test_config_and_splits(a, shape, splits):
 def test_split_plans_describe_and_reduce(encoder):
     p = plan(view((16, 8192), dt.float64), view((8192, 8192), dt.float64))
     assert p.kernel.splits == 2 and "2 K splits" in p.describe()
-    assert p.kernel._reduce is not None and "wide_reduce_type = double" in p.kernel._reduce.source
+    source = p.kernel._reduce.source
+    assert "splitk_c_type = double" in source and "splitk_acc_type = double" in source  # kernels/splitk_reduce.cu
 
 
 def test_unserved_types_say_what_the_engine_runs(encoder):
@@ -172,5 +173,5 @@ def test_sweep_configs_compile(a):
 
 @pytest.mark.parametrize("c", WIDE, ids=lambda t: t.name)
 def test_split_reduce_compiles(c):
-    reduce = cached_compile(hopper_wide.reduce_source(c), hopper_wide.REDUCE_NAME, "sm_90")
+    reduce = cached_compile(hopper.reduce_source(c), hopper.REDUCE_NAME, "sm_90")
     assert reduce.local_memory == 0

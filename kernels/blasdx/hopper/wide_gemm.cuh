@@ -213,7 +213,7 @@ struct ElementLinearCombination {
 };
 
 // Split K: each split writes its raw partial sums to workspace[split][batch][m][n] (type T);
-// kernels/hopper_wide_reduce.cu adds the splits up and applies alpha, beta and C.
+// kernels/splitk_reduce.cu (splitk_acc_type = T) adds the splits up and applies alpha, beta and C.
 template <class T>
 struct ElementSplitPartial {
     T* workspace;
