@@ -91,6 +91,18 @@ def pyplot():
     return plt
 
 
+def write_record(path: str, **fields: Any) -> None:
+    """Write ``fields`` with today's date and the GPU's name as JSON at ``path`` (folders made as needed)."""
+    from datetime import date
+
+    import torch
+
+    record = {"date": date.today().isoformat(), "device": torch.cuda.get_device_name(), **fields}
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(record, indent=1))
+    print(f"wrote {path}")
+
+
 def time_ms(fn: Callable[[], Any], repeats: int = 20) -> float:
     """Median milliseconds of ``fn`` over CUDA events, after two warm-up calls."""
     import torch

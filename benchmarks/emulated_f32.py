@@ -15,15 +15,13 @@ docs/performance.md). Prints tables with ratios to torch float32 and writes JSON
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from datetime import date
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import blasdx as bx  # noqa: E402
-from batched import time_ms  # noqa: E402
+from batched import time_ms, write_record  # noqa: E402
 from blasdx import array_gemm, arrays, hopper  # noqa: E402
 from blasdx import dtypes as dt  # noqa: E402
 
@@ -149,10 +147,7 @@ def main() -> int:
     if args.accuracy is not None:
         study = [r for wide in (False, True) for r in accuracy(args.accuracy or [64, 256, 1024, 4096, 16384, 65536],
                                                                  wide, gen)]
-        record = {"date": date.today().isoformat(), "device": torch.cuda.get_device_name(), "accuracy": study}
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(record, indent=1))
-        print(f"wrote {args.json}")
+        write_record(args.json, accuracy=study)
         return 0
     results = []
     print(f"{'size':>6} {'range':>6} | {'bx 3xtf32':>22} | {'torch f32':>22} | {'torch tf32':>22} | "
@@ -169,10 +164,7 @@ def main() -> int:
                   f"{ratio:.2f}x error")
             for name, c in r.get("configs", {}).items():
                 print(f"         {name:16s} {c['tflops']:6.1f} TF/s err {c['error']:.1e}")
-    record = {"date": date.today().isoformat(), "device": torch.cuda.get_device_name(), "results": results}
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps(record, indent=1))
-    print(f"wrote {args.json}")
+    write_record(args.json, results=results)
     return 0
 
 

@@ -15,15 +15,13 @@ accuracy.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from datetime import date
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import blasdx as bx  # noqa: E402
-from batched import time_ms  # noqa: E402
+from batched import time_ms, write_record  # noqa: E402
 
 CASES = {  # name: (torch input dtype, bx.matmul keyword arguments)
     "f32-3xtf32": ("float32", {"mantissa_bits": 23}),
@@ -115,10 +113,7 @@ def main() -> int:
                 print(f"{case:>11} {size:6d} {levels:6d} {r['ms']:9.3f} {r['tflops']:8.1f} {r['error']:9.2e} "
                       f"{plain['ms'] / r['ms']:8.2f}x {r['error'] / plain['error']:13.2f}x")
                 torch.cuda.empty_cache()
-    record = {"date": date.today().isoformat(), "device": torch.cuda.get_device_name(), "results": rows}
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps(record, indent=1))
-    print(f"wrote {args.json}")
+    write_record(args.json, results=rows)
     return 0
 
 
