@@ -9,6 +9,10 @@ keeps at least that many.
   (``3xtf32``: a_hi b_hi + a_hi b_lo + a_lo b_hi, f32 sums; kernels/blasdx/hopper/precision.cuh).
   It runs on the Hopper engine; where the engine does not run, the native float32 kernel
   keeps the bits at CUDA-core speed.
+* float64 inputs: 1-52 bits run as exact int8 products of scaled residues on the Hopper
+  engine (``ozaki``, blasdx.ozaki): the bits are kept relative to the largest element of each
+  row of x / column of y, and the number of int8 products grows with the bits and with K.
+  Where the engine does not run (or for batches), float64 DMMA keeps every bit.
 * other types: their own products keep their own mantissa; asking for more is refused.
 """
 
@@ -18,6 +22,7 @@ from dataclasses import dataclass
 
 from . import dtypes as _dt
 from .errors import ExecutionError
+from .ozaki import MAX_K, residues_for
 
 __all__ = ["Scheme", "NATIVE_BITS", "resolve"]
 
@@ -31,8 +36,8 @@ TF32_BITS = 10
 
 @dataclass(frozen=True)
 class Scheme:
-    """How the products are formed: ``name`` ("native", "tf32", "3xtf32"), tensor-core products per
-    product, and the mantissa bits the scheme keeps."""
+    """How the products are formed: ``name`` ("native", "tf32", "3xtf32", "ozaki"), tensor-core
+    products per product, and the mantissa bits the scheme keeps."""
 
     name: str
     products: int
@@ -44,8 +49,12 @@ class Scheme:
         return f"{self.name} ({self.products} product{'s' if self.products > 1 else ''}, {self.mantissa_bits} bits)"
 
 
-def resolve(dtype: _dt.DType, mantissa_bits: int | None) -> Scheme:
-    """The scheme for inputs of ``dtype`` that keeps at least ``mantissa_bits`` (None: the type's own)."""
+def resolve(dtype: _dt.DType, mantissa_bits: int | None, k: int | None = None) -> Scheme:
+    """The scheme for inputs of ``dtype`` that keeps at least ``mantissa_bits`` (None: the type's own).
+
+    ``k`` (the product's depth) fixes the number of int8 products of the float64 scheme; without
+    it the count is that of the deepest K the scheme runs (blasdx.ozaki.MAX_K).
+    """
     native = NATIVE_BITS.get(dtype)
     if mantissa_bits is None:
         return Scheme("native", 1, native if native is not None else 0)
@@ -58,6 +67,9 @@ def resolve(dtype: _dt.DType, mantissa_bits: int | None) -> Scheme:
             return Scheme("tf32", 1, TF32_BITS)
         if mantissa_bits <= native:
             return Scheme("3xtf32", 3, native)
+    elif dtype == _dt.float64 and mantissa_bits <= native:
+        depth = MAX_K if k is None else min(max(k, 1), MAX_K)
+        return Scheme("ozaki", residues_for(mantissa_bits, depth).count, mantissa_bits)
     elif mantissa_bits <= native:
         return Scheme("native", 1, native)
     raise ExecutionError(

@@ -15,7 +15,8 @@ import numpy as np
 
 from . import dtypes as _dt
 
-__all__ = ["reference_gemm", "random_operand", "to_float64", "tolerance", "relative_error", "assert_close"]
+__all__ = ["reference_gemm", "random_operand", "to_float64", "tolerance", "ozaki_bound", "relative_error",
+           "assert_close"]
 
 _U = {"float16": 2.0**-11, "float32": 2.0**-24, "float64": 2.0**-53, "tfloat32": 2.0**-11}
 
@@ -72,6 +73,27 @@ def tolerance(
         if accumulator == _dt.float16:
             base += 8 * _U["float16"] * math.sqrt(k)
     return base
+
+
+def ozaki_bound(x: np.ndarray, y: np.ndarray, p: int) -> np.ndarray:
+    """Elementwise bound on |x @ y computed as int8 residue products (blasdx.ozaki) - the exact x @ y|.
+
+    Row i of x is rounded on the grid 2^(e_i - p), e_i the binary exponent of its largest
+    magnitude (2^(e_i - 1) <= max < 2^e_i), so each element moves by at most d_i = 2^(e_i - p - 1);
+    column j of y by at most g_j = 2^(f_j - p - 1). The rounded operands' product is recovered
+    exactly, so the error is that of the rounding,
+    d_i sum_k |y_kj| + g_j sum_k |x_ik| + K d_i g_j, plus the float64 roundings of putting the
+    product back together: 4 * 2^-53 of the result and K 2^(e_i + f_j - 80) for the fraction's sum.
+    """
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    k = x.shape[1]
+    e = np.frexp(np.abs(x).max(axis=1))[1].astype(np.float64)
+    f = np.frexp(np.abs(y).max(axis=0))[1].astype(np.float64)
+    d, g = np.ldexp(1.0, (e - p - 1).astype(int)), np.ldexp(1.0, (f - p - 1).astype(int))
+    rounding = d[:, None] * np.abs(y).sum(axis=0)[None, :] + g[None, :] * np.abs(x).sum(axis=1)[:, None]
+    rounding += k * d[:, None] * g[None, :]
+    fraction = k * np.ldexp(1.0, (e[:, None] + f[None, :] - 80).astype(int))
+    return rounding + fraction + 4 * 2.0**-53 * np.abs(x @ y)
 
 
 def to_float64(x: np.ndarray) -> np.ndarray:
