@@ -9,6 +9,8 @@ mantissa_bits=b) for each b; and each one's error against an extended-precision 
 long double, 64-bit mantissa) of 16 sampled rows by 512 sampled columns: the largest
 |got - ref| / (|x| |y|) over the sample (elementwise, the scheme's own measure) and the
 normwise ||got - ref|| / ||ref||. Also the time of each stage of one emulated call.
+--accuracy K... measures only the errors of 256 x 256 x K products (the accuracy study of
+docs/performance.md), the reference checked against exact rational arithmetic on 4 elements.
 Prints a table with ratios to torch float64 and writes JSON.
 """
 
@@ -113,16 +115,69 @@ def stages(plan, x, y) -> dict:
             "int8 TOPS": 2.0 * m * n * plan.k * count / products_ms / 1e9}
 
 
+def _exact_check(xs: np.ndarray, ys: np.ndarray, ref: np.ndarray, gen: np.random.Generator) -> float:
+    """Largest |long double reference - exact rational product| / (|x| |y|) over 4 elements."""
+    from fractions import Fraction
+
+    worst = 0.0
+    for _ in range(4):
+        i, j = int(gen.integers(xs.shape[0])), int(gen.integers(ys.shape[1]))
+        exact = sum(Fraction(float(a)) * Fraction(float(b)) for a, b in zip(xs[i], ys[:, j]))
+        scale = float(np.abs(xs[i]) @ np.abs(ys[:, j]))
+        worst = max(worst, abs(float(Fraction(float(ref[i, j])) - exact)) / scale if scale else 0.0)
+    return worst
+
+
+def accuracy(ks: list[int], bits: list[int], wide_range: bool, gen) -> list[dict]:
+    """Errors of 256 x 256 x K products against the long double reference, every path (no timing)."""
+    import torch
+
+    rows = []
+    check = np.random.default_rng(0)
+    for k in ks:
+        x = torch.randn(256, k, device="cuda", generator=gen, dtype=torch.float64)
+        y = torch.randn(k, 256, device="cuda", generator=gen, dtype=torch.float64)
+        if wide_range:
+            x = x * torch.exp2(torch.randint(-10, 11, x.shape, device="cuda", generator=gen).double())
+            y = y * torch.exp2(torch.randint(-10, 11, y.shape, device="cuda", generator=gen).double())
+        xs, ys = x[:64].cpu().numpy(), y.cpu().numpy()
+        ref = xs.astype(np.longdouble) @ ys.astype(np.longdouble)
+        scale = np.abs(xs) @ np.abs(ys)
+        row: dict = {"k": k, "wide_range": wide_range, "reference vs exact": _exact_check(xs, ys, ref, check)}
+
+        def measure(got) -> dict:
+            diff = np.abs(got[:64].cpu().numpy().astype(np.longdouble) - ref)
+            return {"elementwise": float(np.max(diff / scale)),
+                    "normwise": float(np.sqrt(np.sum(diff**2)) / np.sqrt(np.sum(ref**2)))}
+
+        row["torch f64"] = measure(torch.matmul(x, y))
+        for b in bits:
+            row[f"bx int8 {b} bits"] = measure(bx.matmul(x, y, mantissa_bits=b))
+        rows.append(row)
+        print(f"K {k:6d} {'wide' if wide_range else 'normal':>6} (reference off exact by "
+              f"{row['reference vs exact']:.1e}): " + ", ".join(
+                  f"{n} {v['elementwise']:.2e} / {v['normwise']:.2e}" for n, v in row.items() if isinstance(v, dict)))
+    return rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", nargs="*", type=int, default=[4096, 8192])
     parser.add_argument("--bits", nargs="*", type=int, default=[52, 48, 44])
     parser.add_argument("--wide-range", action="store_true", help="also operands over 2^-10 .. 2^10")
+    parser.add_argument("--accuracy", nargs="*", type=int, default=None, metavar="K",
+                        help="only the errors of 256 x 256 x K products")
     parser.add_argument("--json", default="benchmarks/results/emulated_f64.json")
     args = parser.parse_args()
     import torch
 
     gen = torch.Generator(device="cuda").manual_seed(0)
+    if args.accuracy is not None:
+        ks = args.accuracy or [64, 256, 1024, 4096, 16384, 65536]
+        print("errors: elementwise max |got - ref| / (|x| |y|) / normwise ||got - ref|| / ||ref||")
+        study = [r for wide in (False, True) for r in accuracy(ks, args.bits, wide, gen)]
+        write_record(args.json, accuracy=study)
+        return 0
     results = []
     for wide in (False, True) if args.wide_range else (False,):
         for size in args.sizes:

@@ -75,24 +75,27 @@ def tolerance(
     return base
 
 
-def ozaki_bound(x: np.ndarray, y: np.ndarray, p: int) -> np.ndarray:
+def ozaki_bound(x: np.ndarray, y: np.ndarray, norm: float) -> np.ndarray:
     """Elementwise bound on |x @ y computed as int8 residue products (blasdx.ozaki) - the exact x @ y|.
 
-    Row i of x is rounded on the grid 2^(e_i - p), e_i the binary exponent of its largest
-    magnitude (2^(e_i - 1) <= max < 2^e_i), so each element moves by at most d_i = 2^(e_i - p - 1);
-    column j of y by at most g_j = 2^(f_j - p - 1). The rounded operands' product is recovered
-    exactly, so the error is that of the rounding,
+    Row i of x is scaled by the largest 2^s_i that keeps its 2-norm within T = ``norm`` (the
+    kernels aim a hair lower, ozaki.NORM_MARGIN) and rounded to integers, so each element moves by
+    at most d_i = 2^(-s_i - 1) < ||x_i|| / (T NORM_MARGIN); column j of y by g_j likewise. The
+    rounded operands' product is recovered exactly, so the error is that of the rounding,
     d_i sum_k |y_kj| + g_j sum_k |x_ik| + K d_i g_j, plus the float64 roundings of putting the
-    product back together: 4 * 2^-53 of the result and K 2^(e_i + f_j - 80) for the fraction's sum.
+    product back together: 4 * 2^-53 of the result and 2^-80 ||x_i|| ||y_j|| for the sum of
+    fractions (whose error is about 2^-85 of M, with M < 8 T^2 and 2^-s_i < 2 ||x_i|| / T).
     """
+    from .ozaki import NORM_MARGIN
+
     x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     k = x.shape[1]
-    e = np.frexp(np.abs(x).max(axis=1))[1].astype(np.float64)
-    f = np.frexp(np.abs(y).max(axis=0))[1].astype(np.float64)
-    d, g = np.ldexp(1.0, (e - p - 1).astype(int)), np.ldexp(1.0, (f - p - 1).astype(int))
+    rows, cols = np.linalg.norm(x, axis=1), np.linalg.norm(y, axis=0)
+    target = norm * NORM_MARGIN * (1 - 2.0**-40)  # numpy's norms are not the kernels' to the last bit
+    d, g = rows / target, cols / target
     rounding = d[:, None] * np.abs(y).sum(axis=0)[None, :] + g[None, :] * np.abs(x).sum(axis=1)[:, None]
     rounding += k * d[:, None] * g[None, :]
-    fraction = k * np.ldexp(1.0, (e[:, None] + f[None, :] - 80).astype(int))
+    fraction = 2.0**-80 * rows[:, None] * cols[None, :]
     return rounding + fraction + 4 * 2.0**-53 * np.abs(x @ y)
 
 

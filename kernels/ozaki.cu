@@ -1,27 +1,29 @@
 // float64 products on int8 tensor cores by residues (blasdx.ozaki; docs/index.md, "float64 on int8").
 //
-// Each row of A (and each column of B) is scaled by a power of two so that its largest element
-// is just below 2^p and rounded to integers A' (B'). For pairwise coprime moduli m_l <= 256 with
-// product M > 2 K 4^p, the exact integer product A' B' lies in (-M/2, M/2) and is fixed by its
-// residues modulo the m_l, each computed by an exact int8 x int8 -> int32 GEMM of residues.
-// Three kernels, one pass each:
-//   blasdx_ozaki_exponents  the binary exponent of each row's largest magnitude (or a flag for inf / NaN);
-//   blasdx_ozaki_slices     the scaled, rounded operand as int8 residues, [modulus][row][k] (K-major);
-//   blasdx_ozaki_combine    the residue products back to float64 (Chinese remainder theorem as a
-//                           fractional sum in float64 pairs), unscaled, D = alpha * AB + beta * C.
+// Each row i of A (and each column j of B) is scaled by a power of two 2^s_i so that its
+// 2-norm is at most T, and rounded to integers A' (B'). With pairwise coprime moduli m_l <= 256
+// whose product M exceeds 2 (T + sqrt(K) / 2)^2, every |(A' B')_ij| <= ||A'_i|| ||B'_j|| < M / 2
+// (Cauchy-Schwarz), so the exact integer product is fixed by its residues modulo the m_l, each
+// computed by an exact int8 x int8 -> int32 GEMM of residues. Three kernels, one pass each:
+//   blasdx_ozaki_shifts   each row's scale exponent s_i (or a flag for inf / NaN);
+//   blasdx_ozaki_slices   the scaled, rounded operand as int8 residues, [modulus][row][k] (K-major);
+//   blasdx_ozaki_combine  the residue products back to float64 (Chinese remainder theorem as a
+//                         fractional sum kept exact in float64), unscaled: D = alpha * AB + beta * C.
 // The prelude defines `ozaki_moduli` (the count) and the generated functions ozaki_modulus(l),
 // ozaki_inverse(l) ((M / m_l)^-1 mod m_l), ozaki_hi(l) / ozaki_lo(l) (1 / m_l as an exact
-// multiple of 2^-44 plus the rest) and ozaki_product() (M as a double).
+// multiple of 2^-44 plus the rest), ozaki_product() (M as a double) and ozaki_norm() (T, a
+// little below, as a double).
 #include "blasdx/types.cuh"
 
 namespace blasdx::ozaki {
 
 using blasdx::i64;
 
-//: Exponent of a row holding inf or NaN (its results are NaN).
+//: Shift of a row holding inf or NaN (its results are NaN).
 constexpr int kNonFinite = 0x7fffffff;
+constexpr int kEmpty = -0x40000000;  // the exponent of a sum of squares with no term yet
 
-// The symmetric residue of an integer-valued double |v| <= 2^60, as an int in [-m/2, (m-1)/2].
+// The symmetric residue of an integer-valued double |v| < 2^64, as an int in [-m/2, (m-1)/2].
 template <int M>
 __device__ __forceinline__ int residue(double v) {
     const double q = rint(v * (1.0 / M));
@@ -31,58 +33,88 @@ __device__ __forceinline__ int residue(double v) {
     return r;
 }
 
-// Row r's scale exponent: the binary exponent e of its largest magnitude (2^(e-1) <= max < 2^e;
-// 0 for an all-zero row) or kNonFinite.
-__device__ __forceinline__ int exponent_of(double largest, bool non_finite) {
-    if (non_finite) return kNonFinite;
-    return largest == 0.0 ? 0 : ilogb(largest) + 1;
-}
+// A sum of squares kept as sum * 4^exponent with every term scaled by the same power of two
+// (no overflow or underflow for any float64), merged exactly by rescaling by powers of two.
+struct Squares {
+    double sum = 0.0;
+    int exponent = kEmpty;
+
+    __device__ __forceinline__ void rescale(int to) {
+        sum = exponent == kEmpty ? 0.0 : scalbn(sum, 2 * (exponent - to));
+        exponent = to;
+    }
+    __device__ __forceinline__ void add(double v) {  // v finite, not 0
+        const int e = ilogb(v);
+        if (e > exponent) rescale(e);
+        const double t = scalbn(v, -exponent);
+        sum = fma(t, t, sum);
+    }
+    __device__ __forceinline__ void merge(const Squares& o) {
+        if (o.exponent == kEmpty) return;
+        if (o.exponent > exponent) rescale(o.exponent);
+        sum += o.exponent == exponent ? o.sum : scalbn(o.sum, 2 * (o.exponent - exponent));
+    }
+    // The largest s with 2-norm * 2^s <= target (0 for an all-zero row).
+    __device__ __forceinline__ int shift_to(double target) const {
+        if (exponent == kEmpty || sum == 0.0) return 0;
+        const double root = sqrt(sum);  // the norm is root * 2^exponent
+        int s = ilogb(target) - ilogb(root) - exponent;
+        while (scalbn(root, exponent + s) > target) --s;
+        while (scalbn(root, exponent + s + 1) <= target) ++s;
+        return s;
+    }
+};
 
 }  // namespace blasdx::ozaki
 
 // Rows of an operand viewed as [rows][k] with element strides (row_stride, k_stride); block
 // (32, 32) covers 32 rows, threadIdx.x runs along the contiguous dimension.
 template <bool K_CONTIGUOUS>
-__device__ void ozaki_exponents(const double* __restrict__ x, int rows, int k, blasdx::i64 row_stride,
-                                blasdx::i64 k_stride, int* __restrict__ exponent, double (&largest)[32][33],
-                                int (&bad)[32][33]) {
+__device__ void ozaki_shifts(const double* __restrict__ x, int rows, int k, blasdx::i64 row_stride,
+                             blasdx::i64 k_stride, int* __restrict__ shift, double (&part_sum)[32][33],
+                             int (&part_exponent)[32][33], int (&bad)[32][33]) {
+    using namespace blasdx::ozaki;
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int row = blockIdx.x * 32 + (K_CONTIGUOUS ? ty : tx);
     const int k0 = K_CONTIGUOUS ? tx : ty;
-    double m = 0.0;
+    Squares squares;
     bool non_finite = false;
     if (row < rows) {
         const double* line = x + row * row_stride;
         for (int kk = k0; kk < k; kk += 32) {
             const double v = fabs(line[kk * k_stride]);
-            non_finite |= !(v <= 1.7976931348623157e308);  // inf or NaN
-            m = fmax(m, v);
+            if (!(v <= 1.7976931348623157e308)) non_finite = true;  // inf or NaN
+            else if (v != 0.0) squares.add(v);
         }
     }
-    // reduce over the K threads: threadIdx.x when K is contiguous, else threadIdx.y
-    largest[ty][tx] = m;
+    // merge over the K threads: threadIdx.x when K is contiguous, else threadIdx.y
+    part_sum[ty][tx] = squares.sum;
+    part_exponent[ty][tx] = squares.exponent;
     bad[ty][tx] = non_finite;
     __syncthreads();
     if (ty == 0) {
         const int r = tx;  // the row slot this thread finishes
-        double best = 0.0;
+        Squares total;
         int any = 0;
         for (int i = 0; i < 32; ++i) {
-            best = fmax(best, K_CONTIGUOUS ? largest[r][i] : largest[i][r]);
+            Squares one;
+            one.sum = K_CONTIGUOUS ? part_sum[r][i] : part_sum[i][r];
+            one.exponent = K_CONTIGUOUS ? part_exponent[r][i] : part_exponent[i][r];
+            total.merge(one);
             any |= K_CONTIGUOUS ? bad[r][i] : bad[i][r];
         }
         const int out = blockIdx.x * 32 + r;
-        if (out < rows) exponent[out] = blasdx::ozaki::exponent_of(best, any);
+        if (out < rows) shift[out] = any ? kNonFinite : total.shift_to(ozaki_norm());
     }
 }
 
-extern "C" __global__ void __launch_bounds__(1024) blasdx_ozaki_exponents(
+extern "C" __global__ void __launch_bounds__(1024) blasdx_ozaki_shifts(
     const double* __restrict__ x, int rows, int k, blasdx::i64 row_stride, blasdx::i64 k_stride,
-    int* __restrict__ exponent) {
-    __shared__ double largest[32][33];
-    __shared__ int bad[32][33];
-    if (k_stride == 1) ozaki_exponents<true>(x, rows, k, row_stride, k_stride, exponent, largest, bad);
-    else ozaki_exponents<false>(x, rows, k, row_stride, k_stride, exponent, largest, bad);
+    int* __restrict__ shift) {
+    __shared__ double part_sum[32][33];
+    __shared__ int part_exponent[32][33], bad[32][33];
+    if (k_stride == 1) ozaki_shifts<true>(x, rows, k, row_stride, k_stride, shift, part_sum, part_exponent, bad);
+    else ozaki_shifts<false>(x, rows, k, row_stride, k_stride, shift, part_sum, part_exponent, bad);
 }
 
 namespace blasdx::ozaki {
@@ -111,14 +143,13 @@ __device__ __forceinline__ void write_residues(const double (&v)[16], signed cha
 
 template <bool K_CONTIGUOUS>
 __device__ void slices(const double* __restrict__ x, int rows, int k, i64 row_stride, i64 k_stride,
-                       const int* __restrict__ exponent, int p, signed char* __restrict__ out, int ld,
+                       const int* __restrict__ row_shift, signed char* __restrict__ out, int ld,
                        i64 slice_stride, double* tile, int* shift) {
     const int t = threadIdx.x;
     const int row0 = blockIdx.y * kTileRows, k_base = blockIdx.x * kTileK;
     if (t < kTileRows) {
         const int row = row0 + t;
-        const int e = row < rows ? exponent[row] : kNonFinite;
-        shift[t] = e == kNonFinite ? kNonFinite : p - e;
+        shift[t] = row < rows ? row_shift[row] : kNonFinite;
     }
     __syncthreads();
 #pragma unroll 4
@@ -146,12 +177,12 @@ __device__ void slices(const double* __restrict__ x, int rows, int k, i64 row_st
 // columns from k to ld are written as zeros).
 extern "C" __global__ void __launch_bounds__(256) blasdx_ozaki_slices(
     const double* __restrict__ x, int rows, int k, blasdx::i64 row_stride, blasdx::i64 k_stride,
-    const int* __restrict__ exponent, int p, signed char* __restrict__ out, int ld, blasdx::i64 slice_stride) {
+    const int* __restrict__ row_shift, signed char* __restrict__ out, int ld, blasdx::i64 slice_stride) {
     using namespace blasdx::ozaki;
     __shared__ double tile[kTileRows * kTileStride];
     __shared__ int shift[kTileRows];
-    if (k_stride == 1) slices<true>(x, rows, k, row_stride, k_stride, exponent, p, out, ld, slice_stride, tile, shift);
-    else slices<false>(x, rows, k, row_stride, k_stride, exponent, p, out, ld, slice_stride, tile, shift);
+    if (k_stride == 1) slices<true>(x, rows, k, row_stride, k_stride, row_shift, out, ld, slice_stride, tile, shift);
+    else slices<false>(x, rows, k, row_stride, k_stride, row_shift, out, ld, slice_stride, tile, shift);
 }
 
 namespace blasdx::ozaki {
@@ -174,10 +205,10 @@ __device__ __forceinline__ void accumulate(const int* __restrict__ c, i64 slice_
 }  // namespace blasdx::ozaki
 
 // D = alpha * A B + beta * C from the residue products c ([moduli][m][n] int32, row-major) and
-// the scale exponents of A's rows and B's columns. Grid-stride, one thread per element of D.
+// the scale shifts of A's rows and B's columns. Grid-stride, one thread per element of D.
 extern "C" __global__ void __launch_bounds__(256) blasdx_ozaki_combine(
-    const int* __restrict__ c_slices, int m, int n, const int* __restrict__ exponent_a,
-    const int* __restrict__ exponent_b, int p, const double* acc, blasdx::i64 acc_row, blasdx::i64 acc_col,
+    const int* __restrict__ c_slices, int m, int n, const int* __restrict__ shift_a,
+    const int* __restrict__ shift_b, const double* acc, blasdx::i64 acc_row, blasdx::i64 acc_col,
     double* d, blasdx::i64 d_row, blasdx::i64 d_col, double alpha, double beta) {
     using blasdx::i64;
     using namespace blasdx::ozaki;
@@ -188,9 +219,9 @@ extern "C" __global__ void __launch_bounds__(256) blasdx_ozaki_combine(
         accumulate<0>(c_slices + i, total, high, low);
         double fraction = high + low;
         fraction -= rint(fraction);
-        const int ea = exponent_a[row], eb = exponent_b[col];
-        double v = (ea == kNonFinite || eb == kNonFinite) ? __longlong_as_double(0x7ff8000000000000ll)
-                                                          : scalbn(fraction * ozaki_product(), ea + eb - 2 * p);
+        const int sa = shift_a[row], sb = shift_b[col];
+        double v = (sa == kNonFinite || sb == kNonFinite) ? __longlong_as_double(0x7ff8000000000000ll)
+                                                          : scalbn(fraction * ozaki_product(), -(sa + sb));
         v *= alpha;
         if (beta != 0.0) v = fma(beta, acc[row * acc_row + col * acc_col], v);
         d[row * d_row + col * d_col] = v;

@@ -2,8 +2,8 @@
 
 Every result is checked element by element against an extended-precision product of the same
 float64 values (long double on the host, 64-bit mantissa) within reference.ozaki_bound: the
-rounding of each operand to p bits of its row's / column's largest, which the scheme states,
-and nothing else. A kernel that lost a residue or a carry would be off by far more. Outputs are
+rounding of each row of x / column of y to integers of 2-norm T, which the scheme states, and
+nothing else. A kernel that lost a residue or a carry would be off by far more. Outputs are
 poisoned with NaN before each call.
 """
 
@@ -62,9 +62,8 @@ def _check(torch, got, x, y, bits, rows=None, acc=None):
         ah = acc.cpu().numpy()[rows] if rows is not None else acc.cpu().numpy()
         ref = ref + ah
         bound += 2.0**-52 * np.abs(ah.astype(np.float64) + (xs @ yh))
-    p = ozaki.residues_for(bits, x.shape[1]).p
-    # the bound's exponents are per row of x: computed on the sampled rows, the same as on all
-    bound = bound + ozaki_bound(xs, yh, p)
+    norm = ozaki.residues_for(bits, x.shape[1]).norm
+    bound = bound + ozaki_bound(xs, yh, norm)  # per row of x: the sampled rows' bounds are those of all
     err = np.abs(gh.astype(np.longdouble) - ref).astype(np.float64)
     assert not np.isnan(gh).any(), "NaN in the result (an element was never written)"
     worst = np.max(err / bound)

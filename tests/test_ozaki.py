@@ -29,10 +29,13 @@ def test_moduli_are_pairwise_coprime_and_fit_int8_residues():
 @pytest.mark.parametrize("k", [1, 64, 4096, 8192, ozaki.MAX_K])
 def test_fewest_moduli_whose_product_holds_every_sum(bits, k):
     scheme = ozaki.residues_for(bits, k)
-    assert scheme.p >= bits + 1
-    assert 2 * k * 4**scheme.p < scheme.product  # |x' y'| <= K 4^p < M / 2: recovered exactly
-    fewer = math.prod(scheme.moduli[:-1])
-    assert 2 * k * 4 ** (bits + 1) >= fewer  # one modulus less would not hold bits + 1
+    t = scheme.norm
+    # rows of 2-norm <= T after rounding gain at most sqrt(K) / 2: |x' y'| < M / 2, recovered exactly
+    assert (2 * t + math.isqrt(k) + 1) ** 2 < 2 * scheme.product
+    assert ozaki.NORM_MARGIN * t >= 2 * math.sqrt(k) * 2.0**bits  # the grid is <= 2^-bits of the largest
+    if scheme.count > 1:  # one modulus less would not keep the bits
+        fewer = ozaki._norm_for(math.prod(scheme.moduli[:-1]), k)
+        assert ozaki.NORM_MARGIN * fewer < 2 * math.sqrt(k) * 2.0**bits
 
 
 def test_the_scheme_grows_with_bits_and_depth():
@@ -50,22 +53,36 @@ def test_the_scheme_grows_with_bits_and_depth():
 # ---------------------------------------------------------------------------------------------
 
 
-def _scaled(a: np.ndarray, p: int) -> tuple[np.ndarray, np.ndarray]:
-    """blasdx_ozaki_exponents + the rounding of blasdx_ozaki_slices: integers |v| <= 2^p, exponents."""
-    e = np.frexp(np.abs(a).max(axis=1))[1]
-    return np.rint(np.ldexp(a, (p - e)[:, None])).astype(np.int64), e
+def _scaled(a: np.ndarray, target: float) -> tuple[list[list[int]], np.ndarray]:
+    """blasdx_ozaki_shifts + the rounding of blasdx_ozaki_slices: integer rows of 2-norm <= T, shifts."""
+    shifts = []
+    for row in a:
+        norm = float(np.linalg.norm(row))
+        s = 0
+        if norm:
+            s = math.floor(math.log2(target / norm))
+            while math.ldexp(norm, s) > target:
+                s -= 1
+            while math.ldexp(norm, s + 1) <= target:
+                s += 1
+        shifts.append(s)
+    shifts = np.array(shifts)
+    ints = [[int(v) for v in np.rint(np.ldexp(row, s))] for row, s in zip(a, shifts)]
+    return ints, shifts
 
 
-def _symmetric(v: np.ndarray, m: int) -> np.ndarray:
-    r = v % m
+def _symmetric(v: list[list[int]], m: int) -> np.ndarray:
+    r = np.array([[e % m for e in row] for row in v], dtype=np.int64)
     return np.where(r > (m - 1) // 2, r - m, r)
 
 
 def _model(x: np.ndarray, y: np.ndarray, scheme: ozaki.Residues) -> np.ndarray:
     """x @ y as kernels/ozaki.cu computes it, with the engine's int32 products (wrapping like int32)."""
-    p = scheme.p
-    xs, ex = _scaled(x, p)
-    ys, ey = _scaled(y.T, p)
+    target = ozaki._below(scheme.norm)
+    xs, ex = _scaled(x, target)
+    ys, ey = _scaled(y.T, target)
+    exact = np.array([[sum(a * b for a, b in zip(r, c)) for c in ys] for r in xs], dtype=object)
+    assert np.all(2 * np.abs(exact) < scheme.product)  # Cauchy-Schwarz: recovered exactly
     total = scheme.product
     high = np.zeros((x.shape[0], y.shape[1]))
     low = np.zeros_like(high)
@@ -82,7 +99,7 @@ def _model(x: np.ndarray, y: np.ndarray, scheme: ozaki.Residues) -> np.ndarray:
         low = low + t * lo
     fraction = high + low
     fraction = fraction - np.rint(fraction)
-    return np.ldexp(fraction * float(total), (ex[:, None] + ey[None, :] - 2 * p))
+    return np.ldexp(fraction * float(total), -(ex[:, None] + ey[None, :]))
 
 
 def _exact(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -98,7 +115,7 @@ def test_host_model_is_within_the_bound(m, n, k, bits):
     y = rng.standard_normal((k, n))
     scheme = ozaki.residues_for(bits, k)
     got, ref = _model(x, y, scheme), _exact(x, y)
-    bound = ozaki_bound(x, y, scheme.p) + 2.0**-60 * (np.abs(x) @ np.abs(y))
+    bound = ozaki_bound(x, y, scheme.norm) + 2.0**-60 * (np.abs(x) @ np.abs(y))
     assert np.all(np.abs(got - ref) <= bound)
     if bits == 52:  # every element keeps float64-level accuracy relative to sum |x||y|
         assert np.max(np.abs(got - ref) / (np.abs(x) @ np.abs(y))) < 2.0**-50
@@ -107,7 +124,7 @@ def test_host_model_is_within_the_bound(m, n, k, bits):
 def test_the_largest_sums_do_not_wrap():
     k = 4096
     scheme = ozaki.residues_for(52, k)
-    x = np.full((3, k), 1 - 2.0**-40)  # every scaled element is 2^p: the sum reaches K 4^p
+    x = np.full((3, k), 1 - 2.0**-40)  # equal elements: the sums reach ||x'|| ||y'||, the bound
     y = np.full((k, 2), -(1 - 2.0**-40))
     got = _model(x, y, scheme)
     assert np.allclose(got, x @ y, rtol=2.0**-50, atol=0)
@@ -125,7 +142,7 @@ def test_rows_of_zeros_give_zeros():
 
 
 @pytest.mark.parametrize("bits", [52, 20])
-@pytest.mark.parametrize("kernel", ["blasdx_ozaki_exponents", "blasdx_ozaki_slices", "blasdx_ozaki_combine"])
+@pytest.mark.parametrize("kernel", ["blasdx_ozaki_shifts", "blasdx_ozaki_slices", "blasdx_ozaki_combine"])
 def test_kernels_compile_for_sm90_without_local_memory(kernel, bits):
     compiled = cached_compile(ozaki.ozaki_source(ozaki.residues_for(bits, 4096)), kernel, "sm_90")
     assert compiled.local_memory == 0, compiled
@@ -147,7 +164,7 @@ def test_float64_with_bits_runs_as_int8_residue_products(encoder):
     assert plan.scheme == emulation.Scheme("ozaki", 16, 52)
     text = plan.describe()
     assert "float64 as 16 int8 residue products" in text and "ozaki (16 products, 52 bits)" in text
-    assert plan.kernel.gemm.batch == 16 and plan.kernel.gemm.a == dt.int8
+    assert plan.kernel.gemm.batch == 16 and plan.kernel.gemm.a == dt.int8 and "2-norm <= 2^" in text
     assert "repacked" not in plan.kernel.gemm.describe()  # residues are written K-major
 
 
