@@ -75,6 +75,13 @@ def tolerance(
     return base
 
 
+def _norms(a: np.ndarray, axis: int) -> np.ndarray:
+    """2-norms along ``axis`` without overflow or underflow (each line scaled by its largest first)."""
+    largest = np.abs(a).max(axis=axis, keepdims=True)
+    scale = np.where(largest > 0, largest, 1.0)
+    return (np.sqrt(((a / scale) ** 2).sum(axis=axis, keepdims=True)) * scale).squeeze(axis)
+
+
 def ozaki_bound(x: np.ndarray, y: np.ndarray, norm: float) -> np.ndarray:
     """Elementwise bound on |x @ y computed as int8 residue products (blasdx.ozaki) - the exact x @ y|.
 
@@ -90,7 +97,7 @@ def ozaki_bound(x: np.ndarray, y: np.ndarray, norm: float) -> np.ndarray:
 
     x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     k = x.shape[1]
-    rows, cols = np.linalg.norm(x, axis=1), np.linalg.norm(y, axis=0)
+    rows, cols = _norms(x, 1), _norms(y, 0)
     target = norm * NORM_MARGIN * (1 - 2.0**-40)  # numpy's norms are not the kernels' to the last bit
     d, g = rows / target, cols / target
     rounding = d[:, None] * np.abs(y).sum(axis=0)[None, :] + g[None, :] * np.abs(x).sum(axis=1)[:, None]
