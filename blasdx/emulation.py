@@ -10,6 +10,10 @@ keeps at least that many.
   It runs on the Hopper engine; where the engine does not run, the native float32 kernel
   keeps the bits at CUDA-core speed.
 * other types: their own products keep their own mantissa; asking for more is refused.
+
+The block-level GEMM (a descriptor with ``MantissaBits``) runs the schemes of
+:func:`resolve_block`: tf32 and 3xtf32 on mma.sync for float32 on sm_80 and newer
+(kernels/blasdx/mma_3xtf32.cuh), native products for everything else.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from dataclasses import dataclass
 from . import dtypes as _dt
 from .errors import ExecutionError
 
-__all__ = ["Scheme", "NATIVE_BITS", "resolve"]
+__all__ = ["Scheme", "NATIVE_BITS", "BLOCK_SCHEMES", "resolve", "resolve_block"]
 
 #: Mantissa bits (stored, without the implicit one) each input type's own products keep.
 NATIVE_BITS = {
@@ -63,3 +67,22 @@ def resolve(dtype: _dt.DType, mantissa_bits: int | None) -> Scheme:
     raise ExecutionError(
         f"mantissa_bits: {dtype.name} inputs keep at most {native} mantissa bits; {mantissa_bits} were asked for"
     )
+
+
+#: Schemes the block-level GEMM (kernels/blasdx/block_gemm.cuh) runs: mma.sync tf32 needs sm_80.
+BLOCK_SCHEMES = {"native": 0, "tf32": 80, "3xtf32": 80}
+
+
+def resolve_block(dtype: _dt.DType, mantissa_bits: int | None, sm: int | None) -> Scheme:
+    """The scheme a block-level GEMM of ``dtype`` inputs on ``sm`` runs to keep ``mantissa_bits``.
+
+    The rules (and errors) of :func:`resolve`; where the block GEMM does not run the scheme
+    :func:`resolve` names (tf32 parts before sm_80, or array-call emulations that have no
+    block-level kernel, such as float64 on int8 slices), the type's own products run, which
+    keep every bit it has (float64: DMMA, float32 before sm_80: FFMA).
+    """
+    scheme = resolve(dtype, mantissa_bits)
+    needs = BLOCK_SCHEMES.get(scheme.name)
+    if needs is None or (sm is not None and sm < needs):
+        return resolve(dtype, None)
+    return scheme
