@@ -236,6 +236,8 @@ def _mma_warp_tile(p: Problem, family: str) -> tuple[int, int]:
     """
     am, an, _ = atom_shape(family)
     acc_bytes = _dt.find_combination(p.a, p.b, p.c, p.is_complex).accumulator.size * (2 if p.is_complex else 1)
+    if p.scheme == "3xtf32":  # each step's three products are summed apart first (mma_3xtf32.cuh): twice the registers
+        acc_bytes *= 2
     fm = max(1, min(64, round_up(p.m, am)) // am)
     fn = max(1, min(64, round_up(p.n, an)) // an)
 

@@ -162,3 +162,28 @@ def test_small_batched_matmul_and_mma_take_the_block_kernel(sm, bits):
     assert plan.kind == "block" and plan.desc.scheme.name == "3xtf32", plan.describe()
     err = (torch.linalg.norm(out.double() - (ref + 0.25)) / torch.linalg.norm(ref + 0.25)).item()
     assert err <= tol, f"bx.mma: relative error {err:.3e} exceeds {tol:.1e}"
+
+
+@pytest.mark.parametrize("size, arr", [((32, 32, 32), (R, C, C)), ((17, 33, 9), (C, R, R)), ((48, 40, 128), (R, R, C))],
+                         ids=lambda v: "x".join(map(str, v)) if isinstance(v[0], int) else "".join(x.name[0] for x in v))
+def test_complex(sm, size, arr):
+    """Complex float32: four real 3xtf32 products per complex one (re: ar br - ai bi, im: ar bi + ai br)."""
+    desc = descriptor(size, sm, arr) + bx.Type.complex
+    assert desc.scheme.name == "3xtf32"
+    m, n, k = size
+    rng = np.random.default_rng(m * n * k)
+    vc = dt.complex_of(dt.float32)
+    for alpha, beta in ((1, 0), (complex(-1.5, 0.25), complex(0.5, -1))):
+        a_host = random_operand(dt.float32, (2, m, k), rng, is_complex=True)
+        b_host = random_operand(dt.float32, (2, k, n), rng, is_complex=True)
+        c_host = random_operand(dt.float32, (2, m, n), rng, is_complex=True)
+        if beta == 0:
+            c_host[...] = np.nan
+        lda, ldb, ldc = desc.leading_dimension
+        a = strided_operand(a_host, vc, arr[0] is R, lda)
+        b = strided_operand(b_host, vc, arr[1] is R, ldb)
+        c = strided_operand(c_host, vc, arr[2] is R, ldc)
+        desc.execute(a, b, c, alpha=alpha, beta=beta)
+        ref = reference_gemm(a_host, b_host, c_host, alpha, beta)
+        assert_close(torch_to_host(c, vc), ref, tolerance(dt.float32, dt.float32, k, scheme="3xtf32"),
+                     what=f"C of {desc!r} alpha={alpha} beta={beta}")

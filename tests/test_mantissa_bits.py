@@ -125,14 +125,22 @@ def test_3xtf32_on_sm90a_stays_on_mma_sync():
     assert not arch_specific.plan.is_wgmma
 
 
-def test_the_plan_is_tf32s():
-    """3xtf32 tiles, threads and shared memory are those of a tf32 GEMM of the same shape."""
-    for size, order in itertools.product([(64, 64, 64), (37, 29, 19), (128, 64, 32)], itertools.product((R, C), (R, C))):
+def test_the_plan_is_tf32s_with_warp_tiles_for_twice_the_accumulators():
+    """3xtf32 runs tf32's instruction on tf32's shared-memory layouts; each step's products are
+    summed apart before they enter the accumulators, so warp tiles keep the accumulator budget
+    for twice the registers (and are never larger than tf32's)."""
+    for size, order in itertools.product([(64, 64, 64), (37, 29, 19), (128, 128, 64)],
+                                         itertools.product((R, C), (R, C))):
         extra = bx.Arrangement(*order, C)
         three = gemm(size, (bx.float32,), 80, extra, bx.MantissaBits(23))
         tf32 = gemm(size, (bx.tfloat32, bx.tfloat32, bx.float32), 80, extra)
-        assert three.plan == tf32.plan
+        assert three.instruction == tf32.instruction == "mma.sync.m16n8k8"
+        assert (three.plan.smem_a, three.plan.smem_b) == (tf32.plan.smem_a, tf32.plan.smem_b)
         assert three.shared_memory_size == tf32.shared_memory_size
+        fm, fn = three.plan.warp_tile
+        assert fm * fn * 16 * 8 * 4 * 2 // 32 <= 256  # accumulator + step sum: 256 bytes per thread
+        assert fm * fn <= tf32.plan.warp_tile[0] * tf32.plan.warp_tile[1]
+    assert gemm((128, 128, 64), (bx.float32,), 80, bx.MantissaBits(23)).plan.warp_tile == (2, 4)
 
 
 def test_generated_source_names_the_atom_and_its_header():
@@ -167,8 +175,11 @@ def test_three_tf32_mma_per_step_split_in_registers(sm, size, order):
     sass, sass_one = three.sass(), one.sass()
     assert three.local_memory == 0 and not re.search(r"\b(LDL|STL)\b", sass)
     hmma, hmma_one = len(HMMA_TF32.findall(sass)), len(HMMA_TF32.findall(sass_one))
-    assert hmma_one > 0 and hmma == 3 * hmma_one
     desc = gemm(size, (bx.float32,), sm, extra, bx.MantissaBits(23))
+    assert desc.plan.warp_tile == gemm(size, (bx.float32,), sm, extra, bx.MantissaBits(10)).plan.warp_tile
+    assert hmma_one > 0 and hmma == 3 * hmma_one
+    # each step's sum enters the accumulators by rounded f32 adds: 4 FADD per three HMMA at least
+    assert len(re.findall(r"\bFADD ", sass)) >= 4 * hmma // 3
     fm, fn = desc.plan.warp_tile
     splits, steps = len(SPLIT.findall(sass)), hmma // 3
     per_fragment = steps * (4 * fm + 2 * fn) // (fm * fn)  # A: 4 values per fragment, B: 2
@@ -215,7 +226,7 @@ def _split(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return hi, (x - hi).astype(np.float32)
 
 
-@pytest.mark.parametrize("k", [32, 256, 2048])
+@pytest.mark.parametrize("k", [32, 256, 2048, 4096])
 def test_a_numpy_model_of_the_scheme_meets_the_tolerance(k):
     """Three tf32 products of the parts (exact products, f32 sums per 8-deep step) stay within
     tolerance(scheme="3xtf32"); one tf32 product does not."""
@@ -226,10 +237,12 @@ def test_a_numpy_model_of_the_scheme_meets_the_tolerance(k):
     al, bl = _tf32_truncate(al), _tf32_truncate(bl)
     assert np.array_equal(_tf32_truncate(ah), ah) and np.all(np.abs(a - ah - al) <= 2.0**-21 * np.abs(a))
     acc = np.zeros((48, 40), np.float32)
-    for k0 in range(0, k, 8):
+    for k0 in range(0, k, 8):  # one mma.sync step: its three products summed from zero, then added
         s = slice(k0, k0 + 8)
+        step = np.zeros((48, 40), np.float32)
         for x, y in ((al, bh), (ah, bl), (ah, bh)):
-            acc = (acc + (x[:, s].astype(np.float64) @ y[s, :].astype(np.float64))).astype(np.float32)
+            step = (step + (x[:, s].astype(np.float64) @ y[s, :].astype(np.float64))).astype(np.float32)
+        acc = acc + step
     ref = a.astype(np.float64) @ b.astype(np.float64)
     err = relative_error(acc, ref)
     assert err <= tolerance(dt.float32, dt.float32, k, scheme="3xtf32")
