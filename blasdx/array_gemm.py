@@ -32,6 +32,7 @@ from . import emulation as _emulation
 from . import execute as _execute
 from . import hopper as _hopper
 from . import hopper_wide as _hopper_wide
+from . import ozaki as _ozaki
 from . import tiled as _tiled
 from .arrays import ArrayView, DeviceArray, as_array, resolve_stream
 from .errors import DeviceError, ExecutionError
@@ -64,7 +65,8 @@ RULES = {
     "types": "(x, y, acc) element types form one of the supported rows",
     "fast": "fast_accumulation applies to fp8 inputs (float8_e4m3, float8_e5m2) only",
     "bits": "mantissa_bits is the minimum the products keep: float32 inputs take 1-23 (tf32 up to 10, 3xtf32 "
-            "beyond), other types at most their own",
+            "beyond), float64 1-52 (int8 residue products, bits relative to each row's / column's largest), other "
+            "types at most their own",
 }
 
 _FP8 = (_dt.float8_e4m3, _dt.float8_e5m2)
@@ -324,6 +326,16 @@ def plan_call(
         _check_out_shape(out, plan)
     mo = None if out is None else _matrix(out, "out")
     plan.result_layout = mo
+    if scheme.name == "ozaki":
+        emulated, why = _ozaki_plan(vx, vy, m, n, k, batch, device, scheme)
+        if emulated is not None:
+            plan.scheme = _emulation.resolve(vx.dtype, scheme.mantissa_bits, k)
+            plan.kind, plan.kernel = "hopper", emulated
+            return plan
+        scheme = plan.scheme = _emulation.resolve(vx.dtype, None)
+        fallback = f"int8 emulation not run ({why}): native float64 products keep the bits"
+    else:
+        fallback = None
     arch_specific = fast_accumulation and device.sm == 90 and vx.dtype in _FP8
     desc = None
     if allow_block:  # 3xtf32: the block GEMM's mma.sync split (MantissaBits), sm_80 and newer
@@ -333,7 +345,7 @@ def plan_call(
     tile = _tiled.tile_shape(vx.dtype, m, n, device.sm, result)
     tiles = math.ceil(m / tile.m) * math.ceil(n / tile.n)
     if desc is not None and (tiles == 1 or plan.batch >= device.multiprocessors):
-        plan.kind, plan.desc = "block", desc
+        plan.kind, plan.desc, plan.reason = "block", desc, fallback
         if bits is not None and desc.scheme.name != scheme.name:  # before sm_80: FFMA keeps every float32 bit
             plan.scheme = desc.scheme
             plan.reason = f"{scheme.name} not run (mma.sync tf32 needs sm_80): native float32 products keep the bits"
@@ -342,6 +354,8 @@ def plan_call(
     engine, plan.reason = _engine_plan(vx, vy, mx, my, result, m, n, k, plan.batch, device, out,
                                        fast_accumulation=fast_accumulation,
                                        scheme="3xtf32" if scheme.name == "3xtf32" else "native")
+    if fallback is not None:
+        plan.reason = fallback if plan.reason is None else f"{fallback}; {plan.reason}"
     if engine is not None:
         plan.kind, plan.kernel = "hopper", engine
         return plan
@@ -394,6 +408,23 @@ def _engine_plan(vx: ArrayView, vy: ArrayView, mx: Matrix, my: Matrix, result: _
     except ExecutionError as exc:  # TMA refused an operand: the multi-block kernel reads anything
         return None, f"TMA: {exc}"
     return engine, None
+
+
+def _ozaki_plan(vx: ArrayView, vy: ArrayView, m: int, n: int, k: int, batch: int | None, device: _DeviceInfo,
+                scheme: _emulation.Scheme) -> tuple[Any, str | None]:
+    """The float64-on-int8 plan of this call (blasdx.ozaki), or (None, why it does not run)."""
+    if device.sm != 90:
+        return None, f"the int8 engine needs sm_90 (this GPU is sm_{device.sm})"
+    if batch is not None:
+        return None, "batches run as plain float64"
+    if min(m, n, k) == 0:
+        return None, "an empty product"
+    if k > _ozaki.MAX_K:
+        return None, f"K = {k} exceeds the {_ozaki.MAX_K} whose int32 residue sums are exact"
+    try:
+        return _ozaki.OzakiPlan(m, n, k, scheme.mantissa_bits, device.multiprocessors), None
+    except ExecutionError as exc:  # TMA refused the residue operands (not expected: they are K-major, padded)
+        return None, f"TMA: {exc}"
 
 
 def _check_out_shape(vout: ArrayView, plan: CallPlan) -> None:

@@ -16,7 +16,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from . import dtypes as _dt
-from . import emulation as _emulation
+from . import schemes as _schemes
 from . import heuristics as _h
 from . import operators as _operators
 from . import runtime as _runtime  # source / compile / execute: the one way up
@@ -295,11 +295,11 @@ class Descriptor:
         return op.bits if op is not None else None
 
     @property
-    def scheme(self) -> _emulation.Scheme:
-        """How the products are formed (blasdx.emulation.Scheme): ``name`` ("native", "tf32",
+    def scheme(self) -> _schemes.Scheme:
+        """How the products are formed (blasdx.schemes.Scheme): ``name`` ("native", "tf32",
         "3xtf32"), ``products`` (tensor-core products per product) and the mantissa bits kept.
 
-        The cheapest scheme that keeps MantissaBits (:func:`blasdx.emulation.resolve_block`):
+        The cheapest scheme that keeps MantissaBits (:func:`blasdx.schemes.resolve_block`):
         float32 asking for 11-23 bits runs 3xtf32 on mma.sync, 1-10 bits tf32 (sm_80 and
         newer; FFMA before, which keeps every bit); other types, float64 included, keep their
         own products. Without MantissaBits, the type's own products.
@@ -307,9 +307,9 @@ class Descriptor:
         a, b, _ = self.precision
         sm = self._get(SM)
         try:
-            scheme = _emulation.resolve_block(a, self.mantissa_bits, sm.cc if sm else None)
+            scheme = _schemes.resolve_block(a, self.mantissa_bits, sm.cc if sm else None)
             if b != a:  # mixed fp8 / 8-bit integers: B must keep the bits too
-                _emulation.resolve(b, self.mantissa_bits)
+                _schemes.resolve_block(b, self.mantissa_bits, sm.cc if sm else None)
         except ExecutionError as exc:
             raise DescriptorError(
                 f"{self._get(MantissaBits)!r} and {self._precision!r}: "

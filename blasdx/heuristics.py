@@ -24,6 +24,7 @@ __all__ = [
     "atom_shape",
     "c_over_ab_layout",
     "padded_leading_dimension",
+    "wgmma_k_major",
     "wgmma_tile_n",
     "plan_kernel",
     "vector_bytes",
@@ -464,6 +465,7 @@ _WGMMA_INPUTS = {
     (_dt.float16, _dt.float16): (_dt.float16, _dt.float32),
     (_dt.bfloat16, _dt.bfloat16): (_dt.float32,),
     **{(a, b): (_dt.float32,) for a in (_dt.float8_e4m3, _dt.float8_e5m2) for b in (_dt.float8_e4m3, _dt.float8_e5m2)},
+    **{(a, b): (_dt.int32,) for a in (_dt.int8, _dt.uint8) for b in (_dt.int8, _dt.uint8)},
 }
 #: Bytes of K one wgmma instruction reads per row (k16 for 16-bit, k32 for 8-bit types).
 _WGMMA_K_BYTES = 32
@@ -471,19 +473,29 @@ _WGMMA_K_BYTES = 32
 _WGMMA_MAX_GROUPS = 2
 
 
+def wgmma_k_major(p: Problem) -> tuple[bool, bool]:
+    """Whether A and B sit K-major in the wgmma panels: in their global order for 16-bit types
+    (whose instructions transpose), always for 8-bit ones (fp8 and s8/u8 instructions read K-major
+    only, so column-major A and row-major B are transposed on their way into shared memory)."""
+    eight_bit = p.a.size == 1
+    return p.a_row_major or eight_bit, not p.b_row_major or eight_bit
+
+
 def wgmma_tile_n(p: Problem, threads: int | None = None) -> int | None:
     """Columns of C per warpgroup tile when the block GEMM can run on wgmma, else None.
 
     wgmma is chosen exactly when: the target is sm_90a; the GEMM is real with f16/bf16 inputs
-    (-> f16 or f32 accumulation) or e4m3/e5m2 inputs (-> f32); M is a multiple of 64, N a
-    multiple of 8 up to 256 and K a multiple of the instruction's K (16, or 32 for fp8); fp8
-    has A row-major and B column-major (its instructions read both K-major); row-major
-    (N-major) B has N a multiple of 16 (its panels are at least 32 bytes wide); and the
-    block, when BlockDim fixes it, is whole warpgroups (a multiple of 128 threads).
+    (-> f16 or f32 accumulation), e4m3/e5m2 inputs (-> f32) or s8/u8 inputs (-> s32); M is a
+    multiple of 64, N a multiple of 8 up to 256 and K a multiple of the instruction's K (16, or
+    32 for 8-bit types); N-major B in shared memory (row-major 16-bit B) has N a multiple of 16
+    (its panels are at least 32 bytes wide); and the block, when BlockDim fixes it, is whole
+    warpgroups (a multiple of 128 threads). 8-bit operands in any arrangement qualify: those
+    that are not K-major are transposed into K-major panels (``wgmma_k_major``), which costs
+    byte permutes on the way in and nothing in the product.
 
     The tile is 64 rows by the widest divisor of N whose accumulator stays within 256 bytes
-    per thread (128 columns of f32, 256 of f16), like the warp-level rule; N-major B takes
-    divisors that are multiples of 16.
+    per thread (128 columns of f32 or s32, 256 of f16), like the warp-level rule; N-major B
+    takes divisors that are multiples of 16.
     """
     if not (p.sm == 90 and p.arch_specific) or p.is_complex:
         return None
@@ -494,9 +506,7 @@ def wgmma_tile_n(p: Problem, threads: int | None = None) -> int | None:
         return None
     if p.m % 64 or p.n % 8 or p.n > 256 or (p.k * p.a.size) % _WGMMA_K_BYTES:
         return None
-    if p.a.size == 1 and not (p.a_row_major and not p.b_row_major):
-        return None
-    step = 16 if p.b_row_major else 8
+    step = 8 if wgmma_k_major(p)[1] else 16
     widest = _ACCUMULATOR_BYTES_PER_THREAD * 128 // (64 * row.accumulator.size)
     tiles = [w for w in range(step, min(widest, p.n) + 1, step) if p.n % w == 0]
     return max(tiles) if tiles else None
@@ -521,18 +531,19 @@ def _panel_layout(rows: int, cols: int, row_major: bool, element_size: int, pane
 
 
 def wgmma_smem_layouts(p: Problem, tile_n: int) -> tuple[SmemLayout, SmemLayout]:
-    """Shared-memory layouts of A and B on the wgmma path: swizzled panels in the global order.
+    """Shared-memory layouts of A and B on the wgmma path: swizzled panels, K-major or in the global order.
 
-    K-major operands (row-major A, column-major B) take the widest swizzle that divides a
-    row of K. M-major A takes 128-byte panels (64 rows of 16-bit values: what one
-    instruction reads). N-major B takes panels no wider than the narrowest instruction of a
-    tile (tiles are issued as power-of-two widths), at most 128 bytes.
+    K-major operands (row-major A, column-major B, and every 8-bit operand: ``wgmma_k_major``)
+    take the widest swizzle that divides a row of K. M-major A takes 128-byte panels (64 rows
+    of 16-bit values: what one instruction reads). N-major B takes panels no wider than the
+    narrowest instruction of a tile (tiles are issued as power-of-two widths), at most 128 bytes.
     """
     a_bytes, b_bytes = p.a.size, p.b.size
-    pa = _panel_bytes(p.k * a_bytes) if p.a_row_major else 128
+    a_k_major, b_k_major = wgmma_k_major(p)
+    pa = _panel_bytes(p.k * a_bytes) if a_k_major else 128
     narrowest = tile_n & -tile_n
-    pb = min(128, narrowest * b_bytes) if p.b_row_major else _panel_bytes(p.k * b_bytes)
-    return (_panel_layout(p.m, p.k, p.a_row_major, a_bytes, pa), _panel_layout(p.k, p.n, p.b_row_major, b_bytes, pb))
+    pb = _panel_bytes(p.k * b_bytes) if b_k_major else min(128, narrowest * b_bytes)
+    return (_panel_layout(p.m, p.k, a_k_major, a_bytes, pa), _panel_layout(p.k, p.n, not b_k_major, b_bytes, pb))
 
 
 def wgmma_instruction(p: Problem, tile_n: int) -> str:

@@ -15,7 +15,8 @@ import numpy as np
 
 from . import dtypes as _dt
 
-__all__ = ["reference_gemm", "random_operand", "to_float64", "tolerance", "relative_error", "assert_close"]
+__all__ = ["reference_gemm", "random_operand", "to_float64", "tolerance", "ozaki_bound", "relative_error",
+           "assert_close"]
 
 _U = {"float16": 2.0**-11, "float32": 2.0**-24, "float64": 2.0**-53, "tfloat32": 2.0**-11}
 
@@ -72,6 +73,30 @@ def tolerance(
         if accumulator == _dt.float16:
             base += 8 * _U["float16"] * math.sqrt(k)
     return base
+
+
+def ozaki_bound(x: np.ndarray, y: np.ndarray, norm: float) -> np.ndarray:
+    """Elementwise bound on |x @ y computed as int8 residue products (blasdx.ozaki) - the exact x @ y|.
+
+    Row i of x is scaled by the largest 2^s_i that keeps its 2-norm within T = ``norm`` (the
+    kernels aim a hair lower, ozaki.NORM_MARGIN) and rounded to integers, so each element moves by
+    at most d_i = 2^(-s_i - 1) < ||x_i|| / (T NORM_MARGIN); column j of y by g_j likewise. The
+    rounded operands' product is recovered exactly, so the error is that of the rounding,
+    d_i sum_k |y_kj| + g_j sum_k |x_ik| + K d_i g_j, plus the float64 roundings of putting the
+    product back together: 4 * 2^-53 of the result and 2^-80 ||x_i|| ||y_j|| for the sum of
+    fractions (whose error is about 2^-85 of M, with M < 8 T^2 and 2^-s_i < 2 ||x_i|| / T).
+    """
+    from .ozaki import NORM_MARGIN
+
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    k = x.shape[1]
+    rows, cols = np.linalg.norm(x, axis=1), np.linalg.norm(y, axis=0)
+    target = norm * NORM_MARGIN * (1 - 2.0**-40)  # numpy's norms are not the kernels' to the last bit
+    d, g = rows / target, cols / target
+    rounding = d[:, None] * np.abs(y).sum(axis=0)[None, :] + g[None, :] * np.abs(x).sum(axis=1)[:, None]
+    rounding += k * d[:, None] * g[None, :]
+    fraction = 2.0**-80 * rows[:, None] * cols[None, :]
+    return rounding + fraction + 4 * 2.0**-53 * np.abs(x @ y)
 
 
 def to_float64(x: np.ndarray) -> np.ndarray:

@@ -8,8 +8,9 @@
 // element is scaled and stored straight to global memory. C is read only when beta != 0,
 // so NaN in C stays out.
 //
-// Plans with use_wgmma (sm_90a) copy A and B into swizzled panels instead and multiply with
-// WarpgroupGemm; everything else is the same.
+// Plans with use_wgmma (sm_90a) copy A and B into swizzled panels instead (8-bit operands
+// that are not K-major transposed on the way) and multiply with WarpgroupGemm; everything
+// else is the same.
 #include "blasdx/block_gemm.cuh"
 #include "blasdx/copy.cuh"
 #include "blasdx/warpgroup_gemm.cuh"
@@ -54,11 +55,11 @@ __device__ __forceinline__ void scale_store(complex<T>* dst, complex<S> alpha, c
 template <class C>
 __device__ __forceinline__ void load_operands(unsigned char* smem, const typename C::a_type* a,
                                               const typename C::b_type* b, int tid) {
-    if constexpr (C::use_wgmma) {  // swizzled panels, read by wgmma through the async proxy
-        wgmma::copy_to_panels<typename C::a_type, C::a_outer, C::a_inner, C::lda, C::a_panel_bytes, C::copy_bytes_a,
-                              C::threads>(smem, a, tid);
-        wgmma::copy_to_panels<typename C::b_type, C::b_outer, C::b_inner, C::ldb, C::b_panel_bytes, C::copy_bytes_b,
-                              C::threads>(smem + C::smem_b_offset, b, tid);
+    if constexpr (C::use_wgmma) {  // swizzled panels (8-bit: K-major, transposed where needed), read by wgmma
+        using WG = WarpgroupGemm<C>;
+        WG::template load_a<C::lda, C::copy_bytes_a>(reinterpret_cast<typename C::a_type*>(smem), a, tid);
+        WG::template load_b<C::ldb, C::copy_bytes_b>(reinterpret_cast<typename C::b_type*>(smem + C::smem_b_offset), b,
+                                                     tid);
         copy_wait_all();
         wgmma::proxy_fence();
     } else {

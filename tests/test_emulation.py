@@ -24,7 +24,7 @@ from .test_hopper import SMS, col, view
     (dt.float32, 23, "3xtf32", 3, 23),
     (dt.float16, 10, "native", 1, 10),
     (dt.bfloat16, 7, "native", 1, 7),
-    (dt.float64, 52, "native", 1, 52),
+    (dt.float64, 52, "ozaki", 16, 52),
 ])
 def test_the_cheapest_scheme_that_keeps_the_bits(dtype, bits, name, products, kept):
     scheme = emulation.resolve(dtype, bits)

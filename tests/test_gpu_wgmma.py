@@ -1,11 +1,12 @@
 """GPU correctness of the wgmma path (sm_90a descriptors on a compute capability 9.0 GPU).
 
-Every combination wgmma runs (f16 -> f16 | f32, bf16 -> f32, e4m3/e5m2 -> f16 | f32), every
-arrangement the path reads (all eight for 16-bit inputs; row-major A and column-major B for
-fp8, either C), at 64^3, 128x128x64, 128^3 and 64x256x32, against the float64 reference
-with C poisoned when beta = 0 and several alpha/beta pairs; then the odd corners of the path
-(tiles issued as several instructions, warpgroups looping over tiles, copies narrower than
-16 bytes, padded leading dimensions, broadcast batches) and sizes that must fall back to
+Every combination wgmma runs (f16 -> f16 | f32, bf16 -> f32, e4m3/e5m2 -> f16 | f32, s8/u8
+in every pair -> s32), every arrangement the path reads (all eight for 16-bit inputs; for 8-bit
+inputs, which are transposed into K-major panels where they are not K-major, each order of A,
+of B and of C), at 64^3, 128x128x64, 128^3 and 64x256x32, against the float64 reference (int8:
+exact) with C poisoned when beta = 0 and several alpha/beta pairs; then the odd corners of the
+path (tiles issued as several instructions, warpgroups looping over tiles, copies narrower than
+16 bytes, padded leading dimensions, odd and broadcast batches) and sizes that must fall back to
 mma.sync on the same target.
 """
 
@@ -27,11 +28,16 @@ pytestmark = pytest.mark.gpu
 R, C = bx.row_major, bx.col_major
 F16, BF16, F32 = bx.float16, bx.bfloat16, bx.float32
 E4, E5 = bx.float8_e4m3, bx.float8_e5m2
+I8, U8, I32 = bx.int8, bx.uint8, bx.int32
 FP8 = (E4, E5)
 SIXTEEN_BIT = [(F16, F16, F16), (F16, F16, F32), (BF16, BF16, F32)]
-EIGHT_BIT = [(a, b, c) for a in FP8 for b in FP8 for c in (F16, F32)]
+EIGHT_BIT = [(a, b, c) for a in FP8 for b in FP8 for c in (F16, F32)] + [(a, b, I32) for a in (I8, U8)
+                                                                          for b in (I8, U8)]
+#: K-major A and B as read; N-major B, M-major A, both (transposed on the way in); each C order.
+EIGHT_BIT_ARRANGEMENTS = [(R, C, C), (R, R, R), (C, R, C), (C, C, R)]
 SIZES = [(64, 64, 64), (128, 128, 64), (128, 128, 128), (64, 256, 32)]
 SCALARS = [(1.0, 0.0), (-1.5, 0.5), (0.5, 1.0)]
+INT_SCALARS = [(1, 0), (-2, 3), (3, 1)]
 
 
 def gemm(size, types, arr, *extra) -> bx.Descriptor:
@@ -48,9 +54,9 @@ def _main_cases():
             for size in SIZES:
                 yield types, arr, size
     for types in EIGHT_BIT:
-        for c_order in (C, R):
+        for arr in EIGHT_BIT_ARRANGEMENTS:
             for size in SIZES:
-                yield types, (R, C, c_order), size
+                yield types, arr, size
 
 
 def _id(types, arr, size, extra=()) -> str:
@@ -76,6 +82,14 @@ CORNERS = [
     ((E4, E5, F32), (R, C, C), (128, 8, 32), ()),  # m64n8k32
     ((E5, E4, F16), (R, C, C), (64, 64, 96), (bx.MaxAlignment,)),  # 32B panels of fp8
     ((E4, E4, F32), (R, C, R), (64, 256, 64), (bx.MaxAlignment,)),
+    ((E4, E5, F32), (R, R, R), (128, 8, 32), ()),  # m64n8k32, B 8 bytes wide transposed
+    ((I8, U8, I32), (R, R, C), (64, 24, 32), (bx.MaxAlignment,)),  # 24 = m64n16 + m64n8, 8-byte pieces
+    ((U8, U8, I32), (C, R, C), (64, 64, 64), ()),  # default alignment: 1-byte pieces transposed
+    ((E5, E4, F16), (C, R, R), (64, 48, 64), (bx.Alignment(2, 2, 2),)),  # 2-byte pieces
+    ((I8, I8, I32), (C, R, C), (64, 128, 64), (bx.MaxAlignment, bx.LeadingDimension(80, 144, 72))),  # padded
+    ((I8, I8, I32), (R, R, R), (128, 128, 64), (bx.MaxAlignment, bx.BlockDim(128))),  # 2 pieces a thread
+    ((U8, I8, I32), (C, R, R), (192, 64, 64), (bx.MaxAlignment, bx.BlockDim(384))),  # 3 warpgroups
+    ((E4, E4, F32), (C, C, C), (128, 128, 32), (bx.MaxAlignment,)),  # 32B panels transposed
 ]
 
 # Sizes and arrangements that keep mma.sync on sm_90a.
@@ -86,8 +100,9 @@ FALLBACKS = [
     ((F16, F16, F16), (R, R, C), (64, 24, 16), ()),
     ((F16, F16, F32), (R, C, C), (64, 264, 16), ()),
     ((F16, F16, F32), (R, C, C), (64, 64, 64), (bx.BlockDim(96),)),
-    ((E4, E4, F32), (C, C, C), (64, 64, 64), ()),
-    ((E5, E4, F16), (R, R, C), (64, 64, 64), ()),
+    ((E4, E4, F32), (R, R, R), (64, 64, 48), ()),  # K not a multiple of 32
+    ((I8, I8, I32), (R, R, R), (32, 64, 64), ()),  # M not a multiple of 64
+    ((U8, I8, I32), (C, R, C), (100, 100, 100), (bx.MaxAlignment,)),
 ]
 
 ALL = [(t, a, s, ()) for t, a, s in MAIN] + CORNERS + FALLBACKS
@@ -107,7 +122,7 @@ def compiled():
 def _check(desc: bx.Descriptor, types, seed: int) -> None:
     row = dt.find_combination(*types, False)
     rng = np.random.default_rng(seed)
-    for alpha, beta in SCALARS:
+    for alpha, beta in INT_SCALARS if row.c.integral else SCALARS:
         run_gemm(desc, row, alpha, beta, rng)
 
 
@@ -139,3 +154,19 @@ def test_wgmma_batches_and_broadcast(compiled, a_batch, b_batch):
     row = dt.find_combination(*types, False)
     run_gemm(desc, row, -1.5, 0.5, np.random.default_rng(21), batch=4, a_batch=a_batch, b_batch=b_batch)
     run_gemm(desc, row, 1.0, 0.0, np.random.default_rng(22), batch=1000)
+
+
+ODD_BATCHES = [((I8, I8, I32), (R, R, R), (128, 128, 128)), ((E4, E4, F32), (R, R, R), (128, 128, 64)),
+               ((U8, I8, I32), (C, R, C), (64, 64, 64))]
+
+
+@pytest.mark.parametrize("types,arr,size", ODD_BATCHES, ids=[_id(*case) for case in ODD_BATCHES])
+def test_8bit_odd_and_broadcast_batches(compiled, types, arr, size):
+    """The benchmarks' layouts (B transposed on the way in) over odd batch counts and broadcasts."""
+    desc = compiled[(types, arr, size, ())]
+    row = dt.find_combination(*types, False)
+    alpha, beta = INT_SCALARS[1] if row.c.integral else SCALARS[1]
+    rng = np.random.default_rng(31)
+    run_gemm(desc, row, alpha, beta, rng, batch=5, a_batch=1)
+    run_gemm(desc, row, alpha, beta, rng, batch=7, b_batch=1)
+    run_gemm(desc, row, INT_SCALARS[0][0] if row.c.integral else 1.0, 0, rng, batch=999)

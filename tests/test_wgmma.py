@@ -1,5 +1,6 @@
 """wgmma on sm_90a (CPU, no GPU): when the plan chooses it, what the plan and config say, the
-swizzle arithmetic of the panels, and that the kernels compile to HGMMA / QGMMA without spills.
+swizzle arithmetic of the panels, and that the kernels compile to HGMMA / QGMMA / IGMMA without
+spills.
 
 The eligibility rule is restated here on its own (``eligible``), not read from blasdx.
 """
@@ -21,11 +22,13 @@ from blasdx import heuristics as h
 
 R, C = bx.row_major, bx.col_major
 F16, BF16, F32, TF32, F64 = bx.float16, bx.bfloat16, bx.float32, bx.tfloat32, bx.float64
-E4, E5, I8, I32 = bx.float8_e4m3, bx.float8_e5m2, bx.int8, bx.int32
+E4, E5, I8, U8, I32 = bx.float8_e4m3, bx.float8_e5m2, bx.int8, bx.uint8, bx.int32
 FP8 = (E4, E5)
+INT8 = (I8, U8)
 SIXTEEN_BIT_ROWS = [(F16, F16, F16), (F16, F16, F32), (BF16, BF16, F32)]
 FP8_ROWS = [(a, b, c) for a in FP8 for b in FP8 for c in (F16, F32)]
-WGMMA_ROWS = SIXTEEN_BIT_ROWS + FP8_ROWS
+INT8_ROWS = [(a, b, I32) for a in INT8 for b in INT8]
+WGMMA_ROWS = SIXTEEN_BIT_ROWS + FP8_ROWS + INT8_ROWS
 SIZES = [(64, 64, 64), (128, 128, 64), (128, 128, 128), (64, 256, 32)]
 
 
@@ -43,13 +46,11 @@ def eligible(m, n, k, a, b, c, a_row_major, b_row_major, threads=None, is_comple
         return False
     if (a, b, c) in SIXTEEN_BIT_ROWS:
         k_step = 16
-    elif a in FP8 and b in FP8 and c in (F16, F32):
-        k_step = 32
-        if not (a_row_major and not b_row_major):  # fp8 reads both operands K-major
+        if b_row_major and n % 16:  # N-major B panels are at least 32 bytes wide
             return False
+    elif (a in FP8 and b in FP8 and c in (F16, F32)) or (a in INT8 and b in INT8 and c == I32):
+        k_step = 32  # any arrangement: operands that are not K-major are transposed into K-major panels
     else:
-        return False
-    if b_row_major and n % 16:
         return False
     return m % 64 == 0 and n % 8 == 0 and n <= 256 and k % k_step == 0
 
@@ -75,6 +76,10 @@ PLANS = [
     (problem(256, 256, 16, F16, F16, F32), "wgmma.m64n128k16", 128, 256),  # 8 tiles, 2 warpgroups
     (problem(64, 64, 64, E4, E5, F16), "wgmma.m64n64k32", 64, 128),
     (problem(128, 8, 32, E5, E5, F32), "wgmma.m64n8k32", 8, 256),
+    (problem(128, 128, 128, I8, I8, I32, True, True), "wgmma.m64n128k32", 128, 256),  # s32: 128 columns
+    (problem(64, 64, 64, U8, I8, I32, False, False), "wgmma.m64n64k32", 64, 128),
+    (problem(128, 128, 64, E4, E4, F32, True, True), "wgmma.m64n128k32", 128, 256),  # N-major B transposed
+    (problem(64, 24, 32, I8, U8, I32, True, True), "wgmma.m64n16k32", 24, 128),  # K-major in smem: step 8
 ]
 
 
@@ -108,6 +113,14 @@ def test_panels_layouts_and_offsets():
     # fp8, K = 64 bytes: 64B panels
     plan = h.plan_kernel(problem(64, 64, 64, E4, E4, F32))
     assert (plan.smem_a.swizzle, plan.smem_b.swizzle) == ("64B", "64B")
+    # 8-bit operands sit K-major whatever their arrangement: M-major A and N-major B are
+    # transposed into K-major panels (int8 128x128x64: 64B panels, rows of 64 K bytes)
+    plan = h.plan_kernel(problem(128, 128, 64, I8, I8, I32, False, True))
+    assert (plan.smem_a.strides, plan.smem_a.swizzle, plan.smem_a.panel_stride) == ((64, 1), "64B", 0)
+    assert (plan.smem_b.strides, plan.smem_b.swizzle, plan.smem_b.panel_stride) == ((1, 64), "64B", 0)
+    assert plan.smem_b_offset == 128 * 64 and plan.smem_b.index(3, 5) == 5 * 64 + 3 ^ (((5 * 64) >> 7) & 3) << 4
+    assert h.wgmma_k_major(problem(64, 64, 64, F16, F16, F32, False, True)) == (False, False)
+    assert h.wgmma_k_major(problem(64, 64, 64, U8, U8, I32, False, True)) == (True, True)
 
 
 def test_block_dim_must_be_whole_warpgroups():
@@ -127,11 +140,10 @@ FALLBACKS = [
     problem(64, 60, 64, F16, F16, F32),  # N not a multiple of 8
     problem(64, 264, 16, F16, F16, F16),  # N above 256
     problem(64, 24, 16, F16, F16, F32, True, True),  # N-major B needs N a multiple of 16
-    problem(64, 64, 64, E4, E4, F32, False, False),  # fp8 with M-major A
-    problem(64, 64, 64, E4, E4, F32, True, True),  # fp8 with N-major B
     problem(64, 64, 48, E4, E4, F32),  # fp8 K not a multiple of 32
+    problem(64, 64, 48, I8, U8, I32, True, True),  # int8 K not a multiple of 32
+    problem(32, 64, 64, I8, I8, I32),  # M not a multiple of 64
     problem(64, 64, 64, TF32, TF32, F32),  # not a wgmma type here
-    problem(64, 64, 64, I8, I8, I32),
     problem(64, 64, 64, F64, F64, F64),
     problem(64, 64, 64, F32, F32, F32),
     problem(64, 64, 64, F16, F16, F32, is_complex=True),
@@ -238,10 +250,12 @@ def _compile_cases():
             for size in SIZES:
                 yield (a, b, c), (*arr, C), size
         yield (a, b, c), (C, R, R), (128, 128, 64)  # row-major C
-    for a, b, c in FP8_ROWS:
+    for a, b, c in FP8_ROWS + INT8_ROWS:
         for size in SIZES:
             yield (a, b, c), (R, C, C), size
-        yield (a, b, c), (R, C, R), (64, 64, 64)
+            yield (a, b, c), (R, R, R), size  # N-major B transposed on the way in
+        for arr in ((C, C, R), (C, R, C)):  # M-major A transposed too
+            yield (a, b, c), arr, (64, 64, 64)
 
 
 def _case_id(case) -> str:
@@ -256,7 +270,8 @@ FALLBACK_DESCRIPTORS = {
     "m32": gemm((32, 64, 64), BF16, BF16, F32),
     "n-major-24": gemm((64, 24, 16), F16, F16, F32, (R, R, C)),
     "threads-96": gemm((64, 64, 64), F16, F16, F32, (R, C, C), bx.BlockDim(96)),
-    "fp8-m-major": gemm((64, 64, 64), E4, E4, F32, (C, C, C)),
+    "int8-m32": gemm((32, 64, 64), I8, I8, I32, (R, R, R)),
+    "fp8-k48": gemm((64, 64, 48), E4, E4, F32, (R, R, R)),
 }
 
 
@@ -283,19 +298,21 @@ def test_wgmma_kernels_compile_to_gmma_without_spills(compiled, case):
     cap = 65536 // (threads * desc.plan.min_blocks)
     assert 0 < kernel.registers <= min(255, cap), kernel
     sass = kernel.sass()
-    opcode = "QGMMA" if row[0] in FP8 else "HGMMA"
+    opcode = "QGMMA" if row[0] in FP8 else "IGMMA" if row[0] in INT8 else "HGMMA"
     width = desc.plan.atom[1]
     assert re.search(rf"\b{opcode}\.64x{width}x{desc.plan.atom[2]}\b", sass), f"{desc!r}: no {opcode} in the SASS"
-    assert not re.search(r"\b(HMMA|LDL|STL)\b", sass), f"{desc!r}: HMMA or local memory in the SASS"
+    assert not re.search(r"\b(HMMA|IMMA|QMMA|LDL|STL)\b", sass), f"{desc!r}: mma.sync or local memory in the SASS"
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(FALLBACK_DESCRIPTORS))
-def test_ineligible_sm90a_descriptors_compile_to_hmma(compiled, name):
+def test_ineligible_sm90a_descriptors_compile_to_mma_sync(compiled, name):
     desc = FALLBACK_DESCRIPTORS[name]
     assert desc.instruction.startswith("mma.sync."), desc.instruction
     sass = compiled[desc].sass()
-    assert re.search(r"\bHMMA\b", sass) and not re.search(r"\b[HQ]GMMA\b", sass)
+    # fp8 mma.sync runs as HMMA on sm_90 (tests/test_compile_matrix.py), int8 as IMMA
+    opcode = "IMMA" if desc.precision[0] in INT8 else "HMMA"
+    assert re.search(rf"\b{opcode}\b", sass) and not re.search(r"\b[HQI]GMMA\b", sass)
     assert not re.search(r"\b(LDL|STL)\b", sass)
 
 

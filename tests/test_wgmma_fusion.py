@@ -4,7 +4,8 @@ Descriptors whose plan is wgmma keep sA and sB as swizzled K-panels in the devic
 ``a_index`` / ``b_index`` must agree with the Python layouts (``suggested_smem_layout_a/b``),
 the shared-memory sizes with ``Descriptor.shared_memory_size(_ab)``, and every API form must
 compile to HGMMA / QGMMA without local memory, except with load transforms, which read the
-panels with mma.sync (HMMA). tests/test_gpu_wgmma_fusion.py runs the same kernels.
+panels with mma.sync (HMMA). 8-bit operands sit K-major whatever their arrangement (transposed
+on their way in). tests/test_gpu_wgmma_fusion.py runs the same kernels.
 """
 
 from __future__ import annotations
@@ -155,6 +156,10 @@ def cases():
     for types in EIGHT_BIT:
         for size, c in zip(SIZES, (C, R, C)):
             yield types, (R, C, c), size
+    # 8-bit operands that are not K-major: transposed into K-major panels by load_a / load_b
+    for types, arr, size in (((E4, E4, F32), (R, R, R), (128, 128, 64)), ((E5, E4, F16), (C, R, C), (64, 64, 64)),
+                             ((E4, E5, F32), (C, C, R), (128, 128, 128))):
+        yield types, arr, size
 
 
 def case_id(case) -> str:

@@ -2,7 +2,9 @@
 //
 // A and B sit in shared memory as swizzled panels (wgmma.cuh): each operand in its global
 // storage order, cut along its contiguous dimension into panels Cfg::a_panel_bytes /
-// Cfg::b_panel_bytes wide. The output is tiled into 64 x Cfg::wgmma_n warpgroup tiles that the
+// Cfg::b_panel_bytes wide. 8-bit instructions read both operands K-major only, so an 8-bit
+// operand stored M- or N-major (column-major A, row-major B) is transposed on its way in
+// (copy_to_panels_transposed) and its panels are K-major whatever its global order. The output is tiled into 64 x Cfg::wgmma_n warpgroup tiles that the
 // block's warpgroups take in turn; a tile accumulates over all of K in registers, then hands
 // every element to epi(row, col, value) like BlockGemm::run does. Sizes tile exactly (the
 // plan chooses this path only then), so nothing is predicated.
@@ -33,16 +35,21 @@ struct WarpgroupGemm {
     static constexpr int GROUPS = Cfg::threads / 128;
     static constexpr int TILES_M = m / 64, TILES = TILES_M * (n / TILE_N);
     static constexpr int REGS = TILE_N / 2 * int(sizeof(acc_type)) / 4;  // accumulator registers per thread
-    // K-major: A row-major (M x K rows along K), B column-major (N rows along K).
-    static constexpr bool A_K_MAJOR = Cfg::a_row_major, B_K_MAJOR = !Cfg::b_row_major;
-    using A = wgmma::panels<a_type, Cfg::a_outer, Cfg::a_inner, Cfg::a_panel_bytes>;
-    using B = wgmma::panels<b_type, Cfg::b_outer, Cfg::b_inner, Cfg::b_panel_bytes>;
+    // K-major panels: A row-major (M x K rows along K), B column-major (N rows along K), or
+    // any 8-bit operand (the instructions without transposes; transposed on the way in).
+    static constexpr bool A_K_MAJOR = Cfg::a_row_major || !op::TRANSPOSES;
+    static constexpr bool B_K_MAJOR = !Cfg::b_row_major || !op::TRANSPOSES;
+    // whether the copy into the panels transposes the global order
+    static constexpr bool A_TRANSPOSED = A_K_MAJOR != Cfg::a_row_major, B_TRANSPOSED = B_K_MAJOR == Cfg::b_row_major;
+    using A = wgmma::panels<a_type, A_K_MAJOR ? m : k, A_K_MAJOR ? k : m, Cfg::a_panel_bytes>;
+    using B = wgmma::panels<b_type, B_K_MAJOR ? n : k, B_K_MAJOR ? k : n, Cfg::b_panel_bytes>;
 
     static_assert(!Cfg::is_complex, "wgmma runs real GEMMs");
     static_assert(Cfg::threads % 128 == 0, "wgmma is issued by whole warpgroups of 128 threads");
     static_assert(m % 64 == 0 && n % TILE_N == 0 && k % K_STEP == 0, "the warpgroup tiles must cover C and K exactly");
     static_assert(TILE_N % 8 == 0 && TILE_N <= 256, "a warpgroup tile is 8 to 256 columns wide");
-    static_assert(op::TRANSPOSES || (A_K_MAJOR && B_K_MAJOR), "fp8 wgmma needs row-major A and column-major B");
+    static_assert(op::TRANSPOSES || sizeof(a_type) == 1,
+                  "operands of instructions without transposes are transposed into K-major panels only when 8-bit");
     static_assert(A_K_MAJOR || A::W == 64, "M-major A is read in 64-row slabs, one 128B panel each");
     static_assert(B_K_MAJOR || (TILE_N & -TILE_N) % B::W == 0,
                   "N-major B panels must not be wider than the narrowest instruction of a tile");
@@ -136,22 +143,36 @@ struct WarpgroupGemm {
 
     // Offsets in elements of A(row, col) and B(row, col) in their panels.
     __host__ __device__ static constexpr int a_index(int row, int col) {
-        return (Cfg::a_row_major ? A::offset(row, col) : A::offset(col, row)) / int(sizeof(a_type));
+        return (A_K_MAJOR ? A::offset(row, col) : A::offset(col, row)) / int(sizeof(a_type));
     }
     __host__ __device__ static constexpr int b_index(int row, int col) {
-        return (Cfg::b_row_major ? B::offset(row, col) : B::offset(col, row)) / int(sizeof(b_type));
+        return (B_K_MAJOR ? B::offset(col, row) : B::offset(row, col)) / int(sizeof(b_type));
     }
 
-    // Block-cooperative copies of global A / B (leading dimension LDG) into panels, VEC bytes at a time.
+    // Block-cooperative copies of global A / B (in the descriptor's arrangement, leading
+    // dimension LDG) into panels, VEC bytes at a time; transposed where the panels are K-major
+    // and the global order is not (8-bit). Asynchronous only when not transposed.
     template <int LDG, int VEC>
     __device__ __forceinline__ static void load_a(a_type* sA, const a_type* gA, int tid) {
-        wgmma::copy_to_panels<a_type, Cfg::a_outer, Cfg::a_inner, LDG, Cfg::a_panel_bytes, VEC, Cfg::threads>(
-            reinterpret_cast<unsigned char*>(sA), gA, tid);
+        auto* dst = reinterpret_cast<unsigned char*>(sA);
+        if constexpr (A_TRANSPOSED) {
+            wgmma::copy_to_panels_transposed<a_type, Cfg::a_outer, Cfg::a_inner, LDG, Cfg::a_panel_bytes, VEC,
+                                             Cfg::threads>(dst, gA, tid);
+        } else {
+            wgmma::copy_to_panels<a_type, Cfg::a_outer, Cfg::a_inner, LDG, Cfg::a_panel_bytes, VEC, Cfg::threads>(
+                dst, gA, tid);
+        }
     }
     template <int LDG, int VEC>
     __device__ __forceinline__ static void load_b(b_type* sB, const b_type* gB, int tid) {
-        wgmma::copy_to_panels<b_type, Cfg::b_outer, Cfg::b_inner, LDG, Cfg::b_panel_bytes, VEC, Cfg::threads>(
-            reinterpret_cast<unsigned char*>(sB), gB, tid);
+        auto* dst = reinterpret_cast<unsigned char*>(sB);
+        if constexpr (B_TRANSPOSED) {
+            wgmma::copy_to_panels_transposed<b_type, Cfg::b_outer, Cfg::b_inner, LDG, Cfg::b_panel_bytes, VEC,
+                                             Cfg::threads>(dst, gB, tid);
+        } else {
+            wgmma::copy_to_panels<b_type, Cfg::b_outer, Cfg::b_inner, LDG, Cfg::b_panel_bytes, VEC, Cfg::threads>(
+                dst, gB, tid);
+        }
     }
 
     // This thread's shared-memory stores become visible to wgmma (then sync the block).
@@ -188,9 +209,11 @@ struct WarpgroupGemm {
                                        ? (TILE_N & -TILE_N)
                                        : (sizeof(a_type) == 1 ? 32 : 64);
 
-    // The warp-level config that covers this warp's 16 rows of a chunk with mma.sync atoms.
+    // The warp-level config that covers this warp's 16 rows of a chunk with mma.sync atoms,
+    // reading the panels in their order (K-major for transposed 8-bit operands).
     struct warp_config : Cfg {
         static constexpr int warp_m = 1, warp_n = CHUNK_N / Cfg::atom::N;
+        static constexpr bool a_row_major = A_K_MAJOR, b_row_major = !B_K_MAJOR;
     };
     using warp_engine = BlockGemm<warp_config>;
     static_assert(Cfg::atom::M == 16 && Cfg::atom::N == 8 && Cfg::atom::C_ELEMS == 4,

@@ -107,6 +107,62 @@ __device__ __forceinline__ void copy_to_panels(unsigned char* dst, const T* src,
     });
 }
 
+// The V bytes at src (V-aligned) as little-endian 32-bit words (V < 4: the low bytes of w[0]).
+template <int V>
+__device__ __forceinline__ void load_words(u32* w, const unsigned char* src) {
+    const auto v = *reinterpret_cast<const typename vector_of<V>::type*>(src);
+    if constexpr (V == 16) {
+        w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+    } else if constexpr (V == 8) {
+        w[0] = v.x, w[1] = v.y;
+    } else {
+        w[0] = u32(v);
+    }
+}
+
+// Block-cooperative copy of a ROWS x COLS global matrix of 8-bit values (COLS contiguous,
+// leading dimension LDG) into the panels of its transpose: COLS panel rows of ROWS bytes, cut
+// PANEL_BYTES wide along ROWS. 8-bit wgmma reads its operands K-major only (no transposes), so
+// a row-major B (K x N, N contiguous) or a column-major A (stored K x M) is transposed on its
+// way into shared memory. A piece is 4 global rows x VEC_BYTES columns, read as 4 vectors,
+// transposed in registers 4 x 4 bytes at a time with byte permutes, and written as one 32-bit
+// word (4 consecutive K) per column. Lanes pair up on adjacent runs of a row (whole 32-byte
+// sectors) and otherwise step down the rows, so one store of a warp writes 2 panel rows of up to
+// 64 bytes each (2-way bank conflicts at most for 64B and 128B panels). Synchronous loads:
+// the caller syncs the block (and fences for wgmma) as after copy_to_panels.
+template <class T, int ROWS, int COLS, int LDG, int PANEL_BYTES, int VEC_BYTES, int THREADS>
+__device__ __forceinline__ void copy_to_panels_transposed(unsigned char* dst, const T* src, int tid) {
+    static_assert(sizeof(T) == 1, "the transposing copy moves 8-bit values (4 of them make a 32-bit word of K)");
+    static_assert(ROWS % 4 == 0 && COLS % VEC_BYTES == 0, "pieces of 4 rows x VEC_BYTES columns must tile the matrix");
+    static_assert(VEC_BYTES == 1 || VEC_BYTES == 2 || VEC_BYTES == 4 || VEC_BYTES == 8 || VEC_BYTES == 16,
+                  "copy widths are 1 to 16 bytes");
+    using layout = panels<T, COLS, ROWS, PANEL_BYTES>;
+    constexpr int V = VEC_BYTES, WORDS = V >= 4 ? V / 4 : 1;
+    constexpr int GROUPS = ROWS / 4, CHUNKS = COLS / V, PAIR = CHUNKS % 2 == 0 ? 2 : 1;
+    constexpr int PIECES = GROUPS * CHUNKS;
+    const unsigned char* bytes = reinterpret_cast<const unsigned char*>(src);
+#pragma unroll 2
+    for (int p = tid; p < PIECES; p += THREADS) {
+        const int chunk = p % PAIR + PAIR * (p / (PAIR * GROUPS));
+        const int r0 = 4 * ((p / PAIR) % GROUPS), c0 = chunk * V;
+        u32 w[4][WORDS];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) load_words<V>(w[i], bytes + i64(r0 + i) * LDG + c0);
+#pragma unroll
+        for (int j = 0; j < WORDS; ++j) {
+            // rows i of word j hold columns 4j .. 4j+3: gather byte b of every row into column 4j+b
+            const u32 t0 = __byte_perm(w[0][j], w[1][j], 0x5140), t1 = __byte_perm(w[0][j], w[1][j], 0x7362);
+            const u32 t2 = __byte_perm(w[2][j], w[3][j], 0x5140), t3 = __byte_perm(w[2][j], w[3][j], 0x7362);
+            const u32 column[4] = {__byte_perm(t0, t2, 0x5410), __byte_perm(t0, t2, 0x7632),
+                                   __byte_perm(t1, t3, 0x5410), __byte_perm(t1, t3, 0x7632)};
+#pragma unroll
+            for (int b = 0; b < 4 && 4 * j + b < V; ++b) {
+                *reinterpret_cast<u32*>(dst + layout::offset(c0 + 4 * j + b, r0)) = column[b];
+            }
+        }
+    }
+}
+
 // ---- descriptors and ordering ------------------------------------------------------------------
 
 // A matrix descriptor: start address, leading and stride byte offsets, swizzle mode.

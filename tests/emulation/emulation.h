@@ -36,6 +36,13 @@ inline float __frcp_rn(float v) { return 1.0f / v; }
 inline double __drcp_rn(double v) { return 1.0 / v; }
 inline float __uint_as_float(unsigned v) { float f; std::memcpy(&f, &v, 4); return f; }
 inline unsigned __float_as_uint(float v) { unsigned u; std::memcpy(&u, &v, 4); return u; }
+// byte i of the result is byte (s >> 4i) & 7 of the eight bytes of x (0-3) and y (4-7)
+inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+    const unsigned long long bytes = x | (static_cast<unsigned long long>(y) << 32);
+    unsigned r = 0;
+    for (int i = 0; i < 4; ++i) r |= static_cast<unsigned>((bytes >> (8 * ((s >> (4 * i)) & 7))) & 0xff) << (8 * i);
+    return r;
+}
 
 // dynamic shared memory: a kernel in namespace blasdx declares blasdx::smem, a user's kernel ::smem
 constexpr std::size_t EMULATED_SHARED_MEMORY = 240 * 1024;

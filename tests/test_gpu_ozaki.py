@@ -1,0 +1,154 @@
+"""GPU accuracy of float64 products run as int8 residue products (mantissa_bits on float64 inputs).
+
+Every result is checked element by element against an extended-precision product of the same
+float64 values (long double on the host, 64-bit mantissa) within reference.ozaki_bound: the
+rounding of each row of x / column of y to integers of 2-norm T, which the scheme states, and
+nothing else. A kernel that lost a residue or a carry would be off by far more. Outputs are
+poisoned with NaN before each call.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import blasdx as bx
+from blasdx import array_gemm, ozaki
+from blasdx.reference import ozaki_bound
+
+from .gpu_support import require_gpu
+
+pytestmark = pytest.mark.gpu
+
+LAYOUTS = ["RR", "RC", "CR", "CC"]
+
+
+@pytest.fixture(scope="module")
+def torch():
+    if require_gpu() != 90:
+        pytest.skip("the int8 residue products run on the Hopper engine (sm_90)")
+    if np.finfo(np.longdouble).nmant < 63:
+        pytest.skip("the reference needs an extended-precision long double")
+    import torch
+
+    return torch
+
+
+def _random(torch, shape, gen, order="R", spread=0):
+    """Normal values, times 2^[-spread, spread] per element when spread > 0 (wide ranges inside rows)."""
+    if order == "C":
+        shape = (shape[1], shape[0])
+    t = torch.randn(shape, device="cuda", generator=gen, dtype=torch.float64)
+    if spread:
+        t = t * torch.exp2(torch.randint(-spread, spread + 1, shape, device="cuda", generator=gen).double())
+    return t if order == "R" else t.T
+
+
+def _last_plan():
+    return list(array_gemm._CALLS.values())[-1]
+
+
+def _check(torch, got, x, y, bits, rows=None, acc=None):
+    """got (rows of it) against the long double product within the scheme's bound."""
+    xh, yh = x.cpu().numpy(), y.cpu().numpy()
+    gh = got.cpu().numpy()
+    if rows is not None:
+        xs, gh = xh[rows], gh[rows]
+    else:
+        xs = xh
+    ref = xs.astype(np.longdouble) @ yh.astype(np.longdouble)
+    bound = 2.0**-60 * (np.abs(xs) @ np.abs(yh))
+    if acc is not None:
+        ah = acc.cpu().numpy()[rows] if rows is not None else acc.cpu().numpy()
+        ref = ref + ah
+        bound += 2.0**-52 * np.abs(ah.astype(np.float64) + (xs @ yh))
+    norm = ozaki.residues_for(bits, x.shape[1]).norm
+    bound = bound + ozaki_bound(xs, yh, norm)  # per row of x: the sampled rows' bounds are those of all
+    err = np.abs(gh.astype(np.longdouble) - ref).astype(np.float64)
+    assert not np.isnan(gh).any(), "NaN in the result (an element was never written)"
+    worst = np.max(err / bound)
+    assert worst <= 1.0, f"error {worst:.3g} x the bound"
+    return float(np.max(err / np.maximum(np.abs(xs) @ np.abs(yh), 1e-300)))
+
+
+@pytest.mark.parametrize("size", [1, 17, 100, 257, 1000])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_matmul_within_the_bound(torch, layout, size):
+    gen = torch.Generator(device="cuda").manual_seed(size + 1000 * LAYOUTS.index(layout))
+    m, n, k = size, size + (3 if size > 1 else 0), size + (5 if size > 1 else 0)
+    x, y = _random(torch, (m, k), gen, layout[0], 8), _random(torch, (k, n), gen, layout[1])
+    torch.empty((m, n), device="cuda", dtype=torch.float64).fill_(float("nan"))  # poison the allocator's next block
+    got = bx.matmul(x, y, mantissa_bits=52)
+    assert isinstance(_last_plan().kernel, ozaki.OzakiPlan), _last_plan().describe()
+    relative = _check(torch, got, x, y, 52)
+    assert relative < 2.0**-50
+
+
+@pytest.mark.parametrize("bits", [5, 20, 40, 52])
+def test_fewer_bits_keep_what_they_state(torch, bits):
+    gen = torch.Generator(device="cuda").manual_seed(bits)
+    x, y = _random(torch, (300, 777), gen, "R", 4), _random(torch, (777, 200), gen, "C", 4)
+    got = bx.matmul(x, y, mantissa_bits=bits)
+    assert _last_plan().scheme.products == ozaki.residues_for(bits, 777).count
+    _check(torch, got, x, y, bits)
+
+
+@pytest.mark.parametrize("k", [64, 4096, 16384, 65536])
+def test_deep_products(torch, k):
+    gen = torch.Generator(device="cuda").manual_seed(k)
+    m, n = 256, 192
+    x, y = _random(torch, (m, k), gen), _random(torch, (k, n), gen, "C")
+    got = bx.matmul(x, y, mantissa_bits=52)
+    rows = np.arange(0, m, 8)
+    _check(torch, got, x, y, 52, rows=rows)
+
+
+def test_large_square_on_sampled_rows(torch):
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    x, y = _random(torch, (4096, 4096), gen, spread=3), _random(torch, (4096, 4096), gen)
+    got = bx.matmul(x, y, mantissa_bits=52)
+    _check(torch, got, x, y, 52, rows=np.arange(0, 4096, 64))
+
+
+def test_mma_adds_acc_into_out(torch):
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    x, y = _random(torch, (130, 513), gen), _random(torch, (513, 70), gen, "C")
+    acc = torch.randn((130, 70), device="cuda", dtype=torch.float64, generator=gen)
+    out = torch.full((130, 70), float("nan"), device="cuda", dtype=torch.float64)
+    got = bx.mma(x, y, acc, out=out, mantissa_bits=52)
+    assert got is out
+    _check(torch, out, x, y, 52, acc=acc)
+    before = acc.clone()
+    bx.mma(x, y, acc, out=acc, mantissa_bits=52)  # in place
+    _check(torch, acc, x, y, 52, acc=before)
+
+
+def test_zero_rows_and_columns(torch):
+    gen = torch.Generator(device="cuda").manual_seed(4)
+    x, y = _random(torch, (64, 96), gen), _random(torch, (96, 48), gen)
+    x[5] = 0
+    y[:, 7] = 0
+    got = bx.matmul(x, y, mantissa_bits=52)
+    assert (got[5] == 0).all() and (got[:, 7] == 0).all()
+    _check(torch, got, x, y, 52)
+
+
+def test_inf_and_nan_give_nan_in_their_row_and_column(torch):
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    x, y = _random(torch, (40, 64), gen), _random(torch, (64, 30), gen)
+    x[3, 10] = float("inf")
+    y[20, 4] = float("nan")
+    got = bx.matmul(x, y, mantissa_bits=52).cpu()
+    assert got[3].isnan().all() and got[:, 4].isnan().all()
+    keep = [i for i in range(40) if i != 3]
+    cols = [j for j in range(30) if j != 4]
+    assert not got[keep][:, cols].isnan().any()
+
+
+def test_tiny_and_huge_magnitudes(torch):
+    gen = torch.Generator(device="cuda").manual_seed(6)
+    x, y = _random(torch, (64, 128), gen), _random(torch, (128, 64), gen)
+    x[:32] *= 2.0**-900
+    y[:, :16] *= 2.0**900
+    got = bx.matmul(x, y, mantissa_bits=52)
+    _check(torch, got, x, y, 52)

@@ -1,0 +1,188 @@
+"""float64 on int8 tensor cores (blasdx.ozaki): the moduli rule, a host model of kernels/ozaki.cu's
+arithmetic checked against an extended-precision reference within reference.ozaki_bound, the
+kernels compiled for sm_90 (no local memory), and how array calls plan it."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from blasdx import array_gemm, emulation, ozaki
+from blasdx import dtypes as dt
+from blasdx.cache import cached_compile
+from blasdx.reference import ozaki_bound
+
+from .test_hopper import SMS, col, view
+
+EXTENDED = np.finfo(np.longdouble).nmant >= 63  # x86 long double: 11 bits beyond float64
+
+
+def test_moduli_are_pairwise_coprime_and_fit_int8_residues():
+    moduli = ozaki.MODULI
+    assert all(math.gcd(a, b) == 1 for i, a in enumerate(moduli) for b in moduli[i + 1:])
+    assert max(moduli) == 256 and all(m > 128 for m in moduli)  # symmetric residues fit [-128, 127]
+
+
+@pytest.mark.parametrize("bits", [1, 10, 30, 48, 52])
+@pytest.mark.parametrize("k", [1, 64, 4096, 8192, ozaki.MAX_K])
+def test_fewest_moduli_whose_product_holds_every_sum(bits, k):
+    scheme = ozaki.residues_for(bits, k)
+    t = scheme.norm
+    # rows of 2-norm <= T after rounding gain at most sqrt(K) / 2: |x' y'| < M / 2, recovered exactly
+    assert (2 * t + math.isqrt(k) + 1) ** 2 < 2 * scheme.product
+    assert ozaki.NORM_MARGIN * t >= 2 * math.sqrt(k) * 2.0**bits  # the grid is <= 2^-bits of the largest
+    if scheme.count > 1:  # one modulus less would not keep the bits
+        fewer = ozaki._norm_for(math.prod(scheme.moduli[:-1]), k)
+        assert ozaki.NORM_MARGIN * fewer < 2 * math.sqrt(k) * 2.0**bits
+
+
+def test_the_scheme_grows_with_bits_and_depth():
+    assert ozaki.residues_for(52, 8192).count == 16
+    assert ozaki.residues_for(40, 8192).count < ozaki.residues_for(52, 8192).count
+    assert ozaki.residues_for(52, 64).count <= ozaki.residues_for(52, ozaki.MAX_K).count
+    with pytest.raises(ValueError, match="1 to 52"):
+        ozaki.residues_for(53, 64)
+    with pytest.raises(ValueError, match="exact for K up to"):
+        ozaki.residues_for(52, ozaki.MAX_K + 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# the kernels' arithmetic on the host
+# ---------------------------------------------------------------------------------------------
+
+
+def _scaled(a: np.ndarray, target: float) -> tuple[list[list[int]], np.ndarray]:
+    """blasdx_ozaki_shifts + the rounding of blasdx_ozaki_slices: integer rows of 2-norm <= T, shifts."""
+    shifts = []
+    for row in a:
+        norm = float(np.linalg.norm(row))
+        s = 0
+        if norm:
+            s = math.floor(math.log2(target / norm))
+            while math.ldexp(norm, s) > target:
+                s -= 1
+            while math.ldexp(norm, s + 1) <= target:
+                s += 1
+        shifts.append(s)
+    shifts = np.array(shifts)
+    ints = [[int(v) for v in np.rint(np.ldexp(row, s))] for row, s in zip(a, shifts)]
+    return ints, shifts
+
+
+def _symmetric(v: list[list[int]], m: int) -> np.ndarray:
+    r = np.array([[e % m for e in row] for row in v], dtype=np.int64)
+    return np.where(r > (m - 1) // 2, r - m, r)
+
+
+def _model(x: np.ndarray, y: np.ndarray, scheme: ozaki.Residues) -> np.ndarray:
+    """x @ y as kernels/ozaki.cu computes it, with the engine's int32 products (wrapping like int32)."""
+    target = ozaki._below(scheme.norm)
+    xs, ex = _scaled(x, target)
+    ys, ey = _scaled(y.T, target)
+    exact = np.array([[sum(a * b for a, b in zip(r, c)) for c in ys] for r in xs], dtype=object)
+    assert np.all(2 * np.abs(exact) < scheme.product)  # Cauchy-Schwarz: recovered exactly
+    total = scheme.product
+    high = np.zeros((x.shape[0], y.shape[1]))
+    low = np.zeros_like(high)
+    for m in scheme.moduli:
+        ra, rb = _symmetric(xs, m), _symmetric(ys, m)
+        assert ra.min() >= -128 and ra.max() <= 127
+        c = ra @ rb.T
+        c = (c + 2**31) % 2**32 - 2**31  # int32 accumulation
+        t = (c % m) * pow(total // m, -1, m) % m
+        hi = round((1 << 44) / m) / (1 << 44)
+        lo = float(1 / np.longdouble(m) - np.longdouble(hi))
+        high = high + t * hi
+        high = high - np.rint(high)
+        low = low + t * lo
+    fraction = high + low
+    fraction = fraction - np.rint(fraction)
+    return np.ldexp(fraction * float(total), -(ex[:, None] + ey[None, :]))
+
+
+def _exact(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    return (x.astype(np.longdouble) @ y.astype(np.longdouble)).astype(np.float64)
+
+
+@pytest.mark.skipif(not EXTENDED, reason="needs an extended-precision long double for the reference")
+@pytest.mark.parametrize(("m", "n", "k", "bits"), [(7, 5, 33, 52), (16, 16, 256, 52), (9, 12, 300, 30),
+                                                   (5, 6, 1000, 8)])
+def test_host_model_is_within_the_bound(m, n, k, bits):
+    rng = np.random.default_rng(m * n * k + bits)
+    x = rng.standard_normal((m, k)) * np.exp2(rng.integers(-20, 21, (m, k)))  # wide ranges inside rows
+    y = rng.standard_normal((k, n))
+    scheme = ozaki.residues_for(bits, k)
+    got, ref = _model(x, y, scheme), _exact(x, y)
+    bound = ozaki_bound(x, y, scheme.norm) + 2.0**-60 * (np.abs(x) @ np.abs(y))
+    assert np.all(np.abs(got - ref) <= bound)
+    if bits == 52:  # every element keeps float64-level accuracy relative to sum |x||y|
+        assert np.max(np.abs(got - ref) / (np.abs(x) @ np.abs(y))) < 2.0**-50
+
+
+def test_the_largest_sums_do_not_wrap():
+    k = 4096
+    scheme = ozaki.residues_for(52, k)
+    x = np.full((3, k), 1 - 2.0**-40)  # equal elements: the sums reach ||x'|| ||y'||, the bound
+    y = np.full((k, 2), -(1 - 2.0**-40))
+    got = _model(x, y, scheme)
+    assert np.allclose(got, x @ y, rtol=2.0**-50, atol=0)
+
+
+def test_rows_of_zeros_give_zeros():
+    x = np.zeros((2, 64))
+    y = np.random.default_rng(1).standard_normal((64, 3))
+    assert np.all(_model(x, y, ozaki.residues_for(52, 64)) == 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# kernels and plans
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bits", [52, 20])
+@pytest.mark.parametrize("kernel", ["blasdx_ozaki_shifts", "blasdx_ozaki_slices", "blasdx_ozaki_combine"])
+def test_kernels_compile_for_sm90_without_local_memory(kernel, bits):
+    compiled = cached_compile(ozaki.ozaki_source(ozaki.residues_for(bits, 4096)), kernel, "sm_90")
+    assert compiled.local_memory == 0, compiled
+    sass = compiled.sass()
+    if kernel == "blasdx_ozaki_combine":
+        assert "LDG.E" in sass and "STG.E.64" in sass
+    if kernel == "blasdx_ozaki_slices":
+        assert "STG.E.128" in sass  # 16 residues per store
+
+
+def _plan(x, y, bits, sm=90, acc=None):
+    scheme = array_gemm._resolve_scheme(x.dtype, bits)
+    return array_gemm.plan_call(x, y, acc, dt.float64, array_gemm._DeviceInfo(sm, SMS), 0, scheme=scheme)
+
+
+def test_float64_with_bits_runs_as_int8_residue_products(encoder):
+    plan = _plan(view((4096, 4096), dt.float64), col((4096, 4096), dt.float64), 52)
+    assert plan.kind == "hopper" and isinstance(plan.kernel, ozaki.OzakiPlan)
+    assert plan.scheme == emulation.Scheme("ozaki", 16, 52)
+    text = plan.describe()
+    assert "float64 as 16 int8 residue products" in text and "ozaki (16 products, 52 bits)" in text
+    assert plan.kernel.gemm.batch == 16 and plan.kernel.gemm.a == dt.int8 and "2-norm <= 2^" in text
+    assert "repacked" not in plan.kernel.gemm.describe()  # residues are written K-major
+
+
+def test_fewer_bits_cost_fewer_products(encoder):
+    assert _plan(view((512, 512), dt.float64), view((512, 512), dt.float64), 20).kernel.scheme.count < 10
+
+
+@pytest.mark.parametrize(("shapes", "sm", "why"), [
+    (((4096, 4096), (4096, 4096)), 80, "the int8 engine needs sm_90"),
+    (((2, 256, 256), (256, 256)), 90, "batches run as plain float64"),
+    (((16, ozaki.MAX_K + 1), (ozaki.MAX_K + 1, 16)), 90, "int32 residue sums are exact"),
+])
+def test_elsewhere_float64_products_keep_the_bits(encoder, shapes, sm, why):
+    plan = _plan(view(shapes[0], dt.float64), view(shapes[1], dt.float64), 52, sm=sm)
+    assert plan.scheme.name == "native" and not isinstance(plan.kernel, ozaki.OzakiPlan)
+    assert why in plan.describe()
+
+
+def test_without_bits_float64_stays_on_dmma(encoder):
+    plan = _plan(view((4096, 4096), dt.float64), view((4096, 4096), dt.float64), None)
+    assert plan.scheme.name == "native" and not isinstance(plan.kernel, ozaki.OzakiPlan)
