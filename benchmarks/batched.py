@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import blasdx as bx  # noqa: E402
 import cublasdx_harness as dx  # noqa: E402
 from blasdx import dtypes as dt  # noqa: E402
-from blasdx.reference import assert_close, reference_gemm, tolerance  # noqa: E402
+from blasdx.reference import assert_close, reference_gemm, relative_error, tolerance  # noqa: E402
 
 # (name, A, B, C); every case runs at each size of SIZES that fits one block.
 TYPES = {
@@ -40,7 +40,11 @@ TYPES = {
     "f64": (dt.float64, dt.float64, dt.float64),
     "int8->int32": (dt.int8, dt.int8, dt.int32),
     "e4m3->f32": (dt.float8_e4m3, dt.float8_e4m3, dt.float32),
+    "3xtf32->f32": (dt.float32, dt.float32, dt.float32),
 }
+#: Cases whose descriptor states MantissaBits: float32 inputs at float32 accuracy as three tf32
+#: products on mma.sync (blasdx only; cuBLAS runs them as plain float32, torch.bmm).
+MANTISSA_BITS = {"3xtf32->f32": 23}
 SIZES = [(32, 32, 32), (64, 64, 64), (128, 128, 64), (128, 128, 128), (48, 80, 24), (100, 100, 100)]
 COMPETITORS = ("blasdx", "cublasdx", "cublas")
 LABELS = {"blasdx": "blasdx", "cublasdx": "cuBLASDx", "cublas": "cuBLAS (torch.bmm)"}
@@ -123,9 +127,10 @@ def time_ms(fn: Callable[[], Any], repeats: int = 20) -> float:
 def descriptor(name: str, size, sm: int, arch_specific: bool) -> bx.Descriptor:
     """The blasdx descriptor of a case: row-major A, B, C, MaxAlignment, the device's SM."""
     ta, tb, tc = TYPES[name]
-    return (bx.Size(*size) + bx.Precision(ta, tb, tc) + bx.Function.MM
+    desc = (bx.Size(*size) + bx.Precision(ta, tb, tc) + bx.Function.MM
             + bx.Arrangement(bx.row_major, bx.row_major, bx.row_major) + bx.MaxAlignment
             + bx.SM(sm, arch_specific=arch_specific) + bx.Block())
+    return desc + bx.MantissaBits(MANTISSA_BITS[name]) if name in MANTISSA_BITS else desc
 
 
 def cublas_call(a, b, c, name: str):
@@ -155,6 +160,7 @@ def _host(t, value: dt.DType) -> np.ndarray:
 
 def checked(row: dict, who: str, got: np.ndarray, ref: np.ndarray, tol: float, what: str) -> bool:
     """Compare with the reference; a mismatch is noted in the row and printed, and the competitor is not timed."""
+    row[f"{who}_error"] = relative_error(got, ref)
     try:
         assert_close(got, ref, tol, what=what)
     except AssertionError as exc:
@@ -191,7 +197,9 @@ def run_case(name: str, size, args: argparse.Namespace, sm: int, roof: float, ge
     flops = 2.0 * m * n * k * batch
     row = {"case": name, "size": list(size), "batch": batch, "flops": flops, "bytes": batch * per_problem,
            "instruction": desc.instruction, "block_dim": desc.block_dim[0]}
-    tol, label = tolerance(ta, tc, k, desc.accumulator_type, desc.instruction), f"blasdx {name} {size}"
+    tol = tolerance(ta, tc, k, desc.accumulator_type, desc.instruction, scheme=desc.scheme.name)
+    label = f"blasdx {name} {size}"
+    row["scheme"] = str(desc.scheme)
     if _blasdx_ran(row, desc, a, b, c) and checked(row, "blasdx", _host(c[pick], tc), ref, tol, label):
         _figures(row, "blasdx", time_ms(lambda: desc.execute(a, b, c)), batch * per_problem, flops, roof)
 
@@ -224,6 +232,9 @@ def _run_cublasdx(row: dict, name: str, size, a, b, ref, pick, build_dir: Path, 
     """cuBLASDx's batched kernel on the same A and B, into its own C; notes why when it cannot run."""
     import torch
 
+    if name not in dx.TYPES:
+        row["cublasdx_note"] = "no such case in the cuBLASDx harness"
+        return
     case, why = dx.load_case(name, size, build_dir)
     if case is None:
         row["cublasdx_note"] = why
@@ -280,10 +291,13 @@ def copy_bandwidth(gbytes: float) -> float:
 
 def cases_of(args: argparse.Namespace) -> list[tuple[str, tuple[int, int, int]]]:
     """(name, size) pairs the filters select."""
+    own = [dx.case_name(n) for n in args.cases or () if dx.case_name(n) in MANTISSA_BITS]
+    harness = [n for n in args.cases or () if dx.case_name(n) not in MANTISSA_BITS]
     try:
-        return dx.select_cases(args.cases, args.sizes or SIZES)
+        cases = dx.select_cases(harness, args.sizes or SIZES) if harness or not args.cases else []
     except ValueError as exc:
-        raise SystemExit(str(exc)) from None
+        raise SystemExit(f"{exc}, {', '.join(MANTISSA_BITS)}") from None
+    return cases + [(n, s) for n in (own if args.cases else MANTISSA_BITS) for s in (args.sizes or SIZES)]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -308,7 +322,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.arch_specific is None:
         args.arch_specific = sm == 90
-    missing = [f"{n} {'x'.join(map(str, s))}" for n, s in cases if dx.availability(n, s, args.build_dir) == "not built"]
+    missing = [f"{n} {'x'.join(map(str, s))}" for n, s in cases
+               if n in dx.TYPES and dx.availability(n, s, args.build_dir) == "not built"]
     if missing:
         print(f"cuBLASDx: not built for {len(missing)} of {len(cases)} cases ({args.build_dir}); "
               "build with `python benchmarks/cublasdx_harness.py build`")

@@ -36,7 +36,8 @@ from . import ozaki as _ozaki
 from . import tiled as _tiled
 from .arrays import ArrayView, DeviceArray, as_array, resolve_stream
 from .errors import DeviceError, ExecutionError
-from .operators import SM, Alignment, Arrangement, Block, Function, LeadingDimension, Precision, Size, col_major
+from .operators import SM, Alignment, Arrangement, Block, Function, LeadingDimension, MantissaBits, Precision, Size
+from .operators import col_major
 from .operators import row_major
 
 __all__ = ["RESULT_TYPES", "RULES", "TF32", "tf32", "matmul", "mma", "plan_call", "CallPlan"]
@@ -286,8 +287,10 @@ def plan_call(
     False keeps the call on the multi-block kernel (one that reads acc and writes out).
     ``fast_accumulation`` (fp8 on sm_90) builds the one-block descriptor for sm_90a, whose
     wgmma keeps the sum in the tensor core's accumulator. ``scheme`` (blasdx.emulation) is
-    how products are formed: "tf32" runs float32 views as tf32; "3xtf32" runs on the Hopper
-    engine, or where it cannot, on the native float32 kernel (which keeps more bits).
+    how products are formed: "tf32" runs float32 views as tf32; "3xtf32" runs on the one-block
+    kernel (MantissaBits: mma.sync on split fragments, sm_80 and newer) when the call takes it,
+    else on the Hopper engine, or where neither can, on the native float32 kernel (which keeps
+    more bits).
     """
     scheme = scheme or _emulation.resolve(vx.dtype, None)
     if scheme.name == "tf32":
@@ -335,12 +338,17 @@ def plan_call(
         fallback = None
     arch_specific = fast_accumulation and device.sm == 90 and vx.dtype in _FP8
     desc = None
-    if allow_block and scheme.name != "3xtf32":
-        desc = _block_descriptor(vx, vy, mx, my, out, mo, result, m, n, k, device.sm, plan.batch, arch_specific)
+    if allow_block:  # 3xtf32: the block GEMM's mma.sync split (MantissaBits), sm_80 and newer
+        bits = scheme.mantissa_bits if scheme.name == "3xtf32" else None
+        desc = _block_descriptor(vx, vy, mx, my, out, mo, result, m, n, k, device.sm, plan.batch, arch_specific,
+                                 bits)
     tile = _tiled.tile_shape(vx.dtype, m, n, device.sm, result)
     tiles = math.ceil(m / tile.m) * math.ceil(n / tile.n)
     if desc is not None and (tiles == 1 or plan.batch >= device.multiprocessors):
         plan.kind, plan.desc, plan.reason = "block", desc, fallback
+        if bits is not None and desc.scheme.name != scheme.name:  # before sm_80: FFMA keeps every float32 bit
+            plan.scheme = desc.scheme
+            plan.reason = f"{scheme.name} not run (mma.sync tf32 needs sm_80): native float32 products keep the bits"
         return plan
     plan.strides = (mx, my, ma)
     engine, plan.reason = _engine_plan(vx, vy, mx, my, result, m, n, k, plan.batch, device, out,
@@ -431,8 +439,11 @@ def _check_out_shape(vout: ArrayView, plan: CallPlan) -> None:
 def _block_descriptor(
     vx: ArrayView, vy: ArrayView, mx: Matrix, my: Matrix, vout: ArrayView | None, mo: Matrix | None,
     result: _dt.DType, m: int, n: int, k: int, sm: int, batch: int, arch_specific: bool = False,
+    mantissa_bits: int | None = None,
 ) -> Any:
-    """The one-block-per-problem descriptor of this call, or None when a problem does not fit one block."""
+    """The one-block-per-problem descriptor of this call, or None when a problem does not fit one block.
+
+    ``mantissa_bits`` adds MantissaBits (3xtf32 calls: the block GEMM splits float32 fragments)."""
     if min(m, n, k) == 0:
         return None
     al_a = _alignment(vx.ptr, vx.dtype.size, mx.batch_stride, mx.batch or 1)
@@ -458,6 +469,8 @@ def _block_descriptor(
             + SM(sm, arch_specific=arch_specific)
             + Block()
         )
+        if mantissa_bits is not None:
+            desc = desc + MantissaBits(mantissa_bits)
     except Exception:  # a shape the descriptor rules refuse (e.g. a leading dimension it does not allow)
         return None
     return desc if desc.is_supported else None

@@ -16,10 +16,11 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from . import dtypes as _dt
+from . import schemes as _schemes
 from . import heuristics as _h
 from . import operators as _operators
 from . import runtime as _runtime  # source / compile / execute: the one way up
-from .errors import DescriptorError, UnsupportedError
+from .errors import DescriptorError, ExecutionError, UnsupportedError
 from .operators import (
     DEFAULT_ARRANGEMENT,
     SM,
@@ -33,6 +34,7 @@ from .operators import (
     FillMode,
     Function,
     LeadingDimension,
+    MantissaBits,
     Operator,
     Precision,
     Side,
@@ -50,7 +52,7 @@ __all__ = ["Descriptor"]
 
 _ORDER: tuple[type, ...] = (
     Size, Precision, Type, Function, Side, FillMode, Diag, Arrangement, TransposeMode, LeadingDimension, Alignment,
-    SM, Block, BlockDim, Workload, BatchesPerBlock,
+    SM, Block, BlockDim, Workload, MantissaBits, BatchesPerBlock,
 )
 _DEFAULT_PRECISION = Precision(_dt.float32)
 
@@ -164,6 +166,7 @@ class Descriptor:
             self.has(Block),
             self.block_dim if self._plannable else self._get(BlockDim),
             self.workload,
+            self._get(MantissaBits),
         )
 
     def __eq__(self, other: object) -> bool:
@@ -284,6 +287,35 @@ class Descriptor:
         if row is None:
             self._check_combination()
         return row.accumulator
+
+    @property
+    def mantissa_bits(self) -> int | None:
+        """The mantissa bits MantissaBits asks the products to keep; None when it is not given."""
+        op = self._get(MantissaBits)
+        return op.bits if op is not None else None
+
+    @property
+    def scheme(self) -> _schemes.Scheme:
+        """How the products are formed (blasdx.schemes.Scheme): ``name`` ("native", "tf32",
+        "3xtf32"), ``products`` (tensor-core products per product) and the mantissa bits kept.
+
+        The cheapest scheme that keeps MantissaBits (:func:`blasdx.schemes.resolve_block`):
+        float32 asking for 11-23 bits runs 3xtf32 on mma.sync, 1-10 bits tf32 (sm_80 and
+        newer; FFMA before, which keeps every bit); other types, float64 included, keep their
+        own products. Without MantissaBits, the type's own products.
+        """
+        a, b, _ = self.precision
+        sm = self._get(SM)
+        try:
+            scheme = _schemes.resolve_block(a, self.mantissa_bits, sm.cc if sm else None)
+            if b != a:  # mixed fp8 / 8-bit integers: B must keep the bits too
+                _schemes.resolve_block(b, self.mantissa_bits, sm.cc if sm else None)
+        except ExecutionError as exc:
+            raise DescriptorError(
+                f"{self._get(MantissaBits)!r} and {self._precision!r}: "
+                + str(exc).split(": ", 1)[1].replace("leave mantissa_bits unset", "leave MantissaBits out")
+            ) from None
+        return scheme
 
     @property
     def function(self) -> Function:
@@ -446,6 +478,7 @@ class Descriptor:
             sm.cc if sm else 0,
             sm.arch_specific if sm else False,
             self.workload is Workload.compute_bound,
+            self.scheme.name,
         )
 
     @property
@@ -593,6 +626,8 @@ class Descriptor:
                 raise failures[0]
         self._check_leading_dimension(assume_defaults)
         self._check_alignment(assume_defaults)
+        if self.has(MantissaBits) and (self.has(Precision) or assume_defaults):
+            self.scheme  # noqa: B018 - raises DescriptorError when the type cannot keep the bits
 
     def _check_function_operators(self) -> None:
         """TRSM's operators (Side, FillMode, Diag, BatchesPerBlock) and Size(M, N) do not describe a GEMM."""

@@ -14,39 +14,19 @@ keeps at least that many.
   row of x / column of y, and the number of int8 products grows with the bits and with K.
   Where the engine does not run (or for batches), float64 DMMA keeps every bit.
 * other types: their own products keep their own mantissa; asking for more is refused.
+
+The block-level GEMM (a descriptor with ``MantissaBits``) has its own, shorter list
+(blasdx.schemes.resolve_block): tf32 and 3xtf32 on mma.sync for float32, native otherwise.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from . import dtypes as _dt
 from .errors import ExecutionError
 from .ozaki import MAX_K, residues_for
+from .schemes import NATIVE_BITS, TF32_BITS, Scheme
 
 __all__ = ["Scheme", "NATIVE_BITS", "resolve"]
-
-#: Mantissa bits (stored, without the implicit one) each input type's own products keep.
-NATIVE_BITS = {
-    _dt.float64: 52, _dt.float32: 23, _dt.tfloat32: 10, _dt.float16: 10, _dt.bfloat16: 7,
-    _dt.float8_e4m3: 3, _dt.float8_e5m2: 2,
-}
-TF32_BITS = 10
-
-
-@dataclass(frozen=True)
-class Scheme:
-    """How the products are formed: ``name`` ("native", "tf32", "3xtf32", "ozaki"), tensor-core
-    products per product, and the mantissa bits the scheme keeps."""
-
-    name: str
-    products: int
-    mantissa_bits: int
-
-    def __str__(self) -> str:
-        if self.name == "native":
-            return f"native products ({self.mantissa_bits} mantissa bits)"
-        return f"{self.name} ({self.products} product{'s' if self.products > 1 else ''}, {self.mantissa_bits} bits)"
 
 
 def resolve(dtype: _dt.DType, mantissa_bits: int | None, k: int | None = None) -> Scheme:
@@ -75,3 +55,4 @@ def resolve(dtype: _dt.DType, mantissa_bits: int | None, k: int | None = None) -
     raise ExecutionError(
         f"mantissa_bits: {dtype.name} inputs keep at most {native} mantissa bits; {mantissa_bits} were asked for"
     )
+

@@ -223,6 +223,9 @@ def prelude(gemms: Mapping[str, Descriptor] | Descriptor) -> str:
             d.a in _FP8 or d.b in _FP8 for d in engines):
         includes.append('#include "blasdx/fp8.cuh"')
     includes.append('#include "blasdx/api.cuh"')
+    for desc in blocks:
+        if not isinstance(desc, TrsmDescriptor):
+            includes += [line for line in _codegen.scheme_includes(desc) if line not in includes]
     if any(isinstance(desc, TrsmDescriptor) for desc in blocks):
         includes.append('#include "blasdx/trsm.cuh"')
     if any(not isinstance(desc, TrsmDescriptor) and desc.plan.is_wgmma for desc in blocks):  # sm_90a: wgmma

@@ -76,6 +76,7 @@ class Problem:
     sm: int
     arch_specific: bool = False  # sm_90a: the architecture-specific instructions (wgmma) may be used
     compute_bound: bool = False  # Workload.compute_bound: operands reused from shared memory (fusion)
+    scheme: str = "native"  # how products are formed (blasdx.emulation): "tf32" / "3xtf32" for float32 inputs
 
     def element_size(self, dtype: _dt.DType) -> int:
         return dtype.size * (2 if self.is_complex else 1)
@@ -236,6 +237,8 @@ def _mma_warp_tile(p: Problem, family: str) -> tuple[int, int]:
     """
     am, an, _ = atom_shape(family)
     acc_bytes = _dt.find_combination(p.a, p.b, p.c, p.is_complex).accumulator.size * (2 if p.is_complex else 1)
+    if p.scheme == "3xtf32":  # each step's three products are summed apart first (mma_3xtf32.cuh): twice the registers
+        acc_bytes *= 2
     fm = max(1, min(64, round_up(p.m, am)) // am)
     fn = max(1, min(64, round_up(p.n, an)) // an)
 
@@ -417,9 +420,17 @@ def plan_kernel(p: Problem, threads: int | None = None) -> KernelPlan:
     return plan_warp_level(p, threads)
 
 
+def warp_level_family(p: Problem) -> str:
+    """The warp-level instruction family: the types' own (``dtypes.mma_family``), or tf32's
+    ``mma.sync.m16n8k8`` for float32 inputs that the "tf32" or "3xtf32" scheme multiplies."""
+    if p.scheme in ("tf32", "3xtf32"):
+        return _dt.mma_family(_dt.tfloat32, _dt.tfloat32, p.c, p.sm)
+    return _dt.mma_family(p.a, p.b, p.c, p.sm)
+
+
 def plan_warp_level(p: Problem, threads: int | None = None) -> KernelPlan:
     """The block GEMM on mma.sync (or FMA): warps own warp tiles, operands in padded layouts."""
-    family = _dt.mma_family(p.a, p.b, p.c, p.sm)
+    family = warp_level_family(p)
     atom = atom_shape(family)
     warp_tile = _mma_warp_tile(p, family) if family != "fma" else (1, 1)
     thread_tile = _fma_thread_tile(p) if family == "fma" else (1, 1)

@@ -41,6 +41,8 @@ __all__ = [
     "Block",
     "BlockDim",
     "Workload",
+    "MantissaBits",
+    "RequiredMantissaBits",
     "Side",
     "FillMode",
     "Diag",
@@ -435,6 +437,29 @@ class Workload(_Composable, enum.Enum):
 
     def __repr__(self) -> str:
         return f"Workload.{self.name}"
+
+
+@dataclass(frozen=True, repr=False)
+class MantissaBits(Operator):
+    """Mantissa bits (stored, without the implicit one) the products must keep: a minimum.
+
+    The descriptor runs the cheapest scheme that keeps them (``Descriptor.scheme``,
+    blasdx.emulation): float32 inputs with 11-23 bits as three tf32 products of split
+    operands (3xtf32), with 1-10 as one tf32 product, on mma.sync (sm_80 and newer); other
+    types keep their own products, and asking for more bits than a type has is refused.
+    cuBLASDx calls it RequiredMantissaBits.
+    """
+
+    bits: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "bits", _positive_int(self.bits, "MantissaBits: bits"))
+
+    def __repr__(self) -> str:
+        return f"MantissaBits({self.bits})"
+
+
+RequiredMantissaBits = MantissaBits  # cuBLASDx's name for the same operator
 
 
 # ---------------------------------------------------------------------------------------------- TRSM

@@ -31,6 +31,7 @@ from .operators import (
     FillMode,
     Function,
     LeadingDimension,
+    MantissaBits,
     Precision,
     Side,
     Size,
@@ -361,6 +362,11 @@ class TrsmDescriptor(Descriptor):
             raise DescriptorError(
                 f"{self._get(TransposeMode)!r} and Function.TRSM: TransposeMode describes GEMM operands; give "
                 "the storage order of A and B with Arrangement"
+            )
+        if self.has(MantissaBits):
+            raise DescriptorError(
+                f"{self._get(MantissaBits)!r} and Function.TRSM: MantissaBits chooses how GEMM products are formed "
+                "and applies to Function.MM only"
             )
         self._check_precision()
         ld = self._get(LeadingDimension)

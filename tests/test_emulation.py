@@ -66,9 +66,20 @@ def test_3xtf32_takes_the_engine_with_the_split_configuration(encoder):
     assert plan.kernel.config.shared_memory(4, staged_store=True) <= 232448
 
 
-def test_3xtf32_small_problems_skip_the_one_block_kernel(encoder):
-    plan = _plan(view((64, 64), dt.float32), col((64, 64), dt.float32), 20)
-    assert plan.kind == "hopper" and plan.kernel.config.split_tf32
+@pytest.mark.parametrize("sm", [80, 90])
+def test_3xtf32_small_problems_take_the_one_block_kernel(sm):
+    plan = _plan(view((64, 64), dt.float32), col((64, 64), dt.float32), 20, sm=sm)
+    assert plan.kind == "block" and plan.scheme.name == "3xtf32"
+    assert plan.desc.scheme.name == "3xtf32" and plan.desc.mantissa_bits == 23
+    assert plan.desc.instruction == "mma.sync.m16n8k8"
+    batched = _plan(view((200, 32, 32), dt.float32), view((200, 32, 32), dt.float32), 12, sm=sm)
+    assert batched.kind == "block" and batched.desc.scheme.name == "3xtf32"
+
+
+def test_3xtf32_before_sm80_runs_the_block_kernel_on_ffma():
+    plan = _plan(view((200, 32, 32), dt.float32), view((200, 32, 32), dt.float32), 20, sm=75)
+    assert plan.kind == "block" and plan.scheme.name == "native" and plan.desc.instruction == "fma"
+    assert "3xtf32 not run (mma.sync tf32 needs sm_80)" in plan.describe()
 
 
 def test_3xtf32_elsewhere_runs_native_float32(encoder):

@@ -114,7 +114,7 @@ def test_no_import_circle_in_the_package():
     assert find_cycle(graph) is None, " -> ".join(find_cycle(graph) or [])
 
 
-VALUE_LAYER = {"errors", "dtypes", "operators", "heuristics", "descriptor"}
+VALUE_LAYER = {"errors", "dtypes", "schemes", "operators", "heuristics", "descriptor"}
 
 
 def test_descriptor_is_a_value_layer_with_one_way_up():

@@ -4,26 +4,18 @@
 // product is summed as a_lo b_hi + a_hi b_lo + a_hi b_hi (a_lo b_lo lies below float32's
 // last bit). What the parts miss of x is at most 2^-21 |x|.
 //
-// The split runs in shared memory, on each stage TMA has filled: it is element by element,
+// The split (split_tf32, ../split_tf32.cuh, shared with the block GEMM) runs in shared
+// memory, on each stage TMA has filled: it is element by element,
 // so it does not care about the stage's swizzled layout. The high parts replace the stage's
 // operands in place; the low parts go to a second half of the stage.
 #pragma once
 
+#include "../split_tf32.cuh"
 #include "pipeline.cuh"
 #include "tma.cuh"
 
 namespace blasdx {
 namespace hopper {
-
-// (hi, lo) of one value: integer rounding of the bits (add half of tf32's last place, clear
-// the 13 bits below it), then one exact subtraction. NaN and infinities give a NaN low part,
-// replaced by 0 (hi keeps the value). Values within 2^-12 of the largest float round up to
-// infinity and are not split correctly.
-__device__ __forceinline__ void split_tf32(float x, float& hi, float& lo) {
-    hi = __uint_as_float((__float_as_uint(x) + 0x1000u) & 0xffffe000u);
-    const float rest = x - hi;
-    lo = rest == rest ? rest : 0.0f;
-}
 
 // Splits BYTES of float32 at `stage` in place (high parts) and writes the low parts at
 // `low`; THREADS threads, `thread` the caller's index among them, 16 bytes at a time.
