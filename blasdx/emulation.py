@@ -22,9 +22,8 @@ The block-level GEMM (a descriptor with ``MantissaBits``) has its own, shorter l
 from __future__ import annotations
 
 from . import dtypes as _dt
-from .errors import ExecutionError
 from .ozaki import MAX_K, residues_for
-from .schemes import NATIVE_BITS, TF32_BITS, Scheme
+from .schemes import NATIVE_BITS, TF32_BITS, Scheme, check_requirement, native_scheme
 
 __all__ = ["Scheme", "NATIVE_BITS", "resolve"]
 
@@ -35,24 +34,12 @@ def resolve(dtype: _dt.DType, mantissa_bits: int | None, k: int | None = None) -
     ``k`` (the product's depth) fixes the number of int8 products of the float64 scheme; without
     it the count is that of the deepest K the scheme runs (blasdx.ozaki.MAX_K).
     """
-    native = NATIVE_BITS.get(dtype)
     if mantissa_bits is None:
-        return Scheme("native", 1, native if native is not None else 0)
-    if isinstance(mantissa_bits, bool) or not isinstance(mantissa_bits, int) or mantissa_bits < 1:
-        raise ExecutionError(f"mantissa_bits: expected a positive int or None, got {mantissa_bits!r}")
-    if native is None:  # integers are exact
-        raise ExecutionError(f"mantissa_bits: {dtype.name} products are exact integers; leave mantissa_bits unset")
+        return native_scheme(dtype)
+    native = check_requirement(dtype, mantissa_bits)
     if dtype == _dt.float32:
-        if mantissa_bits <= TF32_BITS:
-            return Scheme("tf32", 1, TF32_BITS)
-        if mantissa_bits <= native:
-            return Scheme("3xtf32", 3, native)
-    elif dtype == _dt.float64 and mantissa_bits <= native:
+        return Scheme("tf32", 1, TF32_BITS) if mantissa_bits <= TF32_BITS else Scheme("3xtf32", 3, native)
+    if dtype == _dt.float64:
         depth = MAX_K if k is None else min(max(k, 1), MAX_K)
         return Scheme("ozaki", residues_for(mantissa_bits, depth).count, mantissa_bits)
-    elif mantissa_bits <= native:
-        return Scheme("native", 1, native)
-    raise ExecutionError(
-        f"mantissa_bits: {dtype.name} inputs keep at most {native} mantissa bits; {mantissa_bits} were asked for"
-    )
-
+    return Scheme("native", 1, native)

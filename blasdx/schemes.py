@@ -9,11 +9,13 @@ describing a GEMM loads nothing of the engines.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from . import dtypes as _dt
 from .errors import ExecutionError
 
-__all__ = ["Scheme", "NATIVE_BITS", "TF32_BITS", "BLOCK_SCHEMES", "resolve_block"]
+__all__ = ["Scheme", "NATIVE_BITS", "TF32_BITS", "BLOCK_SCHEMES", "resolve_block", "native_scheme",
+           "check_requirement"]
 
 #: Mantissa bits (stored, without the implicit one) each input type's own products keep.
 NATIVE_BITS = {
@@ -52,17 +54,29 @@ def resolve_block(dtype: _dt.DType, mantissa_bits: int | None, sm: int | None) -
     no float64 emulation). More bits than a type keeps, or any for integers, raise
     ExecutionError with the rule, as blasdx.emulation.resolve does.
     """
-    native = NATIVE_BITS.get(dtype)
     if mantissa_bits is None:
-        return Scheme("native", 1, native if native is not None else 0)
+        return native_scheme(dtype)
+    native = check_requirement(dtype, mantissa_bits)
+    if dtype == _dt.float32 and (sm is None or sm >= BLOCK_SCHEMES["3xtf32"]):
+        return Scheme("tf32", 1, TF32_BITS) if mantissa_bits <= TF32_BITS else Scheme("3xtf32", 3, native)
+    return Scheme("native", 1, native)
+
+
+def native_scheme(dtype: _dt.DType) -> Scheme:
+    """The type's own products (integers: 0 bits, they are exact)."""
+    return Scheme("native", 1, NATIVE_BITS.get(dtype, 0))
+
+
+def check_requirement(dtype: _dt.DType, mantissa_bits: Any) -> int:
+    """The bits ``dtype``'s own products keep, once ``mantissa_bits`` is known to be a requirement they can
+    meet by some scheme: a positive int, not for integers, at most the type's own (ExecutionError otherwise)."""
     if isinstance(mantissa_bits, bool) or not isinstance(mantissa_bits, int) or mantissa_bits < 1:
         raise ExecutionError(f"mantissa_bits: expected a positive int or None, got {mantissa_bits!r}")
+    native = NATIVE_BITS.get(dtype)
     if native is None:  # integers are exact
         raise ExecutionError(f"mantissa_bits: {dtype.name} products are exact integers; leave mantissa_bits unset")
     if mantissa_bits > native:
         raise ExecutionError(
             f"mantissa_bits: {dtype.name} inputs keep at most {native} mantissa bits; {mantissa_bits} were asked for"
         )
-    if dtype == _dt.float32 and (sm is None or sm >= BLOCK_SCHEMES["3xtf32"]):
-        return Scheme("tf32", 1, TF32_BITS) if mantissa_bits <= TF32_BITS else Scheme("3xtf32", 3, native)
-    return Scheme("native", 1, native)
+    return native
