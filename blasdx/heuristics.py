@@ -389,7 +389,13 @@ def _with_c_over_ab(p: Problem, plan: KernelPlan, ab_bytes: int) -> KernelPlan:
     return replace(plan, smem_c_over_ab=layout) if layout is not None else plan
 
 
-def _min_blocks_per_sm(p: Problem, family: str, threads: int, shared_memory: int) -> int:
+#: Registers of one SM (every architecture blasdx targets).
+_REGISTERS_PER_SM = 65536
+
+
+def _min_blocks_per_sm(
+    p: Problem, family: str, threads: int, shared_memory: int, warp_tile: tuple[int, int] = (1, 1)
+) -> int:
     """2 for real 16-bit tensor-core blocks and wgmma blocks of 256 threads, else 1 (the compiler's choice).
 
     Left alone, the compiler gives a 256-thread f16/bf16 block of a 128-wide problem 166
@@ -398,10 +404,20 @@ def _min_blocks_per_sm(p: Problem, family: str, threads: int, shared_memory: int
     1945 -> 2337 GB/s). Harder caps spill (64 registers: 376 B of local memory, 1101
     GB/s), and 8-bit and complex fragments already spill at 128, so the rule stays narrow.
     wgmma keeps only its accumulator (at most 64 registers) in registers, so it fits too.
+
+    16-bit blocks between 128 and 256 threads (192 for 48x80x24) ask for the blocks per SM that a
+    cap of the accumulator's registers plus 40 allows, as far as shared memory allows them:
+    ldmatrix at the edges took f16->f32 48x80x24 from 63 to 87 registers, 3 blocks of 192
+    threads per SM; a cap of 72 holds 4 without spilling (64 spills 40 bytes).
     """
     sixteen_bit = family in ("mma.sync.m16n8k16", "mma.sync.m16n8k8") and p.a.size == 2 and not p.is_complex
-    fits_two = 2 * (shared_memory + 1024) <= MAX_SHARED_MEMORY[p.sm] + 1024
-    return 2 if (sixteen_bit or family.startswith("wgmma.")) and threads == 256 and fits_two else 1
+    fits = (MAX_SHARED_MEMORY[p.sm] + 1024) // (shared_memory + 1024)
+    if sixteen_bit and 128 < threads < 256:
+        am, an, _ = atom_shape(family)
+        acc = _dt.find_combination(p.a, p.b, p.c, p.is_complex).accumulator.size
+        acc_registers = warp_tile[0] * warp_tile[1] * am * an // 32 * acc // 4
+        return max(1, min(fits, _REGISTERS_PER_SM // (threads * (acc_registers + 40))))
+    return 2 if (sixteen_bit or family.startswith("wgmma.")) and threads == 256 and fits >= 2 else 1
 
 
 def plan_kernel(p: Problem, threads: int | None = None) -> KernelPlan:
@@ -438,7 +454,7 @@ def plan_warp_level(p: Problem, threads: int | None = None) -> KernelPlan:
         smem_a=smem_a,
         smem_b=smem_b,
         smem_c=smem_c,
-        min_blocks=_min_blocks_per_sm(p, family, threads, total),
+        min_blocks=_min_blocks_per_sm(p, family, threads, total, warp_tile),
         smem_b_offset=b_offset,
         smem_c_offset=c_offset if smem_c else 0,
         shared_memory=total,
