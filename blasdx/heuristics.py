@@ -232,9 +232,16 @@ def _mma_warp_tile(p: Problem, family: str) -> tuple[int, int]:
     bound use (``Workload.compute_bound``) asks for two: operands already in shared memory
     are read once per fragment, so larger warp tiles (fewer fragment loads per MMA) and
     smaller blocks (more of them per SM) win, as cuBLASDx's 64-thread blocks do at 32^3.
+
+    Memory-bound f64 on the sm_90 DMMA shape (m16n8k8) takes half that accumulator: its
+    fragments are doubles too, and 2 x 4 tiles (64 accumulator registers) came to 125-146
+    registers, two 192-thread blocks per SM at 48x80x24 where m8n8k4's 3 x 4 tiles had 86.
     """
     am, an, _ = atom_shape(family)
     acc_bytes = _dt.find_combination(p.a, p.b, p.c, p.is_complex).accumulator.size * (2 if p.is_complex else 1)
+    budget = _ACCUMULATOR_BYTES_PER_THREAD
+    if p.a == _dt.float64 and am == 16 and not p.compute_bound:
+        budget //= 2
     fm = max(1, min(64, round_up(p.m, am)) // am)
     fn = max(1, min(64, round_up(p.n, an)) // an)
 
@@ -245,7 +252,7 @@ def _mma_warp_tile(p: Problem, family: str) -> tuple[int, int]:
         return ceil(p.m / (fm_ * am)) * ceil(p.n / (fn_ * an))
 
     min_tiles = 2 if p.compute_bound else 4
-    while acc_per_thread(fm, fn) > _ACCUMULATOR_BYTES_PER_THREAD or (tiles(fm, fn) < min_tiles and fm * fn > 1):
+    while acc_per_thread(fm, fn) > budget or (tiles(fm, fn) < min_tiles and fm * fn > 1):
         # shrink the longer side (in elements) first, keeping the tile near square
         if fm > 1 and (fm * am >= fn * an or fn == 1):
             fm = (fm + 1) // 2

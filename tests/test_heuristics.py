@@ -170,10 +170,13 @@ PLANS = [
     # f64 DMMA 8x8: 8x8 atoms (1024 B) -> 4x8 -> 4x4 (256 B), 4 tiles
     (problem(64, 64, 64, F64), "mma.sync.m8n8k4", (8, 8, 4), (4, 4), (1, 1), 128),
     (problem(8, 8, 8, F64, cplx=True), "mma.sync.m8n8k4", (8, 8, 4), (1, 1), (1, 1), 32),
-    # sm_90 DMMA 16x8x8: 4x8 atoms (1024 B) -> 2x8 -> 2x4 (32x32, 256 B), 4 tiles
-    (problem(64, 64, 64, F64, sm=90), "mma.sync.m16n8k8", (16, 8, 8), (2, 4), (1, 1), 128),
-    # 100^3: 2x4 tiles, 4 x 4 = 16 of them -> 8 warps
-    (problem(100, 100, 100, F64, sm=90), "mma.sync.m16n8k8", (16, 8, 8), (2, 4), (1, 1), 256),
+    # sm_90 DMMA 16x8x8, memory-bound: half the accumulator (128 B): 4x8 -> 2x8 -> 2x4 -> 1x4 (16x32), 8 tiles
+    (problem(64, 64, 64, F64, sm=90), "mma.sync.m16n8k8", (16, 8, 8), (1, 4), (1, 1), 256),
+    # compute-bound keeps 256 B: 2x4 (32x32), 4 tiles
+    (h.Problem(64, 64, 64, F64, F64, F64, False, True, False, False, 90, compute_bound=True), "mma.sync.m16n8k8",
+     (16, 8, 8), (2, 4), (1, 1), 128),
+    # 100^3: 1x4 tiles, 7 x 4 = 28 of them -> 8 warps
+    (problem(100, 100, 100, F64, sm=90), "mma.sync.m16n8k8", (16, 8, 8), (1, 4), (1, 1), 256),
     # fma paths
     (problem(64, 64, 64, F32), "fma", (1, 1, 1), (1, 1), (4, 4), 256),  # 16*16 = 256 threads
     (problem(8, 8, 8, F32), "fma", (1, 1, 1), (1, 1), (4, 4), 32),  # 4 threads of work -> one warp

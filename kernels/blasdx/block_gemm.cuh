@@ -99,7 +99,7 @@ template <class Cfg> struct aligned_smem<Cfg, decltype(void(Cfg::aligned_smem))>
 // of B and C, or K are renumbered alike, which the f64 order below uses.
 template <class Cfg, class Atom = typename Cfg::atom, class = void>
 struct tile_order {
-    static constexpr bool DMMA = false, B_PAIRS = false;
+    static constexpr bool DMMA = false;
     __device__ __forceinline__ static int a_row(int lane, int i, int e) { return i * Atom::M + Atom::a_row(lane, e); }
     __device__ __forceinline__ static int b_col(int lane, int j, int e) { return j * Atom::N + Atom::b_col(lane, e); }
     __device__ __forceinline__ static int a_k(int lane, int e) { return Atom::a_k(lane, e); }
@@ -112,26 +112,29 @@ struct tile_order {
 };
 
 // f64 m16n8k8 (sm_90 DMMA): the order that lets one 16-byte shared-memory load fill two
-// registers, without bank conflicts in the padded layouts (rows an odd number of 16-byte chunks):
+// registers of a K-contiguous operand, without bank conflicts in the padded layouts (rows an odd
+// number of 16-byte chunks), while each lane keeps C's adjacent pairs (what lets the epilogue
+// store 16 bytes at once):
 // * K: the instruction's K slots t and t + 4 (t = lane % 4) are K indices 2t and 2t + 1 of the
-//   step, so a K-contiguous operand gives both in one load;
-// * K-contiguous A (B): the instruction's row (column) g of each group of eight is
-//   dmma_row_order(g) (mma.cuh);
-// * M-contiguous A: rows g and g + 8 of a piece are 2g and 2g + 1 (one load gives both);
-// * N-contiguous B with an even number of pieces: column g of pieces 2p and 2p + 1 are columns
-//   2g and 2g + 1 of their 16 (one load gives both), else the atom's columns.
-// This is the order of the Hopper engine's f64 warp tile (hopper/dmma_tile.cuh) on padded rows.
+//   step, so a K-contiguous operand gives both in one load. The other operand reads element by
+//   element: 8-byte loads of rows 2t of a warp fall on distinct banks with odd-chunk rows.
+// * K-contiguous A: the instruction's row g of each group of eight is dmma_row_order(g)
+//   (mma.cuh), so that the two rows a quarter-warp reads fall in opposite halves of the bank
+//   line; M-contiguous A: rows g and g + 8 of a piece are 2g and 2g + 1 (one load gives both).
+// * K-contiguous B: column g is dmma_row_order(g) where C is column-major; where it is row-major
+//   that order would split C's column pairs, so B keeps the atom's columns (2-way conflicts).
+// The Hopper engine's f64 warp tile (hopper/dmma_tile.cuh) uses the same orders on swizzled stages.
 template <class Cfg, class Atom>
 struct tile_order<Cfg, Atom, typename std_conditional<Atom::M == 16 && sizeof(typename Atom::a_type) == 8, void, int>::type> {
     static constexpr bool DMMA = true;
     static_assert(Atom::K == 8, "the f64 order pairs the two K slots of m16n8k8");
     static constexpr bool A_K = Cfg::a_row_major, B_K = !Cfg::b_row_major;
-    static constexpr bool B_PAIRS = !B_K && Cfg::warp_n % 2 == 0;
+    static constexpr bool B_ORDERED = B_K && !Cfg::c_row_major;
     __host__ __device__ __forceinline__ static constexpr int a_place(int r) {  // instruction row r (0..15)
         return A_K ? (r & 8) + dmma_row_order(r & 7) : 2 * (r & 7) + (r >> 3);
     }
     __host__ __device__ __forceinline__ static constexpr int b_place(int j, int c) {  // column c of piece j
-        return B_K ? 8 * j + dmma_row_order(c) : B_PAIRS ? 16 * (j / 2) + 2 * c + (j & 1) : 8 * j + c;
+        return 8 * j + (B_ORDERED ? dmma_row_order(c) : c);
     }
     __host__ __device__ __forceinline__ static constexpr int k_place(int s) { return 2 * (s & 3) + (s >> 2); }
     __device__ __forceinline__ static int a_row(int lane, int i, int e) { return 16 * i + a_place(Atom::a_row(lane, e)); }
@@ -141,7 +144,7 @@ struct tile_order<Cfg, Atom, typename std_conditional<Atom::M == 16 && sizeof(ty
     __device__ __forceinline__ static int c_row(int lane, int i, int e) { return 16 * i + a_place(Atom::c_row(lane, e)); }
     __device__ __forceinline__ static int c_col(int lane, int j, int e) { return b_place(j, Atom::c_col(lane, e)); }
     __host__ __device__ __forceinline__ static constexpr int piece_row(int i) { return 16 * i; }
-    __host__ __device__ __forceinline__ static constexpr int piece_col(int j) { return b_place(j, 0); }
+    __host__ __device__ __forceinline__ static constexpr int piece_col(int j) { return 8 * j; }
 };
 
 // The CUDA-core path's tiling: work item (gm, gn) of a thread owns TM x TN outputs, rows
@@ -252,28 +255,27 @@ struct BlockGemm {
     }
 
     // Whether f64 fragments of this operand are read 16 bytes at a time (tile_order's f64 order):
-    // real values in rows of an even number of doubles starting on 16-byte boundaries; B
-    // N-contiguous only when its pieces pair up.
+    // real values in rows of an even number of doubles starting on 16-byte boundaries; B only
+    // K-contiguous.
     template <bool IS_A, int LD> __host__ __device__ static constexpr bool dmma_vector_reads() {
         using order = tile_order<Cfg>;
         if constexpr (!order::DMMA) {
             return false;
         } else {
-            return !is_complex && LD != PANELS && LD % 2 == 0 && aligned_smem<Cfg>::value &&
-                   (IS_A || order::B_K || order::B_PAIRS);
+            return !is_complex && LD != PANELS && LD % 2 == 0 && aligned_smem<Cfg>::value && (IS_A || order::B_K);
         }
     }
 
-    // f64 fragments with 16-byte loads, in tile_order's f64 order: A of piece i (frag), or B of
-    // piece j (frag), or, N-contiguous B, of pieces j and j + 1 (frag, frag2). Rows (columns)
-    // past the edge read row 0 (their products land in outputs nobody stores); K past the end
-    // is zeroed after the load. An odd edge reads one element past it, inside the padded row.
+    // f64 fragments with 16-byte loads, in tile_order's f64 order: A or K-contiguous B of piece
+    // `piece` of the warp tile at x0. Rows (columns) past the edge read row 0 (their products
+    // land in outputs nobody stores); K past the end is zeroed after the load (an odd K reads one
+    // element past it, inside the row: rows hold an even number of doubles).
     template <bool IS_A, int LD, class Frag, class Op>
-    __device__ __forceinline__ static void load_dmma_fragment(Frag* frag, Frag* frag2, const double* s, int x0,
-                                                              int piece, int k0, int lane, const Op& op) {
+    __device__ __forceinline__ static void load_dmma_fragment(Frag* frag, const double* s, int x0, int piece, int k0,
+                                                              int lane, const Op& op) {
         using order = tile_order<Cfg>;
         constexpr int X = operand<IS_A>::X;
-        constexpr bool FULL_K = k % 8 == 0, FULL_X = X % 16 == 0;
+        constexpr bool FULL_K = k % 8 == 0, FULL_X = X % (IS_A ? 16 : 8) == 0;
         const int g = lane >> 2, t = lane & 3;
         int kk = k0 + 2 * t;
         const bool k_in = FULL_K || kk < k, k1_in = FULL_K || kk + 1 < k;
@@ -295,23 +297,11 @@ struct BlockGemm {
             const double2 v0 = *reinterpret_cast<const double2*>(s + r + kk * LD);
             const double2 v1 = *reinterpret_cast<const double2*>(s + r + (k1_in ? kk + 1 : 0) * LD);
             f[0] = v0.x, f[1] = v0.y, f[2] = v1.x, f[3] = v1.y;
-        } else if constexpr (order::B_K) {  // column c, K 2t and 2t + 1
-            int c = x0 + 8 * piece + dmma_row_order(g);
-            if (X % 8 != 0) c = c < X ? c : 0;
+        } else {  // column c, K 2t and 2t + 1
+            int c = x0 + order::b_place(piece, g);
+            if (!FULL_X) c = c < X ? c : 0;
             const double2 v = *reinterpret_cast<const double2*>(s + c * LD + kk);
             f[0] = v.x, f[1] = v.y;
-        } else {  // columns 2g and 2g + 1 of the pair's 16 (pieces j, j + 1) at K 2t, then 2t + 1
-            int c = x0 + 16 * (piece / 2) + 2 * g;
-            if (!FULL_X) c = c < X ? c : 0;
-            const double2 v0 = *reinterpret_cast<const double2*>(s + kk * LD + c);
-            const double2 v1 = *reinterpret_cast<const double2*>(s + (k1_in ? kk + 1 : 0) * LD + c);
-            double* f2 = frag2[0].elems();
-            f[0] = v0.x, f[1] = v1.x, f2[0] = v0.y, f2[1] = v1.y;
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                if constexpr (!is_identity<Op>::value) f2[e] = op(f2[e]);
-                if (!(e == 0 ? k_in : k1_in)) f2[e] = 0.0;
-            }
         }
 #pragma unroll
         for (int e = 0; e < N; ++e) {  // register e holds K index 2t + (e >> 1) of A, 2t + e of B
@@ -336,7 +326,7 @@ struct BlockGemm {
         constexpr int X = opd::X;
         constexpr bool FULL_K = k % Atom::K == 0;
         if constexpr (dmma_vector_reads<IS_A, LD>()) {
-            load_dmma_fragment<IS_A, LD>(frag, frag, s, tile0, piece, k0, lane, op);
+            load_dmma_fragment<IS_A, LD>(frag, s, tile0, piece, k0, lane, op);
         } else if constexpr (ldmatrix_reads<IS_A, LD, Atom>()) {
             const int x0 = tile0 + piece * XA;
             constexpr int MATS = ELEMS * int(sizeof(T)) / 4, XB = XA / 8, KB = 16 / int(sizeof(T));
@@ -366,7 +356,7 @@ struct BlockGemm {
             }
         } else {
             constexpr int PARTS = is_complex ? 2 : 1;
-            constexpr bool FULL_X = X % (order::DMMA ? 16 : XA) == 0;  // f64 order: pieces may interleave
+            constexpr bool FULL_X = X % XA == 0;
 #pragma unroll
             for (int e = 0; e < ELEMS; ++e) {
                 const int x = tile0 + (IS_A ? order::a_row(lane, piece, e) : order::b_col(lane, piece, e));
@@ -385,7 +375,6 @@ struct BlockGemm {
 
     // Adds the A * B of one K step (k0 .. k0 + atom::K) of the warp tile at (m0, n0) into
     // acc[part][i][j][e]. The K loop stays with the callers, so run() compiles as it always did.
-    // Fragments wholly outside C (the last warp tile of an edge) are neither loaded nor multiplied.
     template <int LDA, int LDB, class Acc, class AOp, class BOp>
     __device__ __forceinline__ static void mma_step(Acc& acc, const a_type* sA, const b_type* sB, int m0, int n0,
                                                     int k0, int lane, const AOp& a_op, const BOp& b_op) {
@@ -399,27 +388,23 @@ struct BlockGemm {
 
         fragment<typename atom::a_type, atom::A_ELEMS> fa[FM][A_FRAGS];
         fragment<typename atom::b_type, atom::B_ELEMS> fb[FN][PARTS];
+        // Pieces wholly outside C (the last warp tile of an edge) read piece 0's operands instead
+        // and multiply them into accumulators nobody stores: no branch around ldmatrix and
+        // mma.sync, whose warp-wide forms the compiler otherwise fences with a WARPSYNC each.
 #pragma unroll
         for (int i = 0; i < FM; ++i) {
-            if (FULL_M || m0 + order::piece_row(i) < m) load_fragment<true, LDA, atom>(fa[i], sA, m0, i, k0, lane, a_op);
+            const int piece = FULL_M || m0 + order::piece_row(i) < m ? i : 0;
+            load_fragment<true, LDA, atom>(fa[i], sA, m0, piece, k0, lane, a_op);
         }
-        if constexpr (order::B_PAIRS && dmma_vector_reads<false, LDB>()) {  // one load feeds two pieces
 #pragma unroll
-            for (int j = 0; j < FN; j += 2) {
-                if (FULL_N || n0 + order::piece_col(j) < n)
-                    load_dmma_fragment<false, LDB>(fb[j], fb[j + 1], sB, n0, j, k0, lane, b_op);
-            }
-        } else {
-#pragma unroll
-            for (int j = 0; j < FN; ++j) {
-                if (FULL_N || n0 + order::piece_col(j) < n) load_fragment<false, LDB, atom>(fb[j], sB, n0, j, k0, lane, b_op);
-            }
+        for (int j = 0; j < FN; ++j) {
+            const int piece = FULL_N || n0 + order::piece_col(j) < n ? j : 0;
+            load_fragment<false, LDB, atom>(fb[j], sB, n0, piece, k0, lane, b_op);
         }
 #pragma unroll
         for (int i = 0; i < FM; ++i)
 #pragma unroll
             for (int j = 0; j < FN; ++j) {
-                if (!(FULL_M || m0 + order::piece_row(i) < m) || !(FULL_N || n0 + order::piece_col(j) < n)) continue;
                 atom::mma(acc[0][i][j], fa[i][0].regs(), fb[j][0].regs());
                 if constexpr (is_complex) {
                     atom::mma(acc[0][i][j], fa[i][2].regs(), fb[j][1].regs());
