@@ -4,8 +4,9 @@
 // tiles of the output in turn; each accumulates its tile over all of K in registers with
 // mma.sync (or FFMA/DFMA on the CUDA-core path) and hands every result element to an
 // epilogue functor epi(row, col, value). Any size works without padded copies: fragments read
-// with ldmatrix clamp their rows to the edge and zero K past it, element-wise reads are
-// predicated, and fragments wholly outside C are skipped.
+// with ldmatrix (or 16-byte f64 loads) clamp their rows to the edge and zero K past it,
+// element-wise reads are predicated, and pieces wholly outside C multiply piece 0's operands
+// into accumulators nobody stores. tile_order says where each register sits in the tile.
 //
 // Load transforms a_op / b_op (element -> element of the same type) are applied to every
 // A / B element on its way from shared memory into the fragments; identity by default.

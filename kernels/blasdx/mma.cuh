@@ -226,7 +226,7 @@ template <> struct mma_m16n8k8<double, double, double> : mma_m16n8_f64<8> {};
 // eight rows, the instruction's row g reads row (g >> 1) | 4 * (g & 1), so that the two rows one
 // quarter-warp reads (g = 2q, 2q + 1) sit four rows apart. Four rows of a stride that is an odd
 // number of 16-byte chunks, or one 1024-byte swizzle atom's half, put them in opposite halves of
-// the 128-byte bank line. Its own inverse.
+// the 128-byte bank line.
 __host__ __device__ __forceinline__ constexpr int dmma_row_order(int g) { return (g >> 1) | ((g & 1) << 2); }
 
 // ---- fragment registers -------------------------------------------------------------------
