@@ -234,11 +234,18 @@ def _mma_warp_tile(p: Problem, family: str) -> tuple[int, int]:
     bound use (``Workload.compute_bound``) asks for two: operands already in shared memory
     are read once per fragment, so larger warp tiles (fewer fragment loads per MMA) and
     smaller blocks (more of them per SM) win, as cuBLASDx's 64-thread blocks do at 32^3.
+
+    Memory-bound f64 on the sm_90 DMMA shape (m16n8k8) takes half that accumulator: its
+    fragments are doubles too, and 2 x 4 tiles (64 accumulator registers) came to 125-146
+    registers, two 192-thread blocks per SM at 48x80x24 where m8n8k4's 3 x 4 tiles had 86.
     """
     am, an, _ = atom_shape(family)
     acc_bytes = _dt.find_combination(p.a, p.b, p.c, p.is_complex).accumulator.size * (2 if p.is_complex else 1)
     if p.scheme == "3xtf32":  # each step's three products are summed apart first (mma_3xtf32.cuh): twice the registers
         acc_bytes *= 2
+    budget = _ACCUMULATOR_BYTES_PER_THREAD
+    if p.a == _dt.float64 and am == 16 and not p.compute_bound:
+        budget //= 2
     fm = max(1, min(64, round_up(p.m, am)) // am)
     fn = max(1, min(64, round_up(p.n, an)) // an)
 
@@ -249,7 +256,7 @@ def _mma_warp_tile(p: Problem, family: str) -> tuple[int, int]:
         return ceil(p.m / (fm_ * am)) * ceil(p.n / (fn_ * an))
 
     min_tiles = 2 if p.compute_bound else 4
-    while acc_per_thread(fm, fn) > _ACCUMULATOR_BYTES_PER_THREAD or (tiles(fm, fn) < min_tiles and fm * fn > 1):
+    while acc_per_thread(fm, fn) > budget or (tiles(fm, fn) < min_tiles and fm * fn > 1):
         # shrink the longer side (in elements) first, keeping the tile near square
         if fm > 1 and (fm * am >= fn * an or fn == 1):
             fm = (fm + 1) // 2
@@ -393,7 +400,13 @@ def _with_c_over_ab(p: Problem, plan: KernelPlan, ab_bytes: int) -> KernelPlan:
     return replace(plan, smem_c_over_ab=layout) if layout is not None else plan
 
 
-def _min_blocks_per_sm(p: Problem, family: str, threads: int, shared_memory: int) -> int:
+#: Registers of one SM (every architecture blasdx targets).
+_REGISTERS_PER_SM = 65536
+
+
+def _min_blocks_per_sm(
+    p: Problem, family: str, threads: int, shared_memory: int, warp_tile: tuple[int, int] = (1, 1)
+) -> int:
     """2 for real 16-bit tensor-core blocks and wgmma blocks of 256 threads, else 1 (the compiler's choice).
 
     Left alone, the compiler gives a 256-thread f16/bf16 block of a 128-wide problem 166
@@ -402,10 +415,20 @@ def _min_blocks_per_sm(p: Problem, family: str, threads: int, shared_memory: int
     1945 -> 2337 GB/s). Harder caps spill (64 registers: 376 B of local memory, 1101
     GB/s), and 8-bit and complex fragments already spill at 128, so the rule stays narrow.
     wgmma keeps only its accumulator (at most 64 registers) in registers, so it fits too.
+
+    16-bit blocks between 128 and 256 threads (192 for 48x80x24) ask for the blocks per SM that a
+    cap of the accumulator's registers plus 40 allows, as far as shared memory allows them:
+    ldmatrix at the edges took f16->f32 48x80x24 from 63 to 87 registers, 3 blocks of 192
+    threads per SM; a cap of 72 holds 4 without spilling (64 spills 40 bytes).
     """
     sixteen_bit = family in ("mma.sync.m16n8k16", "mma.sync.m16n8k8") and p.a.size == 2 and not p.is_complex
-    fits_two = 2 * (shared_memory + 1024) <= MAX_SHARED_MEMORY[p.sm] + 1024
-    return 2 if (sixteen_bit or family.startswith("wgmma.")) and threads == 256 and fits_two else 1
+    fits = (MAX_SHARED_MEMORY[p.sm] + 1024) // (shared_memory + 1024)
+    if sixteen_bit and 128 < threads < 256:
+        am, an, _ = atom_shape(family)
+        acc = _dt.find_combination(p.a, p.b, p.c, p.is_complex).accumulator.size
+        acc_registers = warp_tile[0] * warp_tile[1] * am * an // 32 * acc // 4
+        return max(1, min(fits, _REGISTERS_PER_SM // (threads * (acc_registers + 40))))
+    return 2 if (sixteen_bit or family.startswith("wgmma.")) and threads == 256 and fits >= 2 else 1
 
 
 def plan_kernel(p: Problem, threads: int | None = None) -> KernelPlan:
@@ -450,7 +473,7 @@ def plan_warp_level(p: Problem, threads: int | None = None) -> KernelPlan:
         smem_a=smem_a,
         smem_b=smem_b,
         smem_c=smem_c,
-        min_blocks=_min_blocks_per_sm(p, family, threads, total),
+        min_blocks=_min_blocks_per_sm(p, family, threads, total, warp_tile),
         smem_b_offset=b_offset,
         smem_c_offset=c_offset if smem_c else 0,
         shared_memory=total,

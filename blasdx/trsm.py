@@ -272,7 +272,7 @@ class TrsmDescriptor(Descriptor):
 
     @property
     def instruction(self) -> str:
-        """The update GEMMs' instruction (``fma``, or ``mma.sync.m8n8k4`` for f64 on sm_80+)."""
+        """The update GEMMs' instruction: ``fma``, or f64 DMMA (``mma.sync.m16n8k8`` on sm_90+, else ``m8n8k4``)."""
         return self.plan.instruction
 
     @property

@@ -279,6 +279,8 @@ def test_supported_rows_filters():
         (F64, F64, F64, 75, "fma"),
         (F64, F64, F64, 80, "mma.sync.m8n8k4"),
         (F64, F64, F64, 89, "mma.sync.m8n8k4"),
+        (F64, F64, F64, 90, "mma.sync.m16n8k8"),  # the sm_90 DMMA shape, twice m8n8k4's rate on Hopper
+        (F64, F64, F64, 100, "mma.sync.m16n8k8"),
         (F32, F32, F32, 75, "fma"),
         (F32, F32, F32, 80, "fma"),
         (F32, F32, F32, 89, "fma"),

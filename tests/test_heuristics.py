@@ -170,6 +170,13 @@ PLANS = [
     # f64 DMMA 8x8: 8x8 atoms (1024 B) -> 4x8 -> 4x4 (256 B), 4 tiles
     (problem(64, 64, 64, F64), "mma.sync.m8n8k4", (8, 8, 4), (4, 4), (1, 1), 128),
     (problem(8, 8, 8, F64, cplx=True), "mma.sync.m8n8k4", (8, 8, 4), (1, 1), (1, 1), 32),
+    # sm_90 DMMA 16x8x8, memory-bound: half the accumulator (128 B): 4x8 -> 2x8 -> 2x4 -> 1x4 (16x32), 8 tiles
+    (problem(64, 64, 64, F64, sm=90), "mma.sync.m16n8k8", (16, 8, 8), (1, 4), (1, 1), 256),
+    # compute-bound keeps 256 B: 2x4 (32x32), 4 tiles
+    (h.Problem(64, 64, 64, F64, F64, F64, False, True, False, False, 90, compute_bound=True), "mma.sync.m16n8k8",
+     (16, 8, 8), (2, 4), (1, 1), 128),
+    # 100^3: 1x4 tiles, 7 x 4 = 28 of them -> 8 warps
+    (problem(100, 100, 100, F64, sm=90), "mma.sync.m16n8k8", (16, 8, 8), (1, 4), (1, 1), 256),
     # fma paths
     (problem(64, 64, 64, F32), "fma", (1, 1, 1), (1, 1), (4, 4), 256),  # 16*16 = 256 threads
     (problem(8, 8, 8, F32), "fma", (1, 1, 1), (1, 1), (4, 4), 32),  # 4 threads of work -> one warp
@@ -319,6 +326,9 @@ def test_c_is_not_staged_when_two_blocks_would_not_fit():
         ((64, 64, 64), bx.float16, bx.float32, 1),  # 128 threads: the compiler's choice
         ((128, 128, 64), bx.int8, bx.int32, 1),  # 8-bit fragments spill under a 128 cap
         ((128, 128, 64), bx.float64, bx.float64, 1),  # not a 16-bit instruction
+        # 192 threads of 2x4 f32 accumulators (32 registers): a cap of 72 registers, 4 blocks per SM
+        ((48, 80, 24), bx.float16, bx.float32, 4),
+        ((48, 80, 24), bx.float16, bx.float16, 6),  # 16 accumulator registers: a cap of 56
     ],
 )
 def test_min_blocks_per_sm(size, a, c, expected):

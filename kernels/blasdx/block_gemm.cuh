@@ -4,8 +4,9 @@
 // tiles of the output in turn; each accumulates its tile over all of K in registers with
 // mma.sync (or FFMA/DFMA on the CUDA-core path) and hands every result element to an
 // epilogue functor epi(row, col, value). Any size works without padded copies: fragments read
-// with ldmatrix clamp their rows to the edge and zero K past it, element-wise reads are
-// predicated, and fragments wholly outside C are skipped.
+// with ldmatrix (or 16-byte f64 loads) clamp their rows to the edge and zero K past it,
+// element-wise reads are predicated, and pieces wholly outside C multiply piece 0's operands
+// into accumulators nobody stores. tile_order says where each register sits in the tile.
 //
 // Load transforms a_op / b_op (element -> element of the same type) are applied to every
 // A / B element on its way from shared memory into the fragments; identity by default.
@@ -91,6 +92,60 @@ template <class Op, class T> __device__ __forceinline__ decltype(auto) transform
 template <class Cfg, class = void> struct aligned_smem { static constexpr bool value = false; };
 template <class Cfg> struct aligned_smem<Cfg, decltype(void(Cfg::aligned_smem))> {
     static constexpr bool value = Cfg::aligned_smem;
+};
+
+// Where each register of a warp tile's fragments and accumulators sits in the tile: piece (i, j)
+// is the atom at row block i, column block j of the warp tile; e a register of its fragment.
+// By default the atom's own order (mma.cuh). A GEMM does not change when rows of A and C, columns
+// of B and C, or K are renumbered alike, which the f64 order below uses.
+template <class Cfg, class Atom = typename Cfg::atom, class = void>
+struct tile_order {
+    static constexpr bool DMMA = false;
+    __device__ __forceinline__ static int a_row(int lane, int i, int e) { return i * Atom::M + Atom::a_row(lane, e); }
+    __device__ __forceinline__ static int b_col(int lane, int j, int e) { return j * Atom::N + Atom::b_col(lane, e); }
+    __device__ __forceinline__ static int a_k(int lane, int e) { return Atom::a_k(lane, e); }
+    __device__ __forceinline__ static int b_k(int lane, int e) { return Atom::b_k(lane, e); }
+    __device__ __forceinline__ static int c_row(int lane, int i, int e) { return i * Atom::M + Atom::c_row(lane, e); }
+    __device__ __forceinline__ static int c_col(int lane, int j, int e) { return j * Atom::N + Atom::c_col(lane, e); }
+    // the first row (column) any register of piece i (j) has
+    __host__ __device__ __forceinline__ static constexpr int piece_row(int i) { return i * Atom::M; }
+    __host__ __device__ __forceinline__ static constexpr int piece_col(int j) { return j * Atom::N; }
+};
+
+// f64 m16n8k8 (sm_90 DMMA): the order that lets one 16-byte shared-memory load fill two
+// registers of a K-contiguous operand, without bank conflicts in the padded layouts (rows an odd
+// number of 16-byte chunks), while each lane keeps C's adjacent pairs (what lets the epilogue
+// store 16 bytes at once):
+// * K: the instruction's K slots t and t + 4 (t = lane % 4) are K indices 2t and 2t + 1 of the
+//   step, so a K-contiguous operand gives both in one load. The other operand reads element by
+//   element: 8-byte loads of rows 2t of a warp fall on distinct banks with odd-chunk rows.
+// * K-contiguous A: the instruction's row g of each group of eight is dmma_row_order(g)
+//   (mma.cuh), so that the two rows a quarter-warp reads fall in opposite halves of the bank
+//   line; M-contiguous A: rows g and g + 8 of a piece are 2g and 2g + 1 (one load gives both).
+// * K-contiguous B: column g is dmma_row_order(g) where C is column-major; where it is row-major
+//   that order would split C's column pairs, so B keeps the atom's columns (2-way conflicts).
+// The Hopper engine's f64 warp tile (hopper/dmma_tile.cuh) uses the same orders on swizzled stages.
+template <class Cfg, class Atom>
+struct tile_order<Cfg, Atom, typename std_conditional<Atom::M == 16 && sizeof(typename Atom::a_type) == 8, void, int>::type> {
+    static constexpr bool DMMA = true;
+    static_assert(Atom::K == 8, "the f64 order pairs the two K slots of m16n8k8");
+    static constexpr bool A_K = Cfg::a_row_major, B_K = !Cfg::b_row_major;
+    static constexpr bool B_ORDERED = B_K && !Cfg::c_row_major;
+    __host__ __device__ __forceinline__ static constexpr int a_place(int r) {  // instruction row r (0..15)
+        return A_K ? (r & 8) + dmma_row_order(r & 7) : 2 * (r & 7) + (r >> 3);
+    }
+    __host__ __device__ __forceinline__ static constexpr int b_place(int j, int c) {  // column c of piece j
+        return 8 * j + (B_ORDERED ? dmma_row_order(c) : c);
+    }
+    __host__ __device__ __forceinline__ static constexpr int k_place(int s) { return 2 * (s & 3) + (s >> 2); }
+    __device__ __forceinline__ static int a_row(int lane, int i, int e) { return 16 * i + a_place(Atom::a_row(lane, e)); }
+    __device__ __forceinline__ static int b_col(int lane, int j, int e) { return b_place(j, Atom::b_col(lane, e)); }
+    __device__ __forceinline__ static int a_k(int lane, int e) { return k_place(Atom::a_k(lane, e)); }
+    __device__ __forceinline__ static int b_k(int lane, int e) { return k_place(Atom::b_k(lane, e)); }
+    __device__ __forceinline__ static int c_row(int lane, int i, int e) { return 16 * i + a_place(Atom::c_row(lane, e)); }
+    __device__ __forceinline__ static int c_col(int lane, int j, int e) { return b_place(j, Atom::c_col(lane, e)); }
+    __host__ __device__ __forceinline__ static constexpr int piece_row(int i) { return 16 * i; }
+    __host__ __device__ __forceinline__ static constexpr int piece_col(int j) { return 8 * j; }
 };
 
 // The CUDA-core path's tiling: work item (gm, gn) of a thread owns TM x TN outputs, rows
@@ -200,20 +255,81 @@ struct BlockGemm {
         return !is_complex && width_ok && rows_ok && (ELEMS * int(sizeof(T))) % 4 == 0;
     }
 
-    // The fragment of this operand at (x0, k0) (a 16 x K atom for A, K x 8 for B), op applied
-    // to every element, in frag[part] (frag[2] = -imaginary part for complex A). ldmatrix
-    // 8x8 block q covers x 8 * (q % XB), k KB * (q / XB) (KB elements make 16 bytes).
+    // Whether f64 fragments of this operand are read 16 bytes at a time (tile_order's f64 order):
+    // real values in rows of an even number of doubles starting on 16-byte boundaries; B only
+    // K-contiguous.
+    template <bool IS_A, int LD> __host__ __device__ static constexpr bool dmma_vector_reads() {
+        using order = tile_order<Cfg>;
+        if constexpr (!order::DMMA) {
+            return false;
+        } else {
+            return !is_complex && LD != PANELS && LD % 2 == 0 && aligned_smem<Cfg>::value && (IS_A || order::B_K);
+        }
+    }
+
+    // f64 fragments with 16-byte loads, in tile_order's f64 order: A or K-contiguous B of piece
+    // `piece` of the warp tile at x0. Rows (columns) past the edge read row 0 (their products
+    // land in outputs nobody stores); K past the end is zeroed after the load (an odd K reads one
+    // element past it, inside the row: rows hold an even number of doubles).
+    template <bool IS_A, int LD, class Frag, class Op>
+    __device__ __forceinline__ static void load_dmma_fragment(Frag* frag, const double* s, int x0, int piece, int k0,
+                                                              int lane, const Op& op) {
+        using order = tile_order<Cfg>;
+        constexpr int X = operand<IS_A>::X;
+        constexpr bool FULL_K = k % 8 == 0, FULL_X = X % (IS_A ? 16 : 8) == 0;
+        const int g = lane >> 2, t = lane & 3;
+        int kk = k0 + 2 * t;
+        const bool k_in = FULL_K || kk < k, k1_in = FULL_K || kk + 1 < k;
+        if (!k_in) kk = 0;
+        double* f = frag[0].elems();
+        constexpr int N = IS_A ? 4 : 2;
+        if constexpr (IS_A && order::A_K) {  // rows r and r + 8, K 2t and 2t + 1 each
+            int r0 = x0 + 16 * piece + dmma_row_order(g), r1 = r0 + 8;
+            if (!FULL_X) {
+                r0 = r0 < X ? r0 : 0;
+                r1 = r1 < X ? r1 : 0;
+            }
+            const double2 lo = *reinterpret_cast<const double2*>(s + r0 * LD + kk);
+            const double2 hi = *reinterpret_cast<const double2*>(s + r1 * LD + kk);
+            f[0] = lo.x, f[2] = lo.y, f[1] = hi.x, f[3] = hi.y;
+        } else if constexpr (IS_A) {  // rows 2g and 2g + 1 at K 2t, then at K 2t + 1
+            int r = x0 + 16 * piece + 2 * g;
+            if (!FULL_X) r = r < X ? r : 0;
+            const double2 v0 = *reinterpret_cast<const double2*>(s + r + kk * LD);
+            const double2 v1 = *reinterpret_cast<const double2*>(s + r + (k1_in ? kk + 1 : 0) * LD);
+            f[0] = v0.x, f[1] = v0.y, f[2] = v1.x, f[3] = v1.y;
+        } else {  // column c, K 2t and 2t + 1
+            int c = x0 + order::b_place(piece, g);
+            if (!FULL_X) c = c < X ? c : 0;
+            const double2 v = *reinterpret_cast<const double2*>(s + c * LD + kk);
+            f[0] = v.x, f[1] = v.y;
+        }
+#pragma unroll
+        for (int e = 0; e < N; ++e) {  // register e holds K index 2t + (e >> 1) of A, 2t + e of B
+            if constexpr (!is_identity<Op>::value) f[e] = op(f[e]);
+            if (!((IS_A ? e >> 1 : e) == 0 ? k_in : k1_in)) f[e] = 0.0;
+        }
+    }
+
+    // The fragment of this operand's piece `piece` of the warp tile at x0 (row x0 of A, column x0
+    // of B) and K step k0 (a 16 x K atom for A, K x 8 for B), op applied to every element, in
+    // frag[part] (frag[2] = -imaginary part for complex A). ldmatrix 8x8 block q covers
+    // x 8 * (q % XB), k KB * (q / XB) (KB elements make 16 bytes).
     template <bool IS_A, int LD, class Atom, class Frag, class Op>
-    __device__ __forceinline__ static void load_fragment(Frag* frag, const typename operand<IS_A>::T* s, int x0,
-                                                         int k0, int lane, const Op& op) {
+    __device__ __forceinline__ static void load_fragment(Frag* frag, const typename operand<IS_A>::T* s, int tile0,
+                                                         int piece, int k0, int lane, const Op& op) {
         using opd = operand<IS_A>;
         using T = typename opd::T;
+        using order = tile_order<Cfg, Atom>;
         using F = typename std_conditional<IS_A, typename Atom::a_type, typename Atom::b_type>::type;
         constexpr int ELEMS = IS_A ? Atom::A_ELEMS : Atom::B_ELEMS;
         constexpr int XA = IS_A ? Atom::M : Atom::N;  // extent of the fragment along x
         constexpr int X = opd::X;
         constexpr bool FULL_K = k % Atom::K == 0;
-        if constexpr (ldmatrix_reads<IS_A, LD, Atom>()) {
+        if constexpr (dmma_vector_reads<IS_A, LD>()) {
+            load_dmma_fragment<IS_A, LD>(frag, s, tile0, piece, k0, lane, op);
+        } else if constexpr (ldmatrix_reads<IS_A, LD, Atom>()) {
+            const int x0 = tile0 + piece * XA;
             constexpr int MATS = ELEMS * int(sizeof(T)) / 4, XB = XA / 8, KB = 16 / int(sizeof(T));
             const int q = (lane / 8) % MATS, r = lane % 8;
             int x = x0 + 8 * (q % XB) + (opd::K_CONTIG ? r : 0);
@@ -226,6 +342,11 @@ struct BlockGemm {
                 if (!FULL_K) kk = kk < k ? kk : k - 1;
             }
             ldmatrix<MATS, !opd::K_CONTIG>(frag[0].reg, opd::template at<LD>(s, x, kk));
+#pragma unroll
+            for (int e = 0; e < ELEMS; ++e) {
+                if constexpr (!is_identity<Op>::value) frag[0].elems()[e] = op(frag[0].elems()[e]);
+                frag[0].elems()[e] = preparer<Atom>::apply(frag[0].elems()[e]);
+            }
             if constexpr (!FULL_K) {  // zero K past the end (both operands: the padding may hold NaN)
                 if (k0 + Atom::K > k) {
 #pragma unroll
@@ -234,18 +355,13 @@ struct BlockGemm {
                     }
                 }
             }
-#pragma unroll
-            for (int e = 0; e < ELEMS; ++e) {
-                if constexpr (!is_identity<Op>::value) frag[0].elems()[e] = op(frag[0].elems()[e]);
-                frag[0].elems()[e] = preparer<Atom>::apply(frag[0].elems()[e]);
-            }
         } else {
             constexpr int PARTS = is_complex ? 2 : 1;
             constexpr bool FULL_X = X % XA == 0;
 #pragma unroll
             for (int e = 0; e < ELEMS; ++e) {
-                const int x = x0 + (IS_A ? Atom::a_row(lane, e) : Atom::b_col(lane, e));
-                const int kk = k0 + (IS_A ? Atom::a_k(lane, e) : Atom::b_k(lane, e));
+                const int x = tile0 + (IS_A ? order::a_row(lane, piece, e) : order::b_col(lane, piece, e));
+                const int kk = k0 + (IS_A ? order::a_k(lane, e) : order::b_k(lane, e));
                 const bool in = (FULL_X || x < X) && (FULL_K || kk < k);
 #pragma unroll
                 for (int p = 0; p < PARTS; ++p) {
@@ -260,11 +376,11 @@ struct BlockGemm {
 
     // Adds the A * B of one K step (k0 .. k0 + atom::K) of the warp tile at (m0, n0) into
     // acc[part][i][j][e]. The K loop stays with the callers, so run() compiles as it always did.
-    // Fragments wholly outside C (the last warp tile of an edge) are neither loaded nor multiplied.
     template <int LDA, int LDB, class Acc, class AOp, class BOp>
     __device__ __forceinline__ static void mma_step(Acc& acc, const a_type* sA, const b_type* sB, int m0, int n0,
                                                     int k0, int lane, const AOp& a_op, const BOp& b_op) {
         using atom = typename Cfg::atom;
+        using order = tile_order<Cfg>;
         constexpr int FM = Cfg::warp_m, FN = Cfg::warp_n;
         constexpr bool FULL_M = m % (FM * atom::M) == 0, FULL_N = n % (FN * atom::N) == 0;
         constexpr int PARTS = is_complex ? 2 : 1;
@@ -273,19 +389,23 @@ struct BlockGemm {
 
         fragment<typename atom::a_type, atom::A_ELEMS> fa[FM][A_FRAGS];
         fragment<typename atom::b_type, atom::B_ELEMS> fb[FN][PARTS];
+        // Pieces wholly outside C (the last warp tile of an edge) read piece 0's operands instead
+        // and multiply them into accumulators nobody stores: no branch around ldmatrix and
+        // mma.sync, whose warp-wide forms the compiler otherwise fences with a WARPSYNC each.
 #pragma unroll
         for (int i = 0; i < FM; ++i) {
-            if (FULL_M || m0 + i * atom::M < m) load_fragment<true, LDA, atom>(fa[i], sA, m0 + i * atom::M, k0, lane, a_op);
+            const int piece = FULL_M || m0 + order::piece_row(i) < m ? i : 0;
+            load_fragment<true, LDA, atom>(fa[i], sA, m0, piece, k0, lane, a_op);
         }
 #pragma unroll
         for (int j = 0; j < FN; ++j) {
-            if (FULL_N || n0 + j * atom::N < n) load_fragment<false, LDB, atom>(fb[j], sB, n0 + j * atom::N, k0, lane, b_op);
+            const int piece = FULL_N || n0 + order::piece_col(j) < n ? j : 0;
+            load_fragment<false, LDB, atom>(fb[j], sB, n0, piece, k0, lane, b_op);
         }
 #pragma unroll
         for (int i = 0; i < FM; ++i)
 #pragma unroll
             for (int j = 0; j < FN; ++j) {
-                if (!(FULL_M || m0 + i * atom::M < m) || !(FULL_N || n0 + j * atom::N < n)) continue;
                 atom::mma(acc[0][i][j], fa[i][0].regs(), fb[j][0].regs());
                 if constexpr (is_complex) {
                     atom::mma(acc[0][i][j], fa[i][2].regs(), fb[j][1].regs());
@@ -330,8 +450,8 @@ struct BlockGemm {
                 for (int j = 0; j < FN; ++j)
 #pragma unroll
                     for (int e = 0; e < atom::C_ELEMS; ++e) {
-                        const int row = m0 + i * atom::M + atom::c_row(lane, e);
-                        const int col = n0 + j * atom::N + atom::c_col(lane, e);
+                        const int row = m0 + tile_order<Cfg>::c_row(lane, i, e);
+                        const int col = n0 + tile_order<Cfg>::c_col(lane, j, e);
                         if ((FULL_M || row < m) && (FULL_N || col < n)) {
                             if constexpr (is_complex) {
                                 epi(row, col, value_type{acc[0][i][j][e], acc[1][i][j][e]});
@@ -546,15 +666,16 @@ template <class Cfg> struct fragment_shape<Cfg, true> {
     __device__ __forceinline__ static int m0(int tid, int t) { return (tile(tid, t) % TILES_M) * WM; }
     __device__ __forceinline__ static int n0(int tid, int t) { return (tile(tid, t) / TILES_M) * WN; }
     // Element r of item t is at (row_base + row_offset(r), col_base + col_offset(r)): the lane
-    // moves every element of a fragment alike (true of every atom in mma.cuh), so the offsets
-    // are compile-time constants once r is.
-    __device__ __forceinline__ static int row_base(int tid, int t) { return m0(tid, t) + atom::c_row(tid % 32, 0); }
-    __device__ __forceinline__ static int col_base(int tid, int t) { return n0(tid, t) + atom::c_col(tid % 32, 0); }
+    // moves every element of a fragment alike (true of every atom in mma.cuh and of tile_order),
+    // so the offsets are compile-time constants once r is.
+    using order = tile_order<Cfg>;
+    __device__ __forceinline__ static int row_base(int tid, int t) { return m0(tid, t) + order::c_row(tid % 32, 0, 0); }
+    __device__ __forceinline__ static int col_base(int tid, int t) { return n0(tid, t) + order::c_col(tid % 32, 0, 0); }
     __device__ __forceinline__ static int row_offset(int r) {
-        return (r / (FN * CE)) * atom::M + atom::c_row(0, r % CE) - atom::c_row(0, 0);
+        return order::c_row(0, r / (FN * CE), r % CE) - order::c_row(0, 0, 0);
     }
     __device__ __forceinline__ static int col_offset(int r) {
-        return ((r / CE) % FN) * atom::N + atom::c_col(0, r % CE) - atom::c_col(0, 0);
+        return order::c_col(0, (r / CE) % FN, r % CE) - order::c_col(0, 0, 0);
     }
     static constexpr bool FULL_M = m % WM == 0, FULL_N = n % WN == 0;  // no element of any tile is outside C
     __device__ __forceinline__ static int row(int tid, int idx) {

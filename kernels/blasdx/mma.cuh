@@ -219,6 +219,16 @@ template <> struct mma_m16n8_f64<16> : shape_m16n8_f64<16> {
     }
 };
 
+// The f64 m16n8k8 atom under the family name the block GEMM plans use (mma.sync.m16n8k8).
+template <> struct mma_m16n8k8<double, double, double> : mma_m16n8_f64<8> {};
+
+// Row order that keeps 16-byte f64 fragment loads free of bank conflicts: within each group of
+// eight rows, the instruction's row g reads row (g >> 1) | 4 * (g & 1), so that the two rows one
+// quarter-warp reads (g = 2q, 2q + 1) sit four rows apart. Four rows of a stride that is an odd
+// number of 16-byte chunks, or one 1024-byte swizzle atom's half, put them in opposite halves of
+// the 128-byte bank line.
+__host__ __device__ __forceinline__ constexpr int dmma_row_order(int g) { return (g >> 1) | ((g & 1) << 2); }
+
 // ---- fragment registers -------------------------------------------------------------------
 
 // Registers that hold N elements of T: 32-bit words, or doubles for f64.

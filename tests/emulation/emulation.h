@@ -27,6 +27,7 @@ struct alignas(16) uint4 { unsigned x, y, z, w; };
 struct alignas(8) uint2 { unsigned x, y; };
 struct alignas(16) float4 { float x, y, z, w; };
 struct alignas(8) float2 { float x, y; };
+struct alignas(16) double2 { double x, y; };
 inline thread_local dim3 threadIdx;
 inline dim3 blockIdx, blockDim, gridDim;
 inline std::barrier<>* emulated_barrier = nullptr;

@@ -48,7 +48,7 @@ struct DmmaWarpTile {
     // K group, MN-major by K slot; every other load adds a compile-time constant.
     int a_lane[2], b_lane[2];
 
-    __device__ __forceinline__ static int sigma(int i) { return (i >> 1) | ((i & 1) << 2); }
+    __device__ __forceinline__ static int sigma(int i) { return dmma_row_order(i); }
 
     // stage_offset of the lane's first element, split into the lane's part and constants:
     // K-major row r = base + sigma(g) (r % 8 = sigma(g)), K index 8 * group + 2t: chunk
