@@ -78,6 +78,7 @@ def test_a_block_larger_than_the_gemm(kernels):
     for name in ("register_api", "shared_api"):
         kernel = kernels[(desc, "wgmma", name)]
         block = desc.max_threads_per_block + 128
-        kernel = bx.compile_kernel("#define MAX_THREADS 1024\n" + kernel.user_source, name, {"GEMM": desc},
+        # launch bounds of the block itself: 1024 would cap registers at 64, below one wgmma's accumulator
+        kernel = bx.compile_kernel(f"#define MAX_THREADS {block}\n" + kernel.user_source, name, {"GEMM": desc},
                                    block=block)
         run_case(kernel, desc, "wgmma", -1.5, 0.5, np.random.default_rng(7))
