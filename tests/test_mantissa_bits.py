@@ -107,7 +107,7 @@ def test_trsm_refuses_the_operator():
     ((bx.float32,), 80, 10, "tf32", 1, 10, "mma.sync.m16n8k8"),
     ((bx.float32,), 75, 21, "native", 1, 23, "fma"),  # no tf32 mma.sync: FFMA keeps every bit
     ((bx.float64,), 80, 40, "native", 1, 52, "mma.sync.m8n8k4"),  # DMMA, no block-level emulation
-    ((bx.float64,), 90, 52, "native", 1, 52, "mma.sync.m8n8k4"),
+    ((bx.float64,), 90, 52, "native", 1, 52, "mma.sync.m16n8k8"),  # sm_90: the larger DMMA shape
     ((bx.float16, bx.float16, bx.float32), 80, 10, "native", 1, 10, "mma.sync.m16n8k16"),
 ])
 def test_traits_name_the_scheme_and_its_cost(precision, sm, bits, name, products, kept, instruction):
