@@ -179,10 +179,6 @@ class OzakiPlan:
         """The int8 GEMM's CompiledKernel."""
         return self.gemm.compiled
 
-    def kernels(self) -> list[Any]:
-        """Every kernel a call launches (for compile checks)."""
-        return [self._shifts, self._slices, self._combine, self.gemm._gemm]
-
     def run(self, device_id: int, stream_core: Any, stream: int, x: ArrayView, y: ArrayView, c: ArrayView | None,
             d: ArrayView, alpha: float, beta: float) -> None:
         """D = alpha * x y + beta * C (C None: beta is 0) on ``stream``; x is [M, K], y [K, N], all float64."""
