@@ -7,6 +7,8 @@ BlockDim overrides, batches with broadcast, CuPy / PyTorch / blasdx arrays, stre
 
 from __future__ import annotations
 
+import os
+
 import itertools
 
 import numpy as np
@@ -73,14 +75,17 @@ def sm() -> int:
 
 @pytest.fixture(scope="module")
 def compiled(sm):
-    """Compile every descriptor of the module up front, in parallel."""
+    """Every descriptor of the module, compiled up front in parallel in a single process. Under
+    pytest-xdist each worker compiles the descriptors of its own tests as they run instead (an up-front
+    pass would compile all of them in every worker)."""
     descs = {}
     for row, size, arr in CASES:
         s = (largest_square(row, sm),) * 3 if size == "largest" else size
         desc = gemm_descriptor(row, s, sm, arr)
         if desc.is_supported:
             descs[(row, size, arr)] = desc
-    bx.precompile(list(descs.values()), workers=16)
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        bx.precompile(list(descs.values()), workers=16)
     return descs
 
 

@@ -10,6 +10,8 @@ with C poisoned when beta = 0.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -28,12 +30,25 @@ SCALARS = [(1.0, 0.0), (-1.5, 0.5)]
 PRODUCTS = {"twice": 2}
 
 
+class _OnDemand(dict):
+    """{(desc, ops, name): FusedKernel}, each (desc, ops)'s kernels compiled together at first use."""
+
+    def __missing__(self, key):
+        desc, ops, _ = key
+        self.update(compile_all([desc], (ops,)))
+        return self[key]
+
+
 @pytest.fixture(scope="module")
 def kernels():
-    """Every case's kernels, compiled up front; skip off compute capability 9.0."""
+    """Every case's kernels: compiled up front in a single process; under pytest-xdist each worker
+    compiles those of its own tests (an up-front pass would compile all of them in every worker).
+    Skip off compute capability 9.0."""
     sm = require_gpu()
     if sm != 90:
         pytest.skip(f"sm_90a code runs only on compute capability 9.0 devices, this one is {sm // 10}.{sm % 10}")
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        return _OnDemand()
     return compile_all([gemm(size, types, arr) for types, arr, size in CASES])
 
 
@@ -73,8 +88,8 @@ def test_every_api_form_on_every_wgmma_combination(kernels, case, ops):
 
 def test_a_block_larger_than_the_gemm(kernels):
     """Warpgroups beyond max_threads_per_block skip the GEMM; shared memory still lines up."""
-    desc = next(d for d, ops, _ in kernels if ops == "wgmma" and d.size == (128, 128, 64)
-                and d.precision == (dt.float16, dt.float16, dt.float32))
+    desc = next(gemm(size, types, arr) for types, arr, size in CASES
+                if size == (128, 128, 64) and types == (dt.float16, dt.float16, dt.float32))
     for name in ("register_api", "shared_api"):
         kernel = kernels[(desc, "wgmma", name)]
         block = desc.max_threads_per_block + 128
