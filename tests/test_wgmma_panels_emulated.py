@@ -22,6 +22,7 @@ import blasdx as bx
 from blasdx.codegen import config_struct
 
 from . import host_emulation as emu
+from .test_wgmma import gemm
 
 pytestmark = pytest.mark.skipif(emu.compiler() is None, reason="needs g++ (C++20) to run kernel code on the host")
 
@@ -52,14 +53,6 @@ def build_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("emulation")
 
 
-def gemm(size, types, arr, *extra) -> bx.Descriptor:
-    desc = (bx.Size(*size) + bx.Precision(*types) + bx.Function.MM + bx.Arrangement(*arr)
-            + bx.SM(90, arch_specific=True) + bx.Block())
-    for op in extra:
-        desc = desc + op
-    return desc
-
-
 I8, U8, I32 = bx.int8, bx.uint8, bx.int32
 CASES = [
     *[((128, 128, 64), (I8, I8, I32), (a, b, C), (bx.MaxAlignment,))
@@ -82,7 +75,7 @@ def _bytes(rng, shape) -> np.ndarray:
                          ids=[f"{'x'.join(map(str, s))}-{t[0].name}x{t[1].name}-{''.join(x.name[0] for x in a)}-"
                               f"{'-'.join(type(op).__name__ for op in e) or 'default'}" for s, t, a, e in CASES])
 def test_8bit_operands_land_in_the_reported_panels(size, types, arr, extra, build_dir, tmp_path):
-    desc = gemm(size, types, arr, *extra)
+    desc = gemm(size, *types, arr, *extra)
     assert desc.instruction.startswith("wgmma.") and desc.instruction.endswith("k32"), desc.instruction
     m, n, k = size
     a_row, b_row = arr[0] is R, arr[1] is R

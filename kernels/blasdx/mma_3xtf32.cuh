@@ -8,6 +8,18 @@
 
 namespace blasdx {
 
+// A fragment's N registers of float32 split into their tf32 high and low parts.
+template <int N>
+__device__ __forceinline__ void split_fragment(const u32* x, u32* high, u32* low) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+        float h, l;
+        split_tf32(__uint_as_float(x[i]), h, l);
+        high[i] = __float_as_uint(h);
+        low[i] = __float_as_uint(l);
+    }
+}
+
 // The block GEMM's 3xtf32 atom: fragments hold the float32 operands as read from shared
 // memory (no rounding on load); mma() splits them in registers and issues three m16n8k8 tf32
 // mma.sync, small terms first, whose sum it adds into the f32 accumulators. The splits of a fragment are
@@ -18,20 +30,8 @@ struct mma_m16n8k8_3xtf32 : shape_m16n8k8_tf32 {
     static constexpr int PRODUCTS = 3;
     __device__ static void mma(float* d, const u32* a, const u32* b) {
         u32 ah[4], al[4], bh[2], bl[2];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            float h, l;
-            split_tf32(__uint_as_float(a[i]), h, l);
-            ah[i] = __float_as_uint(h);
-            al[i] = __float_as_uint(l);
-        }
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            float h, l;
-            split_tf32(__uint_as_float(b[i]), h, l);
-            bh[i] = __float_as_uint(h);
-            bl[i] = __float_as_uint(l);
-        }
+        split_fragment<4>(a, ah, al);
+        split_fragment<2>(b, bh, bl);
         // The step's three products are summed from zero, then added into d with rounded f32
         // adds: the tensor core's f32 sums truncate, which summed over all of K would grow
         // linearly with K (2.8e-5 at K = 4096 measured on H100 summing into d directly).
