@@ -5,8 +5,9 @@
 // mma.sync (or FFMA/DFMA on the CUDA-core path) and hands every result element to an
 // epilogue functor epi(row, col, value). Any size works without padded copies: fragments read
 // with ldmatrix (or 16-byte f64 loads) clamp their rows to the edge and zero K past it,
-// element-wise reads are predicated, and pieces wholly outside C multiply piece 0's operands
-// into accumulators nobody stores. tile_order says where each register sits in the tile.
+// element-wise reads are predicated, and the warp tiles at the edges of an odd size multiply
+// only their pieces that start inside C (a loop of their own per edge, chosen once per tile).
+// tile_order says where each register sits in the tile.
 //
 // Load transforms a_op / b_op (element -> element of the same type) are applied to every
 // A / B element on its way from shared memory into the fragments; identity by default.
@@ -311,6 +312,73 @@ struct BlockGemm {
         }
     }
 
+    // The shared-memory row lane r of an ldmatrix hands over for the 8 x 8 block at (x, kk) of this
+    // operand: a row of x when K-contiguous (its 16 bytes run along K), else a row of K. Rows past
+    // X are clamped (their products land in outputs nobody stores) and K past the end too (zeroed
+    // after the load by finish_fragment); XA is the extent along x of what the loads cover.
+    template <bool IS_A, int LD, int XA, class Atom>
+    __device__ __forceinline__ static const typename operand<IS_A>::T* ldmatrix_row(const typename operand<IS_A>::T* s,
+                                                                                   int x, int kk, int r) {
+        using opd = operand<IS_A>;
+        constexpr int X = opd::X;
+        constexpr bool FULL_K = k % Atom::K == 0;
+        if constexpr (opd::K_CONTIG) {
+            x += r;
+            if (X % XA != 0) x = x < X ? x : X - 1;
+            if (!FULL_K) kk = kk < k ? kk : 0;
+        } else {
+            kk += r;
+            if (X % XA != 0) x = x < X ? x : 0;
+            if (!FULL_K) kk = kk < k ? kk : k - 1;
+        }
+        return opd::template at<LD>(s, x, kk);
+    }
+
+    // A fragment just read with ldmatrix: op and the atom's rounding applied to every element, K
+    // past the end zeroed (both operands: the padding may hold NaN).
+    template <bool IS_A, class Atom, class Frag, class Op>
+    __device__ __forceinline__ static void finish_fragment(Frag& frag, int k0, int lane, const Op& op) {
+        using F = typename std_conditional<IS_A, typename Atom::a_type, typename Atom::b_type>::type;
+        constexpr int ELEMS = IS_A ? Atom::A_ELEMS : Atom::B_ELEMS;
+#pragma unroll
+        for (int e = 0; e < ELEMS; ++e) {
+            if constexpr (!is_identity<Op>::value) frag.elems()[e] = op(frag.elems()[e]);
+            frag.elems()[e] = preparer<Atom>::apply(frag.elems()[e]);
+        }
+        if constexpr (k % Atom::K != 0) {
+            if (k0 + Atom::K > k) {
+#pragma unroll
+                for (int e = 0; e < ELEMS; ++e) {
+                    if (k0 + (IS_A ? Atom::a_k(lane, e) : Atom::b_k(lane, e)) >= k) frag.elems()[e] = zero<F>();
+                }
+            }
+        }
+    }
+
+    // Whether B fragments of neighbouring pieces are read in pairs: one ldmatrix.x4 for two pieces
+    // whose fragments are two 8 x 8 blocks each (16-bit, and K-contiguous 8- or 32-bit B), which
+    // halves the shared-memory instructions of B.
+    template <int LD, class Atom> __host__ __device__ static constexpr bool b_pairs() {
+        return ldmatrix_reads<false, LD, Atom>() && !dmma_vector_reads<false, LD>() &&
+               Atom::B_ELEMS * int(sizeof(b_type)) == 8;
+    }
+
+    // The B fragments of pieces `piece` and `piece` + 1 of the warp tile at column tile0, K step k0:
+    // blocks 0 and 1 of the x4 are the first piece's two K halves, blocks 2 and 3 the second's.
+    template <int LD, class Atom, class Frag, class Op>
+    __device__ __forceinline__ static void load_b_pair(Frag* first, Frag* second, const b_type* s, int tile0,
+                                                       int piece, int k0, int lane, const Op& op) {
+        constexpr int KB = 16 / int(sizeof(b_type));
+        const int q = lane / 8, r = lane % 8;
+        u32 regs[4];
+        ldmatrix<4, !operand<false>::K_CONTIG>(
+            regs, ldmatrix_row<false, LD, Atom::N, Atom>(s, tile0 + (piece + q / 2) * Atom::N, k0 + KB * (q % 2), r));
+        first[0].reg[0] = regs[0], first[0].reg[1] = regs[1];
+        second[0].reg[0] = regs[2], second[0].reg[1] = regs[3];
+        finish_fragment<false, Atom>(first[0], k0, lane, op);
+        finish_fragment<false, Atom>(second[0], k0, lane, op);
+    }
+
     // The fragment of this operand's piece `piece` of the warp tile at x0 (row x0 of A, column x0
     // of B) and K step k0 (a 16 x K atom for A, K x 8 for B), op applied to every element, in
     // frag[part] (frag[2] = -imaginary part for complex A). ldmatrix 8x8 block q covers
@@ -332,29 +400,9 @@ struct BlockGemm {
             const int x0 = tile0 + piece * XA;
             constexpr int MATS = ELEMS * int(sizeof(T)) / 4, XB = XA / 8, KB = 16 / int(sizeof(T));
             const int q = (lane / 8) % MATS, r = lane % 8;
-            int x = x0 + 8 * (q % XB) + (opd::K_CONTIG ? r : 0);
-            int kk = k0 + KB * (q / XB) + (opd::K_CONTIG ? 0 : r);
-            if constexpr (opd::K_CONTIG) {  // a lane names a row of x; its 16 bytes run along K
-                if (X % XA != 0) x = x < X ? x : X - 1;
-                if (!FULL_K) kk = kk < k ? kk : 0;
-            } else {  // a lane names a row of K; its 16 bytes run along x
-                if (X % XA != 0) x = x < X ? x : 0;
-                if (!FULL_K) kk = kk < k ? kk : k - 1;
-            }
-            ldmatrix<MATS, !opd::K_CONTIG>(frag[0].reg, opd::template at<LD>(s, x, kk));
-#pragma unroll
-            for (int e = 0; e < ELEMS; ++e) {
-                if constexpr (!is_identity<Op>::value) frag[0].elems()[e] = op(frag[0].elems()[e]);
-                frag[0].elems()[e] = preparer<Atom>::apply(frag[0].elems()[e]);
-            }
-            if constexpr (!FULL_K) {  // zero K past the end (both operands: the padding may hold NaN)
-                if (k0 + Atom::K > k) {
-#pragma unroll
-                    for (int e = 0; e < ELEMS; ++e) {
-                        if (k0 + (IS_A ? Atom::a_k(lane, e) : Atom::b_k(lane, e)) >= k) frag[0].elems()[e] = zero<F>();
-                    }
-                }
-            }
+            ldmatrix<MATS, !opd::K_CONTIG>(frag[0].reg,
+                                           ldmatrix_row<IS_A, LD, XA, Atom>(s, x0 + 8 * (q % XB), k0 + KB * (q / XB), r));
+            finish_fragment<IS_A, Atom>(frag[0], k0, lane, op);
         } else {
             constexpr int PARTS = is_complex ? 2 : 1;
             constexpr bool FULL_X = X % XA == 0;
@@ -374,38 +422,45 @@ struct BlockGemm {
         }
     }
 
-    // Adds the A * B of one K step (k0 .. k0 + atom::K) of the warp tile at (m0, n0) into
-    // acc[part][i][j][e]. The K loop stays with the callers, so run() compiles as it always did.
-    template <int LDA, int LDB, class Acc, class AOp, class BOp>
+    // The warp tiles of the tensor-core path: FM x FN atoms each, TILES_M along M. Only the last
+    // tile along M (N) may reach past C; it holds LAST_FM (LAST_FN) pieces that start inside C.
+    struct warp_tiling {
+        using atom = typename Cfg::atom;
+        static constexpr int FM = Cfg::warp_m, FN = Cfg::warp_n, WM = FM * atom::M, WN = FN * atom::N;
+        static constexpr int TILES_M = (m + WM - 1) / WM, TILES = TILES_M * ((n + WN - 1) / WN);
+        static constexpr bool FULL_M = m % WM == 0, FULL_N = n % WN == 0;
+        static constexpr int LAST_FM = (m - (TILES_M - 1) * WM + atom::M - 1) / atom::M;
+        static constexpr int LAST_FN = (n - ((n + WN - 1) / WN - 1) * WN + atom::N - 1) / atom::N;
+    };
+
+    // Adds the A * B of one K step (k0 .. k0 + atom::K) of pieces i < PM, j < PN of the warp tile
+    // at (m0, n0) into acc[part][i][j][e]; every one of those pieces starts inside C (tile_step
+    // picks PM, PN). The K loop stays with the callers.
+    template <int LDA, int LDB, int PM = Cfg::warp_m, int PN = Cfg::warp_n, class Acc, class AOp, class BOp>
     __device__ __forceinline__ static void mma_step(Acc& acc, const a_type* sA, const b_type* sB, int m0, int n0,
                                                     int k0, int lane, const AOp& a_op, const BOp& b_op) {
         using atom = typename Cfg::atom;
-        using order = tile_order<Cfg>;
-        constexpr int FM = Cfg::warp_m, FN = Cfg::warp_n;
-        constexpr bool FULL_M = m % (FM * atom::M) == 0, FULL_N = n % (FN * atom::N) == 0;
         constexpr int PARTS = is_complex ? 2 : 1;
         // Complex products take four real MMAs: re += ar*br + (-ai)*bi, im += ar*bi + ai*br.
         constexpr int A_FRAGS = is_complex ? 3 : 1;  // ar, ai, -ai
 
-        fragment<typename atom::a_type, atom::A_ELEMS> fa[FM][A_FRAGS];
-        fragment<typename atom::b_type, atom::B_ELEMS> fb[FN][PARTS];
-        // Pieces wholly outside C (the last warp tile of an edge) read piece 0's operands instead
-        // and multiply them into accumulators nobody stores: no branch around ldmatrix and
-        // mma.sync, whose warp-wide forms the compiler otherwise fences with a WARPSYNC each.
+        fragment<typename atom::a_type, atom::A_ELEMS> fa[PM][A_FRAGS];
+        fragment<typename atom::b_type, atom::B_ELEMS> fb[PN][PARTS];
 #pragma unroll
-        for (int i = 0; i < FM; ++i) {
-            const int piece = FULL_M || m0 + order::piece_row(i) < m ? i : 0;
-            load_fragment<true, LDA, atom>(fa[i], sA, m0, piece, k0, lane, a_op);
+        for (int i = 0; i < PM; ++i) load_fragment<true, LDA, atom>(fa[i], sA, m0, i, k0, lane, a_op);
+#pragma unroll
+        for (int j = 0; j < PN; ++j) {
+            if constexpr (b_pairs<LDB, atom>()) {
+                if (j % 2 == 0 && j + 1 < PN) load_b_pair<LDB, atom>(fb[j], fb[j + 1], sB, n0, j, k0, lane, b_op);
+                if (j % 2 == 0 && j + 1 == PN) load_fragment<false, LDB, atom>(fb[j], sB, n0, j, k0, lane, b_op);
+            } else {
+                load_fragment<false, LDB, atom>(fb[j], sB, n0, j, k0, lane, b_op);
+            }
         }
 #pragma unroll
-        for (int j = 0; j < FN; ++j) {
-            const int piece = FULL_N || n0 + order::piece_col(j) < n ? j : 0;
-            load_fragment<false, LDB, atom>(fb[j], sB, n0, piece, k0, lane, b_op);
-        }
+        for (int i = 0; i < PM; ++i)
 #pragma unroll
-        for (int i = 0; i < FM; ++i)
-#pragma unroll
-            for (int j = 0; j < FN; ++j) {
+            for (int j = 0; j < PN; ++j) {
                 atom::mma(acc[0][i][j], fa[i][0].regs(), fb[j][0].regs());
                 if constexpr (is_complex) {
                     atom::mma(acc[0][i][j], fa[i][2].regs(), fb[j][1].regs());
@@ -415,22 +470,49 @@ struct BlockGemm {
             }
     }
 
+    // acc += A * B over all of K for the warp tile at (m0, n0), whose pieces inside C are PM x PN.
+    template <int LDA, int LDB, int PM, int PN, class Acc, class AOp, class BOp>
+    __device__ __forceinline__ static void tile_k_loop(Acc& acc, const a_type* sA, const b_type* sB, int m0, int n0,
+                                                       int lane, const AOp& a_op, const BOp& b_op) {
+#pragma unroll 2
+        for (int k0 = 0; k0 < k; k0 += Cfg::atom::K) {
+            mma_step<LDA, LDB, PM, PN>(acc, sA, sB, m0, n0, k0, lane, a_op, b_op);
+        }
+    }
+
+    // tile_k_loop over the pieces of the warp tile at (m0, n0) that start inside C: the edge tiles
+    // of an odd size run a loop of their own with fewer pieces (a branch per tile, which the whole
+    // warp takes alike), instead of multiplying pieces that nobody stores.
+    template <int LDA, int LDB, class Acc, class AOp, class BOp>
+    __device__ __forceinline__ static void tile_product(Acc& acc, const a_type* sA, const b_type* sB, int m0, int n0,
+                                                        int lane, const AOp& a_op, const BOp& b_op) {
+        using W = warp_tiling;
+        constexpr int FM = W::FM, FN = W::FN;
+        const bool edge_m = !W::FULL_M && m0 + W::WM > m, edge_n = !W::FULL_N && n0 + W::WN > n;
+        if (W::LAST_FM != FM && W::LAST_FN != FN && edge_m && edge_n) {
+            tile_k_loop<LDA, LDB, W::LAST_FM, W::LAST_FN>(acc, sA, sB, m0, n0, lane, a_op, b_op);
+        } else if (W::LAST_FM != FM && edge_m) {
+            tile_k_loop<LDA, LDB, W::LAST_FM, FN>(acc, sA, sB, m0, n0, lane, a_op, b_op);
+        } else if (W::LAST_FN != FN && edge_n) {
+            tile_k_loop<LDA, LDB, FM, W::LAST_FN>(acc, sA, sB, m0, n0, lane, a_op, b_op);
+        } else {
+            tile_k_loop<LDA, LDB, FM, FN>(acc, sA, sB, m0, n0, lane, a_op, b_op);
+        }
+    }
+
     // Every output element of the warp tiles this warp owns goes to epi(row, col, value).
     template <int LDA, int LDB, class Epilogue, class AOp, class BOp>
     __device__ static void run_mma(const a_type* sA, const b_type* sB, int tid, Epilogue& epi, const AOp& a_op,
                                    const BOp& b_op) {
         using atom = typename Cfg::atom;
-        constexpr int FM = Cfg::warp_m, FN = Cfg::warp_n;
-        constexpr int WM = FM * atom::M, WN = FN * atom::N;
-        constexpr int TILES_M = (m + WM - 1) / WM, TILES = TILES_M * ((n + WN - 1) / WN);
-        constexpr int WARPS = threads / 32;
-        constexpr bool FULL_M = m % WM == 0, FULL_N = n % WN == 0;
+        using W = warp_tiling;
+        constexpr int FM = W::FM, FN = W::FN, WARPS = threads / 32;
         constexpr int PARTS = is_complex ? 2 : 1;
         const int warp = tid / 32, lane = tid % 32;
         if (warp >= WARPS) return;  // threads of a partial last warp only help with copies
 
-        for (int tile = warp; tile < TILES; tile += WARPS) {
-            const int m0 = (tile % TILES_M) * WM, n0 = (tile / TILES_M) * WN;
+        for (int tile = warp; tile < W::TILES; tile += WARPS) {
+            const int m0 = (tile % W::TILES_M) * W::WM, n0 = (tile / W::TILES_M) * W::WN;
             alignas(16) acc_type acc[PARTS][FM][FN][atom::C_ELEMS];
 #pragma unroll
             for (int p = 0; p < PARTS; ++p)
@@ -441,8 +523,7 @@ struct BlockGemm {
 #pragma unroll
                         for (int e = 0; e < atom::C_ELEMS; ++e) acc[p][i][j][e] = acc_type(0);
 
-#pragma unroll 2
-            for (int k0 = 0; k0 < k; k0 += atom::K) mma_step<LDA, LDB>(acc, sA, sB, m0, n0, k0, lane, a_op, b_op);
+            tile_product<LDA, LDB>(acc, sA, sB, m0, n0, lane, a_op, b_op);
 
 #pragma unroll
             for (int i = 0; i < FM; ++i)
@@ -452,7 +533,7 @@ struct BlockGemm {
                     for (int e = 0; e < atom::C_ELEMS; ++e) {
                         const int row = m0 + tile_order<Cfg>::c_row(lane, i, e);
                         const int col = n0 + tile_order<Cfg>::c_col(lane, j, e);
-                        if ((FULL_M || row < m) && (FULL_N || col < n)) {
+                        if ((W::FULL_M || row < m) && (W::FULL_N || col < n)) {
                             if constexpr (is_complex) {
                                 epi(row, col, value_type{acc[0][i][j][e], acc[1][i][j][e]});
                             } else {
@@ -623,11 +704,7 @@ struct BlockGemm {
         for (int t = 0; t < shape::ITEMS; ++t) {
             if (!shape::item_exists(tid, t)) continue;
             if constexpr (Cfg::use_mma) {
-                const int m0 = shape::m0(tid, t), n0 = shape::n0(tid, t), lane = tid % 32;
-#pragma unroll 2
-                for (int k0 = 0; k0 < k; k0 += shape::atom::K) {
-                    mma_step<LDA, LDB>(frag.regs[t], sA, sB, m0, n0, k0, lane, a_op, b_op);
-                }
+                tile_product<LDA, LDB>(frag.regs[t], sA, sB, shape::m0(tid, t), shape::n0(tid, t), tid % 32, a_op, b_op);
             } else {
                 fma_k_loop<LDA, LDB>(frag.regs[t], sA, sB, shape::gm(tid, t), shape::gn(tid, t), a_op, b_op);
             }
