@@ -452,7 +452,7 @@ class Descriptor:
         sa, sb, sc = self.element_sizes
         padded = (
             _h.padded_leading_dimension(p.a_inner, sa),
-            _h.padded_leading_dimension(p.b_inner, sb),
+            _h.b_leading_dimension(p),
             _h.padded_leading_dimension(p.c_inner, sc),
         )
         align = _h.SMEM_BUFFER_ALIGNMENT

@@ -24,6 +24,7 @@ __all__ = [
     "atom_shape",
     "c_over_ab_layout",
     "padded_leading_dimension",
+    "b_leading_dimension",
     "wgmma_k_major",
     "wgmma_tile_n",
     "plan_kernel",
@@ -187,6 +188,35 @@ def padded_leading_dimension(inner: int, element_size: int) -> int:
     return chunks * 16 // element_size
 
 
+def reads_b_in_runs(p: Problem) -> bool:
+    """Whether the block GEMM reads B in runs of adjacent columns (block_gemm.cuh's grouped B
+    order): real B stored N-contiguous on the warp-level tensor-core path, 32-bit B of tf32
+    products (mma.sync.m16n8k8) and 8-bit B (mma.sync.m16n8k32)."""
+    if not p.b_row_major or p.is_complex or wgmma_tile_n(p) is not None:
+        return False
+    family = warp_level_family(p)
+    return (family == "mma.sync.m16n8k8" and p.b.size == 4) or (family == "mma.sync.m16n8k32" and p.b.size == 1)
+
+
+def run_leading_dimension(inner: int, element_size: int) -> int:
+    """Leading dimension of B rows read in runs (``reads_b_in_runs``). The four K rows a run
+    read spans (4-byte B: rows t of a quarter-warp's 16-byte reads; 8-bit B: rows 4t of a warp's
+    4-byte reads, t = lane % 4) must fall on four different quarters of the 128-byte bank line:
+    rows of an odd number of 32-byte (8-byte) steps, where the odd-chunk rule of
+    ``padded_leading_dimension`` would put two of them on the same banks."""
+    step = 32 if element_size == 4 else 8
+    row = round_up(inner * element_size, step)
+    if (row // step) % 2 == 0:
+        row += step
+    return row // element_size
+
+
+def b_leading_dimension(p: Problem) -> int:
+    """The padded leading dimension of B in shared memory (one of the two rules above)."""
+    size = p.element_size(p.b)
+    return run_leading_dimension(p.b_inner, size) if reads_b_in_runs(p) else padded_leading_dimension(p.b_inner, size)
+
+
 def vector_bytes(alignment: int, element_size: int, *extents_in_elements: int) -> int:
     """Widest copy (bytes, <= 16) that ``alignment`` allows and that divides every extent."""
     width = min(alignment, 16)
@@ -318,7 +348,7 @@ def kernel_smem_layouts(p: Problem, max_bytes: int) -> tuple[SmemLayout, SmemLay
 
     sa, sb = p.element_size(p.a), p.element_size(p.b)
     lda = padded_leading_dimension(p.a_inner, sa)
-    ldb = padded_leading_dimension(p.b_inner, sb)
+    ldb = b_leading_dimension(p)
     need = round_up(lda * p.a_outer * sa, SMEM_BUFFER_ALIGNMENT) + ldb * p.b_outer * sb
     if need > max_bytes:
         lda, ldb = p.a_inner, p.b_inner

@@ -113,6 +113,49 @@ struct tile_order {
     __host__ __device__ __forceinline__ static constexpr int piece_col(int j) { return j * Atom::N; }
 };
 
+// Pieces per group of tile_order's grouped B order: real B stored N-contiguous (row-major) whose
+// fragments hold one column per lane and no ldmatrix form reads: 32-bit B on the m16n8k8 shape
+// (tf32, 3xtf32) and 8-bit B on m16n8k32; 4 (or 2) when the warp tile's pieces along N divide
+// into such groups, else 1 (the atom's own order).
+template <class Cfg, class Atom> __host__ __device__ constexpr int b_group_pieces() {
+    constexpr bool tf32_shape = Atom::K == 8 && sizeof(typename Atom::a_type) == 4 && sizeof(typename Atom::b_type) == 4;
+    constexpr bool byte_shape = Atom::K == 32 && sizeof(typename Atom::a_type) == 1 && sizeof(typename Atom::b_type) == 1;
+    if constexpr (Atom::M != 16 || Atom::N != 8 || !(tf32_shape || byte_shape) || !Cfg::b_row_major || Cfg::is_complex) {
+        return 1;
+    } else {
+        return Cfg::warp_n % 4 == 0 ? 4 : Cfg::warp_n % 2 == 0 ? 2 : 1;
+    }
+}
+
+// Grouped B order: column c of piece j sits at (j / P) * 8P + c * P + j % P, so the P pieces of a
+// group give each lane P adjacent columns of one row of B (one read per K index where the atom's
+// order takes P element reads) and C's columns come in runs of 2P per lane. Rows and K keep the
+// atom's order.
+template <class Cfg, class Atom>
+struct tile_order<Cfg, Atom, typename std_conditional<(b_group_pieces<Cfg, Atom>() > 1), void, int>::type> {
+    static constexpr bool DMMA = false;
+    static constexpr int P = b_group_pieces<Cfg, Atom>();
+    __host__ __device__ __forceinline__ static constexpr int b_place(int j, int c) {  // column c of piece j
+        return (j / P) * 8 * P + c * P + j % P;
+    }
+    __device__ __forceinline__ static int a_row(int lane, int i, int e) { return i * Atom::M + Atom::a_row(lane, e); }
+    __device__ __forceinline__ static int b_col(int lane, int j, int e) { return b_place(j, Atom::b_col(lane, e)); }
+    __device__ __forceinline__ static int a_k(int lane, int e) { return Atom::a_k(lane, e); }
+    __device__ __forceinline__ static int b_k(int lane, int e) { return Atom::b_k(lane, e); }
+    __device__ __forceinline__ static int c_row(int lane, int i, int e) { return i * Atom::M + Atom::c_row(lane, e); }
+    __device__ __forceinline__ static int c_col(int lane, int j, int e) { return b_place(j, Atom::c_col(lane, e)); }
+    __host__ __device__ __forceinline__ static constexpr int piece_row(int i) { return i * Atom::M; }
+    __host__ __device__ __forceinline__ static constexpr int piece_col(int j) { return b_place(j, 0); }
+};
+
+// How many of a warp tile's `pieces` along N start before column `extent` (Order::piece_col rises
+// with the piece): those an edge tile must multiply.
+template <class Order> __host__ __device__ constexpr int pieces_before(int pieces, int extent) {
+    int inside = 0;
+    for (int j = 0; j < pieces; ++j) inside += Order::piece_col(j) < extent ? 1 : 0;
+    return inside;
+}
+
 // f64 m16n8k8 (sm_90 DMMA): the order that lets one 16-byte shared-memory load fill two
 // registers of a K-contiguous operand, without bank conflicts in the padded layouts (rows an odd
 // number of 16-byte chunks), while each lane keeps C's adjacent pairs (what lets the epilogue
@@ -379,6 +422,72 @@ struct BlockGemm {
         finish_fragment<false, Atom>(second[0], k0, lane, op);
     }
 
+    // Pieces of B read together by load_b_group: tile_order's group where its runs of P columns can
+    // be read whole (plain rows starting on 16-byte boundaries, LD and N multiples of P, so no run
+    // straddles the edge), else 1.
+    template <int LD, class Atom> __host__ __device__ static constexpr int b_group_reads() {
+        constexpr int P = b_group_pieces<Cfg, Atom>();
+        return P > 1 && LD != PANELS && LD % P == 0 && n % P == 0 && aligned_smem<Cfg>::value ? P : 1;
+    }
+
+    // The B fragments of the P pieces from `piece` on of the warp tile at column tile0, K step k0,
+    // in tile_order's grouped order: per K index one read of the lane's P adjacent columns (8-bit
+    // B: four K rows' reads transposed into each piece's K quad with byte permutes). Runs wholly
+    // past N read column 0 (their products land in outputs nobody stores); K past the end reads
+    // row 0 and is zeroed, op left out there (it must add nothing).
+    template <int LD, class Atom, class Frag, class Op>
+    __device__ __forceinline__ static void load_b_group(Frag* frags, const b_type* s, int tile0, int piece, int k0,
+                                                        int lane, const Op& op) {
+        using F = typename Atom::b_type;
+        constexpr int P = b_group_reads<LD, Atom>();
+        constexpr bool FULL_K = k % Atom::K == 0;
+        int col = tile0 + tile_order<Cfg, Atom>::b_place(piece, lane >> 2);
+        if (n % (8 * P) != 0) col = col < n ? col : 0;
+        if constexpr (sizeof(F) == 4) {
+#pragma unroll
+            for (int e = 0; e < Atom::B_ELEMS; ++e) {
+                const int kk = k0 + Atom::b_k(lane, e);
+                const bool k_in = FULL_K || kk < k;
+                b_type run[P];
+                load_run<P>(run, operand<false>::template at<LD>(s, col, k_in ? kk : 0));
+#pragma unroll
+                for (int p = 0; p < P; ++p) {
+                    F v = k_in ? transformed(op, run[p]) : zero<F>();
+                    frags[p][0].elems()[e] = preparer<Atom>::apply(v);
+                }
+            }
+        } else {
+#pragma unroll
+            for (int h = 0; h < Atom::B_ELEMS / 4; ++h) {  // register h: K 16h + 4t .. 16h + 4t + 3
+                u32 w[4];
+#pragma unroll
+                for (int r = 0; r < 4; ++r) {
+                    const int kk = k0 + Atom::b_k(lane, 4 * h + r);
+                    const bool k_in = FULL_K || kk < k;
+                    const b_type* at = operand<false>::template at<LD>(s, col, k_in ? kk : 0);
+                    const u32 v = P == 4 ? *reinterpret_cast<const u32*>(at) : u32(*reinterpret_cast<const unsigned short*>(at));
+                    w[r] = k_in ? v : 0u;
+                }
+                const u32 lo01 = __byte_perm(w[0], w[1], 0x5140), lo23 = __byte_perm(w[2], w[3], 0x5140);
+                frags[0][0].reg[h] = __byte_perm(lo01, lo23, 0x5410);
+                frags[1][0].reg[h] = __byte_perm(lo01, lo23, 0x7632);
+                if constexpr (P == 4) {
+                    const u32 hi01 = __byte_perm(w[0], w[1], 0x7362), hi23 = __byte_perm(w[2], w[3], 0x7362);
+                    frags[2][0].reg[h] = __byte_perm(hi01, hi23, 0x5410);
+                    frags[3][0].reg[h] = __byte_perm(hi01, hi23, 0x7632);
+                }
+            }
+            if constexpr (!is_identity<Op>::value) {
+#pragma unroll
+                for (int p = 0; p < P; ++p)
+#pragma unroll
+                    for (int e = 0; e < Atom::B_ELEMS; ++e) {
+                        if (FULL_K || k0 + Atom::b_k(lane, e) < k) frags[p][0].elems()[e] = op(frags[p][0].elems()[e]);
+                    }
+            }
+        }
+    }
+
     // The fragment of this operand's piece `piece` of the warp tile at x0 (row x0 of A, column x0
     // of B) and K step k0 (a 16 x K atom for A, K x 8 for B), op applied to every element, in
     // frag[part] (frag[2] = -imaginary part for complex A). ldmatrix 8x8 block q covers
@@ -430,7 +539,7 @@ struct BlockGemm {
         static constexpr int TILES_M = (m + WM - 1) / WM, TILES = TILES_M * ((n + WN - 1) / WN);
         static constexpr bool FULL_M = m % WM == 0, FULL_N = n % WN == 0;
         static constexpr int LAST_FM = (m - (TILES_M - 1) * WM + atom::M - 1) / atom::M;
-        static constexpr int LAST_FN = (n - ((n + WN - 1) / WN - 1) * WN + atom::N - 1) / atom::N;
+        static constexpr int LAST_FN = pieces_before<tile_order<Cfg>>(FN, n - ((n + WN - 1) / WN - 1) * WN);
     };
 
     // Adds the A * B of one K step (k0 .. k0 + atom::K) of pieces i < PM, j < PN of the warp tile
@@ -448,9 +557,16 @@ struct BlockGemm {
         fragment<typename atom::b_type, atom::B_ELEMS> fb[PN][PARTS];
 #pragma unroll
         for (int i = 0; i < PM; ++i) load_fragment<true, LDA, atom>(fa[i], sA, m0, i, k0, lane, a_op);
+        constexpr int GROUP = b_group_reads<LDB, atom>();
 #pragma unroll
         for (int j = 0; j < PN; ++j) {
-            if constexpr (b_pairs<LDB, atom>()) {
+            if constexpr (GROUP > 1) {
+                if (j < PN - PN % GROUP) {
+                    if (j % GROUP == 0) load_b_group<LDB, atom>(fb + j, sB, n0, j, k0, lane, b_op);
+                } else {
+                    load_fragment<false, LDB, atom>(fb[j], sB, n0, j, k0, lane, b_op);
+                }
+            } else if constexpr (b_pairs<LDB, atom>()) {
                 if (j % 2 == 0 && j + 1 < PN) load_b_pair<LDB, atom>(fb[j], fb[j + 1], sB, n0, j, k0, lane, b_op);
                 if (j % 2 == 0 && j + 1 == PN) load_fragment<false, LDB, atom>(fb[j], sB, n0, j, k0, lane, b_op);
             } else {
