@@ -68,10 +68,10 @@ struct halve {  // v >> 1 (integers: an arithmetic shift, floor(v / 2))
 
 constexpr long long A_STRIDE = GEMM::a_inner * GEMM::a_outer, B_STRIDE = GEMM::b_inner * GEMM::b_outer;
 constexpr long long C_STRIDE = GEMM::c_inner * GEMM::c_outer;
-using S = GEMM::scalar_type;
 
 extern "C" __global__ void __launch_bounds__(GEMM::max_threads_per_block, 1)
-register_api(const GEMM::a_value_type* a, const GEMM::b_value_type* b, GEMM::c_value_type* c, S alpha, S beta) {
+register_api(const GEMM::a_value_type* a, const GEMM::b_value_type* b, GEMM::c_value_type* c,
+             GEMM::scalar_type alpha, GEMM::scalar_type beta) {
     extern __shared__ __align__(16) unsigned char smem[];
     auto [sA, sB] = GEMM::slice_shared_memory_ab(smem);
     const long long p = blockIdx.x;
@@ -83,7 +83,8 @@ register_api(const GEMM::a_value_type* a, const GEMM::b_value_type* b, GEMM::c_v
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM::max_threads_per_block, 1)
-twice(const GEMM::a_value_type* a, const GEMM::b_value_type* b, GEMM::c_value_type* c, S alpha, S beta) {
+twice(const GEMM::a_value_type* a, const GEMM::b_value_type* b, GEMM::c_value_type* c,
+      GEMM::scalar_type alpha, GEMM::scalar_type beta) {
     extern __shared__ __align__(16) unsigned char smem[];
     auto [sA, sB] = GEMM::slice_shared_memory_ab(smem);
     const long long p = blockIdx.x;
@@ -97,7 +98,8 @@ twice(const GEMM::a_value_type* a, const GEMM::b_value_type* b, GEMM::c_value_ty
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM::max_threads_per_block, 1)
-shared_api(const GEMM::a_value_type* a, const GEMM::b_value_type* b, GEMM::c_value_type* c, S alpha, S beta) {
+shared_api(const GEMM::a_value_type* a, const GEMM::b_value_type* b, GEMM::c_value_type* c,
+           GEMM::scalar_type alpha, GEMM::scalar_type beta) {
     extern __shared__ __align__(16) unsigned char smem[];
     auto [sA, sB, sC] = GEMM::slice_shared_memory(smem);
     const long long p = blockIdx.x;
