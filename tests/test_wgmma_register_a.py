@@ -171,6 +171,70 @@ def shared_a_gmma(op: str) -> re.Pattern:
     return re.compile(rf"\b{op}\.64x\d+x\d+\S* R\d+, gdesc\[")
 
 
+# ---------------------------------------------------------------------------------------------- the instruction
+
+#: issue_rs of every type at every width the descriptor form issues (integers: to 128, the widest
+#: s32 tile), B K-major and, for 16-bit types, N-major; one kernel per row.
+EVERY_WIDTH = r"""
+#include "blasdx/fp8.cuh"
+#include "blasdx/wgmma.cuh"
+namespace wg = blasdx::wgmma;
+
+// d = A B at WIDTH, 2 WIDTH, ... MAX columns, each written to out.
+template <class TA, class TB, class TAcc, bool TRANS_B, int WIDTH, int MAX>
+__device__ void widths(unsigned* out, const unsigned* a, wg::u64 desc) {
+    if constexpr (WIDTH <= MAX) {
+        using op = wg::mma<TA, TB, TAcc>;
+        constexpr int REGS = WIDTH / 2 * int(sizeof(TAcc)) / 4;
+        typename op::reg_type d[REGS] = {};
+        wg::fence();
+        op::template issue_rs<WIDTH, TRANS_B>(d, a, desc);
+        wg::commit();
+        wg::wait<0>();
+#pragma unroll
+        for (int r = 0; r < REGS; ++r) out[r] = reinterpret_cast<const unsigned&>(d[r]);
+        widths<TA, TB, TAcc, TRANS_B, 2 * WIDTH, MAX>(out + REGS, a, desc);
+    }
+}
+#define EVERY_WIDTH(NAME, TA, TB, TACC, TRANS_B, MAX)                                            \
+    extern "C" __global__ void NAME(unsigned* out, const unsigned* a, unsigned long long desc) { \
+        widths<TA, TB, TACC, TRANS_B, 8, MAX>(out + 512 * threadIdx.x, a + 4 * threadIdx.x, desc); \
+    }
+"""
+#: (kernel, C++ types, N-major B, widest, SASS name of the instruction at width W)
+WIDTH_ROWS = [
+    ("f16_f32", "__half, __half, float", False, 256, "HGMMA.64x{}x16.F32"),
+    ("f16_f32_n_major_b", "__half, __half, float", True, 256, "HGMMA.64x{}x16.F32"),
+    ("f16_f16", "__half, __half, __half", False, 256, "HGMMA.64x{}x16.F16"),
+    ("f16_f16_n_major_b", "__half, __half, __half", True, 256, "HGMMA.64x{}x16.F16"),
+    ("bf16_f32", "__nv_bfloat16, __nv_bfloat16, float", True, 256, "HGMMA.64x{}x16.F32.BF16"),
+    ("e4m3_e4m3", "__nv_fp8_e4m3, __nv_fp8_e4m3, float", False, 256, "QGMMA.64x{}x32.F32.E4M3.E4M3"),
+    ("e4m3_e5m2", "__nv_fp8_e4m3, __nv_fp8_e5m2, float", False, 256, "QGMMA.64x{}x32.F32.E4M3.E5M2"),
+    ("e5m2_e4m3", "__nv_fp8_e5m2, __nv_fp8_e4m3, float", False, 256, "QGMMA.64x{}x32.F32.E5M2.E4M3"),
+    ("e5m2_e5m2", "__nv_fp8_e5m2, __nv_fp8_e5m2, float", False, 256, "QGMMA.64x{}x32.F32.E5M2.E5M2"),
+    ("s8_s8", "signed char, signed char, int", False, 128, "IGMMA.64x{}x32.S8.S8"),
+    ("s8_u8", "signed char, unsigned char, int", False, 128, "IGMMA.64x{}x32.S8.U8"),
+    ("u8_s8", "unsigned char, signed char, int", False, 128, "IGMMA.64x{}x32.U8.S8"),
+    ("u8_u8", "unsigned char, unsigned char, int", False, 128, "IGMMA.64x{}x32.U8.U8"),
+]
+
+
+def test_issue_rs_compiles_every_type_and_width():
+    from blasdx import compiler as cc
+
+    rows = "\n".join(f"EVERY_WIDTH({name}, {types}, {str(trans).lower()}, {widest})"
+                      for name, types, trans, widest, _ in WIDTH_ROWS)
+    kernel = cc.compile_source(EVERY_WIDTH + rows + "\n", WIDTH_ROWS[0][0], "sm_90a")
+    found = functions(kernel.sass())
+    for name, _, trans, widest, sass_name in WIDTH_ROWS:
+        widths = [8 << i for i in range(widest.bit_length() - 3)]  # 8, 16, ... widest
+        for width in widths:
+            pattern = re.escape(sass_name.format(width)) + r" R\d+, R\d+, gdesc\[UR\d+\](\.tnspB)?"
+            match = re.search(pattern, found[name])
+            assert match, f"{name}: no {sass_name.format(width)} with A in registers"
+            assert bool(match.group(1)) == trans, f"{name}: B read {'K' if trans else 'N'}-major at {width}"
+
+
 # ---------------------------------------------------------------------------------------------- compiled code
 
 

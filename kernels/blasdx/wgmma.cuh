@@ -351,18 +351,18 @@ __device__ __forceinline__ void fence_operand(double& r) { asm volatile("" : "+d
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b)__VA_ARGS__);                     \
     }
 // Every width with an accumulator of N/2 32-bit registers (f32 "+f", s32 "+r") or N/4 (f16 pairs).
-#define BLASDX_WG_RS_WORD_WIDTHS(OP, LIST, TAIL, ...)            \
-    BLASDX_WG_RS_CASE(8, 4, OP, LIST, TAIL, __VA_ARGS__)         \
-    BLASDX_WG_RS_CASE(16, 8, OP, LIST, TAIL, __VA_ARGS__)        \
-    BLASDX_WG_RS_CASE(32, 16, OP, LIST, TAIL, __VA_ARGS__)       \
-    BLASDX_WG_RS_CASE(64, 32, OP, LIST, TAIL, __VA_ARGS__)       \
-    BLASDX_WG_RS_CASE(128, 64, OP, LIST, TAIL, __VA_ARGS__)      \
+#define BLASDX_WG_RS_WORD_WIDTHS(OP, LIST, TAIL, ...)       \
+    BLASDX_WG_RS_CASE(8, 4, OP, LIST, TAIL, __VA_ARGS__)    \
+    BLASDX_WG_RS_CASE(16, 8, OP, LIST, TAIL, __VA_ARGS__)   \
+    BLASDX_WG_RS_CASE(32, 16, OP, LIST, TAIL, __VA_ARGS__)  \
+    BLASDX_WG_RS_CASE(64, 32, OP, LIST, TAIL, __VA_ARGS__)  \
+    BLASDX_WG_RS_CASE(128, 64, OP, LIST, TAIL, __VA_ARGS__) \
     BLASDX_WG_RS_CASE(256, 128, OP, LIST, TAIL, __VA_ARGS__)
-#define BLASDX_WG_RS_HALF_WIDTHS(OP, LIST, TAIL, ...)            \
-    BLASDX_WG_RS_CASE(8, 2, OP, LIST, TAIL, __VA_ARGS__)  \
-    BLASDX_WG_RS_CASE(16, 4, OP, LIST, TAIL, __VA_ARGS__) \
-    BLASDX_WG_RS_CASE(32, 8, OP, LIST, TAIL, __VA_ARGS__) \
-    BLASDX_WG_RS_CASE(64, 16, OP, LIST, TAIL, __VA_ARGS__) \
+#define BLASDX_WG_RS_HALF_WIDTHS(OP, LIST, TAIL, ...)       \
+    BLASDX_WG_RS_CASE(8, 2, OP, LIST, TAIL, __VA_ARGS__)    \
+    BLASDX_WG_RS_CASE(16, 4, OP, LIST, TAIL, __VA_ARGS__)   \
+    BLASDX_WG_RS_CASE(32, 8, OP, LIST, TAIL, __VA_ARGS__)   \
+    BLASDX_WG_RS_CASE(64, 16, OP, LIST, TAIL, __VA_ARGS__)  \
     BLASDX_WG_RS_CASE(128, 32, OP, LIST, TAIL, __VA_ARGS__) \
     BLASDX_WG_RS_CASE(256, 64, OP, LIST, TAIL, __VA_ARGS__)
 
