@@ -55,7 +55,7 @@ def _bool(value: bool) -> str:
 def config_struct(desc: Descriptor, name: str = "blasdx_config") -> str:
     """The ``struct name { ... };`` of compile-time constants that BlockGemm is built from."""
     plan = desc.plan
-    warp = plan.warp_level or plan  # what BlockGemm runs: mma.sync or FMA (wgmma plans: with load transforms)
+    warp = plan.warp_level or plan  # what BlockGemm runs: mma.sync or FMA (wgmma plans: transforms of B, A fragments)
     p = desc._problem_shape()
     a, b, c = desc.precision
     cplx = desc.is_complex

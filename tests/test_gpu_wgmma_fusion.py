@@ -4,8 +4,14 @@ Every wgmma type (f16 -> f16 | f32, bf16 -> f32, e4m3/e5m2 -> f16 | f32) in ever
 arrangement it reads, at 64^3, 128x128x64 and 128^3, through every API form of
 tests/test_wgmma_fusion.py (register API once and twice, the accumulator walked by hand,
 shared memory filled through a_index / b_index, the shared-memory API), without load
-transforms (wgmma) and with one (mma.sync over the panels), against the float64 reference
-with C poisoned when beta = 0.
+transforms (wgmma from shared memory), with a scale of A (wgmma with A in registers) and with
+one of B (mma.sync over the panels), against the float64 reference with C poisoned when beta = 0.
+
+Transforms of A on wgmma with A in registers go further (tests/test_wgmma_register_a.py): every
+wgmma type including s8/u8 pairs, odd and non-square sizes (64 x 96 x 48, 192 x 48 x 80,
+192 x 40 x 96, ...), a scale (-2 A, or A >> 1 for integers) and a value-dependent transform
+(max(A, 0)), the register API once and twice and the shared-memory API, against the float64 /
+exact int64 reference with C poisoned (NaN, INT32_MIN) when beta = 0.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import blasdx as bx
 from blasdx import dtypes as dt
 from blasdx.reference import assert_close, random_operand, reference_gemm, to_float64, tolerance
 
+from . import test_wgmma_register_a as rs
 from .gpu_support import require_gpu, strided_operand, torch_to_host
 from .test_wgmma_fusion import CASES, KERNEL_NAMES, OPS, case_id, compile_all, gemm
 
@@ -31,12 +38,23 @@ PRODUCTS = {"twice": 2}
 
 
 class _OnDemand(dict):
-    """{(desc, ops, name): FusedKernel}, each (desc, ops)'s kernels compiled together at first use."""
+    """{(desc, ops, name): FusedKernel}, each (desc, ops)'s kernels compiled together at first use
+    by compile(descs, ops)."""
+
+    def __init__(self, compile) -> None:
+        super().__init__()
+        self._compile = compile
 
     def __missing__(self, key):
         desc, ops, _ = key
-        self.update(compile_all([desc], (ops,)))
+        self.update(self._compile([desc], (ops,)))
         return self[key]
+
+
+def _require_sm90() -> None:
+    sm = require_gpu()
+    if sm != 90:
+        pytest.skip(f"sm_90a code runs only on compute capability 9.0 devices, this one is {sm // 10}.{sm % 10}")
 
 
 @pytest.fixture(scope="module")
@@ -44,12 +62,19 @@ def kernels():
     """Every case's kernels: compiled up front in a single process; under pytest-xdist each worker
     compiles those of its own tests (an up-front pass would compile all of them in every worker).
     Skip off compute capability 9.0."""
-    sm = require_gpu()
-    if sm != 90:
-        pytest.skip(f"sm_90a code runs only on compute capability 9.0 devices, this one is {sm // 10}.{sm % 10}")
+    _require_sm90()
     if "PYTEST_XDIST_WORKER" in os.environ:
-        return _OnDemand()
+        return _OnDemand(compile_all)
     return compile_all([gemm(size, types, arr) for types, arr, size in CASES])
+
+
+@pytest.fixture(scope="module")
+def register_a_kernels():
+    """The kernels of tests/test_wgmma_register_a.py, compiled as ``kernels`` compiles its own."""
+    _require_sm90()
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        return _OnDemand(rs.compile_all)
+    return rs.compile_all([gemm(size, types, arr) for types, arr, size in rs.CASES])
 
 
 def run_case(kernel: bx.FusedKernel, desc: bx.Descriptor, ops: str, alpha, beta, rng, batch: int = 3) -> None:
@@ -97,3 +122,46 @@ def test_a_block_larger_than_the_gemm(kernels):
         kernel = bx.compile_kernel(f"#define MAX_THREADS {block}\n" + kernel.user_source, name, {"GEMM": desc},
                                    block=block)
         run_case(kernel, desc, "wgmma", -1.5, 0.5, np.random.default_rng(7))
+
+
+# ---------------------------------------------------------------------------------------------- A in registers
+
+#: (alpha, beta) of floating-point and of integer GEMMs.
+REGISTER_A_SCALARS = {False: [(1.0, 0.0), (-1.5, 0.5)], True: [(1, 0), (-3, 2)]}
+INT32_POISON = np.iinfo(np.int32).min
+
+
+def run_register_a_case(kernel: bx.FusedKernel, desc: bx.Descriptor, op: str, alpha, beta, rng,
+                        batch: int = 3) -> None:
+    """One problem per block on tightly stored operands, against the float64 / exact int64
+    reference of op(A) B; C poisoned when beta = 0."""
+    a_t, b_t, c_t = desc.precision
+    m, n, k = desc.size
+    a_host = random_operand(a_t, (batch, m, k), rng)
+    b_host = random_operand(b_t, (batch, k, n), rng)
+    c_host = random_operand(c_t, (batch, m, n), rng)
+    if beta == 0:
+        c_host[...] = INT32_POISON if c_t.integral else np.nan
+    arr = desc.arrangement
+    a = strided_operand(a_host, a_t, arr.a is R, k if arr.a is R else m)
+    b = strided_operand(b_host, b_t, arr.b is R, n if arr.b is R else k)
+    c = strided_operand(c_host, c_t, arr.c is R, n if arr.c is R else m)
+    kernel.launch(batch, (a, b, c, alpha, beta))
+    got = torch_to_host(c, c_t)
+    products = rs.PRODUCTS.get(kernel.name, 1)
+    ref = reference_gemm(products * rs.transform_a(to_float64(a_host), op), to_float64(b_host), c_host, alpha, beta)
+    tol = tolerance(a_t, c_t, k * products, desc.accumulator_type, desc.instruction)
+    assert_close(got, ref, tol, what=f"C of {kernel.name} ({op}(A)) for {desc!r} alpha={alpha} beta={beta}")
+
+
+@pytest.mark.parametrize("op", list(rs.A_OPS))
+@pytest.mark.parametrize("case", rs.CASES, ids=rs.case_id)
+def test_a_transforms_on_wgmma_with_a_in_registers(register_a_kernels, case, op):
+    types, arr, size = case
+    desc = gemm(size, types, arr)
+    assert desc.plan.is_wgmma
+    rng = np.random.default_rng(abs(hash((rs.case_id(case), op))) % 2**32)
+    for name in rs.KERNEL_NAMES:
+        kernel = register_a_kernels[(desc, op, name)]
+        for alpha, beta in REGISTER_A_SCALARS[types[0].integral]:
+            run_register_a_case(kernel, desc, op, alpha, beta, rng)

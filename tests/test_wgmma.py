@@ -316,16 +316,20 @@ def test_ineligible_sm90a_descriptors_compile_to_mma_sync(compiled, name):
     assert not re.search(r"\b(LDL|STL)\b", sass)
 
 
-def test_fusion_api_with_load_transforms_reads_the_panels_with_mma_sync():
-    """With a load transform (A scaled) the device APIs of a wgmma descriptor run mma.sync
-    (tests/test_wgmma_fusion.py covers the wgmma forms)."""
-    from .test_fusion import type_source
+def test_fusion_api_with_load_transforms():
+    """With a transform of A (scaled) the device APIs of a wgmma descriptor keep wgmma with A in
+    registers; with one of B too they run mma.sync (tests/test_wgmma_fusion.py and
+    tests/test_wgmma_register_a.py cover the forms)."""
+    from .test_fusion import TYPE_KERNELS
 
-    row = dt.find_combination(F16, F16, F32, False)
     desc = gemm((64, 64, 64), F16, F16, F32, (R, C, C), bx.MaxAlignment)
     assert desc.instruction == "wgmma.m64n64k16"
-    for name in ("register_api", "shared_api"):
-        kernel = bx.compile_kernel(type_source(row), name, {"GEMM": desc})
-        assert kernel.arch == "sm_90a"
-        sass = kernel.compiled.sass()
-        assert re.search(r"\bHMMA\b", sass) and kernel.compiled.local_memory == 0
+    scale = "blasdx::scale<GEMM::scalar_type>{2}"
+    register_a = r"\bHGMMA\.64x64x16\.F32 R\d+, R\d+, gdesc\["
+    for b_op, expected in (("blasdx::conjugate{}", register_a), (scale, r"\bHMMA\b")):
+        source = TYPE_KERNELS.replace("A_OP", scale).replace("B_OP", b_op)
+        for name in ("register_api", "shared_api"):
+            kernel = bx.compile_kernel(source, name, {"GEMM": desc})
+            assert kernel.arch == "sm_90a"
+            sass = kernel.compiled.sass()
+            assert re.search(expected, sass) and kernel.compiled.local_memory == 0, (b_op, name)

@@ -3,9 +3,11 @@
 Descriptors whose plan is wgmma keep sA and sB as swizzled K-panels in the device API too:
 ``a_index`` / ``b_index`` must agree with the Python layouts (``suggested_smem_layout_a/b``),
 the shared-memory sizes with ``Descriptor.shared_memory_size(_ab)``, and every API form must
-compile to HGMMA / QGMMA without local memory, except with load transforms, which read the
-panels with mma.sync (HMMA). 8-bit operands sit K-major whatever their arrangement (transposed
-on their way in). tests/test_gpu_wgmma_fusion.py runs the same kernels.
+compile to HGMMA / QGMMA without local memory: from shared memory without load transforms, with
+A in registers with a transform of A, and with mma.sync over the panels (HMMA) with one of B.
+8-bit operands sit K-major whatever their arrangement (transposed on their way in).
+tests/test_gpu_wgmma_fusion.py runs the same kernels; tests/test_wgmma_register_a.py goes
+further into transforms of A.
 """
 
 from __future__ import annotations
@@ -126,11 +128,13 @@ shared_api(const GEMM::a_value_type* a, const GEMM::b_value_type* b, GEMM::c_val
 }
 """
 KERNEL_NAMES = ("register_api", "twice", "elements", "user_fill", "shared_api")
-#: (A_OP, B_OP) -> the A scale it implies. Identity and conjugate (nothing for real types) keep
-#: wgmma; a scale of A makes the GEMM read the panels with mma.sync.
+#: (A_OP, B_OP) -> the scale of the product it implies. Identity and conjugate (nothing for real
+#: types) keep wgmma with both operands in shared memory; a scale of A keeps wgmma with A in
+#: registers; a scale of B makes the GEMM read the panels with mma.sync.
 OPS = {
     "wgmma": ("blasdx::identity{}", "blasdx::conjugate{}", 1),
     "transform": ("blasdx::scale<GEMM::scalar_type>{2}", "blasdx::identity{}", 2),
+    "b_transform": ("blasdx::identity{}", "blasdx::scale<GEMM::scalar_type>{2}", 2),
 }
 
 
@@ -311,9 +315,9 @@ TRANSFORM_CASES = _share(CASES, 1)
 def kernels():
     """One module per case and transform kind: compiling any of its kernels compiles them all."""
     wgmma = compile_all([gemm(size, types, arr) for types, arr, size in SASS_CASES], ("wgmma",), ("register_api",))
-    fallback = compile_all([gemm(size, types, arr) for types, arr, size in TRANSFORM_CASES], ("transform",),
-                           ("register_api",))
-    return {**wgmma, **fallback}
+    transforms = compile_all([gemm(size, types, arr) for types, arr, size in TRANSFORM_CASES],
+                             ("transform", "b_transform"), ("register_api",))
+    return {**wgmma, **transforms}
 
 
 @pytest.mark.slow
@@ -334,10 +338,21 @@ def test_every_api_form_compiles_to_gmma_without_local_memory(kernels, case):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", TRANSFORM_CASES, ids=case_id)
-def test_load_transforms_read_the_panels_with_mma_sync(kernels, case):
+def test_a_transforms_keep_gmma_with_a_in_registers(kernels, case):
     types, arr, size = case
     desc = gemm(size, types, arr)
+    opcode = "QGMMA" if types[0] in FP8 else "HGMMA"
     for name, sass in functions(kernels[(desc, "transform", "register_api")].compiled.sass()).items():
+        assert re.search(rf"\b{opcode}\.64x\d+x\d+\S* R\d+, R\d+, gdesc\[", sass), f"{name} of {desc!r}: no register A"
+        assert not re.search(r"\b(HMMA|LDL|STL)\b", sass), f"{name} of {desc!r}: HMMA or local memory"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", TRANSFORM_CASES, ids=case_id)
+def test_b_transforms_read_the_panels_with_mma_sync(kernels, case):
+    types, arr, size = case
+    desc = gemm(size, types, arr)
+    for name, sass in functions(kernels[(desc, "b_transform", "register_api")].compiled.sass()).items():
         assert re.search(r"\bHMMA\b", sass) and not re.search(r"\b[HQ]GMMA\b", sass), f"{name} of {desc!r}"
         assert not re.search(r"\b(LDL|STL)\b", sass), f"{name} of {desc!r}: local memory"
 

@@ -28,7 +28,10 @@
 // (GEMM::lda ...) and start on 16-byte boundaries (slice_shared_memory gives that). sm_90a
 // plans that run on wgmma (GEMM::swizzled) keep sA and sB as swizzled K-panels instead
 // (wgmma.cuh), on 1024-byte boundaries that slice_shared_memory finds inside the block it is
-// given; a_index / b_index address either layout, and C stays plain.
+// given; a_index / b_index address either layout, and C stays plain. Load transforms on those
+// plans: none (or conjugate, nothing for real types) runs wgmma from shared memory; a_op alone
+// runs wgmma with A through registers (the transform applied on the way in); any b_op runs
+// mma.sync over the panels (wgmma reads B only from shared memory, which stays unchanged).
 // The GEMM runs on the first max_threads_per_block threads of the block; a larger block is
 // fine, the extra threads skip the GEMM (they still must reach every __syncthreads()).
 // Nothing here synchronises on its own except copy_wait(): call __syncthreads() between
@@ -458,6 +461,8 @@ struct Gemm {
             engine::template run<lda, ldb>(sA, sB, tid, epilogue, a_op, b_op);
         } else if constexpr (wgmma_reads<AOp, BOp>()) {
             warpgroup_engine::run(sA, sB, tid, epilogue);
+        } else if constexpr (wgmma_reads_b<BOp>()) {
+            warpgroup_engine::run_rs(sA, sB, tid, epilogue, a_op);
         } else {
             warpgroup_engine::run_mma(sA, sB, tid, epilogue, a_op, b_op);
         }
@@ -471,6 +476,8 @@ struct Gemm {
             engine::template accumulate<lda, ldb>(acc.fragment(), sA, sB, acc.thread(), a_op, b_op);
         } else if constexpr (wgmma_reads<AOp, BOp>()) {
             warpgroup_engine::accumulate(acc.fragment(), sA, sB, acc.thread());
+        } else if constexpr (wgmma_reads_b<BOp>()) {
+            warpgroup_engine::accumulate_rs(acc.fragment(), sA, sB, acc.thread(), a_op);
         } else {
             warpgroup_engine::accumulate_mma(acc.fragment(), sA, sB, acc.thread(), a_op, b_op);
         }
@@ -487,10 +494,14 @@ struct Gemm {
     }
 
   private:
-    // wgmma reads A and B straight from shared memory, so it runs only when the load
-    // transforms leave real elements unchanged; others take mma.sync over the same panels.
+    // wgmma reads A and B straight from shared memory when the load transforms leave real
+    // elements unchanged. Otherwise it still reads B there when b_op does (A then goes through
+    // registers, a_op applied on the way); any other b_op takes mma.sync over the same panels.
     template <class AOp, class BOp> __host__ __device__ static constexpr bool wgmma_reads() {
         return detail::keeps_real<AOp>::value && detail::keeps_real<BOp>::value;
+    }
+    template <class BOp> __host__ __device__ static constexpr bool wgmma_reads_b() {
+        return detail::keeps_real<BOp>::value && warpgroup_engine::REGISTER_A;
     }
 
     // The first shared_alignment boundary at or after smem (smem itself when plain).

@@ -16,7 +16,8 @@
 //
 // A leading dimension of PANELS means the operand sits in wgmma's swizzled panels
 // (Cfg::a_panel_bytes / b_panel_bytes wide, wgmma.cuh): the fusion API of sm_90a plans reads
-// them with mma.sync when load transforms keep wgmma out (warpgroup_gemm.cuh).
+// them with mma.sync when a transform of B keeps wgmma out, and loads wgmma's register A
+// through load_fragment when a transform of A alone does not (warpgroup_gemm.cuh).
 #pragma once
 
 #include "copy.cuh"

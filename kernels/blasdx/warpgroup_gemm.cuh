@@ -10,10 +10,15 @@
 // plan chooses this path only then), so nothing is predicated.
 //
 // The fusion API (api.cuh) adds the register form: accumulate() adds A * B into a
-// warpgroup_fragment, every tile a thread owns at once; and the *_mma forms, which read the
-// same panels with mma.sync so that load transforms (which wgmma cannot apply on its way
-// from shared memory) still work, each warp computing the 16 rows of the tile that its
-// wgmma fragment holds, so results land in the same registers.
+// warpgroup_fragment, every tile a thread owns at once. Load transforms, which wgmma cannot
+// apply on its way from shared memory, take one of two other forms, with results in the same
+// registers:
+// * an A transform alone (*_rs): wgmma with A from registers ("RS"). Each warp loads its 16
+//   rows of A from the panels with the warp-level fragment loader, applies a_op, and issues
+//   wgmma on those registers with B still read through its descriptor.
+// * a B transform (*_mma): mma.sync over the same panels, each warp computing the 16 rows of
+//   the tile that its wgmma fragment holds. wgmma reads B only from shared memory, which the
+//   GEMM may not change, so there is no wgmma form for it.
 #pragma once
 
 #include "block_gemm.cuh"
@@ -55,6 +60,33 @@ struct WarpgroupGemm {
                   "N-major B panels must not be wider than the narrowest instruction of a tile");
     static_assert(K_STEP * int(sizeof(a_type)) == 32, "one wgmma reads 32 bytes of K");
 
+    // ---- the warp-level side: fragment loaders and mma.sync atoms over the panels ------------
+
+    // Columns of a tile one mma.sync pass covers: at most 64 (32 for 8-bit operands, whose
+    // fragments are read element by element), so that the B fragments stay in registers.
+    static constexpr int CHUNK_N = (TILE_N & -TILE_N) < (sizeof(a_type) == 1 ? 32 : 64)
+                                       ? (TILE_N & -TILE_N)
+                                       : (sizeof(a_type) == 1 ? 32 : 64);
+
+    // The warp-level config that covers this warp's 16 rows of a chunk with mma.sync atoms,
+    // reading the panels in their order (K-major for transposed 8-bit operands).
+    struct warp_config : Cfg {
+        static constexpr int warp_m = 1, warp_n = CHUNK_N / Cfg::atom::N;
+        static constexpr bool a_row_major = A_K_MAJOR, b_row_major = !B_K_MAJOR;
+    };
+    using warp_engine = BlockGemm<warp_config>;
+
+    // The plan's mma.sync atom: its C fragment is wgmma's per 8 columns, and its A fragment (16
+    // rows x K_STEP) one warp's share of wgmma's register A.
+    using atom = typename Cfg::atom;
+    using a_fragment = fragment<typename atom::a_type, atom::A_ELEMS>;
+    static_assert(atom::M == 16 && atom::N == 8 && atom::C_ELEMS == 4,
+                  "the warp-level forms need m16n8 atoms, whose C fragment is wgmma's per 8 columns");
+    // Whether load transforms of A alone keep wgmma (A through registers; not for tf32).
+    static constexpr bool REGISTER_A = op::REGISTER_A;
+    static_assert(!REGISTER_A || (atom::K == K_STEP && sizeof(a_fragment) == 16),
+                  "wgmma's register A is the atom's A fragment: four 32-bit words of one K step");
+
     // Descriptor of the 64 x K_STEP slice of A at (m0, k0).
     __device__ __forceinline__ static wgmma::u64 a_descriptor(u32 base, int m0, int k0) {
         if constexpr (A_K_MAJOR) {  // rows along K: step K inside the panel row by moving the start
@@ -81,16 +113,26 @@ struct WarpgroupGemm {
         }
     }
 
-    // One K step of the tile at (m0, n0): a tile TILE_N wide is issued as its binary digits,
-    // widest first (96 = 64 + 32), each instruction on its own accumulator registers.
-    template <int WIDTH = 256, int DONE = 0>
-    __device__ __forceinline__ static void issue(reg_type* acc, wgmma::u64 desc_a, u32 sB, int n0, int k0) {
+    // One wgmma WIDTH columns wide: A through its descriptor, or this thread's A registers.
+    template <int WIDTH>
+    __device__ __forceinline__ static void issue_part(reg_type* d, wgmma::u64 desc_a, wgmma::u64 desc_b) {
+        op::template issue<WIDTH, !A_K_MAJOR, !B_K_MAJOR>(d, desc_a, desc_b);
+    }
+    template <int WIDTH>
+    __device__ __forceinline__ static void issue_part(reg_type* d, const a_fragment& a, wgmma::u64 desc_b) {
+        op::template issue_rs<WIDTH, !B_K_MAJOR>(d, a.regs(), desc_b);
+    }
+
+    // One K step of the tile at (m0, n0), A a descriptor or an a_fragment: a tile TILE_N wide
+    // is issued as its binary digits, widest first (96 = 64 + 32), each instruction on its own
+    // accumulator registers.
+    template <int WIDTH = 256, int DONE = 0, class AOperand>
+    __device__ __forceinline__ static void issue(reg_type* acc, const AOperand& a, u32 sB, int n0, int k0) {
         if constexpr (WIDTH >= 8) {
             if constexpr ((TILE_N & WIDTH) != 0) {
-                op::template issue<WIDTH, !A_K_MAJOR, !B_K_MAJOR>(acc + DONE / 2 * int(sizeof(acc_type)) / 4, desc_a,
-                                                                  b_descriptor(sB, n0 + DONE, k0));
+                issue_part<WIDTH>(acc + DONE / 2 * int(sizeof(acc_type)) / 4, a, b_descriptor(sB, n0 + DONE, k0));
             }
-            issue<WIDTH / 2, DONE + (TILE_N & WIDTH)>(acc, desc_a, sB, n0, k0);
+            issue<WIDTH / 2, DONE + (TILE_N & WIDTH)>(acc, a, sB, n0, k0);
         }
     }
 
@@ -203,21 +245,85 @@ struct WarpgroupGemm {
         for (int r = 0; r < ALL; ++r) wgmma::fence_operand(acc[r]);
     }
 
-    // Columns of a tile one mma.sync pass covers: at most 64 (32 for 8-bit operands, whose
-    // fragments are read element by element), so that the B fragments stay in registers.
-    static constexpr int CHUNK_N = (TILE_N & -TILE_N) < (sizeof(a_type) == 1 ? 32 : 64)
-                                       ? (TILE_N & -TILE_N)
-                                       : (sizeof(a_type) == 1 ? 32 : 64);
+    // ---- A through registers: wgmma with an A transform ------------------------------------
 
-    // The warp-level config that covers this warp's 16 rows of a chunk with mma.sync atoms,
-    // reading the panels in their order (K-major for transposed 8-bit operands).
-    struct warp_config : Cfg {
-        static constexpr int warp_m = 1, warp_n = CHUNK_N / Cfg::atom::N;
-        static constexpr bool a_row_major = A_K_MAJOR, b_row_major = !B_K_MAJOR;
-    };
-    using warp_engine = BlockGemm<warp_config>;
-    static_assert(Cfg::atom::M == 16 && Cfg::atom::N == 8 && Cfg::atom::C_ELEMS == 4,
-                  "the mma.sync fallback needs m16n8 atoms, whose C fragment is wgmma's per 8 columns");
+    // This warp's 16 rows of the 64 x K_STEP slice of A at (m0, k0), a_op applied: ldmatrix on
+    // the panels (the warp-level loader) fills exactly the layout of wgmma's register A.
+    template <class AOp>
+    __device__ __forceinline__ static void load_a_fragment(a_fragment& frag, const a_type* sA, int m0, int k0,
+                                                           int tid, const AOp& a_op) {
+        warp_engine::template load_fragment<true, PANELS, atom>(&frag, sA, m0 + 16 * ((tid / 32) % 4), 0, k0,
+                                                                tid % 32, a_op);
+        // the values exist before the wgmma.fence that precedes their wgmma
+#pragma unroll
+        for (int r = 0; r < a_fragment::WORDS; ++r) wgmma::fence_operand(frag.reg[r]);
+    }
+
+    // acc += op(A) B over all of K for the tile at (m0, n0), A through registers, B through
+    // descriptors; returns with the tile's wgmmas complete. Two fragments in turn: the next K
+    // step's is loaded and transformed while the wgmma of this one runs, into the buffer that
+    // the wgmma before it read, once wait_group says that one has completed.
+    template <class AOp>
+    __device__ __forceinline__ static void issue_tile_rs(reg_type* acc, const a_type* sA, u32 b_base, int m0, int n0,
+                                                         int tid, const AOp& a_op) {
+        constexpr int STEPS = k / K_STEP;
+        a_fragment frag[2];
+        load_a_fragment(frag[0], sA, m0, 0, tid, a_op);
+#pragma unroll
+        for (int s = 0; s < STEPS; ++s) {
+            wgmma::fence();  // orders this thread's writes of frag[s % 2] (and of acc) before the wgmma
+            issue(acc, frag[s % 2], b_base, n0, s * K_STEP);
+            wgmma::commit();
+            if (s + 1 < STEPS) {
+                wgmma::wait<1>();  // step s - 1, the last reader of frag[(s + 1) % 2], is done
+                load_a_fragment(frag[(s + 1) % 2], sA, m0, (s + 1) * K_STEP, tid, a_op);
+            }
+        }
+        wgmma::wait<0>();
+    }
+
+    // accumulate() with an A transform: wgmma with A through registers, one tile after another.
+    template <class Fragment, class AOp>
+    __device__ static void accumulate_rs(Fragment& frag, const a_type* sA, const b_type* sB, int tid,
+                                         const AOp& a_op) {
+        using shape = typename Fragment::shape;
+        constexpr int ALL = shape::ITEMS * REGS;
+        static_assert(sizeof(frag.regs) == ALL * sizeof(reg_type), "a fragment item is one tile's registers");
+        if (!shape::active(tid)) return;
+        reg_type* acc = reinterpret_cast<reg_type*>(frag.regs);
+        const u32 b_base = shared_address(sB);
+#pragma unroll
+        for (int r = 0; r < ALL; ++r) wgmma::fence_operand(acc[r]);
+#pragma unroll
+        for (int t = 0; t < shape::ITEMS; ++t) {
+            if (shape::item_exists(tid, t)) {
+                const int tile = shape::tile(tid, t);
+                issue_tile_rs(acc + t * REGS, sA, b_base, tile_m0(tile), tile_n0(tile), tid, a_op);
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < ALL; ++r) wgmma::fence_operand(acc[r]);
+    }
+
+    // run() with an A transform: wgmma with A through registers, one tile at a time.
+    template <class Epilogue, class AOp>
+    __device__ static void run_rs(const a_type* sA, const b_type* sB, int tid, Epilogue& epi, const AOp& a_op) {
+        const u32 b_base = shared_address(sB);
+        for (int tile = tid / 128; tile < TILES; tile += GROUPS) {
+            const int m0 = tile_m0(tile), n0 = tile_n0(tile);
+            reg_type acc[REGS];
+#pragma unroll
+            for (int r = 0; r < REGS; ++r) acc[r] = reg_type(0);
+#pragma unroll
+            for (int r = 0; r < REGS; ++r) wgmma::fence_operand(acc[r]);
+            issue_tile_rs(acc, sA, b_base, m0, n0, tid, a_op);
+#pragma unroll
+            for (int r = 0; r < REGS; ++r) wgmma::fence_operand(acc[r]);
+            emit(reinterpret_cast<const acc_type*>(acc), m0, n0, tid, epi);
+        }
+    }
+
+    // ---- mma.sync over the panels: B transforms ---------------------------------------------
 
     static constexpr int K_UNROLL = sizeof(a_type) == 1 ? 1 : 2;
 
@@ -226,7 +332,6 @@ struct WarpgroupGemm {
     __device__ __forceinline__ static void accumulate_tile_mma(acc_type* acc, const a_type* sA, const b_type* sB,
                                                                int m0, int n0, int tid, const AOp& a_op,
                                                                const BOp& b_op) {
-        using atom = typename Cfg::atom;
         const int row0 = m0 + 16 * ((tid / 32) % 4), lane = tid % 32;
 #pragma unroll
         for (int c = 0; c < TILE_N / CHUNK_N; ++c) {  // columns c * CHUNK_N ...: elements from c * CHUNK_N / 2

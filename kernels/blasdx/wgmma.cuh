@@ -15,6 +15,15 @@
 //   imm-scale-b, imm-trans-a, imm-trans-b"; tf32 and fp8 the same without the transposes;
 //   s8/u8 only "d, a-desc, b-desc, scale-d" (no negation, no transposes). scale-d 0 computes
 //   D = A * B, ignoring D's old values.
+// * Register A (same syntax section): A may come from registers instead, "d, {a0, a1, a2, a3},
+//   b-desc, ...": the same immediates less imm-trans-a (f16/bf16: scale-d, imm-scale-a,
+//   imm-scale-b, imm-trans-b; fp8: scale-d, imm-scale-a, imm-scale-b; s8/u8: scale-d), B still
+//   from shared memory. Four 32-bit registers per thread hold A in every case.
+// * A fragment (9.7.15.5.1.1.1 and .1.1.3, "register fragment layout for matrix A"): warp w of
+//   the warpgroup holds rows 16w .. 16w+15 laid out as the A fragment of mma.sync m16n8k16
+//   (16-bit: element e at row lane/4 + 8*((e/2)%2), K 2*(lane%4) + e%2 + 8*(e/4)) or of
+//   m16n8k32 (8-bit: row lane/4 + 8*((e/4)%2), K 4*(lane%4) + e%4 + 16*(e/8)), so the
+//   warp-level fragment loaders fill it as they are.
 // * Accumulator fragment (9.7.15.5.1.1.1, "Matrix Fragments for wgmma.mma_async.m64nNk16",
 //   Figure "register fragment layout for accumulator matrix D"; the k8 and k32 figures are the
 //   same): warp w of the warpgroup holds rows 16w .. 16w+15. Within a warp it is the mma.sync
@@ -46,9 +55,11 @@
 //   so shared-memory writes by ordinary stores or cp.async need fence.proxy.async.shared::cta
 //   (then a barrier) before a wgmma reads them. wgmma.fence must precede the first wgmma of a
 //   warpgroup and separate any other access of the accumulator registers from a wgmma;
-//   accumulators shared by wgmmas of the same shape need no fence between them. wgmma.
-//   commit_group closes a group of issued wgmmas; wgmma.wait_group N waits until at most N
-//   groups are pending, after which the accumulators may be read.
+//   accumulators shared by wgmmas of the same shape need no fence between them. The same holds
+//   for registers of a register A: writes to them need wgmma.fence before a wgmma reads them,
+//   and they may change again only once that wgmma has completed. wgmma.commit_group closes a
+//   group of issued wgmmas; wgmma.wait_group N waits until at most N groups are pending, after
+//   which the accumulators (and the A registers of the completed groups) may be touched.
 // * scale-d: an immediate 1 gives D = A*B + D (we start from zeroed registers; ptxas folds the
 //   zeros into the first instruction).
 #pragma once
@@ -309,6 +320,52 @@ __device__ __forceinline__ void fence_operand(double& r) { asm volatile("" : "+d
     BLASDX_WG_CASE_TAIL(128, 64, OP, LIST, TAIL)              \
     BLASDX_WG_CASE_TAIL(256, 128, OP, LIST, TAIL)
 
+// Register A: after the C registers come the four A registers and B's descriptor (%C .. %C+4),
+// then the transpose immediate of B (%C+5) for 16-bit types.
+#define BLASDX_WG_RS_A_2 "{%2, %3, %4, %5}, %6"
+#define BLASDX_WG_RS_A_4 "{%4, %5, %6, %7}, %8"
+#define BLASDX_WG_RS_A_8 "{%8, %9, %10, %11}, %12"
+#define BLASDX_WG_RS_A_16 "{%16, %17, %18, %19}, %20"
+#define BLASDX_WG_RS_A_32 "{%32, %33, %34, %35}, %36"
+#define BLASDX_WG_RS_A_64 "{%64, %65, %66, %67}, %68"
+#define BLASDX_WG_RS_A_128 "{%128, %129, %130, %131}, %132"
+#define BLASDX_WG_RS_T_2 ", %7"
+#define BLASDX_WG_RS_T_4 ", %9"
+#define BLASDX_WG_RS_T_8 ", %13"
+#define BLASDX_WG_RS_T_16 ", %21"
+#define BLASDX_WG_RS_T_32 ", %37"
+#define BLASDX_WG_RS_T_64 ", %69"
+#define BLASDX_WG_RS_T_128 ", %133"
+// Operand tails after B's descriptor: 16-bit "scale-d, scale-a, scale-b, trans-b"; fp8 without
+// trans-b; integers scale-d alone. Always D += A * B.
+#define BLASDX_WG_RS_TAIL_TRANS(C) ", 1, 1, 1" BLASDX_WG_RS_T_##C
+#define BLASDX_WG_RS_TAIL_SCALES(C) ", 1, 1, 1"
+#define BLASDX_WG_RS_TAIL_ACCUMULATE(C) ", 1"
+
+// One width of the register-A form: "wgmma...m64n<N><OP> {regs}, {a0..a3}, descB<TAIL>;".
+#define BLASDX_WG_RS_CASE(N, C, OP, LIST, TAIL, ...)                                                            \
+    if constexpr (WIDTH == N) {                                                                                 \
+        asm volatile("wgmma.mma_async.sync.aligned.m64n" #N OP " {" BLASDX_WG_REGS_##C "}, " BLASDX_WG_RS_A_##C \
+                         TAIL(C) ";\n"                                                                          \
+                     : LIST##C(d)                                                                               \
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b)__VA_ARGS__);                     \
+    }
+// Every width with an accumulator of N/2 32-bit registers (f32 "+f", s32 "+r") or N/4 (f16 pairs).
+#define BLASDX_WG_RS_WORD_WIDTHS(OP, LIST, TAIL, ...)       \
+    BLASDX_WG_RS_CASE(8, 4, OP, LIST, TAIL, __VA_ARGS__)    \
+    BLASDX_WG_RS_CASE(16, 8, OP, LIST, TAIL, __VA_ARGS__)   \
+    BLASDX_WG_RS_CASE(32, 16, OP, LIST, TAIL, __VA_ARGS__)  \
+    BLASDX_WG_RS_CASE(64, 32, OP, LIST, TAIL, __VA_ARGS__)  \
+    BLASDX_WG_RS_CASE(128, 64, OP, LIST, TAIL, __VA_ARGS__) \
+    BLASDX_WG_RS_CASE(256, 128, OP, LIST, TAIL, __VA_ARGS__)
+#define BLASDX_WG_RS_HALF_WIDTHS(OP, LIST, TAIL, ...)       \
+    BLASDX_WG_RS_CASE(8, 2, OP, LIST, TAIL, __VA_ARGS__)    \
+    BLASDX_WG_RS_CASE(16, 4, OP, LIST, TAIL, __VA_ARGS__)   \
+    BLASDX_WG_RS_CASE(32, 8, OP, LIST, TAIL, __VA_ARGS__)   \
+    BLASDX_WG_RS_CASE(64, 16, OP, LIST, TAIL, __VA_ARGS__)  \
+    BLASDX_WG_RS_CASE(128, 32, OP, LIST, TAIL, __VA_ARGS__) \
+    BLASDX_WG_RS_CASE(256, 64, OP, LIST, TAIL, __VA_ARGS__)
+
 template <int WIDTH>
 struct width_check {
     static_assert(WIDTH == 8 || WIDTH == 16 || WIDTH == 32 || WIDTH == 64 || WIDTH == 128 || WIDTH == 256,
@@ -318,32 +375,42 @@ struct width_check {
 // mma<TA, TB, TAcc>::issue<WIDTH, TRANS_A, TRANS_B>(d, desc_a, desc_b): d += A * B for a 64 x
 // WIDTH x K_STEP step, d the accumulator registers (floats, or f16x2 words for f16). TRANS_A /
 // TRANS_B select M-major A / N-major B (16-bit types only). The type list is the supported one.
+// issue_rs<WIDTH, TRANS_B>(d, a, desc_b) is the same step with A in registers: a holds this
+// thread's four 32-bit words of the A fragment (REGISTER_A says which types have the form here).
 template <class TA, class TB, class TAcc> struct mma {
     static_assert(sizeof(TA) == 0,
                   "wgmma runs f16 x f16 -> f16 | f32, bf16 x bf16 -> f32, tf32 -> f32, e4m3/e5m2 (any pair) -> f32 "
                   "and s8/u8 (any pair) -> s32 here");
 };
 
-#define BLASDX_WG_SIXTEEN_BIT(TA, TACC, REG, WIDTHS, OP)                                         \
+#define BLASDX_WG_SIXTEEN_BIT(TA, TACC, REG, WIDTHS, RS_WIDTHS, LIST, OP)                         \
     template <> struct mma<TA, TA, TACC> {                                                       \
         static constexpr int K_STEP = 16;                                                        \
-        static constexpr bool TRANSPOSES = true;                                                 \
+        static constexpr bool TRANSPOSES = true, REGISTER_A = true;                              \
         using reg_type = REG;                                                                    \
         template <int WIDTH, bool TRANS_A, bool TRANS_B>                                         \
         __device__ __forceinline__ static void issue(REG* d, u64 desc_a, u64 desc_b) {           \
             (void)width_check<WIDTH>{};                                                          \
             WIDTHS(OP, BLASDX_WG_WITH_T, , "n"(int(TRANS_A)), "n"(int(TRANS_B)))                 \
         }                                                                                        \
+        template <int WIDTH, bool TRANS_B>                                                       \
+        __device__ __forceinline__ static void issue_rs(REG* d, const u32* a, u64 desc_b) {      \
+            (void)width_check<WIDTH>{};                                                          \
+            RS_WIDTHS(OP, LIST, BLASDX_WG_RS_TAIL_TRANS, , "n"(int(TRANS_B)))                    \
+        }                                                                                        \
     };
-BLASDX_WG_SIXTEEN_BIT(__half, float, float, BLASDX_WG_F32_WIDTHS, "k16.f32.f16.f16")
-BLASDX_WG_SIXTEEN_BIT(__half, __half, u32, BLASDX_WG_F16_WIDTHS, "k16.f16.f16.f16")
-BLASDX_WG_SIXTEEN_BIT(__nv_bfloat16, float, float, BLASDX_WG_F32_WIDTHS, "k16.f32.bf16.bf16")
+BLASDX_WG_SIXTEEN_BIT(__half, float, float, BLASDX_WG_F32_WIDTHS, BLASDX_WG_RS_WORD_WIDTHS, BLASDX_WG_F,
+                      "k16.f32.f16.f16")
+BLASDX_WG_SIXTEEN_BIT(__half, __half, u32, BLASDX_WG_F16_WIDTHS, BLASDX_WG_RS_HALF_WIDTHS, BLASDX_WG_U,
+                      "k16.f16.f16.f16")
+BLASDX_WG_SIXTEEN_BIT(__nv_bfloat16, float, float, BLASDX_WG_F32_WIDTHS, BLASDX_WG_RS_WORD_WIDTHS, BLASDX_WG_F,
+                      "k16.f32.bf16.bf16")
 #undef BLASDX_WG_SIXTEEN_BIT
 
 // tf32 (operands stored as float; the tensor core reads their upper 19 bits): K-major only.
 template <> struct mma<tf32, tf32, float> {
     static constexpr int K_STEP = 8;
-    static constexpr bool TRANSPOSES = false;
+    static constexpr bool TRANSPOSES = false, REGISTER_A = false;  // no block plan runs tf32 on wgmma
     using reg_type = float;
     template <int WIDTH, bool TRANS_A, bool TRANS_B>
     __device__ __forceinline__ static void issue(float* d, u64 desc_a, u64 desc_b) {
@@ -360,7 +427,7 @@ template <> struct mma<tf32, tf32, float> {
 #define BLASDX_WG_FP8(TA, TB, OP)                                                                \
     template <> struct mma<TA, TB, float> {                                                      \
         static constexpr int K_STEP = 32;                                                        \
-        static constexpr bool TRANSPOSES = false;                                                \
+        static constexpr bool TRANSPOSES = false, REGISTER_A = true;                             \
         using reg_type = float;                                                                  \
         template <int WIDTH, bool TRANS_A, bool TRANS_B, bool ACCUMULATE = true>                 \
         __device__ __forceinline__ static void issue(float* d, u64 desc_a, u64 desc_b) {         \
@@ -371,6 +438,12 @@ template <> struct mma<tf32, tf32, float> {
             } else {                                                                             \
                 BLASDX_WG_WORD_WIDTHS(OP, BLASDX_WG_F, ", 0, 1, 1")                              \
             }                                                                                    \
+        }                                                                                        \
+        template <int WIDTH, bool TRANS_B>                                                       \
+        __device__ __forceinline__ static void issue_rs(float* d, const u32* a, u64 desc_b) {    \
+            (void)width_check<WIDTH>{};                                                          \
+            static_assert(!TRANS_B, "fp8 wgmma reads B K-major only");                           \
+            BLASDX_WG_RS_WORD_WIDTHS(OP, BLASDX_WG_F, BLASDX_WG_RS_TAIL_SCALES, )                \
         }                                                                                        \
     };
 BLASDX_WG_FP8(__nv_fp8_e4m3, __nv_fp8_e4m3, "k32.f32.e4m3.e4m3")
@@ -384,7 +457,7 @@ BLASDX_WG_FP8(__nv_fp8_e5m2, __nv_fp8_e5m2, "k32.f32.e5m2.e5m2")
 #define BLASDX_WG_INT8(TA, TB, OP)                                                               \
     template <> struct mma<TA, TB, int> {                                                        \
         static constexpr int K_STEP = 32;                                                        \
-        static constexpr bool TRANSPOSES = false;                                                \
+        static constexpr bool TRANSPOSES = false, REGISTER_A = true;                             \
         using reg_type = int;                                                                    \
         template <int WIDTH, bool TRANS_A, bool TRANS_B, bool ACCUMULATE = true>                 \
         __device__ __forceinline__ static void issue(int* d, u64 desc_a, u64 desc_b) {           \
@@ -395,6 +468,12 @@ BLASDX_WG_FP8(__nv_fp8_e5m2, __nv_fp8_e5m2, "k32.f32.e5m2.e5m2")
             } else {                                                                             \
                 BLASDX_WG_WORD_WIDTHS(OP, BLASDX_WG_U, ", 0")                                    \
             }                                                                                    \
+        }                                                                                        \
+        template <int WIDTH, bool TRANS_B>                                                       \
+        __device__ __forceinline__ static void issue_rs(int* d, const u32* a, u64 desc_b) {      \
+            (void)width_check<WIDTH>{};                                                          \
+            static_assert(!TRANS_B, "integer wgmma reads B K-major only");                       \
+            BLASDX_WG_RS_WORD_WIDTHS(OP, BLASDX_WG_U, BLASDX_WG_RS_TAIL_ACCUMULATE, )            \
         }                                                                                        \
     };
 BLASDX_WG_INT8(signed char, signed char, "k32.s32.s8.s8")
