@@ -190,31 +190,26 @@ def padded_leading_dimension(inner: int, element_size: int) -> int:
 
 def reads_b_in_runs(p: Problem) -> bool:
     """Whether the block GEMM reads B in runs of adjacent columns (block_gemm.cuh's grouped B
-    order): real B stored N-contiguous on the warp-level tensor-core path, 32-bit B of tf32
-    products (mma.sync.m16n8k8) and 8-bit B (mma.sync.m16n8k32)."""
-    if not p.b_row_major or p.is_complex or wgmma_tile_n(p) is not None:
+    order): real 8-bit B stored N-contiguous on the warp-level path (mma.sync.m16n8k32)."""
+    if not p.b_row_major or p.is_complex or p.b.size != 1 or wgmma_tile_n(p) is not None:
         return False
-    family = warp_level_family(p)
-    return (family == "mma.sync.m16n8k8" and p.b.size == 4) or (family == "mma.sync.m16n8k32" and p.b.size == 1)
+    return warp_level_family(p) == "mma.sync.m16n8k32"
 
 
-def run_leading_dimension(inner: int, element_size: int) -> int:
-    """Leading dimension of B rows read in runs (``reads_b_in_runs``). The four K rows a run
-    read spans (4-byte B: rows t of a quarter-warp's 16-byte reads; 8-bit B: rows 4t of a warp's
-    4-byte reads, t = lane % 4) must fall on four different quarters of the 128-byte bank line:
-    rows of an odd number of 32-byte (8-byte) steps, where the odd-chunk rule of
+def run_leading_dimension(inner: int) -> int:
+    """Leading dimension (bytes) of 8-bit B rows read in runs (``reads_b_in_runs``): a warp's
+    4-byte reads span K rows 4t (t = lane % 4), which fall on four different quarters of the
+    128-byte bank line when a row is an odd number of 8-byte steps; the odd-chunk rule of
     ``padded_leading_dimension`` would put two of them on the same banks."""
-    step = 32 if element_size == 4 else 8
-    row = round_up(inner * element_size, step)
-    if (row // step) % 2 == 0:
-        row += step
-    return row // element_size
+    row = round_up(inner, 8)
+    return row + 8 if (row // 8) % 2 == 0 else row
 
 
 def b_leading_dimension(p: Problem) -> int:
     """The padded leading dimension of B in shared memory (one of the two rules above)."""
-    size = p.element_size(p.b)
-    return run_leading_dimension(p.b_inner, size) if reads_b_in_runs(p) else padded_leading_dimension(p.b_inner, size)
+    if reads_b_in_runs(p):
+        return run_leading_dimension(p.b_inner)
+    return padded_leading_dimension(p.b_inner, p.element_size(p.b))
 
 
 def vector_bytes(alignment: int, element_size: int, *extents_in_elements: int) -> int:

@@ -134,26 +134,27 @@ def test_sixteen_bit_fragments_use_ldmatrix(a, order, sm):
     assert "LDGSTS" in sass or sm < 80, "16-byte aligned operands are copied with cp.async"
 
 
-@pytest.mark.parametrize("size", [(64, 64, 64), (100, 100, 100), (48, 80, 24), (33, 72, 9), (20, 24, 9)],
+@pytest.mark.parametrize("size", [(64, 64, 64), (100, 100, 100), (48, 80, 32), (33, 72, 48), (20, 24, 32)],
                          ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("a, scheme", [(dt.tfloat32, None), (dt.float32, 23)], ids=["tf32", "3xtf32"])
-def test_n_contiguous_tf32_b_is_read_in_runs(a, scheme, size):
-    """Row-major tf32 B is read in runs of 4 (2) adjacent columns per K index (block_gemm.cuh's
-    grouped B order): 16-byte (8-byte) shared-memory reads, no local memory, and the suggested B
-    leading dimension at 8 mod 32 (conflict-free runs)."""
+@pytest.mark.parametrize("a, c", [(dt.int8, dt.int32), (dt.float8_e4m3, dt.float32)], ids=["int8", "e4m3"])
+def test_n_contiguous_8bit_b_is_read_in_runs(a, c, size):
+    """Row-major 8-bit B on mma.sync is read in runs of 4 (2) adjacent bytes per K row and
+    transposed with byte permutes (block_gemm.cuh's grouped B order): no byte loads (A takes
+    ldmatrix at these sizes), no local memory, and the suggested B leading dimension an odd
+    number of 8-byte steps (conflict-free runs)."""
     desc = (
-        bx.Size(*size) + bx.Precision(a, a, dt.float32) + bx.Type.real + bx.Function.MM
+        bx.Size(*size) + bx.Precision(a, a, c) + bx.Type.real + bx.Function.MM
         + bx.Arrangement(bx.row_major, bx.row_major, bx.row_major) + bx.SM(90) + bx.Block() + bx.MaxAlignment
     )
-    if scheme is not None:
-        desc = desc + bx.MantissaBits(scheme)
     desc = desc + bx.LeadingDimension(*desc.suggested_leading_dimension)
-    assert desc.ldb % 32 in (8, 24)
+    assert desc.instruction == "mma.sync.m16n8k32" and desc.ldb % 16 == 8
     kernel = desc.compile()
     sass = kernel.sass()
     assert kernel.local_memory == 0 and not re.search(r"\b(LDL|STL)\b", sass), f"{desc!r} touches local memory"
-    run = "LDS.128" if desc.plan.warp_tile[1] % 4 == 0 else "LDS.64"
-    assert re.search(rf"\b{re.escape(run)}\b", sass), f"{desc!r}: B not read in runs ({run}), plan {desc.plan.warp_tile}"
+    assert re.search(r"\bPRMT\b", sass), f"{desc!r}: B runs not transposed with byte permutes"
+    assert not re.search(r"\bLDS\.(U8|S8)\b", sass), f"{desc!r}: B read byte by byte"
+    run = r"LDS\b(?!\.)" if desc.plan.warp_tile[1] % 4 == 0 else r"LDS\.U16\b"
+    assert re.search(rf"\b{run}", sass), f"{desc!r}: no {run} reads, plan {desc.plan.warp_tile}"
 
 
 #: Descriptors that stage C over the consumed A and B (heuristics.c_over_ab_layout): (size, A, C, sm_90a).

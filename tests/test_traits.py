@@ -54,7 +54,8 @@ CASES = {
     #   ld: A col -> M=32; B row -> N=16; C row -> N=16
     #   sizes: A 32*K(8) = 256; B 16*K(8) = 128; C 16*M(32) = 512
     #   bytes: 256 + 128 + 512*4 = 2432; A+B = 384
-    #   padding: A row 32 B -> 32 + 16 = 48; B 16 B -> 16; C 16*4 = 64 B -> 16 + 4 = 20
+    #   padding: A row 32 B -> 32 + 16 = 48; B (8-bit, N-contiguous: an odd number of 8-byte steps) 16 B -> 24;
+    #   C 16*4 = 64 B -> 16 + 4 = 20
     #   warp tile: atom 16x8, start 2x2 (32x16 elements, 64 B/thread), 1 tile -> 1x2 -> 2 tiles -> 1x1
     #   -> 2*2 = 4 tiles -> 128 threads suggested; BlockDim(64, 2) = 128 threads used
     "int8-col-row-row": dict(
@@ -62,9 +63,9 @@ CASES = {
                           bx.SM(80), bx.Block(), bx.BlockDim(64, 2)),
         size=(32, 16, 8), value_types=("int8", "int8", "int32"), precision=(I8, I8, I32),
         ld=(32, 16, 16), sizes=(256, 128, 512), dims=((32, 8), (8, 16), (32, 16)),
-        alignment=(1, 1, 4), smem=2432, smem_ab=384, suggested_ld=(48, 16, 20),
+        alignment=(1, 1, 4), smem=2432, smem_ab=384, suggested_ld=(48, 24, 20),
         instruction="mma.sync.m16n8k32", suggested_block_dim=(128, 1, 1), block_dim=(64, 2, 1),
-        layout_a=((32, 8), (1, 48)), layout_b=((8, 16), (16, 1)), layout_c=((32, 16), (20, 1)),
+        layout_a=((32, 8), (1, 48)), layout_b=((8, 16), (24, 1)), layout_c=((32, 16), (20, 1)),
         scalar=I32, accumulator=I32, arrangement=(K, R, R), type=bx.Type.real, sm=80, arch="sm_80",
     ),
     # complex f64, 8x8x8, all column-major, sm_80, no Block.
@@ -148,16 +149,16 @@ CASES = {
     # tf32 -> f32, 64x32x16, Arrangement(col, row) with MaxAlignment, sm_87.
     #   ld: A col -> M=64, B row -> N=32, C col -> M=64; sizes 64*16 = 1024, 32*16 = 512, 64*32 = 2048
     #   bytes 4096 + 2048 + 8192 = 14336; A+B 6144
-    #   padding: A 256 B -> 68; B (N-contiguous tf32, read in runs of columns) 32 -> 40 (8 mod 32); C 256 B -> 68
+    #   padding: A 256 B -> 68; B 128 B -> 36; C 256 B -> 68
     #   atom 16x8 (k8): 4x4 atoms = 64x32 (256 B) -> 1 tile -> 2x4 -> 2 tiles -> 1x4 (16x32) -> 4 tiles -> 128
     "tf32-sm87": dict(
         ops=lambda: total(bx.Size(64, 32, 16), bx.Precision(TF32, TF32, F32), bx.Arrangement(K, R), bx.MaxAlignment,
                           bx.Function.MM, bx.SM(870), bx.Block()),
         size=(64, 32, 16), value_types=("tfloat32", "tfloat32", "float32"), precision=(TF32, TF32, F32),
         ld=(64, 32, 64), sizes=(1024, 512, 2048), dims=((64, 16), (16, 32), (64, 32)),
-        alignment=(16, 16, 16), smem=14336, smem_ab=6144, suggested_ld=(68, 40, 68),
+        alignment=(16, 16, 16), smem=14336, smem_ab=6144, suggested_ld=(68, 36, 68),
         instruction="mma.sync.m16n8k8", suggested_block_dim=(128, 1, 1), block_dim=(128, 1, 1),
-        layout_a=((64, 16), (1, 68)), layout_b=((16, 32), (40, 1)), layout_c=((64, 32), (1, 68)),
+        layout_a=((64, 16), (1, 68)), layout_b=((16, 32), (36, 1)), layout_c=((64, 32), (1, 68)),
         scalar=F32, accumulator=F32, arrangement=(K, R, K), type=bx.Type.real, sm=87, arch="sm_87",
     ),
     # f64 on sm_75 runs on the CUDA cores: 64^3, 4x2 elements per thread -> 16*32 = 512 -> capped at 256.

@@ -114,14 +114,14 @@ struct tile_order {
     __host__ __device__ __forceinline__ static constexpr int piece_col(int j) { return j * Atom::N; }
 };
 
-// Pieces per group of tile_order's grouped B order: real B stored N-contiguous (row-major) whose
-// fragments hold one column per lane and no ldmatrix form reads: 32-bit B on the m16n8k8 shape
-// (tf32, 3xtf32) and 8-bit B on m16n8k32; 4 (or 2) when the warp tile's pieces along N divide
-// into such groups, else 1 (the atom's own order).
+// Pieces per group of tile_order's grouped B order: real 8-bit B stored N-contiguous (row-major)
+// on m16n8k32, whose fragments hold four K values of one column per register and no ldmatrix form
+// reads them; 4 (or 2) when the warp tile's pieces along N divide into such groups, else 1 (the
+// atom's own order). 32-bit (tf32) B gains nothing from it: its fragment pairs two K rows of a
+// column, so runs along N cost a register move per value (measured slower on H100).
 template <class Cfg, class Atom> __host__ __device__ constexpr int b_group_pieces() {
-    constexpr bool tf32_shape = Atom::K == 8 && sizeof(typename Atom::a_type) == 4 && sizeof(typename Atom::b_type) == 4;
     constexpr bool byte_shape = Atom::K == 32 && sizeof(typename Atom::a_type) == 1 && sizeof(typename Atom::b_type) == 1;
-    if constexpr (Atom::M != 16 || Atom::N != 8 || !(tf32_shape || byte_shape) || !Cfg::b_row_major || Cfg::is_complex) {
+    if constexpr (Atom::M != 16 || Atom::N != 8 || !byte_shape || !Cfg::b_row_major || Cfg::is_complex) {
         return 1;
     } else {
         return Cfg::warp_n % 4 == 0 ? 4 : Cfg::warp_n % 2 == 0 ? 2 : 1;
@@ -129,8 +129,8 @@ template <class Cfg, class Atom> __host__ __device__ constexpr int b_group_piece
 }
 
 // Grouped B order: column c of piece j sits at (j / P) * 8P + c * P + j % P, so the P pieces of a
-// group give each lane P adjacent columns of one row of B (one read per K index where the atom's
-// order takes P element reads) and C's columns come in runs of 2P per lane. Rows and K keep the
+// group give each lane P adjacent bytes of one row of B (one read per K index where the atom's
+// order takes P byte reads) and C's columns come in runs of 2P per lane. Rows and K keep the
 // atom's order.
 template <class Cfg, class Atom>
 struct tile_order<Cfg, Atom, typename std_conditional<(b_group_pieces<Cfg, Atom>() > 1), void, int>::type> {
@@ -432,60 +432,45 @@ struct BlockGemm {
     }
 
     // The B fragments of the P pieces from `piece` on of the warp tile at column tile0, K step k0,
-    // in tile_order's grouped order: per K index one read of the lane's P adjacent columns (8-bit
-    // B: four K rows' reads transposed into each piece's K quad with byte permutes). Runs wholly
-    // past N read column 0 (their products land in outputs nobody stores); K past the end reads
-    // row 0 and is zeroed, op left out there (it must add nothing).
+    // in tile_order's grouped order: per K row one read of the lane's P adjacent bytes, four rows'
+    // reads transposed into each piece's K quad with byte permutes. Runs wholly past N read column
+    // 0 (their products land in outputs nobody stores); K past the end reads row 0 and is zeroed,
+    // op left out there (it must add nothing).
     template <int LD, class Atom, class Frag, class Op>
     __device__ __forceinline__ static void load_b_group(Frag* frags, const b_type* s, int tile0, int piece, int k0,
                                                         int lane, const Op& op) {
-        using F = typename Atom::b_type;
         constexpr int P = b_group_reads<LD, Atom>();
         constexpr bool FULL_K = k % Atom::K == 0;
+        static_assert(sizeof(b_type) == 1 && (P == 2 || P == 4), "grouped reads take 8-bit B in runs of 2 or 4");
         int col = tile0 + tile_order<Cfg, Atom>::b_place(piece, lane >> 2);
         if (n % (8 * P) != 0) col = col < n ? col : 0;
-        if constexpr (sizeof(F) == 4) {
 #pragma unroll
-            for (int e = 0; e < Atom::B_ELEMS; ++e) {
-                const int kk = k0 + Atom::b_k(lane, e);
+        for (int h = 0; h < Atom::B_ELEMS / 4; ++h) {  // register h: K 16h + 4t .. 16h + 4t + 3
+            u32 w[4];
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                const int kk = k0 + Atom::b_k(lane, 4 * h + r);
                 const bool k_in = FULL_K || kk < k;
-                b_type run[P];
-                load_run<P>(run, operand<false>::template at<LD>(s, col, k_in ? kk : 0));
-#pragma unroll
-                for (int p = 0; p < P; ++p) {
-                    F v = k_in ? transformed(op, run[p]) : zero<F>();
-                    frags[p][0].elems()[e] = preparer<Atom>::apply(v);
-                }
+                const b_type* at = operand<false>::template at<LD>(s, col, k_in ? kk : 0);
+                const u32 v = P == 4 ? *reinterpret_cast<const u32*>(at) : u32(*reinterpret_cast<const unsigned short*>(at));
+                w[r] = k_in ? v : 0u;
             }
-        } else {
-#pragma unroll
-            for (int h = 0; h < Atom::B_ELEMS / 4; ++h) {  // register h: K 16h + 4t .. 16h + 4t + 3
-                u32 w[4];
-#pragma unroll
-                for (int r = 0; r < 4; ++r) {
-                    const int kk = k0 + Atom::b_k(lane, 4 * h + r);
-                    const bool k_in = FULL_K || kk < k;
-                    const b_type* at = operand<false>::template at<LD>(s, col, k_in ? kk : 0);
-                    const u32 v = P == 4 ? *reinterpret_cast<const u32*>(at) : u32(*reinterpret_cast<const unsigned short*>(at));
-                    w[r] = k_in ? v : 0u;
-                }
-                const u32 lo01 = __byte_perm(w[0], w[1], 0x5140), lo23 = __byte_perm(w[2], w[3], 0x5140);
-                frags[0][0].reg[h] = __byte_perm(lo01, lo23, 0x5410);
-                frags[1][0].reg[h] = __byte_perm(lo01, lo23, 0x7632);
-                if constexpr (P == 4) {
-                    const u32 hi01 = __byte_perm(w[0], w[1], 0x7362), hi23 = __byte_perm(w[2], w[3], 0x7362);
-                    frags[2][0].reg[h] = __byte_perm(hi01, hi23, 0x5410);
-                    frags[3][0].reg[h] = __byte_perm(hi01, hi23, 0x7632);
-                }
+            const u32 lo01 = __byte_perm(w[0], w[1], 0x5140), lo23 = __byte_perm(w[2], w[3], 0x5140);
+            frags[0][0].reg[h] = __byte_perm(lo01, lo23, 0x5410);
+            frags[1][0].reg[h] = __byte_perm(lo01, lo23, 0x7632);
+            if constexpr (P == 4) {
+                const u32 hi01 = __byte_perm(w[0], w[1], 0x7362), hi23 = __byte_perm(w[2], w[3], 0x7362);
+                frags[2][0].reg[h] = __byte_perm(hi01, hi23, 0x5410);
+                frags[3][0].reg[h] = __byte_perm(hi01, hi23, 0x7632);
             }
-            if constexpr (!is_identity<Op>::value) {
+        }
+        if constexpr (!is_identity<Op>::value) {
 #pragma unroll
-                for (int p = 0; p < P; ++p)
+            for (int p = 0; p < P; ++p)
 #pragma unroll
-                    for (int e = 0; e < Atom::B_ELEMS; ++e) {
-                        if (FULL_K || k0 + Atom::b_k(lane, e) < k) frags[p][0].elems()[e] = op(frags[p][0].elems()[e]);
-                    }
-            }
+                for (int e = 0; e < Atom::B_ELEMS; ++e) {
+                    if (FULL_K || k0 + Atom::b_k(lane, e) < k) frags[p][0].elems()[e] = op(frags[p][0].elems()[e]);
+                }
         }
     }
 
