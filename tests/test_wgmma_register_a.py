@@ -19,6 +19,7 @@ import pytest
 import blasdx as bx
 from blasdx import dtypes as dt
 
+from .test_wgmma_fusion import KERNELS as FUSION_KERNELS
 from .test_wgmma_fusion import functions, gemm
 
 R, C = bx.row_major, bx.col_major
@@ -54,65 +55,28 @@ def case_id(case) -> str:
 
 CASES = list(cases())
 
-#: The register API once and twice (C = 2 alpha op(A) B + beta C) and the shared-memory API,
-#: one problem per block over tightly stored operands, with A_OP the load transform of A and
-#: B_OP that of B (identity except in the mma.sync check).
+KERNEL_NAMES = ("register_api", "twice", "shared_api")
+
+
+def fusion_kernels(names) -> str:
+    """The prelude and the kernels ``names`` of tests/test_wgmma_fusion.py's KERNELS."""
+    prelude, *kernels = FUSION_KERNELS.split('extern "C" ')
+    named = {re.search(r"\)\s*(\w+)\(", k).group(1): 'extern "C" ' + k for k in kernels}
+    return prelude + "".join(named[n] for n in names)
+
+
+#: The register API once and twice (C = 2 alpha op(A) B + beta C) and the shared-memory API of
+#: tests/test_wgmma_fusion.py, with A_OP the load transform of A and B_OP that of B (identity
+#: except in the mma.sync check), after A transforms that are exact in every type (so that the
+#: reference applies them to A alike).
 KERNELS = r"""
-// A transforms that are exact in every type, so that the reference applies them to A alike.
 struct relu {  // max(v, 0)
     template <class T> __device__ T operator()(T v) const { return float(v) > 0.0f ? v : T(0.0f); }
 };
 struct halve {  // v >> 1 (integers: an arithmetic shift, floor(v / 2))
     template <class T> __device__ T operator()(T v) const { return T(v >> 1); }
 };
-
-constexpr long long A_STRIDE = GEMM::a_inner * GEMM::a_outer, B_STRIDE = GEMM::b_inner * GEMM::b_outer;
-constexpr long long C_STRIDE = GEMM::c_inner * GEMM::c_outer;
-
-extern "C" __global__ void __launch_bounds__(GEMM::max_threads_per_block, 1)
-register_api(const GEMM::a_value_type* a, const GEMM::b_value_type* b, GEMM::c_value_type* c,
-             GEMM::scalar_type alpha, GEMM::scalar_type beta) {
-    extern __shared__ __align__(16) unsigned char smem[];
-    auto [sA, sB] = GEMM::slice_shared_memory_ab(smem);
-    const long long p = blockIdx.x;
-    GEMM::load_a<GEMM::a_inner>(a + p * A_STRIDE, sA);
-    GEMM::load_b<GEMM::b_inner>(b + p * B_STRIDE, sB);
-    GEMM::copy_wait();
-    auto acc = GEMM::execute(sA, sB, A_OP, B_OP);
-    acc.axpby(alpha, beta, c + p * C_STRIDE, GEMM::c_inner);
-}
-
-extern "C" __global__ void __launch_bounds__(GEMM::max_threads_per_block, 1)
-twice(const GEMM::a_value_type* a, const GEMM::b_value_type* b, GEMM::c_value_type* c,
-      GEMM::scalar_type alpha, GEMM::scalar_type beta) {
-    extern __shared__ __align__(16) unsigned char smem[];
-    auto [sA, sB] = GEMM::slice_shared_memory_ab(smem);
-    const long long p = blockIdx.x;
-    GEMM::load_a<GEMM::a_inner>(a + p * A_STRIDE, sA);
-    GEMM::load_b<GEMM::b_inner>(b + p * B_STRIDE, sB);
-    GEMM::copy_wait();
-    GEMM::accumulator acc;
-    GEMM::execute(sA, sB, acc, A_OP, B_OP);
-    GEMM::execute(sA, sB, acc, A_OP, B_OP);
-    acc.axpby(alpha, beta, c + p * C_STRIDE, GEMM::c_inner);
-}
-
-extern "C" __global__ void __launch_bounds__(GEMM::max_threads_per_block, 1)
-shared_api(const GEMM::a_value_type* a, const GEMM::b_value_type* b, GEMM::c_value_type* c,
-           GEMM::scalar_type alpha, GEMM::scalar_type beta) {
-    extern __shared__ __align__(16) unsigned char smem[];
-    auto [sA, sB, sC] = GEMM::slice_shared_memory(smem);
-    const long long p = blockIdx.x;
-    GEMM::load_a<GEMM::a_inner>(a + p * A_STRIDE, sA);
-    GEMM::load_b<GEMM::b_inner>(b + p * B_STRIDE, sB);
-    GEMM::load_c<GEMM::c_inner>(c + p * C_STRIDE, sC);
-    GEMM::copy_wait();
-    GEMM::execute(alpha, sA, sB, beta, sC, A_OP, B_OP);
-    __syncthreads();
-    GEMM::store_c<GEMM::c_inner>(sC, c + p * C_STRIDE);
-}
-"""
-KERNEL_NAMES = ("register_api", "twice", "shared_api")
+""" + fusion_kernels(KERNEL_NAMES)
 #: How many times each kernel adds op(A) B into its result.
 PRODUCTS = {"twice": 2}
 
