@@ -96,29 +96,11 @@ template <class Cfg> struct aligned_smem<Cfg, decltype(void(Cfg::aligned_smem))>
     static constexpr bool value = Cfg::aligned_smem;
 };
 
-// Where each register of a warp tile's fragments and accumulators sits in the tile: piece (i, j)
-// is the atom at row block i, column block j of the warp tile; e a register of its fragment.
-// By default the atom's own order (mma.cuh). A GEMM does not change when rows of A and C, columns
-// of B and C, or K are renumbered alike, which the f64 order below uses.
-template <class Cfg, class Atom = typename Cfg::atom, class = void>
-struct tile_order {
-    static constexpr bool DMMA = false;
-    __device__ __forceinline__ static int a_row(int lane, int i, int e) { return i * Atom::M + Atom::a_row(lane, e); }
-    __device__ __forceinline__ static int b_col(int lane, int j, int e) { return j * Atom::N + Atom::b_col(lane, e); }
-    __device__ __forceinline__ static int a_k(int lane, int e) { return Atom::a_k(lane, e); }
-    __device__ __forceinline__ static int b_k(int lane, int e) { return Atom::b_k(lane, e); }
-    __device__ __forceinline__ static int c_row(int lane, int i, int e) { return i * Atom::M + Atom::c_row(lane, e); }
-    __device__ __forceinline__ static int c_col(int lane, int j, int e) { return j * Atom::N + Atom::c_col(lane, e); }
-    // the first row (column) any register of piece i (j) has
-    __host__ __device__ __forceinline__ static constexpr int piece_row(int i) { return i * Atom::M; }
-    __host__ __device__ __forceinline__ static constexpr int piece_col(int j) { return j * Atom::N; }
-};
-
-// Pieces per group of tile_order's grouped B order: real 8-bit B stored N-contiguous (row-major)
-// on m16n8k32, whose fragments hold four K values of one column per register and no ldmatrix form
-// reads them; 4 (or 2) when the warp tile's pieces along N divide into such groups, else 1 (the
-// atom's own order). 32-bit (tf32) B gains nothing from it: its fragment pairs two K rows of a
-// column, so runs along N cost a register move per value (measured slower on H100).
+// Pieces per group of tile_order's grouped B columns: real 8-bit B stored N-contiguous
+// (row-major) on m16n8k32, whose fragments hold four K values of one column per register and no
+// ldmatrix form reads them; 4 (or 2) when the warp tile's pieces along N divide into such groups,
+// else 1 (the atom's own columns). 32-bit (tf32) B gains nothing from it: its fragment pairs two
+// K rows of a column, so runs along N cost a register move per value (measured slower on H100).
 template <class Cfg, class Atom> __host__ __device__ constexpr int b_group_pieces() {
     constexpr bool byte_shape = Atom::K == 32 && sizeof(typename Atom::a_type) == 1 && sizeof(typename Atom::b_type) == 1;
     if constexpr (Atom::M != 16 || Atom::N != 8 || !byte_shape || !Cfg::b_row_major || Cfg::is_complex) {
@@ -128,16 +110,19 @@ template <class Cfg, class Atom> __host__ __device__ constexpr int b_group_piece
     }
 }
 
-// Grouped B order: column c of piece j sits at (j / P) * 8P + c * P + j % P, so the P pieces of a
-// group give each lane P adjacent bytes of one row of B (one read per K index where the atom's
-// order takes P byte reads) and C's columns come in runs of 2P per lane. Rows and K keep the
-// atom's order.
-template <class Cfg, class Atom>
-struct tile_order<Cfg, Atom, typename std_conditional<(b_group_pieces<Cfg, Atom>() > 1), void, int>::type> {
+// Where each register of a warp tile's fragments and accumulators sits in the tile: piece (i, j)
+// is the atom at row block i, column block j of the warp tile; e a register of its fragment.
+// By default the atom's own order (mma.cuh). A GEMM does not change when rows of A and C, columns
+// of B and C, or K are renumbered alike, which the grouped B columns here and the f64 order below
+// use: with P = b_group_pieces > 1, column c of piece j sits at (j / P) * 8P + c * P + j % P, so
+// the P pieces of a group give each lane P adjacent bytes of one row of B (one read per K index
+// where the atom's order takes P byte reads) and C's columns come in runs of 2P per lane.
+template <class Cfg, class Atom = typename Cfg::atom, class = void>
+struct tile_order {
     static constexpr bool DMMA = false;
     static constexpr int P = b_group_pieces<Cfg, Atom>();
     __host__ __device__ __forceinline__ static constexpr int b_place(int j, int c) {  // column c of piece j
-        return (j / P) * 8 * P + c * P + j % P;
+        return (j / P) * Atom::N * P + c * P + j % P;
     }
     __device__ __forceinline__ static int a_row(int lane, int i, int e) { return i * Atom::M + Atom::a_row(lane, e); }
     __device__ __forceinline__ static int b_col(int lane, int j, int e) { return b_place(j, Atom::b_col(lane, e)); }
@@ -145,7 +130,7 @@ struct tile_order<Cfg, Atom, typename std_conditional<(b_group_pieces<Cfg, Atom>
     __device__ __forceinline__ static int b_k(int lane, int e) { return Atom::b_k(lane, e); }
     __device__ __forceinline__ static int c_row(int lane, int i, int e) { return i * Atom::M + Atom::c_row(lane, e); }
     __device__ __forceinline__ static int c_col(int lane, int j, int e) { return b_place(j, Atom::c_col(lane, e)); }
-    __host__ __device__ __forceinline__ static constexpr int piece_row(int i) { return i * Atom::M; }
+    // the first column any register of piece j has
     __host__ __device__ __forceinline__ static constexpr int piece_col(int j) { return b_place(j, 0); }
 };
 
@@ -189,7 +174,6 @@ struct tile_order<Cfg, Atom, typename std_conditional<Atom::M == 16 && sizeof(ty
     __device__ __forceinline__ static int b_k(int lane, int e) { return k_place(Atom::b_k(lane, e)); }
     __device__ __forceinline__ static int c_row(int lane, int i, int e) { return 16 * i + a_place(Atom::c_row(lane, e)); }
     __device__ __forceinline__ static int c_col(int lane, int j, int e) { return b_place(j, Atom::c_col(lane, e)); }
-    __host__ __device__ __forceinline__ static constexpr int piece_row(int i) { return 16 * i; }
     __host__ __device__ __forceinline__ static constexpr int piece_col(int j) { return 8 * j; }
 };
 
