@@ -33,8 +33,7 @@ pytestmark = pytest.mark.gpu
 
 R = bx.row_major
 SCALARS = [(1.0, 0.0), (-1.5, 0.5)]
-#: How many times each kernel adds A B into its result.
-PRODUCTS = {"twice": 2}
+INT32_POISON = np.iinfo(np.int32).min
 
 
 class _OnDemand(dict):
@@ -77,64 +76,11 @@ def register_a_kernels():
     return rs.compile_all([gemm(size, types, arr) for types, arr, size in rs.CASES])
 
 
-def run_case(kernel: bx.FusedKernel, desc: bx.Descriptor, ops: str, alpha, beta, rng, batch: int = 3) -> None:
-    """One problem per block on tightly stored operands, against the float64 reference."""
-    a_t, b_t, c_t = desc.precision
-    m, n, k = desc.size
-    a_host = random_operand(a_t, (batch, m, k), rng)
-    b_host = random_operand(b_t, (batch, k, n), rng)
-    c_host = random_operand(c_t, (batch, m, n), rng)
-    if beta == 0:
-        c_host[...] = np.nan
-    arr = desc.arrangement
-    a = strided_operand(a_host, a_t, arr.a is R, k if arr.a is R else m)
-    b = strided_operand(b_host, b_t, arr.b is R, n if arr.b is R else k)
-    c = strided_operand(c_host, c_t, arr.c is R, n if arr.c is R else m)
-    kernel.launch(batch, (a, b, c, alpha, beta))
-    got = torch_to_host(c, c_t)
-    factor = OPS[ops][2] * PRODUCTS.get(kernel.name, 1)
-    ref = reference_gemm(factor * to_float64(a_host), to_float64(b_host), c_host, alpha, beta)
-    tol = tolerance(a_t, c_t, k * PRODUCTS.get(kernel.name, 1), desc.accumulator_type, desc.instruction)
-    assert_close(got, ref, tol, what=f"C of {kernel.name} ({ops}) for {desc!r} alpha={alpha} beta={beta}")
-
-
-@pytest.mark.parametrize("ops", list(OPS))
-@pytest.mark.parametrize("case", CASES, ids=case_id)
-def test_every_api_form_on_every_wgmma_combination(kernels, case, ops):
-    types, arr, size = case
-    desc = gemm(size, types, arr)
-    assert desc.instruction.startswith("wgmma.") and dt.find_combination(*types, False) is not None
-    rng = np.random.default_rng(abs(hash((case_id(case), ops))) % 2**32)
-    for name in KERNEL_NAMES:
-        kernel = kernels[(desc, ops, name)]
-        for alpha, beta in SCALARS:
-            run_case(kernel, desc, ops, alpha, beta, rng)
-
-
-def test_a_block_larger_than_the_gemm(kernels):
-    """Warpgroups beyond max_threads_per_block skip the GEMM; shared memory still lines up."""
-    desc = next(gemm(size, types, arr) for types, arr, size in CASES
-                if size == (128, 128, 64) and types == (dt.float16, dt.float16, dt.float32))
-    for name in ("register_api", "shared_api"):
-        kernel = kernels[(desc, "wgmma", name)]
-        block = desc.max_threads_per_block + 128
-        # launch bounds of the block itself: 1024 would cap registers at 64, below one wgmma's accumulator
-        kernel = bx.compile_kernel(f"#define MAX_THREADS {block}\n" + kernel.user_source, name, {"GEMM": desc},
-                                   block=block)
-        run_case(kernel, desc, "wgmma", -1.5, 0.5, np.random.default_rng(7))
-
-
-# ---------------------------------------------------------------------------------------------- A in registers
-
-#: (alpha, beta) of floating-point and of integer GEMMs.
-REGISTER_A_SCALARS = {False: [(1.0, 0.0), (-1.5, 0.5)], True: [(1, 0), (-3, 2)]}
-INT32_POISON = np.iinfo(np.int32).min
-
-
-def run_register_a_case(kernel: bx.FusedKernel, desc: bx.Descriptor, op: str, alpha, beta, rng,
-                        batch: int = 3) -> None:
+def run_case(kernel: bx.FusedKernel, desc: bx.Descriptor, transform_a, what: str, alpha, beta, rng,
+             batch: int = 3) -> None:
     """One problem per block on tightly stored operands, against the float64 / exact int64
-    reference of op(A) B; C poisoned when beta = 0."""
+    reference of transform_a(A) B (as many times as the kernel adds it); C poisoned (NaN, or
+    INT32_MIN for integer C) when beta = 0."""
     a_t, b_t, c_t = desc.precision
     m, n, k = desc.size
     a_host = random_operand(a_t, (batch, m, k), rng)
@@ -149,9 +95,46 @@ def run_register_a_case(kernel: bx.FusedKernel, desc: bx.Descriptor, op: str, al
     kernel.launch(batch, (a, b, c, alpha, beta))
     got = torch_to_host(c, c_t)
     products = rs.PRODUCTS.get(kernel.name, 1)
-    ref = reference_gemm(products * rs.transform_a(to_float64(a_host), op), to_float64(b_host), c_host, alpha, beta)
+    ref = reference_gemm(products * transform_a(to_float64(a_host)), to_float64(b_host), c_host, alpha, beta)
     tol = tolerance(a_t, c_t, k * products, desc.accumulator_type, desc.instruction)
-    assert_close(got, ref, tol, what=f"C of {kernel.name} ({op}(A)) for {desc!r} alpha={alpha} beta={beta}")
+    assert_close(got, ref, tol, what=f"C of {kernel.name} ({what}) for {desc!r} alpha={alpha} beta={beta}")
+
+
+def scaled_by(ops: str):
+    """A as the OPS entry ``ops`` leaves it in the product (its transforms scale A or B by a factor)."""
+    return lambda a: OPS[ops][2] * a
+
+
+@pytest.mark.parametrize("ops", list(OPS))
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_every_api_form_on_every_wgmma_combination(kernels, case, ops):
+    types, arr, size = case
+    desc = gemm(size, types, arr)
+    assert desc.instruction.startswith("wgmma.") and dt.find_combination(*types, False) is not None
+    rng = np.random.default_rng(abs(hash((case_id(case), ops))) % 2**32)
+    for name in KERNEL_NAMES:
+        kernel = kernels[(desc, ops, name)]
+        for alpha, beta in SCALARS:
+            run_case(kernel, desc, scaled_by(ops), ops, alpha, beta, rng)
+
+
+def test_a_block_larger_than_the_gemm(kernels):
+    """Warpgroups beyond max_threads_per_block skip the GEMM; shared memory still lines up."""
+    desc = next(gemm(size, types, arr) for types, arr, size in CASES
+                if size == (128, 128, 64) and types == (dt.float16, dt.float16, dt.float32))
+    for name in ("register_api", "shared_api"):
+        kernel = kernels[(desc, "wgmma", name)]
+        block = desc.max_threads_per_block + 128
+        # launch bounds of the block itself: 1024 would cap registers at 64, below one wgmma's accumulator
+        kernel = bx.compile_kernel(f"#define MAX_THREADS {block}\n" + kernel.user_source, name, {"GEMM": desc},
+                                   block=block)
+        run_case(kernel, desc, scaled_by("wgmma"), "wgmma", -1.5, 0.5, np.random.default_rng(7))
+
+
+# ---------------------------------------------------------------------------------------------- A in registers
+
+#: (alpha, beta) of floating-point and of integer GEMMs.
+REGISTER_A_SCALARS = {False: [(1.0, 0.0), (-1.5, 0.5)], True: [(1, 0), (-3, 2)]}
 
 
 @pytest.mark.parametrize("op", list(rs.A_OPS))
@@ -164,4 +147,4 @@ def test_a_transforms_on_wgmma_with_a_in_registers(register_a_kernels, case, op)
     for name in rs.KERNEL_NAMES:
         kernel = register_a_kernels[(desc, op, name)]
         for alpha, beta in REGISTER_A_SCALARS[types[0].integral]:
-            run_register_a_case(kernel, desc, op, alpha, beta, rng)
+            run_case(kernel, desc, lambda a: rs.transform_a(a, op), f"{op}(A)", alpha, beta, rng)
