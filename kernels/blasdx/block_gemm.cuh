@@ -91,6 +91,19 @@ template <class Op, class T> __device__ __forceinline__ decltype(auto) transform
 
 // Whether a config's shared-memory operands start on 16-byte boundaries (generated configs say
 // so; block GEMMs run on sub-matrices inside other kernels, e.g. TRSM updates, may not).
+// What a K step of a warp tile may reach past, so which tests its fragment loads need: K past k
+// (the last step of a K the atom does not divide), rows past M and columns past N (edge tiles).
+// Rows and columns past the edge are only clamped, since their products land in outputs nobody
+// stores; K past the end is zeroed, since it would add into every output.
+template <bool K_TAIL, bool M_EDGE, bool N_EDGE> struct step_reach {
+    static constexpr bool k_tail = K_TAIL, m_edge = M_EDGE, n_edge = N_EDGE;
+};
+using any_reach = step_reach<true, true, true>;
+
+// The atom of a K step: the plan's (Atom void) or the one given (a smaller K tail, tail_atom).
+template <class Cfg, class Atom> struct step_atom { using type = Atom; };
+template <class Cfg> struct step_atom<Cfg, void> { using type = typename Cfg::atom; };
+
 template <class Cfg, class = void> struct aligned_smem { static constexpr bool value = false; };
 template <class Cfg> struct aligned_smem<Cfg, decltype(void(Cfg::aligned_smem))> {
     static constexpr bool value = Cfg::aligned_smem;
@@ -284,6 +297,18 @@ struct BlockGemm {
         return !is_complex && width_ok && rows_ok && (ELEMS * int(sizeof(T))) % 4 == 0;
     }
 
+    // Whether a K step (step_reach Reach) needs per-element K tests: only a tail step of a K that
+    // the atom's ATOM_K does not divide reaches past k.
+    template <int ATOM_K, class Reach> __host__ __device__ static constexpr bool k_tail() {
+        return Reach::k_tail && k % ATOM_K != 0;
+    }
+
+    // Whether this operand's fragments of a K step (step_reach Reach) may reach past its rows (A)
+    // or columns (B): only in an edge tile, where XA (what one fragment covers) does not divide them.
+    template <bool IS_A, int XA, class Reach> __host__ __device__ static constexpr bool x_edge() {
+        return (IS_A ? Reach::m_edge : Reach::n_edge) && operand<IS_A>::X % XA != 0;
+    }
+
     // Whether f64 fragments of this operand are read 16 bytes at a time (tile_order's f64 order):
     // real values in rows of an even number of doubles starting on 16-byte boundaries; B only
     // K-contiguous.
@@ -300,12 +325,12 @@ struct BlockGemm {
     // `piece` of the warp tile at x0. Rows (columns) past the edge read row 0 (their products
     // land in outputs nobody stores); K past the end is zeroed after the load (an odd K reads one
     // element past it, inside the row: rows hold an even number of doubles).
-    template <bool IS_A, int LD, class Frag, class Op>
+    template <bool IS_A, int LD, class Reach, class Frag, class Op>
     __device__ __forceinline__ static void load_dmma_fragment(Frag* frag, const double* s, int x0, int piece, int k0,
                                                               int lane, const Op& op) {
         using order = tile_order<Cfg>;
         constexpr int X = operand<IS_A>::X;
-        constexpr bool FULL_K = k % 8 == 0, FULL_X = X % (IS_A ? 16 : 8) == 0;
+        constexpr bool FULL_K = !k_tail<8, Reach>(), FULL_X = !x_edge<IS_A, IS_A ? 16 : 8, Reach>();
         const int g = lane >> 2, t = lane & 3;
         int kk = k0 + 2 * t;
         const bool k_in = FULL_K || kk < k, k1_in = FULL_K || kk + 1 < k;
@@ -344,19 +369,19 @@ struct BlockGemm {
     // operand: a row of x when K-contiguous (its 16 bytes run along K), else a row of K. Rows past
     // X are clamped (their products land in outputs nobody stores) and K past the end too (zeroed
     // after the load by finish_fragment); XA is the extent along x of what the loads cover.
-    template <bool IS_A, int LD, int XA, class Atom>
+    template <bool IS_A, int LD, int XA, class Atom, class Reach>
     __device__ __forceinline__ static const typename operand<IS_A>::T* ldmatrix_row(const typename operand<IS_A>::T* s,
                                                                                    int x, int kk, int r) {
         using opd = operand<IS_A>;
         constexpr int X = opd::X;
-        constexpr bool FULL_K = k % Atom::K == 0;
+        constexpr bool FULL_K = !k_tail<Atom::K, Reach>();
         if constexpr (opd::K_CONTIG) {
             x += r;
-            if (X % XA != 0) x = x < X ? x : X - 1;
+            if (x_edge<IS_A, XA, Reach>()) x = x < X ? x : X - 1;
             if (!FULL_K) kk = kk < k ? kk : 0;
         } else {
             kk += r;
-            if (X % XA != 0) x = x < X ? x : 0;
+            if (x_edge<IS_A, XA, Reach>()) x = x < X ? x : 0;
             if (!FULL_K) kk = kk < k ? kk : k - 1;
         }
         return opd::template at<LD>(s, x, kk);
@@ -364,7 +389,7 @@ struct BlockGemm {
 
     // A fragment just read with ldmatrix: op and the atom's rounding applied to every element, K
     // past the end zeroed (both operands: the padding may hold NaN).
-    template <bool IS_A, class Atom, class Frag, class Op>
+    template <bool IS_A, class Atom, class Reach, class Frag, class Op>
     __device__ __forceinline__ static void finish_fragment(Frag& frag, int k0, int lane, const Op& op) {
         using F = typename std_conditional<IS_A, typename Atom::a_type, typename Atom::b_type>::type;
         constexpr int ELEMS = IS_A ? Atom::A_ELEMS : Atom::B_ELEMS;
@@ -373,7 +398,7 @@ struct BlockGemm {
             if constexpr (!is_identity<Op>::value) frag.elems()[e] = op(frag.elems()[e]);
             frag.elems()[e] = preparer<Atom>::apply(frag.elems()[e]);
         }
-        if constexpr (k % Atom::K != 0) {
+        if constexpr (k_tail<Atom::K, Reach>()) {
             if (k0 + Atom::K > k) {
 #pragma unroll
                 for (int e = 0; e < ELEMS; ++e) {
@@ -393,18 +418,18 @@ struct BlockGemm {
 
     // The B fragments of pieces `piece` and `piece` + 1 of the warp tile at column tile0, K step k0:
     // blocks 0 and 1 of the x4 are the first piece's two K halves, blocks 2 and 3 the second's.
-    template <int LD, class Atom, class Frag, class Op>
+    template <int LD, class Atom, class Reach, class Frag, class Op>
     __device__ __forceinline__ static void load_b_pair(Frag* first, Frag* second, const b_type* s, int tile0,
                                                        int piece, int k0, int lane, const Op& op) {
         constexpr int KB = 16 / int(sizeof(b_type));
         const int q = lane / 8, r = lane % 8;
         u32 regs[4];
         ldmatrix<4, !operand<false>::K_CONTIG>(
-            regs, ldmatrix_row<false, LD, Atom::N, Atom>(s, tile0 + (piece + q / 2) * Atom::N, k0 + KB * (q % 2), r));
+            regs, ldmatrix_row<false, LD, Atom::N, Atom, Reach>(s, tile0 + (piece + q / 2) * Atom::N, k0 + KB * (q % 2), r));
         first[0].reg[0] = regs[0], first[0].reg[1] = regs[1];
         second[0].reg[0] = regs[2], second[0].reg[1] = regs[3];
-        finish_fragment<false, Atom>(first[0], k0, lane, op);
-        finish_fragment<false, Atom>(second[0], k0, lane, op);
+        finish_fragment<false, Atom, Reach>(first[0], k0, lane, op);
+        finish_fragment<false, Atom, Reach>(second[0], k0, lane, op);
     }
 
     // Pieces of B read together by load_b_group: tile_order's group where its runs of P columns can
@@ -420,14 +445,14 @@ struct BlockGemm {
     // reads transposed into each piece's K quad with byte permutes. Runs wholly past N read column
     // 0 (their products land in outputs nobody stores); K past the end reads row 0 and is zeroed,
     // op left out there (it must add nothing).
-    template <int LD, class Atom, class Frag, class Op>
+    template <int LD, class Atom, class Reach, class Frag, class Op>
     __device__ __forceinline__ static void load_b_group(Frag* frags, const b_type* s, int tile0, int piece, int k0,
                                                         int lane, const Op& op) {
         constexpr int P = b_group_reads<LD, Atom>();
-        constexpr bool FULL_K = k % Atom::K == 0;
+        constexpr bool FULL_K = !k_tail<Atom::K, Reach>();
         static_assert(sizeof(b_type) == 1 && (P == 2 || P == 4), "grouped reads take 8-bit B in runs of 2 or 4");
         int col = tile0 + tile_order<Cfg, Atom>::b_place(piece, lane >> 2);
-        if (n % (8 * P) != 0) col = col < n ? col : 0;
+        if (x_edge<false, 8 * P, Reach>()) col = col < n ? col : 0;
 #pragma unroll
         for (int h = 0; h < Atom::B_ELEMS / 4; ++h) {  // register h: K 16h + 4t .. 16h + 4t + 3
             u32 w[4];
@@ -462,7 +487,7 @@ struct BlockGemm {
     // of B) and K step k0 (a 16 x K atom for A, K x 8 for B), op applied to every element, in
     // frag[part] (frag[2] = -imaginary part for complex A). ldmatrix 8x8 block q covers
     // x 8 * (q % XB), k KB * (q / XB) (KB elements make 16 bytes).
-    template <bool IS_A, int LD, class Atom, class Frag, class Op>
+    template <bool IS_A, int LD, class Atom, class Reach = any_reach, class Frag, class Op>
     __device__ __forceinline__ static void load_fragment(Frag* frag, const typename operand<IS_A>::T* s, int tile0,
                                                          int piece, int k0, int lane, const Op& op) {
         using opd = operand<IS_A>;
@@ -472,19 +497,19 @@ struct BlockGemm {
         constexpr int ELEMS = IS_A ? Atom::A_ELEMS : Atom::B_ELEMS;
         constexpr int XA = IS_A ? Atom::M : Atom::N;  // extent of the fragment along x
         constexpr int X = opd::X;
-        constexpr bool FULL_K = k % Atom::K == 0;
+        constexpr bool FULL_K = !k_tail<Atom::K, Reach>();
         if constexpr (dmma_vector_reads<IS_A, LD>()) {
-            load_dmma_fragment<IS_A, LD>(frag, s, tile0, piece, k0, lane, op);
+            load_dmma_fragment<IS_A, LD, Reach>(frag, s, tile0, piece, k0, lane, op);
         } else if constexpr (ldmatrix_reads<IS_A, LD, Atom>()) {
             const int x0 = tile0 + piece * XA;
             constexpr int MATS = ELEMS * int(sizeof(T)) / 4, XB = XA / 8, KB = 16 / int(sizeof(T));
             const int q = (lane / 8) % MATS, r = lane % 8;
             ldmatrix<MATS, !opd::K_CONTIG>(frag[0].reg,
-                                           ldmatrix_row<IS_A, LD, XA, Atom>(s, x0 + 8 * (q % XB), k0 + KB * (q / XB), r));
-            finish_fragment<IS_A, Atom>(frag[0], k0, lane, op);
+                                           ldmatrix_row<IS_A, LD, XA, Atom, Reach>(s, x0 + 8 * (q % XB), k0 + KB * (q / XB), r));
+            finish_fragment<IS_A, Atom, Reach>(frag[0], k0, lane, op);
         } else {
             constexpr int PARTS = is_complex ? 2 : 1;
-            constexpr bool FULL_X = X % XA == 0;
+            constexpr bool FULL_X = !x_edge<IS_A, XA, Reach>();
 #pragma unroll
             for (int e = 0; e < ELEMS; ++e) {
                 const int x = tile0 + (IS_A ? order::a_row(lane, piece, e) : order::b_col(lane, piece, e));
@@ -513,12 +538,14 @@ struct BlockGemm {
     };
 
     // Adds the A * B of one K step (k0 .. k0 + atom::K) of pieces i < PM, j < PN of the warp tile
-    // at (m0, n0) into acc[part][i][j][e]; every one of those pieces starts inside C (tile_step
-    // picks PM, PN). The K loop stays with the callers.
-    template <int LDA, int LDB, int PM = Cfg::warp_m, int PN = Cfg::warp_n, class Acc, class AOp, class BOp>
+    // at (m0, n0) into acc[part][i][j][e]; every one of those pieces starts inside C (tile_product
+    // picks PM, PN). Reach (step_reach) says which bounds the step may cross; Atom is the plan's
+    // unless a K tail takes a smaller one. The K loop stays with the callers.
+    template <int LDA, int LDB, int PM = Cfg::warp_m, int PN = Cfg::warp_n, class Reach = any_reach,
+              class Atom = void, class Acc, class AOp, class BOp>
     __device__ __forceinline__ static void mma_step(Acc& acc, const a_type* sA, const b_type* sB, int m0, int n0,
                                                     int k0, int lane, const AOp& a_op, const BOp& b_op) {
-        using atom = typename Cfg::atom;
+        using atom = typename step_atom<Cfg, Atom>::type;
         constexpr int PARTS = is_complex ? 2 : 1;
         // Complex products take four real MMAs: re += ar*br + (-ai)*bi, im += ar*bi + ai*br.
         constexpr int A_FRAGS = is_complex ? 3 : 1;  // ar, ai, -ai
@@ -526,21 +553,21 @@ struct BlockGemm {
         fragment<typename atom::a_type, atom::A_ELEMS> fa[PM][A_FRAGS];
         fragment<typename atom::b_type, atom::B_ELEMS> fb[PN][PARTS];
 #pragma unroll
-        for (int i = 0; i < PM; ++i) load_fragment<true, LDA, atom>(fa[i], sA, m0, i, k0, lane, a_op);
+        for (int i = 0; i < PM; ++i) load_fragment<true, LDA, atom, Reach>(fa[i], sA, m0, i, k0, lane, a_op);
         constexpr int GROUP = b_group_reads<LDB, atom>();
 #pragma unroll
         for (int j = 0; j < PN; ++j) {
             if constexpr (GROUP > 1) {
                 if (j < PN - PN % GROUP) {
-                    if (j % GROUP == 0) load_b_group<LDB, atom>(fb + j, sB, n0, j, k0, lane, b_op);
+                    if (j % GROUP == 0) load_b_group<LDB, atom, Reach>(fb + j, sB, n0, j, k0, lane, b_op);
                 } else {
-                    load_fragment<false, LDB, atom>(fb[j], sB, n0, j, k0, lane, b_op);
+                    load_fragment<false, LDB, atom, Reach>(fb[j], sB, n0, j, k0, lane, b_op);
                 }
             } else if constexpr (b_pairs<LDB, atom>()) {
-                if (j % 2 == 0 && j + 1 < PN) load_b_pair<LDB, atom>(fb[j], fb[j + 1], sB, n0, j, k0, lane, b_op);
-                if (j % 2 == 0 && j + 1 == PN) load_fragment<false, LDB, atom>(fb[j], sB, n0, j, k0, lane, b_op);
+                if (j % 2 == 0 && j + 1 < PN) load_b_pair<LDB, atom, Reach>(fb[j], fb[j + 1], sB, n0, j, k0, lane, b_op);
+                if (j % 2 == 0 && j + 1 == PN) load_fragment<false, LDB, atom, Reach>(fb[j], sB, n0, j, k0, lane, b_op);
             } else {
-                load_fragment<false, LDB, atom>(fb[j], sB, n0, j, k0, lane, b_op);
+                load_fragment<false, LDB, atom, Reach>(fb[j], sB, n0, j, k0, lane, b_op);
             }
         }
 #pragma unroll
@@ -556,33 +583,44 @@ struct BlockGemm {
             }
     }
 
-    // acc += A * B over all of K for the warp tile at (m0, n0), whose pieces inside C are PM x PN.
-    template <int LDA, int LDB, int PM, int PN, class Acc, class AOp, class BOp>
+    // acc += A * B over all of K for the warp tile at (m0, n0), whose pieces inside C are PM x PN
+    // and which reaches past M (N) if EDGE_M (EDGE_N). The whole K steps run without K tests; a K
+    // the atom does not divide ends with one tail step (of tail_atom, a smaller MMA where the rest
+    // fits in one) that zeroes what lies past k.
+    template <int LDA, int LDB, int PM, int PN, bool EDGE_M, bool EDGE_N, class Acc, class AOp, class BOp>
     __device__ __forceinline__ static void tile_k_loop(Acc& acc, const a_type* sA, const b_type* sB, int m0, int n0,
                                                        int lane, const AOp& a_op, const BOp& b_op) {
+        using atom = typename Cfg::atom;
+        constexpr int STEP = atom::K, WHOLE = k / STEP * STEP;
 #pragma unroll 2
-        for (int k0 = 0; k0 < k; k0 += Cfg::atom::K) {
-            mma_step<LDA, LDB, PM, PN>(acc, sA, sB, m0, n0, k0, lane, a_op, b_op);
+        for (int k0 = 0; k0 < WHOLE; k0 += STEP) {
+            mma_step<LDA, LDB, PM, PN, step_reach<false, EDGE_M, EDGE_N>>(acc, sA, sB, m0, n0, k0, lane, a_op, b_op);
+        }
+        if constexpr (WHOLE < k) {
+            using tail = typename tail_atom<atom, k - WHOLE>::type;
+            static_assert(k - WHOLE <= tail::K, "the K tail is one step");
+            mma_step<LDA, LDB, PM, PN, step_reach<true, EDGE_M, EDGE_N>, tail>(acc, sA, sB, m0, n0, WHOLE, lane, a_op,
+                                                                               b_op);
         }
     }
 
-    // tile_k_loop over the pieces of the warp tile at (m0, n0) that start inside C: the edge tiles
-    // of an odd size run a loop of their own with fewer pieces (a branch per tile, which the whole
-    // warp takes alike), instead of multiplying pieces that nobody stores.
+    // tile_k_loop for the warp tile at (m0, n0): the edge tiles of an odd size run a loop of their
+    // own (a branch per tile, which the whole warp takes alike), with bounds tests and only the
+    // pieces that start inside C; the tiles inside C run theirs without tests.
     template <int LDA, int LDB, class Acc, class AOp, class BOp>
     __device__ __forceinline__ static void tile_product(Acc& acc, const a_type* sA, const b_type* sB, int m0, int n0,
                                                         int lane, const AOp& a_op, const BOp& b_op) {
         using W = warp_tiling;
         constexpr int FM = W::FM, FN = W::FN;
         const bool edge_m = !W::FULL_M && m0 + W::WM > m, edge_n = !W::FULL_N && n0 + W::WN > n;
-        if (W::LAST_FM != FM && W::LAST_FN != FN && edge_m && edge_n) {
-            tile_k_loop<LDA, LDB, W::LAST_FM, W::LAST_FN>(acc, sA, sB, m0, n0, lane, a_op, b_op);
-        } else if (W::LAST_FM != FM && edge_m) {
-            tile_k_loop<LDA, LDB, W::LAST_FM, FN>(acc, sA, sB, m0, n0, lane, a_op, b_op);
-        } else if (W::LAST_FN != FN && edge_n) {
-            tile_k_loop<LDA, LDB, FM, W::LAST_FN>(acc, sA, sB, m0, n0, lane, a_op, b_op);
+        if (edge_m && edge_n) {
+            tile_k_loop<LDA, LDB, W::LAST_FM, W::LAST_FN, true, true>(acc, sA, sB, m0, n0, lane, a_op, b_op);
+        } else if (edge_m) {
+            tile_k_loop<LDA, LDB, W::LAST_FM, FN, true, false>(acc, sA, sB, m0, n0, lane, a_op, b_op);
+        } else if (edge_n) {
+            tile_k_loop<LDA, LDB, FM, W::LAST_FN, false, true>(acc, sA, sB, m0, n0, lane, a_op, b_op);
         } else {
-            tile_k_loop<LDA, LDB, FM, FN>(acc, sA, sB, m0, n0, lane, a_op, b_op);
+            tile_k_loop<LDA, LDB, FM, FN, false, false>(acc, sA, sB, m0, n0, lane, a_op, b_op);
         }
     }
 

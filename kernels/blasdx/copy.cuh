@@ -16,10 +16,10 @@ template <> struct vector_of<4> { using type = unsigned int; };
 template <> struct vector_of<2> { using type = unsigned short; };
 template <> struct vector_of<1> { using type = unsigned char; };
 
+// The shared-memory address of ptr. The compiler's own conversion, not inline PTX, so that it can
+// do the address arithmetic of fragment and copy loops in 32 bits on the shared window.
 __device__ __forceinline__ u32 shared_address(const void* ptr) {
-    u32 addr;
-    asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }\n" : "=r"(addr) : "l"(ptr));
-    return addr;
+    return static_cast<u32>(__cvta_generic_to_shared(ptr));
 }
 
 // Copy BYTES from global src to shared dst (both BYTES-aligned).

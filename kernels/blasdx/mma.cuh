@@ -136,12 +136,18 @@ template <> struct mma_m16n8k8<__half, __half, __half> : shape_m16n8k8_16bit {
     }
 };
 
-// tf32 operands live in shared memory as float; fragments hold them rounded to tf32.
+// tf32 operands live in shared memory as float; fragments hold them rounded to tf32, to nearest:
+// sm_90 rounds ties to even in one instruction (cvt.rn, new there), earlier GPUs ties away with
+// cvt.rna (a compare and an add on sm_90). Both stay within tf32's tolerance.
 template <> struct mma_m16n8k8<tf32, tf32, float> : shape_m16n8k8_tf32 {
     using a_type = float; using b_type = float; using acc_type = float;
     __device__ static float prepare(float v) {
         u32 out;
+#if __CUDA_ARCH__ >= 900
+        asm("cvt.rn.tf32.f32 %0, %1;\n" : "=r"(out) : "f"(v));
+#else
         asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(out) : "f"(v));
+#endif
         return __uint_as_float(out);
     }
     __device__ static void mma(float* d, const u32* a, const u32* b) {
@@ -219,8 +225,27 @@ template <> struct mma_m16n8_f64<16> : shape_m16n8_f64<16> {
     }
 };
 
+// bf16 m16n8k8 (sm_80): the K tail of the bf16 m16n8k16 plans (tail_atom below).
+template <> struct mma_m16n8k8<__nv_bfloat16, __nv_bfloat16, float> : shape_m16n8k8_16bit {
+    using a_type = __nv_bfloat16; using b_type = __nv_bfloat16; using acc_type = float;
+    __device__ static void mma(float* d, const u32* a, const u32* b) {
+        asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
+                     "{%0,%1,%2,%3};\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(b[0]));
+    }
+};
+
 // The f64 m16n8k8 atom under the family name the block GEMM plans use (mma.sync.m16n8k8).
 template <> struct mma_m16n8k8<double, double, double> : mma_m16n8_f64<8> {};
+
+// The atom that runs the last K step of a K that Atom's K does not divide: the 16-bit m16n8k8
+// where the REST values left fit in it (the same A rows, B columns and C layout at half the
+// MMA's work: K = 24 takes one m16n8k16 and one m16n8k8 step, not two m16n8k16), else Atom.
+template <class Atom, int REST> struct tail_atom { using type = Atom; };
+template <class TA, class TB, class TAcc, int REST> struct tail_atom<mma_m16n8k16<TA, TB, TAcc>, REST> {
+    using type = typename std_conditional<REST <= 8, mma_m16n8k8<TA, TB, TAcc>, mma_m16n8k16<TA, TB, TAcc>>::type;
+};
 
 // Row order that keeps 16-byte f64 fragment loads free of bank conflicts: within each group of
 // eight rows, the instruction's row g reads row (g >> 1) | 4 * (g & 1), so that the two rows one

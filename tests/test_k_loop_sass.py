@@ -1,0 +1,83 @@
+"""The block GEMM's K loop in SASS (CPU, no GPU): what the tensor-core path runs per K step.
+
+* Sizes that the atoms do not divide (100^3) test bounds only where a step can cross them: the
+  whole K steps of the tiles inside C carry no K or edge tests, so the loop of the
+  block-compute benchmark stays near cuBLASDx's instructions per MMA (benchmarks/sass_loops.py).
+* A 16-bit K tail that fits in half an m16n8k16 step runs one m16n8k8 (K = 24 costs 1.5 steps).
+* sm_90 rounds tf32 fragments with one cvt.rn (F2FP), earlier GPUs with cvt.rna.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+import blasdx as bx
+from blasdx import dtypes as dt
+
+_BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def _sass_loops():
+    """benchmarks/sass_loops.py (the hot-loop counter the performance notes quote)."""
+    sys.path.insert(0, str(_BENCHMARKS))
+    try:
+        spec = importlib.util.spec_from_file_location("sass_loops", _BENCHMARKS / "sass_loops.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(_BENCHMARKS))
+
+
+#: Instructions per MMA allowed in the hot loop of the 100^3 block-compute kernel (sm_90a). Before
+#: the K tail was peeled and the edge tests confined to edge tiles these were 7.8-12.8.
+ODD_LOOP_BOUNDS = {
+    "f16->f32": 2.5, "bf16->f32": 2.5, "f16->f16": 2.5, "tf32->f32": 5.0, "int8->int32": 5.5, "e4m3->f32": 7.0,
+}
+
+
+@pytest.mark.parametrize("name", list(ODD_LOOP_BOUNDS))
+def test_odd_size_k_loop_carries_no_bounds_tests(name):
+    mix = _sass_loops().blasdx_mix(name, (100, 100, 100))
+    assert "error" not in mix, mix
+    assert mix["instructions_per_mma"] <= ODD_LOOP_BOUNDS[name], mix
+
+
+def _mma_sync(size, a, c, order, sm) -> bx.Descriptor:
+    return (bx.Size(*size) + bx.Precision(a, a, c) + bx.Type.real + bx.Function.MM
+            + bx.Arrangement(order[0], order[1], bx.col_major) + bx.SM(sm) + bx.Block())
+
+
+ORDERS = [(bx.row_major, bx.col_major), (bx.col_major, bx.row_major)]
+
+
+@pytest.mark.parametrize("sm", [80, 90])
+@pytest.mark.parametrize("order", ORDERS, ids=["rc", "cr"])
+@pytest.mark.parametrize("a, c", [(dt.float16, dt.float32), (dt.bfloat16, dt.float32), (dt.float16, dt.float16)],
+                         ids=["f16-f32", "bf16-f32", "f16-f16"])
+@pytest.mark.parametrize("size, half_step", [((48, 80, 24), True), ((33, 40, 40), True), ((64, 64, 100), True),
+                                             ((48, 80, 32), False), ((100, 100, 90), False)],
+                         ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else str(v))
+def test_16bit_k_tail_runs_a_half_step(size, half_step, a, c, order, sm):
+    """K % 16 in 1..8 ends with m16n8k8 (HMMA.1688); otherwise only m16n8k16 runs (K % 16 = 10
+    takes a whole step with its K past the end zeroed)."""
+    desc = _mma_sync(size, a, c, order, sm)
+    assert desc.instruction == "mma.sync.m16n8k16", desc.instruction
+    sass = desc.compile().sass()
+    assert re.search(r"\bHMMA\.16816\b", sass)
+    assert bool(re.search(r"\bHMMA\.1688\b", sass)) == half_step
+
+
+@pytest.mark.parametrize("sm, rounding", [(80, False), (89, False), (90, True)])
+def test_tf32_rounding_per_architecture(sm, rounding):
+    """sm_90 rounds each fragment element with cvt.rn.tf32.f32 (one F2FP.TF32); earlier GPUs have
+    no such instruction and round to nearest (ties away) with cvt.rna, a few integer operations."""
+    desc = _mma_sync((64, 64, 64), dt.tfloat32, dt.float32, ORDERS[0], sm)
+    sass = desc.compile().sass()
+    assert bool(re.search(r"\bF2FP\.TF32", sass)) == rounding
+    assert re.search(r"\bHMMA\.1688\.F32\.TF32\b", sass)
