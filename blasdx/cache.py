@@ -32,6 +32,7 @@ same (atomic replace) in ~150 lines.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -375,6 +376,11 @@ def _from_disk_or_compile(
     return compiled
 
 
+#: The batched kernel's macro for the blocks per SM that __launch_bounds__ asks registers for
+#: (kernels/batched_gemm.cu); compile_descriptor sets it to 1 where the plan's cap spills.
+MIN_BLOCKS_DEFINE = "BLASDX_MIN_BLOCKS_PER_SM"
+
+
 def compile_descriptor(desc: Descriptor, options: CompileOptions = DEFAULT_OPTIONS) -> CompiledKernel:
     """The compiled batched block-GEMM kernel of ``desc``: validate, generate, then the cache.
 
@@ -391,6 +397,11 @@ def compile_descriptor(desc: Descriptor, options: CompileOptions = DEFAULT_OPTIO
     desc.validate()
     generated = generate(desc)
     compiled = cached_compile(generated.source, generated.kernel_name, generated.arch, options)
+    if compiled.local_memory and desc.plan.min_blocks > 1 and MIN_BLOCKS_DEFINE not in dict(options.defines):
+        # The plan's register cap (blocks per SM in __launch_bounds__) spilled for this shape:
+        # the compiler's own register choice serves better than local-memory traffic.
+        relaxed = dataclasses.replace(options, defines=dict(options.defines) | {MIN_BLOCKS_DEFINE: "1"})
+        compiled = cached_compile(generated.source, generated.kernel_name, generated.arch, relaxed)
     _by_descriptor.setdefault(options, {})[desc] = compiled
     return compiled
 

@@ -206,8 +206,12 @@ def run_leading_dimension(inner: int) -> int:
 
 
 def b_leading_dimension(p: Problem) -> int:
-    """The padded leading dimension of B in shared memory (one of the two rules above)."""
-    if reads_b_in_runs(p):
+    """The padded leading dimension of B in shared memory (one of the two rules above).
+
+    The run rule serves compute-bound use (``Workload.compute_bound``), where B is read many
+    times; a memory-bound batch reads it once, and there the odd-chunk rule's whole 16-byte rows
+    keep the copies from global memory 16 bytes wide (the runs then meet 2-way conflicts)."""
+    if reads_b_in_runs(p) and p.compute_bound:
         return run_leading_dimension(p.b_inner)
     return padded_leading_dimension(p.b_inner, p.element_size(p.b))
 
@@ -289,7 +293,21 @@ def _mma_warp_tile(p: Problem, family: str) -> tuple[int, int]:
             fn = (fn + 1) // 2
         else:
             break
+    if p.compute_bound:
+        fm = _balanced(fm, ceil(p.m / am))
+        # 8-bit row-major B is read in runs of 2 or 4 pieces (reads_b_in_runs): keep FN even
+        fn = min(fn, _balanced(fn, ceil(p.n / an), even=fn % 2 == 0 and p.b.size == 1 and p.b_row_major))
     return fm, fn
+
+
+def _balanced(pieces: int, atoms: int, even: bool = False) -> int:
+    """The fewest pieces per warp tile that cover ``atoms`` in as many tiles as ``pieces`` do, so
+    that the tiles are near equal (80 columns in 8-wide atoms: 5 + 5 rather than 8 + 2). A
+    compute-bound block has one tile per warp, and its slowest warp sets the time. ``even``
+    rounds up to an even count."""
+    tiles = ceil(atoms / pieces)
+    fewest = ceil(atoms / tiles)
+    return fewest + 1 if even and fewest % 2 else fewest
 
 
 def _fma_thread_tile(p: Problem) -> tuple[int, int]:
@@ -432,13 +450,18 @@ _REGISTERS_PER_SM = 65536
 def _min_blocks_per_sm(
     p: Problem, family: str, threads: int, shared_memory: int, warp_tile: tuple[int, int] = (1, 1)
 ) -> int:
-    """2 for real 16-bit tensor-core blocks and wgmma blocks of 256 threads, else 1 (the compiler's choice).
+    """2 for real 16-bit and integer 8-bit tensor-core blocks and wgmma blocks of 256 threads, else 1
+    (the compiler's choice).
 
     Left alone, the compiler gives a 256-thread f16/bf16 block of a 128-wide problem 166
     registers, so one block fits per SM and nothing overlaps its load, compute and store.
     Asking for two blocks caps it at 128 registers without spilling (f16 128^3 on an H200:
     1945 -> 2337 GB/s). Harder caps spill (64 registers: 376 B of local memory, 1101
-    GB/s), and 8-bit and complex fragments already spill at 128, so the rule stays narrow.
+    GB/s). int8 100^3 went from 117 to 129 registers when its K loop was unrolled, one block
+    per SM instead of two: 0.74 -> 0.48x cuBLASDx in the batched benchmark on an H200. fp8
+    (converted to f16 on sm_90) and complex fragments spill at 128, so they keep 1. Where a
+    shape spills under the cap anyway (some int8 ones do, by 8-24 bytes),
+    cache.compile_descriptor compiles it again without the cap.
     wgmma keeps only its accumulator (at most 64 registers) in registers, so it fits too.
 
     16-bit blocks between 128 and 256 threads (192 for 48x80x24) ask for the blocks per SM that a
@@ -453,7 +476,8 @@ def _min_blocks_per_sm(
         acc = _dt.find_combination(p.a, p.b, p.c, p.is_complex).accumulator.size
         acc_registers = warp_tile[0] * warp_tile[1] * am * an // 32 * acc // 4
         return max(1, min(fits, _REGISTERS_PER_SM // (threads * (acc_registers + 40))))
-    return 2 if (sixteen_bit or family.startswith("wgmma.")) and threads == 256 and fits >= 2 else 1
+    integer_8bit = family == "mma.sync.m16n8k32" and p.a.integral and not p.is_complex
+    return 2 if (sixteen_bit or integer_8bit or family.startswith("wgmma.")) and threads == 256 and fits >= 2 else 1
 
 
 def plan_kernel(p: Problem, threads: int | None = None) -> KernelPlan:

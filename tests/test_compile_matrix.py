@@ -13,7 +13,7 @@ import re
 import pytest
 
 import blasdx as bx
-from blasdx import codegen
+from blasdx import codegen, heuristics
 from blasdx import dtypes as dt
 
 SMS = (75, 80, 89, 90)
@@ -137,20 +137,29 @@ def test_sixteen_bit_fragments_use_ldmatrix(a, order, sm):
 @pytest.mark.parametrize("size", [(64, 64, 64), (100, 100, 100), (48, 80, 32), (33, 72, 48), (20, 24, 32)],
                          ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("a, c", [(dt.int8, dt.int32), (dt.float8_e4m3, dt.float32)], ids=["int8", "e4m3"])
-def test_n_contiguous_8bit_b_is_read_in_runs(a, c, size):
+@pytest.mark.parametrize("workload", [bx.Workload.compute_bound, bx.Workload.memory_bound], ids=lambda w: w.name)
+def test_n_contiguous_8bit_b_is_read_in_runs(a, c, size, workload):
     """Row-major 8-bit B on mma.sync is read in runs of 4 (2) adjacent bytes per K row and
-    transposed with byte permutes (block_gemm.cuh's grouped B order): no byte loads (A takes
-    ldmatrix at these sizes), no local memory, and the suggested B leading dimension an odd
-    number of 8-byte steps (conflict-free runs)."""
+    transposed with byte permutes (block_gemm.cuh's grouped B order) wherever the warp tile's
+    pieces along N pair up: no byte loads (A takes ldmatrix at these sizes), no local memory.
+    The suggested B leading dimension is an odd number of 8-byte steps (conflict-free runs) where
+    B is reused, the odd-chunk rule's (16-byte copies) where it is read once."""
     desc = (
         bx.Size(*size) + bx.Precision(a, a, c) + bx.Type.real + bx.Function.MM
         + bx.Arrangement(bx.row_major, bx.row_major, bx.row_major) + bx.SM(90) + bx.Block() + bx.MaxAlignment
+        + workload
     )
     desc = desc + bx.LeadingDimension(*desc.suggested_leading_dimension)
-    assert desc.instruction == "mma.sync.m16n8k32" and desc.ldb % 16 == 8
+    assert desc.instruction == "mma.sync.m16n8k32"
+    if workload is bx.Workload.compute_bound:
+        assert desc.ldb % 16 == 8
+    else:
+        assert desc.ldb == heuristics.padded_leading_dimension(size[1], 1)
     kernel = desc.compile()
     sass = kernel.sass()
     assert kernel.local_memory == 0 and not re.search(r"\b(LDL|STL)\b", sass), f"{desc!r} touches local memory"
+    if desc.plan.warp_tile[1] % 2:
+        return  # odd pieces along N: B keeps the atom's columns (element reads)
     assert re.search(r"\bPRMT\b", sass), f"{desc!r}: B runs not transposed with byte permutes"
     assert not re.search(r"\bLDS\.(U8|S8)\b", sass), f"{desc!r}: B read byte by byte"
     run = r"LDS\b(?!\.)" if desc.plan.warp_tile[1] % 4 == 0 else r"LDS\.U16\b"
@@ -193,3 +202,25 @@ def test_c_over_ab_compiles_to_whole_row_stores(size, a, c, arch_specific):
     sass = kernel.sass()
     assert not re.search(r"\b(LDL|STL)\b", sass), f"{desc!r} touches local memory"
     assert re.search(r"\bSTS", sass) and re.search(r"\bSTG\.E\.128\b", sass), "C is not stored in whole rows"
+
+
+@pytest.mark.parametrize("size, a, b", [((100, 100, 100), dt.int8, dt.int8), ((100, 106, 122), dt.uint8, dt.uint8),
+                                        ((110, 140, 93), dt.int8, dt.int8)],
+                         ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else v.name)
+def test_register_cap_gives_way_where_it_spills(size, a, b):
+    """Integer 8-bit blocks of 256 threads ask for two blocks per SM (128 registers); a shape that
+    spills under that cap is compiled again without it: no kernel blasdx hands out spills."""
+    from blasdx.cache import cached_compile
+    from blasdx.sources import generate
+
+    desc = (bx.Size(*size) + bx.Precision(a, b, dt.int32) + bx.Type.real + bx.Function.MM
+            + bx.Arrangement(bx.row_major, bx.row_major, bx.row_major) + bx.SM(90) + bx.Block())
+    assert desc.plan.min_blocks == 2 and desc.max_threads_per_block == 256, desc.plan
+    kernel = desc.compile()
+    assert kernel.local_memory == 0, f"{desc!r} spills {kernel.local_memory} B per thread"
+    generated = generate(desc)
+    capped = cached_compile(generated.source, generated.kernel_name, generated.arch)
+    if capped.local_memory:
+        assert kernel is not capped and kernel.registers > 128
+    else:
+        assert kernel is capped and kernel.registers <= 128

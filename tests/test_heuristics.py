@@ -91,15 +91,18 @@ def test_run_leading_dimension_puts_four_rows_on_four_bank_quarters(inner):
     assert len(banks) == 32
 
 
-@pytest.mark.parametrize("b, c, scheme, b_row_major, expected", [
-    (dt.int8, dt.int32, "native", True, 104),             # 8-bit B read in runs: 104 bytes, 8 mod 32
-    (dt.float8_e4m3, dt.float32, "native", True, 104),
-    (dt.int8, dt.int32, "native", False, 112),            # K-contiguous 8-bit B takes ldmatrix: 7 chunks
-    (dt.tfloat32, dt.float32, "native", True, 100),       # tf32 B element by element: the odd-chunk rule (25 chunks)
-    (dt.float32, dt.float32, "3xtf32", True, 100),
+@pytest.mark.parametrize("b, c, scheme, b_row_major, compute_bound, expected", [
+    (dt.int8, dt.int32, "native", True, True, 104),         # 8-bit B read in runs: 104 bytes, 8 mod 32
+    (dt.float8_e4m3, dt.float32, "native", True, True, 104),
+    (dt.int8, dt.int32, "native", True, False, 112),        # read once (memory-bound): 16-byte rows, 7 chunks
+    (dt.float8_e4m3, dt.float32, "native", True, False, 112),
+    (dt.int8, dt.int32, "native", False, True, 112),        # K-contiguous 8-bit B takes ldmatrix: 7 chunks
+    (dt.tfloat32, dt.float32, "native", True, True, 100),   # tf32 B element by element: the odd-chunk rule (25 chunks)
+    (dt.float32, dt.float32, "3xtf32", True, True, 100),
 ])
-def test_b_leading_dimension_follows_how_b_is_read(b, c, scheme, b_row_major, expected):
-    p = h.Problem(100, 100, 100, b, b, c, False, True, b_row_major, True, 90, scheme=scheme)
+def test_b_leading_dimension_follows_how_b_is_read(b, c, scheme, b_row_major, compute_bound, expected):
+    p = h.Problem(100, 100, 100, b, b, c, False, True, b_row_major, True, 90, scheme=scheme,
+                  compute_bound=compute_bound)
     assert h.b_leading_dimension(p) == expected
 
 
@@ -347,7 +350,8 @@ def test_c_is_not_staged_when_two_blocks_would_not_fit():
         ((128, 128, 64), bx.float16, bx.float32, 2),  # 256 threads, 16-bit, A+B+C 103 KB: two fit
         ((128, 128, 128), bx.bfloat16, bx.float32, 2),  # 256 threads, C not staged, 68 KB
         ((64, 64, 64), bx.float16, bx.float32, 1),  # 128 threads: the compiler's choice
-        ((128, 128, 64), bx.int8, bx.int32, 1),  # 8-bit fragments spill under a 128 cap
+        ((128, 128, 64), bx.int8, bx.int32, 2),  # integer 8-bit fits a 128 cap (where not, see test_compile_matrix)
+        ((128, 128, 64), bx.float8_e4m3, bx.float32, 1),  # fp8 fragments (f16 after conversion) spill under it
         ((128, 128, 64), bx.float64, bx.float64, 1),  # not a 16-bit instruction
         # 192 threads of 2x4 f32 accumulators (32 registers): a cap of 72 registers, 4 blocks per SM
         ((48, 80, 24), bx.float16, bx.float32, 4),
@@ -442,3 +446,17 @@ def test_c_over_ab_properties(m, n, k, types, cplx, sm):
     assert plan.smem_c is None and plan.smem_c_offset == 0
     assert layout.cosize * p.element_size(c) <= plan.shared_memory
     assert h.accumulator_bytes_per_thread(p, plan) <= 256
+
+
+@pytest.mark.parametrize("size, a, c, b_row_major, expected", [
+    ((48, 80, 24), bx.float16, bx.float16, False, (3, 5)),   # 10 atoms along N: 5 + 5, not 8 + 2
+    ((100, 100, 100), bx.float16, bx.float32, False, (2, 7)),  # 13 atoms: 7 + 6, not 8 + 5
+    ((32, 32, 32), bx.float16, bx.float32, False, (1, 4)),   # already even
+    ((100, 100, 100), bx.int8, bx.int32, True, (2, 8)),      # B read in runs keeps FN even: 8 + 5, not 7 + 6
+])
+def test_compute_bound_warp_tiles_are_balanced(size, a, c, b_row_major, expected):
+    """Compute-bound blocks run one warp tile per warp; the tiles along M and N are made near
+    equal, since the warp with the largest tile sets the time."""
+    p = h.Problem(*size, a, a, c, False, True, b_row_major, False, 90, compute_bound=True)
+    plan = h.plan_kernel(p)
+    assert plan.instruction.startswith("mma.sync") and plan.warp_tile == expected, plan

@@ -54,7 +54,8 @@ CASES = {
     #   ld: A col -> M=32; B row -> N=16; C row -> N=16
     #   sizes: A 32*K(8) = 256; B 16*K(8) = 128; C 16*M(32) = 512
     #   bytes: 256 + 128 + 512*4 = 2432; A+B = 384
-    #   padding: A row 32 B -> 32 + 16 = 48; B (8-bit, N-contiguous: an odd number of 8-byte steps) 16 B -> 24;
+    #   padding: A row 32 B -> 32 + 16 = 48; B 16 B, one chunk (odd; the 8-byte-step rule of 8-bit B read
+    #   in runs is for Workload.compute_bound) -> 16;
     #   C 16*4 = 64 B -> 16 + 4 = 20
     #   warp tile: atom 16x8, start 2x2 (32x16 elements, 64 B/thread), 1 tile -> 1x2 -> 2 tiles -> 1x1
     #   -> 2*2 = 4 tiles -> 128 threads suggested; BlockDim(64, 2) = 128 threads used
@@ -63,9 +64,9 @@ CASES = {
                           bx.SM(80), bx.Block(), bx.BlockDim(64, 2)),
         size=(32, 16, 8), value_types=("int8", "int8", "int32"), precision=(I8, I8, I32),
         ld=(32, 16, 16), sizes=(256, 128, 512), dims=((32, 8), (8, 16), (32, 16)),
-        alignment=(1, 1, 4), smem=2432, smem_ab=384, suggested_ld=(48, 24, 20),
+        alignment=(1, 1, 4), smem=2432, smem_ab=384, suggested_ld=(48, 16, 20),
         instruction="mma.sync.m16n8k32", suggested_block_dim=(128, 1, 1), block_dim=(64, 2, 1),
-        layout_a=((32, 8), (1, 48)), layout_b=((8, 16), (24, 1)), layout_c=((32, 16), (20, 1)),
+        layout_a=((32, 8), (1, 48)), layout_b=((8, 16), (16, 1)), layout_c=((32, 16), (20, 1)),
         scalar=I32, accumulator=I32, arrangement=(K, R, R), type=bx.Type.real, sm=80, arch="sm_80",
     ),
     # complex f64, 8x8x8, all column-major, sm_80, no Block.
@@ -379,6 +380,17 @@ def test_workload_decides_the_suggested_block_dim(size, prec, memory, compute):
     assert fused.workload is bx.Workload.compute_bound
     assert fused.suggested_block_dim == (compute, 1, 1) == fused.block_dim
     assert (fused + bx.BlockDim(96)).block_dim == (96, 1, 1)  # BlockDim still decides
+
+
+@pytest.mark.parametrize("prec", [(bx.int8, bx.int8, bx.int32), (bx.float8_e4m3, bx.float8_e4m3, bx.float32)])
+def test_workload_decides_the_leading_dimension_of_8bit_b_read_in_runs(prec):
+    """Row-major 8-bit B read in runs: an odd number of 8-byte steps (no bank conflicts) where B is
+    reused, whole odd 16-byte chunks (16-byte copies from global memory) where it is read once."""
+    base = (bx.Size(48, 80, 24) + bx.Precision(*prec) + bx.Arrangement(bx.row_major, bx.row_major, bx.row_major)
+            + bx.Function.MM + bx.SM(90) + bx.Block())
+    assert base.suggested_leading_dimension[1] == 80  # 5 chunks
+    assert (base + bx.Workload.compute_bound).suggested_leading_dimension[1] == 88  # 11 steps of 8 bytes
+    assert base.plan.smem_b.strides == (80, 1)
 
 
 def test_workload_is_an_operator():
