@@ -450,15 +450,16 @@ _REGISTERS_PER_SM = 65536
 def _min_blocks_per_sm(
     p: Problem, family: str, threads: int, shared_memory: int, warp_tile: tuple[int, int] = (1, 1)
 ) -> int:
-    """2 for real 16-bit and integer 8-bit tensor-core blocks and wgmma blocks of 256 threads, else 1
-    (the compiler's choice).
+    """2 for real 16-bit, integer 8-bit and tf32 tensor-core blocks and wgmma blocks of 256 threads,
+    else 1 (the compiler's choice).
 
     Left alone, the compiler gives a 256-thread f16/bf16 block of a 128-wide problem 166
     registers, so one block fits per SM and nothing overlaps its load, compute and store.
     Asking for two blocks caps it at 128 registers without spilling (f16 128^3 on an H200:
     1945 -> 2337 GB/s). Harder caps spill (64 registers: 376 B of local memory, 1101
     GB/s). int8 100^3 went from 117 to 129 registers when its K loop was unrolled, one block
-    per SM instead of two: 0.74 -> 0.48x cuBLASDx in the batched benchmark on an H200. fp8
+    per SM instead of two: 0.74 -> 0.48x cuBLASDx in the batched benchmark on an H200; tf32
+    128x128x64 took 140 (0.71x). fp8
     (converted to f16 on sm_90) and complex fragments spill at 128, so they keep 1. Where a
     shape spills under the cap anyway (some int8 ones do, by 8-24 bytes),
     cache.compile_descriptor compiles it again without the cap.
@@ -477,7 +478,9 @@ def _min_blocks_per_sm(
         acc_registers = warp_tile[0] * warp_tile[1] * am * an // 32 * acc // 4
         return max(1, min(fits, _REGISTERS_PER_SM // (threads * (acc_registers + 40))))
     integer_8bit = family == "mma.sync.m16n8k32" and p.a.integral and not p.is_complex
-    return 2 if (sixteen_bit or integer_8bit or family.startswith("wgmma.")) and threads == 256 and fits >= 2 else 1
+    tf32 = family == "mma.sync.m16n8k8" and p.a == _dt.tfloat32 and p.scheme == "native" and not p.is_complex
+    capped = sixteen_bit or integer_8bit or tf32 or family.startswith("wgmma.")
+    return 2 if capped and threads == 256 and fits >= 2 else 1
 
 
 def plan_kernel(p: Problem, threads: int | None = None) -> KernelPlan:

@@ -352,6 +352,7 @@ def test_c_is_not_staged_when_two_blocks_would_not_fit():
         ((64, 64, 64), bx.float16, bx.float32, 1),  # 128 threads: the compiler's choice
         ((128, 128, 64), bx.int8, bx.int32, 2),  # integer 8-bit fits a 128 cap (where not, see test_compile_matrix)
         ((128, 128, 64), bx.float8_e4m3, bx.float32, 1),  # fp8 fragments (f16 after conversion) spill under it
+        ((128, 128, 64), bx.tfloat32, bx.float32, 2),  # tf32: 140 registers left alone, 128 without spilling
         ((128, 128, 64), bx.float64, bx.float64, 1),  # not a 16-bit instruction
         # 192 threads of 2x4 f32 accumulators (32 registers): a cap of 72 registers, 4 blocks per SM
         ((48, 80, 24), bx.float16, bx.float32, 4),
