@@ -410,37 +410,66 @@ def accumulator_bytes_per_thread(p: Problem, plan: KernelPlan) -> int:
     return ceil(work / plan.threads) * tm * tn * acc
 
 
-def c_over_ab_layout(p: Problem, plan: KernelPlan, ab_bytes: int) -> SmemLayout | None:
+def c_over_ab_layout(p: Problem, plan: KernelPlan, ab_bytes: int, grow: bool = False) -> SmemLayout | None:
     """Layout of C staged over the consumed A and B buffers (offset 0), or None.
 
-    When A + B + C leave no room for two blocks per SM (``staged_c_layout`` says None), the
-    epilogue stored each fragment element straight to global memory: 2-8 byte scattered
-    stores. Measured on an H100 (one problem per block, 2 GB of operands, beta = 0) those
-    cases ran at 59-75% of copy bandwidth where cuBLASDx reaches 93-99%: f16->f32 and
-    bf16->f32 at 128^3 (1792 GB/s against 2841), tf32 at 128x128x64, 128^3 and 100^3, f32
-    (FFMA) at 128-wide. Instead the block computes its whole product into registers first,
-    synchronises (nobody reads A or B any more), writes alpha * acc into the A/B buffers and
-    stores whole rows, as the staged path does, without more shared memory.
+    The block computes its whole product into registers first, synchronises (nobody reads A
+    or B any more), writes alpha * acc from offset 0 and stores whole rows, as the staged path
+    does, in max(A + B, C) bytes of shared memory instead of A + B + C. It first served where A
+    + B + C left no room for two blocks per SM: scattered fragment stores had run at 59-75% of
+    copy bandwidth there (H100: f16->f32 and bf16->f32 128^3, tf32 at 128x128x64, 128^3 and
+    100^3, f32 at 128-wide). With ``grow`` (``_epilogue`` says where), C may be larger than A +
+    B, the block's shared memory growing to C's.
 
-    Taken when C is not staged, the padded C fits in the bytes A and B occupy (unpadded C when
-    only that fits, as A and B drop their padding), and the whole accumulator of a thread
-    stays within ``_ACCUMULATOR_BYTES_PER_THREAD`` (what one warp tile may hold anyway, below
-    the device API's 512-byte register accumulator limit), so the kernel needs no more
-    registers than it had and does not spill.
+    Taken when the whole accumulator of a thread stays within ``_ACCUMULATOR_BYTES_PER_THREAD``
+    (what one warp tile may hold anyway, below the device API's 512-byte register accumulator
+    limit), so the kernel needs no more registers than it had and does not spill: the padded C
+    where it fits (in A + B, or with ``grow`` in the SM's shared memory), else the unpadded C
+    where that fits in A + B, as A and B drop their padding.
     """
-    if plan.smem_c is not None or accumulator_bytes_per_thread(p, plan) > _ACCUMULATOR_BYTES_PER_THREAD:
+    if accumulator_bytes_per_thread(p, plan) > _ACCUMULATOR_BYTES_PER_THREAD:
         return None
     size = p.element_size(p.c)
-    for ld in (padded_leading_dimension(p.c_inner, size), p.c_inner):
+    padded = padded_leading_dimension(p.c_inner, size)
+    for ld in (padded, p.c_inner) if padded != p.c_inner else (padded,):
         layout = SmemLayout((p.m, p.n), (ld, 1) if p.c_row_major else (1, ld))
-        if layout.cosize * size <= ab_bytes:
+        bytes_c = layout.cosize * size
+        if bytes_c <= ab_bytes or (grow and ld == padded and bytes_c <= MAX_SHARED_MEMORY[p.sm]):
             return layout
     return None
 
 
-def _with_c_over_ab(p: Problem, plan: KernelPlan, ab_bytes: int) -> KernelPlan:
-    layout = c_over_ab_layout(p, plan, ab_bytes)
-    return replace(plan, smem_c_over_ab=layout) if layout is not None else plan
+def _epilogue(p: Problem, plan: KernelPlan, ab_bytes: int) -> KernelPlan:
+    """``plan`` (built without C staging) with C staged beside A and B (``staged_c_layout``), or
+    over them (``c_over_ab_layout``), or stored from registers; shared memory and the blocks
+    per SM that __launch_bounds__ asks for follow.
+
+    8-bit mma.sync plans stage C over A and B first. Batched problems are memory bound, and the
+    blocks resident per SM are what overlaps one block's loads and stores with another's:
+    Nsight Compute on an H200 (2026-11-26) found int8 100^3 at 2 blocks per SM by shared memory
+    (62.4 KB, C beside) where cuBLASDx (C over A and B, 40 KB) ran 4, moving 41% of DRAM
+    bandwidth against 54%. C over A and B took int8 / e4m3 48x80x24 from 2563 / 2514 to 2979 /
+    2840 GB/s. For the other types it lost (16-bit 100^3 -9 to -11%, f16->f16 48x80x24 -6%,
+    f64 48x80x24 -4%: the whole product then waits in registers for one barrier before any of
+    C is written), so they keep C beside A and B where two blocks still fit.
+    """
+    def with_c_over(over: SmemLayout) -> KernelPlan:
+        total = max(ab_bytes, over.cosize * p.element_size(p.c))
+        return replace(plan, smem_c_over_ab=over, shared_memory=total,
+                       min_blocks=_min_blocks_per_sm(p, plan.instruction, plan.threads, total, plan.warp_tile))
+
+    if plan.instruction == "mma.sync.m16n8k32":
+        over = c_over_ab_layout(p, plan, ab_bytes, grow=True)
+        if over is not None:
+            return with_c_over(over)
+    smem_c = staged_c_layout(p, ab_bytes, MAX_SHARED_MEMORY[p.sm])
+    if smem_c is not None:
+        c_offset = round_up(ab_bytes, SMEM_BUFFER_ALIGNMENT)
+        total = c_offset + smem_c.cosize * p.element_size(p.c)
+        return replace(plan, smem_c=smem_c, smem_c_offset=c_offset, shared_memory=total,
+                       min_blocks=_min_blocks_per_sm(p, plan.instruction, plan.threads, total, plan.warp_tile))
+    over = c_over_ab_layout(p, plan, ab_bytes)
+    return with_c_over(over) if over is not None else plan
 
 
 #: Registers of one SM (every architecture blasdx targets).
@@ -513,9 +542,6 @@ def plan_warp_level(p: Problem, threads: int | None = None) -> KernelPlan:
     smem_a, smem_b = kernel_smem_layouts(p, MAX_SHARED_MEMORY[p.sm])
     b_offset = round_up(smem_a.cosize * p.element_size(p.a), SMEM_BUFFER_ALIGNMENT)
     ab_bytes = b_offset + smem_b.cosize * p.element_size(p.b)
-    smem_c = staged_c_layout(p, ab_bytes, MAX_SHARED_MEMORY[p.sm])
-    c_offset = round_up(ab_bytes, SMEM_BUFFER_ALIGNMENT)
-    total = c_offset + smem_c.cosize * p.element_size(p.c) if smem_c else ab_bytes
     plan = KernelPlan(
         instruction=family,
         atom=atom,
@@ -524,13 +550,13 @@ def plan_warp_level(p: Problem, threads: int | None = None) -> KernelPlan:
         threads=threads,
         smem_a=smem_a,
         smem_b=smem_b,
-        smem_c=smem_c,
-        min_blocks=_min_blocks_per_sm(p, family, threads, total, warp_tile),
+        smem_c=None,
+        min_blocks=_min_blocks_per_sm(p, family, threads, ab_bytes, warp_tile),
         smem_b_offset=b_offset,
-        smem_c_offset=c_offset if smem_c else 0,
-        shared_memory=total,
+        smem_c_offset=0,
+        shared_memory=ab_bytes,
     )
-    return _with_c_over_ab(p, plan, ab_bytes)
+    return _epilogue(p, plan, ab_bytes)
 
 
 # ---------------------------------------------------------------------------------------------- wgmma (sm_90a)
@@ -638,9 +664,6 @@ def _plan_wgmma(p: Problem, tile_n: int, threads: int | None) -> KernelPlan:
     smem_a, smem_b = wgmma_smem_layouts(p, tile_n)
     b_offset = round_up(smem_a.cosize * p.a.size, WGMMA_SMEM_ALIGNMENT)
     ab_bytes = b_offset + smem_b.cosize * p.b.size
-    smem_c = staged_c_layout(p, ab_bytes, MAX_SHARED_MEMORY[p.sm])
-    c_offset = round_up(ab_bytes, SMEM_BUFFER_ALIGNMENT)
-    total = c_offset + smem_c.cosize * p.element_size(p.c) if smem_c else ab_bytes
     instruction = wgmma_instruction(p, tile_n)
     plan = KernelPlan(
         instruction=instruction,
@@ -650,12 +673,12 @@ def _plan_wgmma(p: Problem, tile_n: int, threads: int | None) -> KernelPlan:
         threads=threads,
         smem_a=smem_a,
         smem_b=smem_b,
-        smem_c=smem_c,
-        min_blocks=_min_blocks_per_sm(p, instruction, threads, total),
+        smem_c=None,
+        min_blocks=_min_blocks_per_sm(p, instruction, threads, ab_bytes),
         smem_b_offset=b_offset,
-        smem_c_offset=c_offset if smem_c else 0,
-        shared_memory=total,
+        smem_c_offset=0,
+        shared_memory=ab_bytes,
         warpgroup_n=tile_n,
         warp_level=plan_warp_level(p, threads),
     )
-    return _with_c_over_ab(p, plan, ab_bytes)
+    return _epilogue(p, plan, ab_bytes)

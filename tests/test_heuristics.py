@@ -416,8 +416,7 @@ def test_c_over_ab_keeps_the_padding_when_it_fits():
         ((64, 64, 64), F16, F32, False),  # staged after A and B
         ((100, 100, 100), F16, F32, False),
         ((100, 100, 100), F16, F16, False),
-        ((128, 128, 128), I8, I32, False),
-        ((128, 128, 128), E4, F32, True),
+        ((128, 128, 128), E4, F32, True),  # wgmma: C beside A and B
         ((256, 256, 32), F16, F32, False),  # accumulator of 1 KiB per thread
         ((256, 256, 64), F64, F64, False),  # C larger than A and B
     ],
@@ -425,6 +424,21 @@ def test_c_over_ab_keeps_the_padding_when_it_fits():
 def test_c_over_ab_only_where_it_fits(size, a, c, arch_specific):
     plan = _plan90(size, a, c, arch_specific)
     assert plan.smem_c_over_ab is None
+
+
+@pytest.mark.parametrize("size, a, c, expected_smem", [
+    ((100, 100, 100), I8, I32, 40000),   # C (99 * 100 + 100) * 4 B: more than A + B (22.4 KB); beside them 62400
+    ((48, 80, 24), I8, I32, 16624),      # C column-major, 48 floats padded to 52: 79 * 52 + 48 = 4156 floats
+    ((48, 80, 24), E4, F32, 16624),
+    ((128, 128, 128), I8, I32, 67568),   # A + B (36.9 KB) < padded C (127 * 132 + 128) * 4 B
+])
+def test_8bit_mma_sync_stages_c_over_a_and_b(size, a, c, expected_smem):
+    """8-bit mma.sync plans write C over the consumed A and B, in max(A + B, C) bytes of shared
+    memory (more blocks per SM for a memory-bound batch), rather than beside them."""
+    plan = _plan90(size, a, c)
+    assert plan.instruction == "mma.sync.m16n8k32"
+    assert plan.smem_c is None and plan.smem_c_over_ab is not None
+    assert plan.shared_memory == expected_smem
 
 
 @settings(max_examples=200, deadline=None)
