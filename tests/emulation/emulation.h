@@ -35,6 +35,8 @@ inline void __syncthreads() { emulated_barrier->arrive_and_wait(); }
 inline void __trap() { std::abort(); }
 inline float __frcp_rn(float v) { return 1.0f / v; }
 inline double __drcp_rn(double v) { return 1.0 / v; }
+// the shared-window address: on the host the plain address, whose low bits give the alignment
+inline std::size_t __cvta_generic_to_shared(const void* p) { return reinterpret_cast<std::uintptr_t>(p); }
 inline float __uint_as_float(unsigned v) { float f; std::memcpy(&f, &v, 4); return f; }
 inline unsigned __float_as_uint(float v) { unsigned u; std::memcpy(&u, &v, 4); return u; }
 // byte i of the result is byte (s >> 4i) & 7 of the eight bytes of x (0-3) and y (4-7)
