@@ -89,8 +89,6 @@ template <class Op, class T> __device__ __forceinline__ decltype(auto) transform
     }
 }
 
-// Whether a config's shared-memory operands start on 16-byte boundaries (generated configs say
-// so; block GEMMs run on sub-matrices inside other kernels, e.g. TRSM updates, may not).
 // What a K step of a warp tile may reach past, so which tests its fragment loads need: K past k
 // (the last step of a K the atom does not divide), rows past M and columns past N (edge tiles).
 // Rows and columns past the edge are only clamped, since their products land in outputs nobody
@@ -104,6 +102,8 @@ using any_reach = step_reach<true, true, true>;
 template <class Cfg, class Atom> struct step_atom { using type = Atom; };
 template <class Cfg> struct step_atom<Cfg, void> { using type = typename Cfg::atom; };
 
+// Whether a config's shared-memory operands start on 16-byte boundaries (generated configs say
+// so; block GEMMs run on sub-matrices inside other kernels, e.g. TRSM updates, may not).
 template <class Cfg, class = void> struct aligned_smem { static constexpr bool value = false; };
 template <class Cfg> struct aligned_smem<Cfg, decltype(void(Cfg::aligned_smem))> {
     static constexpr bool value = Cfg::aligned_smem;
@@ -616,15 +616,19 @@ struct BlockGemm {
         using W = warp_tiling;
         constexpr int FM = W::FM, FN = W::FN;
         const bool edge_m = !W::FULL_M && m0 + W::WM > m, edge_n = !W::FULL_N && n0 + W::WN > n;
-        if (edge_m && edge_n) {
-            tile_k_loop<LDA, LDB, W::LAST_FM, W::LAST_FN, true, true>(acc, sA, sB, m0, n0, lane, a_op, b_op);
-        } else if (edge_m) {
-            tile_k_loop<LDA, LDB, W::LAST_FM, FN, true, false>(acc, sA, sB, m0, n0, lane, a_op, b_op);
-        } else if (edge_n) {
-            tile_k_loop<LDA, LDB, FM, W::LAST_FN, false, true>(acc, sA, sB, m0, n0, lane, a_op, b_op);
-        } else {
-            tile_k_loop<LDA, LDB, FM, FN, false, false>(acc, sA, sB, m0, n0, lane, a_op, b_op);
+        // (only the variants a size can reach are instantiated)
+        if constexpr (!W::FULL_M && !W::FULL_N) {
+            if (edge_m && edge_n) {
+                return tile_k_loop<LDA, LDB, W::LAST_FM, W::LAST_FN, true, true>(acc, sA, sB, m0, n0, lane, a_op, b_op);
+            }
         }
+        if constexpr (!W::FULL_M) {
+            if (edge_m) return tile_k_loop<LDA, LDB, W::LAST_FM, FN, true, false>(acc, sA, sB, m0, n0, lane, a_op, b_op);
+        }
+        if constexpr (!W::FULL_N) {
+            if (edge_n) return tile_k_loop<LDA, LDB, FM, W::LAST_FN, false, true>(acc, sA, sB, m0, n0, lane, a_op, b_op);
+        }
+        tile_k_loop<LDA, LDB, FM, FN, false, false>(acc, sA, sB, m0, n0, lane, a_op, b_op);
     }
 
     // Every output element of the warp tiles this warp owns goes to epi(row, col, value).
