@@ -294,9 +294,17 @@ def _mma_warp_tile(p: Problem, family: str) -> tuple[int, int]:
         else:
             break
     if p.compute_bound:
-        fm = _balanced(fm, ceil(p.m / am))
-        # 8-bit row-major B is read in runs of 2 or 4 pieces (reads_b_in_runs): keep FN even
-        fn = min(fn, _balanced(fn, ceil(p.n / an), even=fn % 2 == 0 and p.b.size == 1 and p.b_row_major))
+        atoms_m, atoms_n = ceil(p.m / am), ceil(p.n / an)
+        even_n = fn % 2 == 0 and p.b.size == 1 and p.b_row_major  # 8-bit B read in runs of 2 or 4 pieces
+        # fewer, larger tiles along N where the accumulator allows and two tiles remain: halving
+        # skips counts in between (80 columns: 8 -> 4 pieces, 3 tiles, where 5 + 5 fit)
+        while fn < atoms_n:
+            wider = _balanced(ceil(atoms_n / (ceil(atoms_n / fn) - 1)), atoms_n, even=even_n)
+            if acc_per_thread(fm, wider) > budget or tiles(fm, wider) < min_tiles:
+                break
+            fn = wider
+        fm = _balanced(fm, atoms_m)
+        fn = min(fn, _balanced(fn, atoms_n, even=even_n))
     return fm, fn
 
 

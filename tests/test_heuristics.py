@@ -465,13 +465,16 @@ def test_c_over_ab_properties(m, n, k, types, cplx, sm):
 
 @pytest.mark.parametrize("size, a, c, b_row_major, expected", [
     ((48, 80, 24), bx.float16, bx.float16, False, (3, 5)),   # 10 atoms along N: 5 + 5, not 8 + 2
+    ((48, 80, 24), bx.float16, bx.float32, False, (3, 5)),   # f32 accumulators: 5 + 5 fit, not 4 + 4 + 2
+    ((48, 80, 24), bx.int8, bx.int32, True, (3, 4)),         # even FN: 6 + 4 would pass the accumulator limit
     ((100, 100, 100), bx.float16, bx.float32, False, (2, 7)),  # 13 atoms: 7 + 6, not 8 + 5
     ((32, 32, 32), bx.float16, bx.float32, False, (1, 4)),   # already even
     ((100, 100, 100), bx.int8, bx.int32, True, (2, 8)),      # B read in runs keeps FN even: 8 + 5, not 7 + 6
 ])
 def test_compute_bound_warp_tiles_are_balanced(size, a, c, b_row_major, expected):
     """Compute-bound blocks run one warp tile per warp; the tiles along M and N are made near
-    equal, since the warp with the largest tile sets the time."""
+    equal, since the warp with the largest tile sets the time, and along N as few as the
+    accumulator limit allows (halving the tile skips counts in between)."""
     p = h.Problem(*size, a, a, c, False, True, b_row_major, False, 90, compute_bound=True)
     plan = h.plan_kernel(p)
     assert plan.instruction.startswith("mma.sync") and plan.warp_tile == expected, plan
