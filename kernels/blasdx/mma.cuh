@@ -83,15 +83,34 @@ struct shape_m16n8_f64 {
 
 template <class TA, class TB, class TAcc> struct mma_m16n8k16;
 
-template <> struct mma_m16n8k16<__half, __half, float> : shape_m16n8k16 {
-    using a_type = __half; using b_type = __half; using acc_type = float;
-    __device__ static void mma(float* d, const u32* a, const u32* b) {
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-                     "{%8,%9}, {%0,%1,%2,%3};\n"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-    }
-};
+template <class TA, class TB, class TAcc> struct mma_m16n8k8;
+
+// 16-bit operands summed in f32, at K = 16 and K = 8 (sm_75 runs f16 at K = 8; bf16 needs sm_80
+// and takes K = 8 for the K tails of its m16n8k16 plans, tail_atom below).
+#define BLASDX_MMA_16BIT_F32(T, PTX)                                                                           \
+    template <> struct mma_m16n8k16<T, T, float> : shape_m16n8k16 {                                            \
+        using a_type = T; using b_type = T; using acc_type = float;                                             \
+        __device__ static void mma(float* d, const u32* a, const u32* b) {                                    \
+            asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." PTX "." PTX ".f32 {%0,%1,%2,%3}, "          \
+                         "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"                                           \
+                         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                     \
+                         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));                \
+        }                                                                                                      \
+    };                                                                                                         \
+    template <> struct mma_m16n8k8<T, T, float> : shape_m16n8k8_16bit {                                        \
+        using a_type = T; using b_type = T; using acc_type = float;                                             \
+        __device__ static void mma(float* d, const u32* a, const u32* b) {                                    \
+            asm volatile("mma.sync.aligned.m16n8k8.row.col.f32." PTX "." PTX ".f32 {%0,%1,%2,%3}, {%4,%5}, " \
+                         "{%6}, {%0,%1,%2,%3};\n"                                                             \
+                         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                     \
+                         : "r"(a[0]), "r"(a[1]), "r"(b[0]));                                                   \
+        }                                                                                                      \
+    };
+
+BLASDX_MMA_16BIT_F32(__half, "f16")
+BLASDX_MMA_16BIT_F32(__nv_bfloat16, "bf16")
+
+#undef BLASDX_MMA_16BIT_F32
 
 template <> struct mma_m16n8k16<__half, __half, __half> : shape_m16n8k16 {
     using a_type = __half; using b_type = __half; using acc_type = __half;
@@ -101,28 +120,6 @@ template <> struct mma_m16n8k16<__half, __half, __half> : shape_m16n8k16 {
                      "{%0,%1};\n"
                      : "+r"(c[0]), "+r"(c[1])
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-    }
-};
-
-template <> struct mma_m16n8k16<__nv_bfloat16, __nv_bfloat16, float> : shape_m16n8k16 {
-    using a_type = __nv_bfloat16; using b_type = __nv_bfloat16; using acc_type = float;
-    __device__ static void mma(float* d, const u32* a, const u32* b) {
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-                     "{%8,%9}, {%0,%1,%2,%3};\n"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-    }
-};
-
-template <class TA, class TB, class TAcc> struct mma_m16n8k8;
-
-template <> struct mma_m16n8k8<__half, __half, float> : shape_m16n8k8_16bit {
-    using a_type = __half; using b_type = __half; using acc_type = float;
-    __device__ static void mma(float* d, const u32* a, const u32* b) {
-        asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
-                     "{%0,%1,%2,%3};\n"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(b[0]));
     }
 };
 
@@ -222,17 +219,6 @@ template <> struct mma_m16n8_f64<16> : shape_m16n8_f64<16> {
                      : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3])
                      : "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(a[4]), "d"(a[5]), "d"(a[6]), "d"(a[7]),
                        "d"(b[0]), "d"(b[1]), "d"(b[2]), "d"(b[3]));
-    }
-};
-
-// bf16 m16n8k8 (sm_80): the K tail of the bf16 m16n8k16 plans (tail_atom below).
-template <> struct mma_m16n8k8<__nv_bfloat16, __nv_bfloat16, float> : shape_m16n8k8_16bit {
-    using a_type = __nv_bfloat16; using b_type = __nv_bfloat16; using acc_type = float;
-    __device__ static void mma(float* d, const u32* a, const u32* b) {
-        asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
-                     "{%0,%1,%2,%3};\n"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(b[0]));
     }
 };
 

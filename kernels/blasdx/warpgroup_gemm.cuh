@@ -157,26 +157,34 @@ struct WarpgroupGemm {
             for (int e = 0; e < 4; ++e) epi(row + 8 * (e / 2), col + 8 * j + e % 2, values[4 * j + e]);
     }
 
-    // Every element of the warpgroup tiles this thread's warpgroup owns goes to epi(row, col, value).
-    template <class Epilogue>
-    __device__ static void run(const a_type* sA, const b_type* sB, int tid, Epilogue& epi) {
-        const int group = tid / 128;
-        const u32 a_base = shared_address(sA), b_base = shared_address(sB);
-        for (int tile = group; tile < TILES; tile += GROUPS) {
+    // Each warpgroup tile this thread's warpgroup owns: a zeroed accumulator, issue(acc, m0, n0)
+    // (which leaves it complete), then every element to epi(row, col, value).
+    template <class Epilogue, class Issue>
+    __device__ __forceinline__ static void each_tile(int tid, Epilogue& epi, const Issue& issue) {
+        for (int tile = tid / 128; tile < TILES; tile += GROUPS) {
             const int m0 = tile_m0(tile), n0 = tile_n0(tile);
             reg_type acc[REGS];
 #pragma unroll
             for (int r = 0; r < REGS; ++r) acc[r] = reg_type(0);
 #pragma unroll
             for (int r = 0; r < REGS; ++r) wgmma::fence_operand(acc[r]);
-            wgmma::fence();
-            issue_tile(acc, a_base, b_base, m0, n0);
-            wgmma::commit();
-            wgmma::wait<0>();
+            issue(acc, m0, n0);
 #pragma unroll
             for (int r = 0; r < REGS; ++r) wgmma::fence_operand(acc[r]);
             emit(reinterpret_cast<const acc_type*>(acc), m0, n0, tid, epi);
         }
+    }
+
+    // Every element of the warpgroup tiles this thread's warpgroup owns goes to epi(row, col, value).
+    template <class Epilogue>
+    __device__ static void run(const a_type* sA, const b_type* sB, int tid, Epilogue& epi) {
+        const u32 a_base = shared_address(sA), b_base = shared_address(sB);
+        each_tile(tid, epi, [&](reg_type* acc, int m0, int n0) {
+            wgmma::fence();
+            issue_tile(acc, a_base, b_base, m0, n0);
+            wgmma::commit();
+            wgmma::wait<0>();
+        });
         // the block's other warpgroups may still read shared memory through the async proxy;
         // callers sync the block before reusing it, as after BlockGemm::run
     }
@@ -309,18 +317,7 @@ struct WarpgroupGemm {
     template <class Epilogue, class AOp>
     __device__ static void run_rs(const a_type* sA, const b_type* sB, int tid, Epilogue& epi, const AOp& a_op) {
         const u32 b_base = shared_address(sB);
-        for (int tile = tid / 128; tile < TILES; tile += GROUPS) {
-            const int m0 = tile_m0(tile), n0 = tile_n0(tile);
-            reg_type acc[REGS];
-#pragma unroll
-            for (int r = 0; r < REGS; ++r) acc[r] = reg_type(0);
-#pragma unroll
-            for (int r = 0; r < REGS; ++r) wgmma::fence_operand(acc[r]);
-            issue_tile_rs(acc, sA, b_base, m0, n0, tid, a_op);
-#pragma unroll
-            for (int r = 0; r < REGS; ++r) wgmma::fence_operand(acc[r]);
-            emit(reinterpret_cast<const acc_type*>(acc), m0, n0, tid, epi);
-        }
+        each_tile(tid, epi, [&](reg_type* acc, int m0, int n0) { issue_tile_rs(acc, sA, b_base, m0, n0, tid, a_op); });
     }
 
     // ---- mma.sync over the panels: B transforms ---------------------------------------------
