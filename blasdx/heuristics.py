@@ -496,10 +496,9 @@ def _min_blocks_per_sm(
     1945 -> 2337 GB/s). Harder caps spill (64 registers: 376 B of local memory, 1101
     GB/s). int8 100^3 went from 117 to 129 registers when its K loop was unrolled, one block
     per SM instead of two: 0.74 -> 0.48x cuBLASDx in the batched benchmark on an H200; tf32
-    128x128x64 took 140 (0.71x). fp8
-    (converted to f16 on sm_90) and complex fragments spill at 128, so they keep 1. Where a
-    shape spills under the cap anyway (some int8 ones do, by 8-24 bytes),
-    cache.compile_descriptor compiles it again without the cap.
+    128x128x64 took 140 (0.71x). fp8 (converted to f16 on sm_90) and complex fragments spill
+    at 128, so they keep 1. Where a shape spills under the cap anyway (some int8 ones do, by
+    8-24 bytes), cache.compile_descriptor compiles it again without the cap.
     wgmma keeps only its accumulator (at most 64 registers) in registers, so it fits too.
 
     16-bit blocks between 128 and 256 threads (192 for 48x80x24) ask for the blocks per SM that a
