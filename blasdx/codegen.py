@@ -111,6 +111,10 @@ def config_struct(desc: Descriptor, name: str = "blasdx_config") -> str:
             f"    static constexpr int thread_m = {warp.thread_tile[0]}, thread_n = {warp.thread_tile[1]};"
             "  // outputs per thread",
         ]
+    lines += [
+        "    // the batched kernel's ring of A/B buffers: copies of later problems overlap this one's product",
+        f"    static constexpr int stages = {plan.stages}, stage_bytes = {plan.stage_bytes};",
+    ]
     lines += _wgmma_lines(plan)
     lines.append("};")
     return "\n".join(lines)

@@ -24,9 +24,10 @@ so arrays on device 1 work while device 0 is current. Arrays on different device
 stream of another device, are an ExecutionError before anything runs.
 
 The kernel (kernels/batched_gemm.cu) takes ``(const A* a, const B* b, C* c, alpha, beta,
-long long stride_a, long long stride_b, long long stride_c)`` — ``alpha_re, alpha_im,
-beta_re, beta_im`` for complex GEMMs — with one thread block per problem (grid x =
-batch), batch strides in elements and 0 for a broadcast operand.
+long long stride_a, long long stride_b, long long stride_c, long long problems)`` —
+``alpha_re, alpha_im, beta_re, beta_im`` for complex GEMMs — with batch strides in elements
+and 0 for a broadcast operand. A block runs ``KernelPlan.stages`` consecutive problems (one
+for most plans), so grid x is the batch divided by that, rounded up (:meth:`DevicePlan.grid`).
 """
 
 from __future__ import annotations
@@ -152,7 +153,7 @@ class ExecutionPlan:
         self.block_dim = tuple(desc.block_dim)
         self.shared_memory = int(desc.kernel_shared_memory_size)
         scalar_slot = _SCALAR_SLOTS[self.scalar.name]
-        self.slots = "PPP" + scalar_slot * (4 if self.is_complex else 2) + "qqq"  # the kernel's parameter list
+        self.slots = "PPP" + scalar_slot * (4 if self.is_complex else 2) + "qqqq"  # the kernel's parameter list
         self._devices: dict[int, DevicePlan] = {}
         self._scalars: dict[Any, tuple[Any, ...]] = {}
         self._last_scalars: tuple[Any, Any, tuple[Any, ...]] = (_NOTHING, _NOTHING, ())
@@ -251,7 +252,7 @@ class ExecutionPlan:
         return (alpha_re, alpha_im, beta_re, beta_im) if self.is_complex else (alpha_re, beta_re)
 
     def _layout(self, va: ArrayView, vb: ArrayView, vc: ArrayView) -> tuple[Any, ...]:
-        """Checks that depend on dtypes, shapes and strides only: (batch, batch strides, byte extents)."""
+        """Checks that depend on dtypes, shapes and strides only: (batch, (batch strides, batch), byte extents)."""
         ba = _check_shape(self.a, va)
         bb = _check_shape(self.b, vb)
         batch = _check_shape(self.c, vc)
@@ -270,6 +271,7 @@ class ExecutionPlan:
             np.int64(_check_strides(self, self.a, va, ba)),
             np.int64(_check_strides(self, self.b, vb, bb)),
             np.int64(_check_strides(self, self.c, vc, batch)),
+            np.int64(batch),  # the kernel's `problems`
         )
         extents = (
             *byte_span(0, va.shape, va.strides, va.dtype.size),
@@ -291,7 +293,7 @@ class ExecutionPlan:
 class DevicePlan:
     """A descriptor's kernel loaded on one device: its parameter block and a LaunchConfig per batch size."""
 
-    __slots__ = ("device_id", "kernel", "block_dim", "shared_memory", "packed", "_configs")
+    __slots__ = ("device_id", "kernel", "block_dim", "shared_memory", "packed", "stages", "_configs")
 
     def __init__(self, plan: ExecutionPlan, device_id: int) -> None:
         device = _cuda_core().Device(device_id)
@@ -303,14 +305,21 @@ class DevicePlan:
         self.packed = _launcher.PackedLaunch(
             self.kernel, plan.slots, plan.block_dim, plan.shared_memory, name=f"blasdx_batched_gemm of {plan._text}"
         )
+        self.stages = plan.desc.plan.stages
         self._configs: dict[int, Any] = {}
 
+    def grid(self, batch: int) -> int:
+        """Blocks for ``batch`` problems: one per ``stages`` consecutive problems."""
+        stages = self.stages
+        return batch if stages == 1 else -(-batch // stages)
+
     def launch(self, batch: int, stream: int, args: tuple[Any, ...]) -> None:
-        """One block per problem: ``batch`` blocks on stream handle ``stream``, in the current context."""
-        self.packed.launch(batch, 1, stream, *args)
+        """``batch`` problems on :meth:`grid` blocks on stream handle ``stream``, in the current context."""
+        stages = self.stages
+        self.packed.launch(batch if stages == 1 else -(-batch // stages), 1, stream, *args)
 
     def config(self, batch: int) -> Any:
-        """LaunchConfig(grid=(batch, 1, 1), block=block_dim, shmem_size=kernel shared memory), memoised.
+        """LaunchConfig(grid=(grid(batch), 1, 1), block=block_dim, shmem_size=kernel shared memory), memoised.
 
         What a bare ``cuda.core.launch`` of this kernel takes (:func:`prepare`; execute itself
         launches through the parameter block).
@@ -320,7 +329,7 @@ class DevicePlan:
             if len(self._configs) > 64:
                 self._configs.clear()
             found = self._configs[batch] = _cuda_core().LaunchConfig(
-                grid=(batch, 1, 1), block=self.block_dim, shmem_size=self.shared_memory
+                grid=(self.grid(batch), 1, 1), block=self.block_dim, shmem_size=self.shared_memory
             )
         return found
 

@@ -259,7 +259,7 @@ def install(monkeypatch: Any, devices: int = 2, current: int | None = 0) -> Fake
     handles = iter(range(0xF000, 0xFF00))
     # the parameter count a cubin of batched_gemm.cu declares: a, b, c, 2 or 4 scalars, 3 batch strides
     monkeypatch.setattr(
-        execute, "_load_kernel", lambda desc, smem, device: FakeKernel(fake, next(handles), 8 + 2 * desc.is_complex)
+        execute, "_load_kernel", lambda desc, smem, device: FakeKernel(fake, next(handles), 9 + 2 * desc.is_complex)
     )
     monkeypatch.setattr(execute, "as_core_stream", lambda stream, handle: FakeStream(handle, fake))
     monkeypatch.setattr(streams, "core_stream", lambda handle: FakeStream(handle, fake))

@@ -96,9 +96,9 @@ def test_good_call_gives_the_kernel_arguments():
     assert launch.args[:3] == (A_PTR, B_PTR, C_PTR)
     alpha, beta = launch.args[3:5]
     assert type(alpha) is np.float32 and alpha == 2 and type(beta) is np.float32 and beta == 0.5
-    assert [type(s) for s in launch.args[5:]] == [np.int64] * 3
-    assert launch.args[5:] == (0, 0, 0)
-    assert len(launch.args) == 8
+    assert [type(s) for s in launch.args[5:]] == [np.int64] * 4
+    assert launch.args[5:] == (0, 0, 0, 1)  # batch strides, then the problem count
+    assert len(launch.args) == 9
     assert launch.stream == arrays.default_stream_handle() and launch.waits == () and launch.device_id == 0
 
 
@@ -106,12 +106,12 @@ def test_batched_with_broadcast():
     a, b, c = operands(F16, batch=(4, None, 4))
     launch = ex.check_arguments(F16, a, b, c)
     assert launch.batch == 4
-    assert launch.args[5:] == (F16.a_size, 0, F16.c_size)
+    assert launch.args[5:] == (F16.a_size, 0, F16.c_size, 4)
 
 
 def test_rank3_batch_of_one_broadcasts_with_stride_zero():
     a, b, c = operands(F16, batch=(1, 1, 3))
-    assert ex.check_arguments(F16, a, b, c).args[5:] == (0, 0, F16.c_size)
+    assert ex.check_arguments(F16, a, b, c).args[5:] == (0, 0, F16.c_size, 3)
 
 
 def test_padded_batch_stride_is_passed_through():
@@ -126,7 +126,7 @@ def test_complex_gemm_has_four_scalars():
     launch = ex.check_arguments(desc, a, b, c, alpha=complex(1, -2), beta=3)
     assert launch.args[3:7] == (1, -2, 3, 0)
     assert all(type(x) is np.float32 for x in launch.args[3:7])
-    assert len(launch.args) == 10
+    assert len(launch.args) == 11
 
 
 def test_float64_and_int32_scalar_types():
@@ -552,14 +552,24 @@ def test_execute_launches_the_contract(gpu):
     assert out is c
     assert gpu.waits == [(0x9000, 0)]
     [launch] = gpu.launches
-    assert launch.stream == 0x8000 and launch.device == 0 and launch.grid == (3, 1, 1)
+    assert F16.plan.stages == 2  # 64 x 32 f32 C outweighs A and B: two problems per block, so 2 blocks for 3
+    assert launch.stream == 0x8000 and launch.device == 0 and launch.grid == (2, 1, 1)
     assert launch.block == F16.block_dim and launch.shared_memory == F16.kernel_shared_memory_size
     assert launch.slots[:3] == (A_PTR, B_PTR, C_PTR)
     assert (launch.float32(3), launch.float32(4)) == (-1.5, 2.0)
-    assert [launch.int64(i) for i in (5, 6, 7)] == [F16.a_size, 0, F16.c_size]
+    assert [launch.int64(i) for i in (5, 6, 7, 8)] == [F16.a_size, 0, F16.c_size, 3]
     assert ex.check_arguments(F16, a, b, c, alpha=-1.5, beta=2, stream=0x8000).args == (
-        A_PTR, B_PTR, C_PTR, np.float32(-1.5), np.float32(2), F16.a_size, 0, F16.c_size
+        A_PTR, B_PTR, C_PTR, np.float32(-1.5), np.float32(2), F16.a_size, 0, F16.c_size, 3
     )
+
+
+def test_a_block_of_a_two_stage_plan_runs_two_problems(gpu):
+    """KernelPlan.stages consecutive problems per block: grid x is the batch over that, rounded up."""
+    desc = bx.Size(48, 80, 24) + bx.Precision(bx.float32) + bx.Function.MM + bx.SM(80) + bx.Block()
+    assert desc.plan.stages == 2
+    desc.execute(*operands(desc, batch=(5, 5, 5)))
+    [launch] = gpu.launches
+    assert launch.grid == (3, 1, 1) and launch.int64(8) == 5
 
 
 def test_execute_of_complex_float64_packs_four_doubles(gpu):
@@ -567,7 +577,7 @@ def test_execute_of_complex_float64_packs_four_doubles(gpu):
     desc.execute(*operands(desc), alpha=1 - 2j, beta=0.5j)
     [launch] = gpu.launches
     assert [launch.float64(i) for i in (3, 4, 5, 6)] == [1.0, -2.0, 0.0, 0.5]
-    assert [launch.int64(i) for i in (7, 8, 9)] == [0, 0, 0]
+    assert [launch.int64(i) for i in (7, 8, 9, 10)] == [0, 0, 0, 1]
 
 
 def test_execute_empty_batch_launches_nothing(gpu):

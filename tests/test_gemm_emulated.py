@@ -80,7 +80,7 @@ def test_batched_fma(size, extra, orders, beta, build_dir, tmp_path):
     desc = gemm(size, a_order, b_order, *extra)
     assert desc.instruction == "fma"
     m, n, k = size
-    batch = 2
+    batch = 11  # not a multiple of the stages: the last block runs fewer problems
     rng = np.random.default_rng(hash((size, orders)) % 2**32)
     a, b, c = _operands(desc, batch, rng)
     lda, ldb, ldc = desc.leading_dimension
@@ -90,9 +90,11 @@ def test_batched_fma(size, extra, orders, beta, build_dir, tmp_path):
     stride_a, stride_b, stride_c = (lda * (m if a_order is R else k), ldb * (k if b_order is R else n), ldc * m)
     alpha = 1.5
     call = ("blasdx_batched_gemm(reinterpret_cast<const float*>(a.data()), reinterpret_cast<const float*>(b.data()), "
-            f"reinterpret_cast<float*>(out.data()), {alpha}f, {beta}f, {stride_a}LL, {stride_b}LL, {stride_c}LL)")
+            f"reinterpret_cast<float*>(out.data()), {alpha}f, {beta}f, {stride_a}LL, {stride_b}LL, {stride_c}LL, "
+            f"{batch}LL)")
     exe = emu.build(generate(desc).source, call, "blasdx::smem", build_dir)
-    result = emu.run(exe, (batch, 1), desc.max_threads_per_block, desc.kernel_shared_memory_size, a_buf, b_buf,
+    grid = -(-batch // desc.plan.stages)  # a block runs `stages` consecutive problems; the last one fewer
+    result = emu.run(exe, (grid, 1), desc.max_threads_per_block, desc.kernel_shared_memory_size, a_buf, b_buf,
                      c_buf, tmp_path)
     got = emu.unstorage(result, batch, m, n, True, ldc)
     _check(got, _expect(a, b, c, alpha, beta), k)

@@ -154,6 +154,21 @@ def test_explicit_leading_dimensions_and_alignment(sm, row):
         run_gemm(desc16, row, *_scalars(row)[1], np.random.default_rng(8))
 
 
+@pytest.mark.parametrize("arr", [(R, R, R), (C, C, C)], ids=lambda a: "".join(x.name[0] for x in a))
+@pytest.mark.parametrize("size", [(48, 80, 24), (32, 32, 32), (100, 100, 100), (20, 72, 8)], ids=str)
+@pytest.mark.parametrize("row", _rows(), ids=_row_id)
+def test_several_problems_per_block(sm, row, size, arr):
+    """Plans whose block runs consecutive problems (KernelPlan.stages > 1): an odd batch (the last
+    block runs fewer), beta 0 (C poisoned) and not, and A broadcast to every problem."""
+    desc = gemm_descriptor(row, size, sm, arr)
+    if not desc.is_supported or desc.plan.stages == 1:
+        pytest.skip("one problem per block")
+    rng = np.random.default_rng(abs(hash((size, arr, "stages"))) % 2**32)
+    for alpha, beta in _scalars(row):
+        run_gemm(desc, row, alpha, beta, rng, batch=7)
+    run_gemm(desc, row, *_scalars(row)[1], rng, batch=5, a_batch=1)
+
+
 @pytest.mark.parametrize("a_batch,b_batch", [(1, 5), (5, 1), (1, 1), (5, 5)])
 def test_batch_broadcast(sm, a_batch, b_batch):
     row = dt.find_combination(dt.float16, dt.float16, dt.float32, False)

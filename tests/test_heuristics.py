@@ -434,11 +434,41 @@ def test_c_over_ab_only_where_it_fits(size, a, c, arch_specific):
 ])
 def test_8bit_mma_sync_stages_c_over_a_and_b(size, a, c, expected_smem):
     """8-bit mma.sync plans write C over the consumed A and B, in max(A + B, C) bytes of shared
-    memory (more blocks per SM for a memory-bound batch), rather than beside them."""
+    memory per problem (more blocks per SM for a memory-bound batch), rather than beside them."""
     plan = _plan90(size, a, c)
     assert plan.instruction == "mma.sync.m16n8k32"
     assert plan.smem_c is None and plan.smem_c_over_ab is not None
-    assert plan.shared_memory == expected_smem
+    assert plan.stage_bytes == expected_smem
+    assert plan.shared_memory == plan.stages * expected_smem
+
+
+@pytest.mark.parametrize("size, a, c, stages", [
+    ((48, 80, 24), F16, F16, 2),      # C 7680 B > A + B 6144 B
+    ((48, 80, 24), F64, F64, 2),
+    ((32, 32, 32), I8, I32, 2),       # int32 C is twice A + B
+    ((100, 100, 100), E4, F32, 2),
+    ((32, 32, 32), F16, F32, 1),      # C as large as A + B
+    ((100, 100, 100), F16, F16, 1),   # C half of A + B
+    ((64, 64, 64), F32, F32, 1),
+    ((128, 128, 128), I8, I32, 1),    # two of max(A + B, C) = 66 KB would leave one block per SM
+])
+def test_two_problems_per_block_where_c_outweighs_a_and_b(size, a, c, stages):
+    """The batched kernel runs two consecutive problems per block (the second one's copies in flight
+    while the first is multiplied) where C has more bytes than A and B and two blocks still fit."""
+    plan = _plan90(size, a, c)
+    assert plan.stages == stages
+    assert plan.stage_bytes % 16 == 0
+    if plan.smem_c is not None:  # C beside every problem's A and B, after the last of them
+        assert plan.smem_c_offset > (stages - 1) * plan.stage_bytes + plan.smem_b_offset
+        assert plan.shared_memory == plan.smem_c_offset + plan.smem_c.cosize * c.size
+    if stages > 1:
+        assert 2 * plan.shared_memory <= h.MAX_SHARED_MEMORY[90]
+
+
+def test_one_problem_per_block_without_async_copies():
+    """sm_75 copies through registers (no cp.async): nothing would be in flight, so one problem per block."""
+    p = h.Problem(48, 80, 24, F16, F16, F16, False, True, True, True, 75)
+    assert h.plan_kernel(p).stages == 1
 
 
 @settings(max_examples=200, deadline=None)

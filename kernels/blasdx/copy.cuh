@@ -71,6 +71,37 @@ __device__ __forceinline__ void copy_wait_all() {
 #endif
 }
 
+// Close the group of copies this thread issued since the last one (a pipeline stage).
+__device__ __forceinline__ void copy_commit() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+
+// Wait until at most PENDING of this thread's committed groups are still in flight: the
+// older ones have landed (the caller then syncs the block). Copies without cp.async
+// (sm_75) land when issued.
+template <int PENDING>
+__device__ __forceinline__ void copy_wait() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory");
+#endif
+}
+
+// copy_wait<PENDING> for a count that is a constant once loops are unrolled: at most MAX.
+template <int MAX>
+__device__ __forceinline__ void copy_wait_at_most(int pending) {
+    if constexpr (MAX > 0) {
+        if (pending >= MAX) {
+            copy_wait<MAX>();
+            return;
+        }
+        copy_wait_at_most<MAX - 1>(pending);
+    } else {
+        copy_wait<0>();
+    }
+}
+
 // Hand this thread's share of the V-element pieces of an OUTER x INNER matrix to
 // f(row, col): piece i goes to thread i % THREADS, so a warp covers consecutive pieces.
 template <int OUTER, int INNER, int V, int THREADS, class F>
