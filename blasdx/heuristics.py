@@ -466,9 +466,9 @@ def _epilogue(p: Problem, plan: KernelPlan, ab_bytes: int) -> KernelPlan:
     def finish(plan_: KernelPlan, stage: int, c_bytes: int) -> KernelPlan:
         stride = round_up(stage, WGMMA_SMEM_ALIGNMENT if plan_.is_wgmma else SMEM_BUFFER_ALIGNMENT)
         stages = batched_stages(p, plan_, stride, c_bytes)
-        ring = (stages - 1) * stride + stage
-        c_offset = round_up(ring, SMEM_BUFFER_ALIGNMENT) if c_bytes else 0
-        total = c_offset + c_bytes if c_bytes else ring
+        buffers = (stages - 1) * stride + stage  # the last problem's A/B (or C over them) unpadded
+        c_offset = round_up(buffers, SMEM_BUFFER_ALIGNMENT) if c_bytes else 0
+        total = c_offset + c_bytes if c_bytes else buffers
         return replace(plan_, stages=stages, stage_bytes=stride, smem_c_offset=c_offset, shared_memory=total,
                        min_blocks=_min_blocks_per_sm(p, plan_.instruction, plan_.threads, total, plan_.warp_tile))
 
