@@ -321,6 +321,13 @@ struct BlockGemm {
         }
     }
 
+    // One double from shared address `addr`, an 8-byte load of its own.
+    static __device__ __forceinline__ double lds_f64(u32 addr) {
+        double v;
+        asm volatile("ld.shared.f64 %0, [%1];\n" : "=d"(v) : "r"(addr));
+        return v;
+    }
+
     // f64 fragments with 16-byte loads, in tile_order's f64 order: A or K-contiguous B of piece
     // `piece` of the warp tile at x0. Rows (columns) past the edge read row 0 (their products
     // land in outputs nobody stores); K past the end is zeroed after the load (an odd K reads one
@@ -343,9 +350,25 @@ struct BlockGemm {
                 r0 = r0 < X ? r0 : 0;
                 r1 = r1 < X ? r1 : 0;
             }
-            const double2 lo = *reinterpret_cast<const double2*>(s + r0 * LD + kk);
-            const double2 hi = *reinterpret_cast<const double2*>(s + r1 * LD + kk);
-            f[0] = lo.x, f[2] = lo.y, f[1] = hi.x, f[3] = hi.y;
+            if constexpr (Cfg::threads <= 128) {
+                // Four 8-byte loads straight into the instruction's register order (rows r0, r1 at
+                // K 2t, then at 2t + 1). A 16-byte load of a row's two K values puts them into
+                // registers 0 and 2 of the group, and the compiler assembles every group anew with
+                // moves (f64 64^3: 46 moves per 8 DMMA, 10.3 instructions per MMA against 6.5). The
+                // second K's address is an xor (16-byte aligned rows) so that ptxas does not merge
+                // the pair back into one load. Blocks of up to 128 threads gained (block compute
+                // 64^3 +7%, 32^3 +4% on an H200); 256-thread blocks lost (100^3 -10%, 128x128x64
+                // -22%; not profiled: the 8-byte reads meet two-way bank conflicts, twice the
+                // shared-memory wavefronts of the 16-byte reads), so they keep those.
+                const u32 lo = shared_address(s + r0 * LD + kk), hi = shared_address(s + r1 * LD + kk);
+                u32 lo1, hi1;
+                asm("xor.b32 %0, %2, 8;\n\txor.b32 %1, %3, 8;\n" : "=r"(lo1), "=r"(hi1) : "r"(lo), "r"(hi));
+                f[0] = lds_f64(lo), f[1] = lds_f64(hi), f[2] = lds_f64(lo1), f[3] = lds_f64(hi1);
+            } else {
+                const double2 lo = *reinterpret_cast<const double2*>(s + r0 * LD + kk);
+                const double2 hi = *reinterpret_cast<const double2*>(s + r1 * LD + kk);
+                f[0] = lo.x, f[2] = lo.y, f[1] = hi.x, f[3] = hi.y;
+            }
         } else if constexpr (IS_A) {  // rows 2g and 2g + 1 at K 2t, then at K 2t + 1
             int r = x0 + 16 * piece + 2 * g;
             if (!FULL_X) r = r < X ? r : 0;
