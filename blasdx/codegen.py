@@ -112,7 +112,7 @@ def config_struct(desc: Descriptor, name: str = "blasdx_config") -> str:
             "  // outputs per thread",
         ]
     lines += [
-        "    // the batched kernel's ring of A/B buffers: copies of later problems overlap this one's product",
+        "    // batched kernel: consecutive problems per block, each with its own A/B buffer (their copies overlap)",
         f"    static constexpr int stages = {plan.stages}, stage_bytes = {plan.stage_bytes};",
     ]
     lines += _wgmma_lines(plan)

@@ -314,7 +314,8 @@ class DevicePlan:
         return batch if stages == 1 else -(-batch // stages)
 
     def launch(self, batch: int, stream: int, args: tuple[Any, ...]) -> None:
-        """``batch`` problems on :meth:`grid` blocks on stream handle ``stream``, in the current context."""
+        """``batch`` problems on :meth:`grid` blocks on stream handle ``stream``, in the current context
+        (the grid computed inline: this is every execute's path)."""
         stages = self.stages
         self.packed.launch(batch if stages == 1 else -(-batch // stages), 1, stream, *args)
 

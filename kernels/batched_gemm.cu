@@ -112,8 +112,8 @@ __device__ __forceinline__ void store_over_operands(typename C::c_type* c, unsig
 // Swizzled panels repeat every 1024 bytes and wgmma swizzles absolute shared addresses.
 constexpr int SMEM_ALIGNMENT = Cfg::use_wgmma ? 1024 : 16;
 
-// One problem whose A and B sit stage_offset bytes into shared memory: C = alpha * A B (+ beta * C when read_c), staged in
-// shared memory and stored in whole rows where the plan allows.
+// One problem whose A and B sit stage_offset bytes into shared memory: C = alpha * A B (+ beta * C
+// when read_c), staged in shared memory and stored in whole rows where the plan allows.
 template <class Scalar>
 __device__ __forceinline__ void multiply_and_store(Cfg::c_type* __restrict__ c, int stage_offset, int tid,
                                                    Scalar alpha, Scalar beta, bool read_c) {
@@ -176,7 +176,8 @@ __device__ __forceinline__ void batched_gemm(const Cfg::a_type* __restrict__ a, 
 #pragma unroll
     for (int i = 0; i < STAGES; ++i) {
         if (first + i < problems) {
-            copy_operands<Cfg>(smem + i * Cfg::stage_bytes, a + (first + i) * stride_a, b + (first + i) * stride_b, tid);
+            copy_operands<Cfg>(smem + i * Cfg::stage_bytes, a + (first + i) * stride_a, b + (first + i) * stride_b,
+                               tid);
         }
         copy_commit();
     }
