@@ -205,14 +205,36 @@ def run_leading_dimension(inner: int) -> int:
     return row + 8 if (row // 8) % 2 == 0 else row
 
 
+def reads_b_by_k_rows(p: Problem) -> bool:
+    """Whether the block GEMM reads B one 4-byte element per lane, four K rows at a time: real
+    tf32 B (or float32 B of the tf32 schemes) stored N-contiguous, on mma.sync.m16n8k8."""
+    return (p.b_row_major and not p.is_complex and p.b.size == 4 and wgmma_tile_n(p) is None
+            and warp_level_family(p) == "mma.sync.m16n8k8")
+
+
+def k_row_leading_dimension(inner: int) -> int:
+    """Leading dimension (elements) of 4-byte rows read by ``reads_b_by_k_rows``: a warp's loads
+    cover 8 adjacent columns (32 bytes) of K rows t = 0..3, which fall on the four quarters of
+    the 128-byte bank line when a row is 32 or 96 bytes past a multiple of 128 (8 or 24 elements
+    past a multiple of 32), whole 16-byte chunks. The odd-chunk rule puts rows 16 bytes apart
+    (modulo the line): every load meets two-way conflicts."""
+    ld = round_up(inner, 4)
+    while ld % 32 not in (8, 24):
+        ld += 4
+    return ld
+
+
 def b_leading_dimension(p: Problem) -> int:
-    """The padded leading dimension of B in shared memory (one of the two rules above).
+    """The padded leading dimension of B in shared memory (one of the rules above).
 
     The run rule serves compute-bound use (``Workload.compute_bound``), where B is read many
     times; a memory-bound batch reads it once, and there the odd-chunk rule's whole 16-byte rows
-    keep the copies from global memory 16 bytes wide (the runs then meet 2-way conflicts)."""
+    keep the copies from global memory 16 bytes wide (the runs then meet 2-way conflicts).
+    N-contiguous tf32 B takes ``k_row_leading_dimension``: its rows are whole 16-byte chunks too."""
     if reads_b_in_runs(p) and p.compute_bound:
         return run_leading_dimension(p.b_inner)
+    if reads_b_by_k_rows(p):
+        return k_row_leading_dimension(p.b_inner)
     return padded_leading_dimension(p.b_inner, p.element_size(p.b))
 
 

@@ -97,8 +97,10 @@ def test_run_leading_dimension_puts_four_rows_on_four_bank_quarters(inner):
     (dt.int8, dt.int32, "native", True, False, 112),        # read once (memory-bound): 16-byte rows, 7 chunks
     (dt.float8_e4m3, dt.float32, "native", True, False, 112),
     (dt.int8, dt.int32, "native", False, True, 112),        # K-contiguous 8-bit B takes ldmatrix: 7 chunks
-    (dt.tfloat32, dt.float32, "native", True, True, 100),   # tf32 B element by element: the odd-chunk rule (25 chunks)
-    (dt.float32, dt.float32, "3xtf32", True, True, 100),
+    (dt.tfloat32, dt.float32, "native", True, True, 104),   # tf32 B by K rows: 416 bytes, 32 mod 128
+    (dt.float32, dt.float32, "3xtf32", True, True, 104),
+    (dt.tfloat32, dt.float32, "native", True, False, 104),  # memory-bound too (whole 16-byte chunks)
+    (dt.tfloat32, dt.float32, "native", False, True, 100),  # K-contiguous tf32 B takes ldmatrix: 25 chunks
 ])
 def test_b_leading_dimension_follows_how_b_is_read(b, c, scheme, b_row_major, compute_bound, expected):
     p = h.Problem(100, 100, 100, b, b, c, False, True, b_row_major, True, 90, scheme=scheme,
@@ -463,6 +465,17 @@ def test_two_problems_per_block_where_c_outweighs_a_and_b(size, a, c, stages):
         assert plan.shared_memory == plan.smem_c_offset + plan.smem_c.cosize * c.size
     if stages > 1:
         assert 2 * plan.shared_memory <= h.MAX_SHARED_MEMORY[90]
+
+
+@pytest.mark.parametrize("n, ld", [(32, 40), (64, 72), (80, 88), (100, 104), (128, 136), (8, 8), (20, 24)])
+def test_tf32_b_rows_read_by_k_rows_fall_on_four_quarters_of_the_bank_line(n, ld):
+    """N-contiguous tf32 B is read one element per lane from K rows t = 0..3 (8 columns each): rows
+    32 or 96 bytes past a multiple of 128 put them on distinct banks, in whole 16-byte chunks."""
+    p = h.Problem(48, n, 24, TF32, TF32, F32, False, True, True, True, 90)
+    assert h.reads_b_by_k_rows(p)
+    assert h.b_leading_dimension(p) == ld
+    banks = {(t * ld + g) % 32 for t in range(4) for g in range(8)}
+    assert len(banks) == 32 and ld * 4 % 16 == 0
 
 
 def test_one_problem_per_block_without_async_copies():
