@@ -99,7 +99,7 @@ def test_run_leading_dimension_puts_four_rows_on_four_bank_quarters(inner):
     (dt.int8, dt.int32, "native", False, True, 112),        # K-contiguous 8-bit B takes ldmatrix: 7 chunks
     (dt.tfloat32, dt.float32, "native", True, True, 104),   # tf32 B by K rows: 416 bytes, 32 mod 128
     (dt.float32, dt.float32, "3xtf32", True, True, 104),
-    (dt.tfloat32, dt.float32, "native", True, False, 104),  # memory-bound too (whole 16-byte chunks)
+    (dt.tfloat32, dt.float32, "native", True, False, 100),  # read once (memory-bound): the odd-chunk rule
     (dt.tfloat32, dt.float32, "native", False, True, 100),  # K-contiguous tf32 B takes ldmatrix: 25 chunks
 ])
 def test_b_leading_dimension_follows_how_b_is_read(b, c, scheme, b_row_major, compute_bound, expected):
@@ -470,8 +470,9 @@ def test_two_problems_per_block_where_c_outweighs_a_and_b(size, a, c, stages):
 @pytest.mark.parametrize("n, ld", [(32, 40), (64, 72), (80, 88), (100, 104), (128, 136), (8, 8), (20, 24)])
 def test_tf32_b_rows_read_by_k_rows_fall_on_four_quarters_of_the_bank_line(n, ld):
     """N-contiguous tf32 B is read one element per lane from K rows t = 0..3 (8 columns each): rows
-    32 or 96 bytes past a multiple of 128 put them on distinct banks, in whole 16-byte chunks."""
-    p = h.Problem(48, n, 24, TF32, TF32, F32, False, True, True, True, 90)
+    32 or 96 bytes past a multiple of 128 put them on distinct banks, in whole 16-byte chunks
+    (compute-bound plans, which read B many times)."""
+    p = h.Problem(48, n, 24, TF32, TF32, F32, False, True, True, True, 90, compute_bound=True)
     assert h.reads_b_by_k_rows(p)
     assert h.b_leading_dimension(p) == ld
     banks = {(t * ld + g) % 32 for t in range(4) for g in range(8)}

@@ -150,16 +150,16 @@ CASES = {
     # tf32 -> f32, 64x32x16, Arrangement(col, row) with MaxAlignment, sm_87.
     #   ld: A col -> M=64, B row -> N=32, C col -> M=64; sizes 64*16 = 1024, 32*16 = 512, 64*32 = 2048
     #   bytes 4096 + 2048 + 8192 = 14336; A+B 6144
-    #   padding: A 256 B -> 68; B (N-contiguous tf32, read by K rows) 32 -> 40 (160 B = 32 mod 128); C 256 B -> 68
+    #   padding: A 256 B -> 68; B 128 B -> 36; C 256 B -> 68
     #   atom 16x8 (k8): 4x4 atoms = 64x32 (256 B) -> 1 tile -> 2x4 -> 2 tiles -> 1x4 (16x32) -> 4 tiles -> 128
     "tf32-sm87": dict(
         ops=lambda: total(bx.Size(64, 32, 16), bx.Precision(TF32, TF32, F32), bx.Arrangement(K, R), bx.MaxAlignment,
                           bx.Function.MM, bx.SM(870), bx.Block()),
         size=(64, 32, 16), value_types=("tfloat32", "tfloat32", "float32"), precision=(TF32, TF32, F32),
         ld=(64, 32, 64), sizes=(1024, 512, 2048), dims=((64, 16), (16, 32), (64, 32)),
-        alignment=(16, 16, 16), smem=14336, smem_ab=6144, suggested_ld=(68, 40, 68),
+        alignment=(16, 16, 16), smem=14336, smem_ab=6144, suggested_ld=(68, 36, 68),
         instruction="mma.sync.m16n8k8", suggested_block_dim=(128, 1, 1), block_dim=(128, 1, 1),
-        layout_a=((64, 16), (1, 68)), layout_b=((16, 32), (40, 1)), layout_c=((64, 32), (1, 68)),
+        layout_a=((64, 16), (1, 68)), layout_b=((16, 32), (36, 1)), layout_c=((64, 32), (1, 68)),
         scalar=F32, accumulator=F32, arrangement=(K, R, K), type=bx.Type.real, sm=87, arch="sm_87",
     ),
     # f64 on sm_75 runs on the CUDA cores: 64^3, 4x2 elements per thread -> 16*32 = 512 -> capped at 256.
