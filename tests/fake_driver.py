@@ -257,7 +257,7 @@ def install(monkeypatch: Any, devices: int = 2, current: int | None = 0) -> Fake
     monkeypatch.setattr(launcher, "_STREAMS", {})
     monkeypatch.setattr(execute, "_cuda_core", lambda: FakeCore)
     handles = iter(range(0xF000, 0xFF00))
-    # the parameter count a cubin of batched_gemm.cu declares: a, b, c, 2 or 4 scalars, 3 batch strides
+    # the parameter count a cubin of batched_gemm.cu declares: a, b, c, 2 or 4 scalars, 3 batch strides, the count
     monkeypatch.setattr(
         execute, "_load_kernel", lambda desc, smem, device: FakeKernel(fake, next(handles), 9 + 2 * desc.is_complex)
     )
