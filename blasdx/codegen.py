@@ -103,6 +103,7 @@ def config_struct(desc: Descriptor, name: str = "blasdx_config") -> str:
             f"    using atom = {atom_type(warp.instruction, a, b, desc.accumulator_type, desc.scheme.name)};"
             f"  // {desc.scheme}",
             f"    static constexpr int warp_m = {warp.warp_tile[0]}, warp_n = {warp.warp_tile[1]};  // atoms per warp",
+            f"    static constexpr int k_unroll = {warp.k_unroll};  // K steps per pass of the K loop",
             "    static constexpr int thread_m = 1, thread_n = 1;",
         ]
     else:

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 import blasdx as bx
 from blasdx import dtypes as dt
+from blasdx import codegen
 from blasdx import heuristics as h
 from blasdx.operators import SUPPORTED_SMS
 
@@ -522,3 +523,38 @@ def test_compute_bound_warp_tiles_are_balanced(size, a, c, b_row_major, expected
     p = h.Problem(*size, a, a, c, False, True, b_row_major, False, 90, compute_bound=True)
     plan = h.plan_kernel(p)
     assert plan.instruction.startswith("mma.sync") and plan.warp_tile == expected, plan
+
+
+I8, E4M3 = bx.int8, bx.float8_e4m3
+
+
+@pytest.mark.parametrize("size, a, c, sm, compute_bound, is_complex, scheme, expected", [
+    ((64, 64, 64), TF32, F32, 90, True, False, "native", 8),       # eight k8 steps: whole
+    ((128, 128, 128), TF32, F32, 90, True, False, "native", 4),    # sixteen: four at a time
+    ((100, 100, 100), TF32, F32, 90, True, False, "native", 4),    # twelve and a tail
+    ((64, 64, 64), F32, F32, 90, True, False, "tf32", 8),          # float32 rounded to tf32: the same
+    ((64, 64, 64), F32, F32, 90, True, False, "3xtf32", 1),        # twice the registers: rolled
+    ((100, 100, 100), F64, F64, 90, True, False, "native", 12),    # DMMA m16n8k8
+    ((100, 100, 100), F64, F64, 80, True, False, "native", 4),     # m8n8k4: 25 steps
+    ((100, 100, 100), F16, F16, 90, True, False, "native", 6),
+    ((100, 100, 100), F16, F16, 90, False, False, "native", 1),    # memory bound: rolled
+    ((64, 64, 64), TF32, F32, 90, False, False, "native", 1),
+    ((100, 100, 100), I8, bx.int32, 90, True, False, "native", 1),  # 8-bit: rolled
+    ((100, 100, 100), E4M3, F32, 90, True, False, "native", 1),
+    ((64, 64, 64), F64, F64, 90, True, True, "native", 1),         # complex: rolled
+    ((32, 32, 32), F16, F32, 90, False, False, "native", 2),       # two steps always unroll
+    ((48, 80, 8), F64, F64, 90, False, False, "native", 1),
+])
+def test_k_loop_unrolls_for_compute_bound_real_products(size, a, c, sm, compute_bound, is_complex, scheme, expected):
+    """Compute-bound real products unroll their K loop (tf32 past eight steps four at a time);
+    memory-bound, 8-bit, complex and 3xtf32 ones keep it rolled beyond two steps."""
+    p = h.Problem(*size, a, a, c, is_complex, True, True, True, sm, compute_bound=compute_bound, scheme=scheme)
+    family = h.warp_level_family(p)
+    assert h.k_loop_unroll(p, family) == expected
+
+
+def test_k_unroll_reaches_the_generated_config():
+    desc = (bx.Size(64, 64, 64) + bx.Precision(TF32, TF32, F32) + bx.Function.MM + bx.SM(90) + bx.Block()
+            + bx.Workload.compute_bound)
+    assert desc.plan.k_unroll == 8
+    assert "static constexpr int k_unroll = 8;" in codegen.generate(desc).source

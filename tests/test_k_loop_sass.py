@@ -102,3 +102,17 @@ def test_tf32_rounding_per_architecture(sm, rounding):
     sass = desc.compile().sass()
     assert bool(re.search(r"\bF2FP\.TF32", sass)) == rounding
     assert re.search(r"\bHMMA\.1688\.F32\.TF32\b", sass)
+
+
+@pytest.mark.parametrize("name, size, steps", [("tf32->f32", (64, 64, 64), 8), ("f64", (100, 100, 100), 12),
+                                               ("f16->f16", (100, 100, 100), 6)],
+                         ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else str(v))
+def test_compute_bound_k_loop_is_unrolled(name, size, steps):
+    """Compute-bound real products run all their K steps in one pass of the hot loop (the
+    warp tile's MMAs times the whole steps), as cuBLASDx's unrolled K does."""
+    sass_loops = _sass_loops()
+    desc = sass_loops.block_compute.block_descriptor(name, size, 90, True)
+    fm, fn = desc.plan.warp_level.warp_tile if desc.plan.warp_level else desc.plan.warp_tile
+    assert desc.instruction.startswith("mma.sync"), desc.instruction
+    mix = sass_loops.blasdx_mix(name, size)
+    assert mix["mma"] >= steps * fm * fn, (mix, fm, fn)

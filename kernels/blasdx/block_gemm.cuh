@@ -615,9 +615,7 @@ struct BlockGemm {
                                                        int lane, const AOp& a_op, const BOp& b_op) {
         using atom = typename Cfg::atom;
         constexpr int STEP = atom::K, WHOLE = k / STEP * STEP;
-        // Two whole steps or fewer unroll; longer K stays a loop: unrolled, the steps' fragments
-        // are live at once (e4m3 100^3: 202 registers against 168, 0.85x -> 1.19x cuBLASDx).
-        constexpr int UNROLL = WHOLE / STEP <= 2 ? 2 : 1;
+        constexpr int UNROLL = Cfg::k_unroll;  // heuristics.k_loop_unroll
 #pragma unroll UNROLL
         for (int k0 = 0; k0 < WHOLE; k0 += STEP) {
             mma_step<LDA, LDB, PM, PN, step_reach<false, EDGE_M, EDGE_N>>(acc, sA, sB, m0, n0, k0, lane, a_op, b_op);
