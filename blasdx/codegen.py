@@ -39,7 +39,7 @@ def _cpp(dtype: _dt.DType, is_complex: bool) -> str:
 
 def atom_type(instruction: str, a: _dt.DType, b: _dt.DType, accumulator: _dt.DType, scheme: str = "native") -> str:
     """The kernels/blasdx/mma.cuh atom that issues ``instruction`` for these types and ``scheme``
-    (blasdx.emulation): "3xtf32" is kernels/blasdx/mma_3xtf32.cuh's, "tf32" rounds float32 to tf32."""
+    (blasdx.emulation): "3xtf32" is kernels/blasdx/mma_3xtf32.cuh's, "tf32" reads float32 as tf32."""
     shape = instruction.rsplit(".", 1)[-1]
     if scheme == "3xtf32":
         return "blasdx::mma_m16n8k8_3xtf32"

@@ -16,7 +16,7 @@ import pytest
 
 import blasdx as bx
 from blasdx import dtypes as dt
-from blasdx.reference import assert_close, random_operand, reference_gemm, tolerance
+from blasdx.reference import assert_close, random_operand, reference_gemm, relative_error, tolerance
 
 from .gpu_support import (
     gemm_descriptor,
@@ -167,6 +167,38 @@ def test_several_problems_per_block(sm, row, size, arr):
     for alpha, beta in _scalars(row):
         run_gemm(desc, row, alpha, beta, rng, batch=7)
     run_gemm(desc, row, *_scalars(row)[1], rng, batch=5, a_batch=1)
+
+
+def _tf32_bits(x: np.ndarray, half: int) -> np.ndarray:
+    """float32 values cut to tf32's 10 mantissa bits after adding ``half`` (0: truncated, 0x1000: rounded)."""
+    bits = x.astype(np.float32).view(np.uint32)
+    return ((bits + np.uint32(half)) & np.uint32(0xFFFFE000)).view(np.float32)
+
+
+@pytest.mark.parametrize("workload", [bx.Workload.memory_bound, bx.Workload.compute_bound], ids=lambda w: w.name)
+@pytest.mark.parametrize("arr", [(R, R, R), (C, C, C)], ids=lambda a: "".join(x.name[0] for x in a))
+@pytest.mark.parametrize("size", [(48, 80, 24), (100, 100, 100)], ids=str)
+def test_tf32_operands_are_read_as_stored(sm, size, arr, workload):
+    """float32 values with bits below tf32's reach the tensor core as stored, which reads their
+    upper 19 bits: C matches the product of the truncated operands to float32 accuracy, and is
+    much further from that of operands rounded to nearest."""
+    row = dt.find_combination(dt.tfloat32, dt.tfloat32, dt.float32, False)
+    desc = gemm_descriptor(row, size, sm, arr, workload=workload)
+    m, n, k = size
+    rng = np.random.default_rng(abs(hash((size, arr, workload.name))) % 2**32)
+    a_host = random_operand(dt.float32, (3, m, k), rng)
+    b_host = random_operand(dt.float32, (3, k, n), rng)
+    assert np.mean(_tf32_bits(a_host, 0) != a_host) > 0.9  # the low bits are set
+    lda, ldb, ldc = desc.leading_dimension
+    a = strided_operand(a_host, dt.float32, arr[0] is R, lda)
+    b = strided_operand(b_host, dt.float32, arr[1] is R, ldb)
+    c = strided_operand(np.full((3, m, n), np.nan, np.float32), dt.float32, arr[2] is R, ldc)
+    got = torch_to_host(desc.execute(a, b, c), dt.float32)
+    truncated = reference_gemm(_tf32_bits(a_host, 0), _tf32_bits(b_host, 0))
+    rounded = reference_gemm(_tf32_bits(a_host, 0x1000), _tf32_bits(b_host, 0x1000))
+    error = relative_error(got, truncated)
+    assert error <= tolerance(dt.float32, dt.float32, k), error
+    assert relative_error(got, rounded) > 10 * error
 
 
 @pytest.mark.parametrize("a_batch,b_batch", [(1, 5), (5, 1), (1, 1), (5, 5)])

@@ -410,16 +410,15 @@ struct BlockGemm {
         return opd::template at<LD>(s, x, kk);
     }
 
-    // A fragment just read with ldmatrix: op and the atom's rounding applied to every element, K
-    // past the end zeroed (both operands: the padding may hold NaN).
+    // A fragment just read with ldmatrix: op applied to every element, K past the end zeroed
+    // (both operands: the padding may hold NaN).
     template <bool IS_A, class Atom, class Reach, class Frag, class Op>
     __device__ __forceinline__ static void finish_fragment(Frag& frag, int k0, int lane, const Op& op) {
         using F = typename std_conditional<IS_A, typename Atom::a_type, typename Atom::b_type>::type;
         constexpr int ELEMS = IS_A ? Atom::A_ELEMS : Atom::B_ELEMS;
+        if constexpr (!is_identity<Op>::value) {
 #pragma unroll
-        for (int e = 0; e < ELEMS; ++e) {
-            if constexpr (!is_identity<Op>::value) frag.elems()[e] = op(frag.elems()[e]);
-            frag.elems()[e] = preparer<Atom>::apply(frag.elems()[e]);
+            for (int e = 0; e < ELEMS; ++e) frag.elems()[e] = op(frag.elems()[e]);
         }
         if constexpr (k_tail<Atom::K, Reach>()) {
             if (k0 + Atom::K > k) {
@@ -542,7 +541,7 @@ struct BlockGemm {
                 for (int p = 0; p < PARTS; ++p) {
                     F v = zero<F>();
                     if (in) v = part_of<opd::CONJ>(transformed(op, *opd::template at<LD>(s, x, kk)), p);
-                    frag[p].elems()[e] = preparer<Atom>::apply(v);
+                    frag[p].elems()[e] = v;
                 }
                 if constexpr (is_complex && IS_A) frag[2].elems()[e] = negate(frag[1].elems()[e]);
             }
