@@ -512,7 +512,7 @@ def test_c_over_ab_properties(m, n, k, types, cplx, sm):
     ((48, 80, 24), bx.float16, bx.float16, False, (3, 5)),   # 10 atoms along N: 5 + 5, not 8 + 2
     ((48, 80, 24), bx.float16, bx.float32, False, (3, 5)),   # f32 accumulators: 5 + 5 fit, not 4 + 4 + 2
     ((48, 80, 24), bx.int8, bx.int32, True, (3, 4)),         # even FN: 6 + 4 would pass the accumulator limit
-    ((100, 100, 100), bx.float16, bx.float32, False, (2, 7)),  # 13 atoms: 7 + 6, not 8 + 5
+    ((100, 100, 100), bx.float16, bx.float32, False, (4, 7)),  # 13 atoms: 7 + 6, not 8 + 5 (wide: 4 warps)
     ((32, 32, 32), bx.float16, bx.float32, False, (1, 4)),   # already even
     ((100, 100, 100), bx.int8, bx.int32, True, (2, 8)),      # B read in runs keeps FN even: 8 + 5, not 7 + 6
 ])
@@ -558,3 +558,25 @@ def test_k_unroll_reaches_the_generated_config():
             + bx.Workload.compute_bound)
     assert desc.plan.k_unroll == 8
     assert "static constexpr int k_unroll = 8;" in codegen.generate(desc).source
+
+
+@pytest.mark.parametrize("size, a, c, compute_bound, threads, expected, warps", [
+    ((100, 100, 100), TF32, F32, True, None, (4, 7), 4),      # wide: 64 x 56 tiles on four warps
+    ((128, 128, 64), TF32, F32, True, None, (4, 8), 4),
+    ((100, 100, 100), F16, F32, True, None, (4, 7), 4),
+    ((128, 128, 64), F64, F64, True, None, (2, 8), 8),
+    ((64, 64, 64), F64, F64, True, None, (2, 4), 4),          # wide would leave two warps: kept
+    ((100, 100, 100), F16, F16, True, None, (4, 7), 4),       # wide would leave two warps: kept
+    ((32, 32, 32), TF32, F32, True, None, (1, 4), 2),         # no larger tile: kept
+    ((100, 100, 100), TF32, F32, True, 64, (2, 7), 2),        # BlockDim(64): fewer warps than wide tiles
+    ((100, 100, 100), TF32, F32, False, None, (2, 8), 8),     # memory bound: 256-byte tiles
+])
+def test_compute_bound_wide_warp_tiles_keep_four_to_eight_warps(size, a, c, compute_bound, threads, expected, warps):
+    """Compute-bound real products take warp tiles of up to 512 accumulator bytes per thread
+    where four to eight of them (one per warp) cover C, else the 256-byte tiles."""
+    p = h.Problem(*size, a, a, c, False, True, True, True, 90, compute_bound=compute_bound)
+    plan = h.plan_warp_level(p, threads)
+    assert plan.warp_tile == expected, plan
+    assert plan.threads == (threads or 32 * warps)
+    if threads is None:  # the suggested block: one tile per warp, within the register accumulator's limit
+        assert h.accumulator_bytes_per_thread(p, plan) <= 512
