@@ -114,6 +114,7 @@ def _update_struct(desc: TrsmDescriptor, name: str, p: UpdateStep) -> list[str]:
         lines += [
             f"    using atom = {_codegen.atom_type(gemm.instruction, scalar, scalar, scalar)};",
             f"    static constexpr int warp_m = {gemm.warp_tile[0]}, warp_n = {gemm.warp_tile[1]};",
+            f"    static constexpr int k_unroll = {gemm.k_unroll};  // K steps per pass of the K loop",
             "    static constexpr int thread_m = 1, thread_n = 1;",
         ]
     else:
