@@ -311,12 +311,12 @@ def _wide_warp_tile(p: Problem, family: str, threads: int | None) -> tuple[int, 
     return (fm, fn) if fm * fn > base_m * base_n else None
 
 
-def _budget_warp_tile(p: Problem, family: str, budget: int | None = None, min_tiles: int | None = None
-                      ) -> tuple[int, int]:
-    """Instructions per warp along M and N.
+def _budget_warp_tile(p: Problem, family: str, budget: int | None = None) -> tuple[int, int]:
+    """Instructions per warp along M and N within ``budget`` accumulator bytes per thread (by
+    default ``_ACCUMULATOR_BYTES_PER_THREAD``, halved for memory-bound f64 on m16n8k8).
 
     A warp tile large enough to reuse each fragment several times (up to 64 x 64 elements)
-    but with its accumulator under ``_ACCUMULATOR_BYTES_PER_THREAD`` per thread, and small
+    but with its accumulator within the budget per thread, and small
     enough that the block has at least four warp tiles to spread over its warps: small
     problems are memory bound and want more warps issuing loads, not bigger tiles. Compute-
     bound use (``Workload.compute_bound``) asks for two: operands already in shared memory
@@ -344,8 +344,7 @@ def _budget_warp_tile(p: Problem, family: str, budget: int | None = None, min_ti
     def tiles(fm_: int, fn_: int) -> int:
         return ceil(p.m / (fm_ * am)) * ceil(p.n / (fn_ * an))
 
-    if min_tiles is None:
-        min_tiles = 2 if p.compute_bound else 4
+    min_tiles = 2 if p.compute_bound else 4
     while acc_per_thread(fm, fn) > budget or (tiles(fm, fn) < min_tiles and fm * fn > 1):
         # shrink the longer side (in elements) first, keeping the tile near square
         if fm > 1 and (fm * am >= fn * an or fn == 1):
