@@ -224,3 +224,20 @@ def test_register_cap_gives_way_where_it_spills(size, a, b):
         assert kernel is not capped and kernel.registers > 128
     else:
         assert kernel is capped and kernel.registers <= 128
+
+
+@pytest.mark.parametrize("a, c, loops", [(dt.float16, dt.float16, False), (dt.float16, dt.float32, False),
+                                         (dt.tfloat32, dt.float32, True)], ids=["f16-f16", "f16-f32", "tf32-f32"])
+def test_small_batched_kernel_is_straight_code(a, c, loops):
+    """A 32^3 batched block copies one 16-byte piece of A and one of B per thread of 128 (two
+    for tf32) with no loop around them, and each warp multiplies its one tile without a tile
+    loop: both trip counts are constants. With K of two 16-bit steps (unrolled) nothing in the
+    kernel loops; tf32's four k8 steps stay a loop in memory-bound plans (k_loop_unroll)."""
+    desc = (bx.Size(32, 32, 32) + bx.Precision(a, a, c) + bx.Type.real + bx.Function.MM
+            + bx.Arrangement(bx.row_major, bx.row_major, bx.row_major) + bx.SM(90) + bx.Block() + bx.MaxAlignment)
+    sass = desc.compile().sass()
+    pieces = 32 * 32 * a.size // 16 // desc.max_threads_per_block
+    assert len(re.findall(r"\bLDGSTS\.E\.BYPASS\.128\b", sass)) == 2 * pieces, sass.count("LDGSTS")
+    branches = re.findall(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?BRA\s+(0x[0-9a-f]+)", sass)
+    backward = [(at, to) for at, to in branches if int(to, 16) < int(at, 16)]  # (a branch to itself ends the code)
+    assert bool(backward) == loops, f"backward branches {backward}"

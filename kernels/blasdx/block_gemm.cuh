@@ -659,10 +659,16 @@ struct BlockGemm {
         using W = warp_tiling;
         constexpr int FM = W::FM, FN = W::FN, WARPS = threads / 32;
         constexpr int PARTS = is_complex ? 2 : 1;
+        constexpr int ITEMS = (W::TILES + WARPS - 1) / WARPS;  // tiles per warp, the last one maybe absent
         const int warp = tid / 32, lane = tid % 32;
         if (warp >= WARPS) return;  // threads of a partial last warp only help with copies
 
-        for (int tile = warp; tile < W::TILES; tile += WARPS) {
+        // A constant trip count: one tile per warp is straight code (a loop from warp to TILES
+        // was a loop even then, the compiler not knowing that warp < WARPS).
+#pragma unroll 1
+        for (int t = 0; t < ITEMS; ++t) {
+            const int tile = warp + t * WARPS;
+            if (W::TILES % WARPS != 0 && t == ITEMS - 1 && tile >= W::TILES) break;
             const int m0 = (tile % W::TILES_M) * W::WM, n0 = (tile / W::TILES_M) * W::WN;
             alignas(16) acc_type acc[PARTS][FM][FN][atom::C_ELEMS];
 #pragma unroll
@@ -808,7 +814,12 @@ struct BlockGemm {
                                    const BOp& b_op) {
         using L = fma_tiling<Cfg>;
         constexpr int TM = L::TM, TN = L::TN;
-        for (int w = tid; w < L::WORK; w += threads) {
+        constexpr int ITEMS = (L::WORK + threads - 1) / threads;  // work items per thread (as run_mma's tiles)
+        if (tid >= threads) return;
+#pragma unroll 1
+        for (int t = 0; t < ITEMS; ++t) {
+            const int w = tid + t * threads;
+            if (L::WORK % threads != 0 && t == ITEMS - 1 && w >= L::WORK) break;
             const int gm = w % L::GM, gn = w / L::GM;
             value_type acc[TM][TN];
 #pragma unroll

@@ -104,14 +104,24 @@ __device__ __forceinline__ void copy_wait_at_most(int pending) {
 
 // Hand this thread's share of the V-element pieces of an OUTER x INNER matrix to
 // f(row, col): piece i goes to thread i % THREADS, so a warp covers consecutive pieces.
+// Threads from THREADS on take none. The trip count is a constant, so that a share of up to
+// eight pieces is straight code with no loop bookkeeping (a 32^3 16-bit operand is one piece
+// per thread of 128; a loop from tid to TOTAL cost a trip-count computation and a remainder
+// branch per matrix).
 template <int OUTER, int INNER, int V, int THREADS, class F>
 __device__ __forceinline__ void for_each_piece(int tid, F&& f) {
     constexpr int PER_ROW = INNER / V;
     constexpr int TOTAL = OUTER * PER_ROW;
-#pragma unroll 4
-    for (int i = tid; i < TOTAL; i += THREADS) {
-        const int r = i / PER_ROW;
-        f(r, (i - r * PER_ROW) * V);
+    constexpr int SHARE = (TOTAL + THREADS - 1) / THREADS;
+    constexpr int UNROLL = SHARE <= 8 ? SHARE : 4;
+    if (tid >= THREADS) return;
+#pragma unroll UNROLL
+    for (int t = 0; t < SHARE; ++t) {
+        const int i = tid + t * THREADS;
+        if (TOTAL % THREADS == 0 || t < SHARE - 1 || i < TOTAL) {
+            const int r = i / PER_ROW;
+            f(r, (i - r * PER_ROW) * V);
+        }
     }
 }
 
