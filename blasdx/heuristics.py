@@ -526,7 +526,7 @@ def _epilogue(p: Problem, plan: KernelPlan, ab_bytes: int) -> KernelPlan:
         stages = batched_stages(p, plan_, stride, c_bytes)
         buffers = (stages - 1) * stride + stage  # the last problem's A/B (or C over them) unpadded
         c_offset = round_up(buffers, SMEM_BUFFER_ALIGNMENT) if c_bytes else 0
-        total = c_offset + c_bytes if c_bytes else buffers
+        total = c_offset + c_bytes if c_bytes else buffers + _b_overread_bytes(p, plan_)  # B may end the block
         return replace(plan_, stages=stages, stage_bytes=stride, smem_c_offset=c_offset, shared_memory=total,
                        min_blocks=_min_blocks_per_sm(p, plan_.instruction, plan_.threads, total, plan_.warp_tile))
 
@@ -542,6 +542,17 @@ def _epilogue(p: Problem, plan: KernelPlan, ab_bytes: int) -> KernelPlan:
         return finish(replace(plan, smem_c=smem_c), ab_bytes, smem_c.cosize * p.element_size(p.c))
     over = c_over_ab_layout(p, plan, ab_bytes)
     return with_c_over(over) if over is not None else finish(plan, ab_bytes, 0)
+
+
+def _b_overread_bytes(p: Problem, plan: KernelPlan) -> int:
+    """Bytes a fragment read may reach past B's last element: a row whose bytes are not a whole
+    number of 16-byte chunks is read up to the end of its last chunk (what lies past K is zeroed
+    in registers). A's reach lands in B, and C staged beside B covers B's; where B ends the
+    batched kernel's shared memory it gets this room (compute-sanitizer flagged int8 128x8x100,
+    B K-contiguous with rows of 100 bytes, C over A and B). wgmma panels are dense: none."""
+    if plan.is_wgmma:
+        return 0
+    return -(p.b_inner * p.element_size(p.b)) % 16
 
 
 #: Problems a batched block runs when its C outweighs its A and B (``batched_stages``).

@@ -442,7 +442,27 @@ def test_8bit_mma_sync_stages_c_over_a_and_b(size, a, c, expected_smem):
     assert plan.instruction == "mma.sync.m16n8k32"
     assert plan.smem_c is None and plan.smem_c_over_ab is not None
     assert plan.stage_bytes == expected_smem
-    assert plan.shared_memory == plan.stages * expected_smem
+    assert 0 <= plan.shared_memory - plan.stages * expected_smem < 16  # B's last chunk (_b_overread_bytes)
+
+
+@pytest.mark.parametrize("size, b_order, a, c", [
+    ((128, 8, 100), bx.col_major, I8, I32),     # B rows of 100 bytes end the block (C over A and B)
+    ((100, 100, 100), bx.row_major, I8, I32),
+    ((48, 80, 24), bx.col_major, E4, F32),      # rows of 24 bytes
+    ((64, 64, 64), bx.col_major, F64, F64),     # whole chunks: no room added (sm_75 64^3 f64 still fits)
+])
+def test_last_b_row_is_readable_to_its_16_byte_chunk_end(size, b_order, a, c):
+    """Fragment reads take whole 16-byte chunks of a K row; where B ends the batched kernel's
+    shared memory, its last row's last chunk lies inside the block."""
+    m, n, k = size
+    p = h.Problem(m, n, k, a, a, c, False, True, b_order is bx.row_major, False, 90)
+    plan = h.plan_kernel(p)
+    ld = max(plan.smem_b.strides)
+    inner_bytes = p.b_inner * a.size
+    last_row_end = plan.smem_b_offset + ((p.b_outer - 1) * ld + p.b_inner) * a.size
+    chunk_end = last_row_end - inner_bytes + -(-inner_bytes // 16) * 16
+    assert plan.shared_memory >= chunk_end + (plan.stages - 1) * plan.stage_bytes
+    assert h._b_overread_bytes(p, plan) == -inner_bytes % 16  # nothing added where rows are whole chunks
 
 
 @pytest.mark.parametrize("size, a, c, stages", [
