@@ -286,14 +286,16 @@ class KernelPlan:
 def _mma_warp_tile(p: Problem, family: str, threads: int | None = None) -> tuple[int, int]:
     """Instructions per warp along M and N: :func:`_wide_warp_tile` where it applies, else
     :func:`_budget_warp_tile`'s."""
-    wide = _wide_warp_tile(p, family, threads)
-    return wide if wide is not None else _budget_warp_tile(p, family)
+    base = _budget_warp_tile(p, family)
+    wide = _wide_warp_tile(p, family, threads, base)
+    return wide if wide is not None else base
 
 
-def _wide_warp_tile(p: Problem, family: str, threads: int | None) -> tuple[int, int] | None:
+def _wide_warp_tile(p: Problem, family: str, threads: int | None, base: tuple[int, int]) -> tuple[int, int] | None:
     """Compute-bound real 16-bit, tf32 and f64 products: warp tiles with twice the accumulator
     (up to 64 x 64 with f32 sums) where the block keeps four to eight of them, one per warp; None
-    where that does not hold, the tile is no larger, or ``threads`` gives fewer warps than tiles.
+    where that does not hold, the tile is no larger than ``base`` (the budget tile), or ``threads``
+    gives fewer warps than tiles.
 
     Larger tiles read each fragment for more MMAs; fewer than four warps per block left too few
     to hide the rest (block compute on an H200, 256 -> 512 bytes: tf32 100^3 0.93 -> 1.06x
@@ -307,8 +309,7 @@ def _wide_warp_tile(p: Problem, family: str, threads: int | None) -> tuple[int, 
     tiles = ceil(p.m / (fm * am)) * ceil(p.n / (fn * an))
     if not 4 <= tiles <= 8 or (threads is not None and threads < 32 * tiles):
         return None
-    base_m, base_n = _budget_warp_tile(p, family)
-    return (fm, fn) if fm * fn > base_m * base_n else None
+    return (fm, fn) if fm * fn > base[0] * base[1] else None
 
 
 def _budget_warp_tile(p: Problem, family: str, budget: int | None = None) -> tuple[int, int]:
