@@ -115,6 +115,8 @@ def config_struct(desc: Descriptor, name: str = "blasdx_config") -> str:
     lines += [
         "    // batched kernel: consecutive problems per block, each with its own A/B buffer (their copies overlap)",
         f"    static constexpr int stages = {plan.stages}, stage_bytes = {plan.stage_bytes};",
+        f"    static constexpr int k_chunk = {plan.k_chunk or p.k};  // batched kernel: K per copy group, "
+        "multiplied as each lands",
     ]
     lines += _wgmma_lines(plan)
     lines.append("};")

@@ -273,6 +273,7 @@ class KernelPlan:
     stages: int = 1  # batched kernel: consecutive problems per block, each with its own A/B buffer
     stage_bytes: int = 0  # bytes from one problem's A/B buffer to the next (A, B, and C when staged over them)
     k_unroll: int = 1  # mma.sync K steps unrolled per pass of a warp tile's K loop (k_loop_unroll)
+    k_chunk: int = 0  # batched kernel: K elements per copy group, each multiplied as it lands; 0: K at once
 
     @property
     def is_mma(self) -> bool:
@@ -528,8 +529,9 @@ def _epilogue(p: Problem, plan: KernelPlan, ab_bytes: int) -> KernelPlan:
         buffers = (stages - 1) * stride + stage  # the last problem's A/B (or C over them) unpadded
         c_offset = round_up(buffers, SMEM_BUFFER_ALIGNMENT) if c_bytes else 0
         total = c_offset + c_bytes if c_bytes else buffers + _b_overread_bytes(p, plan_)  # B may end the block
-        return replace(plan_, stages=stages, stage_bytes=stride, smem_c_offset=c_offset, shared_memory=total,
+        done = replace(plan_, stages=stages, stage_bytes=stride, smem_c_offset=c_offset, shared_memory=total,
                        min_blocks=_min_blocks_per_sm(p, plan_.instruction, plan_.threads, total, plan_.warp_tile))
+        return replace(done, k_chunk=batched_k_chunk(p, done))
 
     def with_c_over(over: SmemLayout) -> KernelPlan:
         return finish(replace(plan, smem_c_over_ab=over), max(ab_bytes, over.cosize * p.element_size(p.c)), 0)
@@ -593,6 +595,56 @@ def batched_stages(p: Problem, plan: KernelPlan, stage_bytes: int, c_bytes: int)
         stages -= 1
     return stages
 
+
+def k_chunk_fits(p: Problem, plan: KernelPlan, chunk: int) -> bool:
+    """Whether the batched kernel can copy and multiply K in chunks of ``chunk`` elements: a
+    warp-level plan of one problem per block with asynchronous copies, whose accumulator stays
+    in registers (the chunks' products add up there), every chunk a whole number of MMA steps
+    starting on a 16-byte boundary of A and B in shared and global memory."""
+    if plan.is_wgmma or plan.stages != 1 or not 0 < chunk < p.k or not loads_asynchronously(p, plan):
+        return False
+    if accumulator_bytes_per_thread(p, plan) > _MAX_ACCUMULATOR_BYTES:
+        return False
+    if plan.is_mma and chunk % plan.atom[2]:
+        return False
+    a_step = 1 if p.a_row_major else plan.smem_a.leading_dimension  # elements from one K index to the next
+    b_step = plan.smem_b.leading_dimension if p.b_row_major else 1
+    return chunk * a_step * p.element_size(p.a) % 16 == 0 and chunk * b_step * p.element_size(p.b) % 16 == 0
+
+
+def batched_k_chunk(p: Problem, plan: KernelPlan) -> int:
+    """K elements per copy group of the batched kernel (``KernelPlan.k_chunk``), or 0: all of K
+    in one group.
+
+    A block copies A and B as :data:`_K_CHUNKS` groups along K and multiplies each as it lands,
+    the later ones still in flight, where that was measured to pay: float32 operands on CUDA cores
+    with M and N of 128 or more (four chunks), and tf32 / 3xtf32 blocks that run alone on their SM
+    for shared memory (two). Batched benchmark on an H200 (2026-11-26, one, two and four chunks
+    alternating in one process, against cuBLASDx): f32 128x128x64 1.06 -> 1.25-1.28x (four),
+    tf32 128^3 0.89-0.91 -> 1.00-1.02x, 3xtf32 128^3 +6%; f32 128^3 unchanged. Elsewhere it lost:
+    16-bit 100^3 0.88 -> 0.66-0.69x (f16->f16), f64 128x128x64 1.80 -> 1.53x (every tile's
+    accumulator then lives in registers at once: 89 -> 190 registers), 3xtf32 128x128x64 -25%,
+    32^3 and 64^3 2-6%.
+    """
+    if p.is_complex or p.element_size(p.a) != 4 or p.element_size(p.b) != 4:
+        return 0
+    if not plan.is_mma:
+        parts = _K_CHUNKS["fma"] if p.m >= 128 and p.n >= 128 else 0
+    else:
+        alone = (MAX_SHARED_MEMORY[p.sm] + 1024) // (plan.shared_memory + 1024) == 1
+        parts = _K_CHUNKS["mma"] if alone else 0
+    if not parts:
+        return 0
+    chunk = round_up(-(-p.k // parts), 16)
+    return chunk if k_chunk_fits(p, plan, chunk) else 0
+
+
+#: K chunks of a batched block where :func:`batched_k_chunk` takes them, by path.
+_K_CHUNKS = {"fma": 4, "mma": 2}
+
+
+#: The device API's register accumulator limit (api.cuh MAX_ACCUMULATOR_BYTES).
+_MAX_ACCUMULATOR_BYTES = 512
 
 #: Registers of one SM (every architecture blasdx targets).
 _REGISTERS_PER_SM = 65536

@@ -84,6 +84,39 @@ __device__ __forceinline__ void multiply(const typename C::a_type* sA, const typ
     }
 }
 
+// A product held in registers (acc) to C: staged in shared memory and stored in whole rows when
+// beta == 0 and the plan stages C (beside A and B, or over them once the block is done reading
+// them), else each element scaled and stored straight to global memory.
+template <class C, class Scalar>
+__device__ __forceinline__ void store_accumulator(const accumulator<C>& acc, typename C::c_type* c, unsigned char* smem,
+                                                  unsigned char* stage, int tid, Scalar alpha, Scalar beta,
+                                                  bool read_c) {
+    using value_type = typename accumulator<C>::value_type;
+    if constexpr (C::stage_c || C::stage_c_over_ab) {
+        if (!read_c) {
+            typename C::c_type* sC;
+            if constexpr (C::stage_c) {
+                sC = reinterpret_cast<typename C::c_type*>(smem + C::smem_c_offset);
+            } else {
+                __syncthreads();  // nobody reads A or B any more
+                sC = reinterpret_cast<typename C::c_type*>(stage);
+            }
+            acc.for_each([&](int row, int col, const value_type& value) {
+                scale_store(sC + (C::c_row_major ? row * C::smem_ldc + col : row + col * C::smem_ldc), alpha,
+                            Scalar{}, false, value);
+            });
+            __syncthreads();
+            copy_matrix_to_global<typename C::c_type, C::c_outer, C::c_inner, C::smem_ldc, C::ldc, C::copy_bytes_c,
+                                  C::threads>(c, sC, tid);
+            return;
+        }
+    }
+    acc.for_each([&](int row, int col, const value_type& value) {
+        typename C::c_type* dst = c + (C::c_row_major ? i64(row) * C::ldc + col : row + i64(col) * C::ldc);
+        scale_store(dst, alpha, beta, read_c, value);
+    });
+}
+
 // alpha * A B staged over A and B, then stored in whole rows: every tile this thread owns is
 // accumulated in registers (the device API's accumulator, dispatched as its register execute),
 // the block waits until nobody reads A or B, and C goes into shared memory from offset 0.
@@ -98,15 +131,75 @@ __device__ __forceinline__ void store_over_operands(typename C::c_type* c, unsig
         BlockGemm<C>::template accumulate<C::smem_lda, C::smem_ldb>(acc.fragment(), sA, sB, acc.thread(),
                                                                     identity{}, identity{});
     }
+    store_accumulator<C>(acc, c, smem, smem, tid, alpha, Scalar{}, false);
+}
+
+// ---- K in chunks (Cfg::k_chunk < k): one block's copies land chunk by chunk, multiplied as they do ----
+//
+// A block whose A and B fill most of an SM's shared memory runs alone or nearly so, and nothing
+// overlaps its load with its products. Its copies are issued as one group per K chunk, and the
+// product over a chunk starts as soon as that chunk has landed, while the later ones are in flight.
+
+// The block GEMM over K indices [K0, K0 + KC) only: the same configuration with k = KC, run on
+// A and B pointers moved to K0 (the fragment shape depends on M and N alone).
+template <class C, int KC> struct k_chunk_cfg : C {
+    static constexpr int k = KC;
+};
+
+template <class C> constexpr int k_chunks = (C::k + C::k_chunk - 1) / C::k_chunk;
+template <class C, int I> constexpr int chunk_size = I + 1 < k_chunks<C> ? C::k_chunk : C::k - I * C::k_chunk;
+
+// Element offset of K index k0 in A or B, in shared (SMEM) or global memory.
+template <class C, bool SMEM> __host__ __device__ constexpr int a_k_offset(int k0) {
+    return C::a_row_major ? k0 : k0 * (SMEM ? C::smem_lda : C::lda);
+}
+template <class C, bool SMEM> __host__ __device__ constexpr int b_k_offset(int k0) {
+    return C::b_row_major ? k0 * (SMEM ? C::smem_ldb : C::ldb) : k0;
+}
+
+// Issue the copies of chunks I, I + 1, ... of A and B, one commit group per chunk.
+template <class C, int I>
+__device__ __forceinline__ void copy_k_chunks(unsigned char* stage, const typename C::a_type* a,
+                                              const typename C::b_type* b, int tid) {
+    using TA = typename C::a_type;
+    using TB = typename C::b_type;
+    constexpr int K0 = I * C::k_chunk, KC = chunk_size<C, I>;
+    static_assert(a_k_offset<C, true>(K0) * int(sizeof(TA)) % 16 == 0 &&
+                      b_k_offset<C, true>(K0) * int(sizeof(TB)) % 16 == 0,
+                  "every K chunk starts on a 16-byte boundary in shared memory (heuristics.k_chunk_fits)");
+    constexpr int A_OUTER = C::a_row_major ? C::a_outer : KC, A_INNER = C::a_row_major ? KC : C::a_inner;
+    constexpr int B_OUTER = C::b_row_major ? KC : C::b_outer, B_INNER = C::b_row_major ? C::b_inner : KC;
+    copy_matrix_to_shared<TA, A_OUTER, A_INNER, C::lda, C::smem_lda, C::copy_bytes_a, C::threads>(
+        reinterpret_cast<TA*>(stage) + a_k_offset<C, true>(K0), a + a_k_offset<C, false>(K0), tid);
+    copy_matrix_to_shared<TB, B_OUTER, B_INNER, C::ldb, C::smem_ldb, C::copy_bytes_b, C::threads>(
+        reinterpret_cast<TB*>(stage + C::smem_b_offset) + b_k_offset<C, true>(K0), b + b_k_offset<C, false>(K0), tid);
+    copy_commit();
+    if constexpr (I + 1 < k_chunks<C>) copy_k_chunks<C, I + 1>(stage, a, b, tid);
+}
+
+// acc += A B over chunk I once its copies have landed, then over the chunks after it.
+template <class C, int I>
+__device__ __forceinline__ void multiply_k_chunks(accumulator<C>& acc, const unsigned char* stage) {
+    constexpr int K0 = I * C::k_chunk;
+    copy_wait<k_chunks<C> - 1 - I>();
     __syncthreads();
-    auto* sC = reinterpret_cast<typename C::c_type*>(smem);
-    acc.for_each([&](int row, int col, const typename accumulator<C>::value_type& value) {
-        scale_store(sC + (C::c_row_major ? row * C::smem_ldc + col : row + col * C::smem_ldc), alpha, Scalar{}, false,
-                    value);
-    });
-    __syncthreads();
-    copy_matrix_to_global<typename C::c_type, C::c_outer, C::c_inner, C::smem_ldc, C::ldc, C::copy_bytes_c,
-                          C::threads>(c, sC, tid);
+    const auto* sA = reinterpret_cast<const typename C::a_type*>(stage) + a_k_offset<C, true>(K0);
+    const auto* sB = reinterpret_cast<const typename C::b_type*>(stage + C::smem_b_offset) + b_k_offset<C, true>(K0);
+    BlockGemm<k_chunk_cfg<C, chunk_size<C, I>>>::template accumulate<C::smem_lda, C::smem_ldb>(
+        acc.fragment(), sA, sB, acc.thread(), identity{}, identity{});
+    if constexpr (I + 1 < k_chunks<C>) multiply_k_chunks<C, I + 1>(acc, stage);
+}
+
+// One problem, its K in chunks: every chunk's copies issued, each multiplied as it lands, C stored.
+template <class C, class Scalar>
+__device__ __forceinline__ void multiply_in_k_chunks(const typename C::a_type* a, const typename C::b_type* b,
+                                                     typename C::c_type* c, unsigned char* smem, int tid,
+                                                     Scalar alpha, Scalar beta, bool read_c) {
+    static_assert(C::stages == 1 && !C::use_wgmma, "K chunks are for one problem per block, warp-level GEMM");
+    copy_k_chunks<C, 0>(smem, a, b, tid);
+    accumulator<C> acc;
+    multiply_k_chunks<C, 0>(acc, smem);
+    store_accumulator<C>(acc, c, smem, smem, tid, alpha, beta, read_c);
 }
 
 // Swizzled panels repeat every 1024 bytes and wgmma swizzles absolute shared addresses.
@@ -163,7 +256,12 @@ __device__ __forceinline__ void batched_gemm(const Cfg::a_type* __restrict__ a, 
     }
     constexpr int STAGES = Cfg::stages;
     const int tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
-    if constexpr (STAGES == 1) {
+    if constexpr (k_chunks<Cfg> > 1) {
+        const i64 problem = blockIdx.x;
+        multiply_in_k_chunks<Cfg>(a + problem * stride_a, b + problem * stride_b, c + problem * stride_c, smem, tid,
+                                  alpha, beta, read_c);
+        return;
+    } else if constexpr (STAGES == 1) {
         const i64 problem = blockIdx.x;
         copy_operands<Cfg>(smem, a + problem * stride_a, b + problem * stride_b, tid);
         copy_wait_all();

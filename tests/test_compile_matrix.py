@@ -241,3 +241,24 @@ def test_small_batched_kernel_is_straight_code(a, c, loops):
     branches = re.findall(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?BRA\s+(0x[0-9a-f]+)", sass)
     backward = [(at, to) for at, to in branches if int(to, 16) < int(at, 16)]  # (a branch to itself ends the code)
     assert bool(backward) == loops, f"backward branches {backward}"
+
+
+@pytest.mark.parametrize("sm", (80, 86, 89, 90))
+@pytest.mark.parametrize("a, size, bits", [(dt.float32, (128, 128, 64), None), (dt.tfloat32, (128, 128, 128), None),
+                                           (dt.float32, (128, 128, 128), 23)], ids=["f32", "tf32", "3xtf32"])
+def test_batched_k_chunks_are_commit_groups_waited_for_in_turn(sm, a, size, bits):
+    """A plan with K in chunks (KernelPlan.k_chunk) issues one cp.async group per chunk and waits
+    for them one at a time (1, then 0 still in flight for two chunks), with no local memory."""
+    desc = (bx.Size(*size) + bx.Precision(a, a, dt.float32) + bx.Type.real + bx.Function.MM
+            + bx.Arrangement(bx.row_major, bx.row_major, bx.row_major) + bx.SM(sm) + bx.Block())
+    if bits:
+        desc = desc + bx.MantissaBits(bits)
+    if not desc.is_supported:
+        pytest.skip("does not fit this SM's shared memory")
+    chunks = -(-size[2] // desc.plan.k_chunk)
+    kernel = desc.compile()
+    sass = kernel.sass()
+    assert kernel.local_memory == 0
+    assert len(re.findall(r"\bLDGDEPBAR\b", sass)) == chunks
+    waits = [int(n, 16) for n in re.findall(r"\bDEPBAR\.LE SB0, (0x[0-9a-f]+)", sass)]
+    assert waits == list(range(chunks - 1, -1, -1))

@@ -169,6 +169,60 @@ def test_several_problems_per_block(sm, row, size, arr):
     run_gemm(desc, row, *_scalars(row)[1], rng, batch=5, a_batch=1)
 
 
+@pytest.fixture
+def k_chunks_everywhere(monkeypatch):
+    """Every batched plan that can take K in chunks takes them (the smallest that fit, so that odd K
+    ends in a short chunk), whatever heuristics.batched_k_chunk would choose."""
+    from blasdx import cache, execute, heuristics
+
+    def smallest(p, plan):
+        return next((c for c in range(16, p.k, 16) if heuristics.k_chunk_fits(p, plan, c)), 0)
+
+    monkeypatch.setattr(heuristics, "batched_k_chunk", smallest)
+    monkeypatch.setattr(execute, "_PLANS", {})
+    monkeypatch.setattr(execute, "_PLANS_BY_ID", {})
+    cache.clear_memory_cache()
+    yield
+    cache.clear_memory_cache()
+
+
+@pytest.mark.parametrize("arr", [(R, R, R), (C, C, C), (R, C, R), (C, R, C)],
+                         ids=lambda a: "".join(x.name[0] for x in a))
+@pytest.mark.parametrize("size", [(64, 64, 64), (100, 100, 100), (128, 96, 72), (33, 40, 50)],
+                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("row", _rows(), ids=_row_id)
+def test_k_in_chunks(sm, k_chunks_everywhere, row, size, arr):
+    """Plans whose block copies K in chunks and multiplies each as it lands (KernelPlan.k_chunk):
+    every type, K-contiguous and not, K ending in a short chunk, C staged or stored from
+    registers, beta 0 (C poisoned) and not."""
+    desc = gemm_descriptor(row, size, sm, arr)
+    if not desc.is_supported or not desc.plan.k_chunk:
+        pytest.skip("no K chunks for this plan")
+    rng = np.random.default_rng(abs(hash((size, arr, "k chunks"))) % 2**32)
+    for alpha, beta in _scalars(row):
+        run_gemm(desc, row, alpha, beta, rng, batch=3)
+
+
+def _float32_row(a: dt.DType) -> dt.Combination:
+    return next(r for r in _rows() if r.a == a and r.c == dt.float32 and not r.is_complex)
+
+
+@pytest.mark.parametrize("arr", [(R, R, R), (C, C, C), (R, C, C)], ids=lambda a: "".join(x.name[0] for x in a))
+@pytest.mark.parametrize("size", [(128, 128, 64), (128, 128, 128)], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("a, bits", [(dt.float32, None), (dt.tfloat32, None), (dt.float32, 23)],
+                         ids=["f32", "tf32", "3xtf32"])
+def test_k_chunk_plans_of_the_heuristics(sm, a, bits, size, arr):
+    """The plans heuristics.batched_k_chunk gives chunks to (128-wide float32, tf32 and 3xtf32),
+    as users get them."""
+    row = _float32_row(a)
+    desc = gemm_descriptor(row, size, sm, arr, **({"bits": bx.MantissaBits(bits)} if bits else {}))
+    if not desc.is_supported or not desc.plan.k_chunk:
+        pytest.skip("no K chunks for this plan on this GPU")
+    rng = np.random.default_rng(abs(hash((size, arr, bits, "planned chunks"))) % 2**32)
+    for alpha, beta in _scalars(row):
+        run_gemm(desc, row, alpha, beta, rng, batch=3)
+
+
 def _tf32_bits(x: np.ndarray, half: int) -> np.ndarray:
     """float32 values cut to tf32's 10 mantissa bits after adding ``half`` (0: truncated, 0x1000: rounded)."""
     bits = x.astype(np.float32).view(np.uint32)

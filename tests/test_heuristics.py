@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from math import ceil
 
 import pytest
@@ -599,3 +600,54 @@ def test_compute_bound_wide_warp_tiles_keep_four_to_eight_warps(size, a, c, comp
     assert plan.threads == (threads or 32 * warps)
     if threads is None:  # the suggested block: one tile per warp, within the register accumulator's limit
         assert h.accumulator_bytes_per_thread(p, plan) <= 512
+
+
+@pytest.mark.parametrize("size, a, scheme, arch_specific, chunk", [
+    ((128, 128, 64), F32, "native", False, 16),     # float32 on CUDA cores, 128-wide: four chunks
+    ((128, 128, 128), F32, "native", False, 32),
+    ((128, 128, 128), TF32, "native", False, 64),   # alone on its SM for shared memory: two chunks
+    ((128, 128, 128), F32, "3xtf32", False, 64),
+    ((128, 128, 64), TF32, "native", False, 0),     # two blocks fit per SM
+    ((128, 128, 64), F32, "3xtf32", False, 0),      # measured to lose 25%
+    ((100, 100, 100), F32, "native", False, 0),     # narrower than 128
+    ((128, 128, 64), F64, "native", False, 0),      # measured to lose (every tile's accumulator live at once)
+    ((100, 100, 100), F16, "native", False, 0),     # measured to lose
+    ((128, 128, 128), F16, "native", True, 0),      # wgmma
+])
+def test_batched_k_chunks_where_they_were_measured_to_pay(size, a, scheme, arch_specific, chunk):
+    """The batched kernel copies K in chunks, multiplying each as it lands, for float32 on CUDA
+    cores 128 and more wide (four chunks) and tf32 / 3xtf32 blocks alone on their SM (two)."""
+    c = F64 if a is F64 else (F16 if a is F16 else F32)
+    p = h.Problem(*size, a, a, c, False, True, True, True, 90, arch_specific, scheme=scheme)
+    plan = h.plan_kernel(p)
+    assert plan.k_chunk == chunk
+    if chunk:
+        assert h.k_chunk_fits(p, plan, chunk)
+
+
+def test_k_chunk_reaches_the_generated_config():
+    def desc(size):
+        return (bx.Size(*size) + bx.Precision(F32, F32, F32) + bx.Type.real + bx.Function.MM
+                + bx.Arrangement(bx.row_major, bx.row_major, bx.row_major) + bx.SM(90) + bx.Block())
+
+    assert "static constexpr int k_chunk = 16;" in codegen.generate(desc((128, 128, 64))).source
+    whole = desc((64, 64, 64))
+    assert "static constexpr int k_chunk = 64;" in codegen.generate(whole).source  # all of K: one group
+
+
+def test_k_chunks_need_one_problem_per_block_whole_mma_steps_and_aligned_starts():
+    p = h.Problem(128, 128, 128, TF32, TF32, F32, False, True, True, True, 90)
+    plan = h.plan_kernel(p)
+    assert h.k_chunk_fits(p, plan, 64) and h.k_chunk_fits(p, plan, 8)
+    assert not h.k_chunk_fits(p, plan, 4)              # half an m16n8k8 step
+    assert not h.k_chunk_fits(p, plan, 128)            # all of K: one chunk
+    assert not h.k_chunk_fits(p, replace(plan, stages=2), 64)
+    wgmma = h.Problem(128, 128, 128, F16, F16, F32, False, True, True, True, 90, True)
+    assert h.plan_kernel(wgmma).is_wgmma and not h.k_chunk_fits(wgmma, h.plan_kernel(wgmma), 64)
+    sm75 = replace(p, sm=75, a=F16, b=F16)             # no cp.async: nothing is left in flight
+    assert not h.k_chunk_fits(sm75, h.plan_kernel(sm75), 32)
+    f64_rows = h.Problem(40, 40, 40, F64, F64, F64, False, False, True, True, 90)  # K-outer rows of 40 doubles
+    plan64 = h.plan_kernel(f64_rows)
+    assert all(h.k_chunk_fits(f64_rows, plan64, c) == (c * max(plan64.smem_a.strides) * 8 % 16 == 0
+                                                       and c * max(plan64.smem_b.strides) * 8 % 16 == 0)
+               for c in (8, 16, 24, 32))
