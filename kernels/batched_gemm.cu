@@ -12,6 +12,11 @@
 // rounded up), each with its own A/B buffer: the copies of a later problem's A and B are in
 // flight while an earlier one is multiplied and stored (batched_gemm below).
 //
+// A block of one problem whose plan splits K (Cfg::k_chunk < k) issues its copies as one group
+// per K chunk and multiplies each chunk as soon as it has landed, the later ones still in flight
+// (multiply_in_k_chunks): where such a block runs alone on its SM, nothing else would overlap its
+// load and its products.
+//
 // Plans with use_wgmma (sm_90a) copy A and B into swizzled panels instead (8-bit operands
 // that are not K-major transposed on the way) and multiply with WarpgroupGemm; everything
 // else is the same.
