@@ -706,7 +706,35 @@ def warp_level_family(p: Problem) -> str:
 
 
 def plan_warp_level(p: Problem, threads: int | None = None) -> KernelPlan:
-    """The block GEMM on mma.sync (or FMA): warps own warp tiles, operands in padded layouts."""
+    """The block GEMM on mma.sync (or FMA): warps own warp tiles, operands in padded layouts;
+    with the suggested block size, halved where :func:`_alone_for_registers` says so."""
+    plan = _plan_warp_level(p, threads)
+    if threads is None and _alone_for_registers(p, plan):
+        return _plan_warp_level(p, plan.threads // 2)
+    return plan
+
+
+def _alone_for_registers(p: Problem, plan: KernelPlan) -> bool:
+    """Whether a memory-bound fp8 or 3xtf32 mma.sync block of 256 threads runs alone on its SM for
+    registers while shared memory has room for two: then 128 threads (two blocks in flight).
+
+    Their fragments need more than 128 registers per thread at 256 threads (e4m3 100^3, B
+    converted to f16 on sm_90: 171; 3xtf32 100^3: 133), and a cap of 128 spills, so one such
+    block holds the SM. Batched benchmark on an H200 (2026-11-26, alternating in one process):
+    e4m3 100^3 0.88-0.90 -> 1.08x cuBLASDx, 3xtf32 100^3 1327-1359 -> 1636-1670 GB/s. Where
+    shared memory holds the block alone anyway (3xtf32 128^3) 128 threads lost 25%, and where it
+    would hold three (3xtf32 128x128x64, C then stored from registers) 10%. Only sm_90 was
+    measured (and only there is fp8 converted), so only sm_90 takes it.
+    """
+    fp8 = p.a in (_dt.float8_e4m3, _dt.float8_e5m2) or p.b in (_dt.float8_e4m3, _dt.float8_e5m2)
+    if not (fp8 or p.scheme == "3xtf32") or p.compute_bound or p.is_complex or not plan.is_mma or p.sm < 90:
+        return False
+    fits = (MAX_SHARED_MEMORY[p.sm] + 1024) // (plan.shared_memory + 1024)
+    return plan.threads == 256 and plan.min_blocks == 1 and fits == 2
+
+
+def _plan_warp_level(p: Problem, threads: int | None) -> KernelPlan:
+    """:func:`plan_warp_level` for a given (or the suggested) block size."""
     family = warp_level_family(p)
     atom = atom_shape(family)
     warp_tile = _mma_warp_tile(p, family, threads) if family != "fma" else (1, 1)

@@ -292,7 +292,8 @@ def test_plan_properties(pr):
         tiles = ceil(p.m / (fm * am)) * ceil(p.n / (fn * an))
         if tiles < 4:
             assert (fm, fn) == (1, 1)
-        assert plan.threads == 32 * min(8, tiles)
+        halved = h._alone_for_registers(p, h._plan_warp_level(p, None))  # two blocks of 128 instead of one of 256
+        assert plan.threads == 32 * min(8, tiles) // (2 if halved else 1)
     else:
         assert plan.atom == (1, 1, 1) and plan.warp_tile == (1, 1)
         tm, tn = plan.thread_tile
@@ -651,3 +652,23 @@ def test_k_chunks_need_one_problem_per_block_whole_mma_steps_and_aligned_starts(
     assert all(h.k_chunk_fits(f64_rows, plan64, c) == (c * max(plan64.smem_a.strides) * 8 % 16 == 0
                                                        and c * max(plan64.smem_b.strides) * 8 % 16 == 0)
                for c in (8, 16, 24, 32))
+
+
+@pytest.mark.parametrize("size, a, scheme, sm, threads", [
+    ((100, 100, 100), E4, "native", 90, 128),     # 171 registers at 256 threads: alone; shared memory fits two
+    ((100, 100, 100), F32, "3xtf32", 90, 128),
+    ((128, 128, 128), F32, "3xtf32", 90, 256),    # shared memory holds one block anyway
+    ((128, 128, 64), F32, "3xtf32", 90, 256),     # three would fit: measured to lose
+    ((100, 100, 100), I8, "native", 90, 256),     # capped at 128 registers: two blocks of 256
+    ((100, 100, 100), E4, "native", 89, 256),     # not measured off sm_90
+    ((100, 100, 100), TF32, "native", 90, 256),
+])
+def test_register_bound_blocks_are_halved_where_two_then_fit(size, a, scheme, sm, threads):
+    """Memory-bound fp8 and 3xtf32 mma.sync blocks of 256 threads, alone on their SM for registers
+    while shared memory fits two, are suggested at 128 threads (two blocks in flight)."""
+    c = I32 if a is I8 else F32
+    p = h.Problem(*size, a, a, c, False, True, True, True, sm, scheme=scheme)
+    assert h.plan_kernel(p).threads == threads
+    assert h.plan_kernel(p, 256).threads == 256                        # BlockDim decides
+    fused = replace(p, compute_bound=True)                            # fusion's plans keep their own rule
+    assert not h._alone_for_registers(fused, h._plan_warp_level(fused, 256))
