@@ -151,17 +151,23 @@ def random_operand(
     return values.astype(dtype.host_dtype)
 
 
-def relative_error(got: np.ndarray, ref: np.ndarray) -> float:
-    """Normwise relative error; infinite when ``got`` holds NaN or Inf."""
+def relative_error(got: np.ndarray, ref: np.ndarray, scale: np.ndarray | None = None) -> float:
+    """Normwise relative error, against the norm of ``scale`` where given (else of ``ref``);
+    infinite when ``got`` holds NaN or Inf."""
     got = to_float64(got)
     if not np.all(np.isfinite(got)):
         return math.inf
-    norm = float(np.linalg.norm(np.ravel(ref)))
+    norm = float(np.linalg.norm(np.ravel(ref if scale is None else scale)))
     return float(np.linalg.norm(np.ravel(got - ref))) / (norm if norm > 0 else 1.0)
 
 
-def assert_close(got: np.ndarray, ref: np.ndarray, tol: float, what: str = "C") -> None:
-    """Raise AssertionError naming ``what`` when ``got`` is not within ``tol`` of ``ref``."""
+def assert_close(got: np.ndarray, ref: np.ndarray, tol: float, what: str = "C",
+                 scale: np.ndarray | None = None) -> None:
+    """Raise AssertionError naming ``what`` when ``got`` is not within ``tol`` of ``ref``.
+
+    ``scale`` (e.g. the product of |A|, |B| and |C|): what rounding errors are relative to where
+    few terms may cancel, so that a result near zero (one element, acc + x y ~ 0) is not held
+    to a bound relative to itself."""
     if tol == 0.0:
         wide = to_float64(got)
         if not np.array_equal(wide, ref):
@@ -169,6 +175,6 @@ def assert_close(got: np.ndarray, ref: np.ndarray, tol: float, what: str = "C") 
             first = tuple(int(i) for i in bad[0])
             raise AssertionError(f"{what}: {len(bad)} elements differ, first at {first}: {wide[first]} != {ref[first]}")
         return
-    err = relative_error(got, ref)
+    err = relative_error(got, ref, scale)
     if not err <= tol:
         raise AssertionError(f"{what}: relative error {err:.3e} exceeds {tol:.1e}")

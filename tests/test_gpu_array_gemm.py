@@ -10,7 +10,7 @@ import pytest
 import blasdx as bx
 from blasdx import array_gemm
 from blasdx import dtypes as dt
-from blasdx.reference import assert_close, random_operand, reference_gemm, tolerance
+from blasdx.reference import assert_close, random_operand, reference_gemm, to_float64, tolerance
 
 from .gpu_support import gpu_sm, host_to_torch, require_gpu, torch_to_host
 
@@ -162,17 +162,19 @@ def test_mma_random(sm, a):
                 x, y = _tensor(x_host, a, orders[0]), _tensor(y_host, a, orders[1])
                 acc = _tensor(acc_host, c, orders[1])
                 ref = _reference(x_host, y_host, acc_host)
+                scale = _reference(*(np.abs(to_float64(v)) for v in (x_host, y_host, acc_host)))  # terms' size
                 what = f"mma {a.name}->{c.name} {shape} {orders} {batches}"
                 before = torch_to_host(acc, c).copy()
                 got = bx.mma(x, y, acc)  # a new array; acc untouched
-                assert_close(_host(got, c), ref, _path_tolerance(a, c, shape[2]), what=what)
+                assert_close(_host(got, c), ref, _path_tolerance(a, c, shape[2]), what=what, scale=scale)
                 np.testing.assert_array_equal(torch_to_host(acc, c), before)
                 out = torch.full(tuple(acc.shape), float("nan") if not c.integral else 77,
                                  dtype=got.dtype, device="cuda")
                 assert bx.mma(x, y, acc, out=out) is out
-                assert_close(_host(out, c), ref, _path_tolerance(a, c, shape[2]), what=what + " out=")
+                assert_close(_host(out, c), ref, _path_tolerance(a, c, shape[2]), what=what + " out=", scale=scale)
                 assert bx.mma(x, y, acc, out=acc) is acc  # in place
-                assert_close(_host(acc, c), ref, _path_tolerance(a, c, shape[2]), what=what + " in place")
+                assert_close(_host(acc, c), ref, _path_tolerance(a, c, shape[2]), what=what + " in place",
+                             scale=scale)
 
 
 # ---- the multi-block path -------------------------------------------------------------------------
