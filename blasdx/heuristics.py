@@ -600,7 +600,8 @@ def k_chunk_fits(p: Problem, plan: KernelPlan, chunk: int) -> bool:
     """Whether the batched kernel can copy and multiply K in chunks of ``chunk`` elements: a
     warp-level plan of one problem per block with asynchronous copies, whose accumulator stays
     in registers (the chunks' products add up there), every chunk a whole number of MMA steps
-    starting on a 16-byte boundary of A and B in shared and global memory."""
+    starting on a 16-byte boundary of A and B in shared memory (in global memory the copy width
+    divides the leading dimension, so every chunk starts where its vectors may)."""
     if plan.is_wgmma or plan.stages != 1 or not 0 < chunk < p.k or not loads_asynchronously(p, plan):
         return False
     if accumulator_bytes_per_thread(p, plan) > _MAX_ACCUMULATOR_BYTES:

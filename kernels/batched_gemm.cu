@@ -90,8 +90,9 @@ __device__ __forceinline__ void multiply(const typename C::a_type* sA, const typ
 }
 
 // A product held in registers (acc) to C: staged in shared memory and stored in whole rows when
-// beta == 0 and the plan stages C (beside A and B, or over them once the block is done reading
-// them), else each element scaled and stored straight to global memory.
+// beta == 0 and the plan stages C (beside A and B at smem + smem_c_offset, or over this problem's
+// A and B at stage once the block is done reading them), else each element scaled and stored
+// straight to global memory.
 template <class C, class Scalar>
 __device__ __forceinline__ void store_accumulator(const accumulator<C>& acc, typename C::c_type* c, unsigned char* smem,
                                                   unsigned char* stage, int tid, Scalar alpha, Scalar beta,
@@ -126,9 +127,10 @@ __device__ __forceinline__ void store_accumulator(const accumulator<C>& acc, typ
 // accumulated in registers (the device API's accumulator, dispatched as its register execute),
 // the block waits until nobody reads A or B, and C goes into shared memory from offset 0.
 template <class C, class Scalar>
-__device__ __forceinline__ void store_over_operands(typename C::c_type* c, unsigned char* smem,
+__device__ __forceinline__ void store_over_operands(typename C::c_type* c, unsigned char* stage,
                                                     const typename C::a_type* sA, const typename C::b_type* sB,
                                                     int tid, Scalar alpha) {
+    static_assert(C::stage_c_over_ab && !C::stage_c, "C goes over this problem's A and B");
     accumulator<C> acc;
     if constexpr (C::use_wgmma) {
         WarpgroupGemm<C>::accumulate(acc.fragment(), sA, sB, acc.thread());
@@ -136,7 +138,7 @@ __device__ __forceinline__ void store_over_operands(typename C::c_type* c, unsig
         BlockGemm<C>::template accumulate<C::smem_lda, C::smem_ldb>(acc.fragment(), sA, sB, acc.thread(),
                                                                     identity{}, identity{});
     }
-    store_accumulator<C>(acc, c, smem, smem, tid, alpha, Scalar{}, false);
+    store_accumulator<C>(acc, c, stage, stage, tid, alpha, Scalar{}, false);
 }
 
 // ---- K in chunks (Cfg::k_chunk < k): one block's copies land chunk by chunk, multiplied as they do ----
