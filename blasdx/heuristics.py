@@ -54,9 +54,10 @@ WGMMA_SMEM_ALIGNMENT = 1024
 #: Accumulator bytes one thread may hold in registers per warp tile; beyond this the
 #: compiler starts spilling once fragments and addresses are counted (64 registers).
 _ACCUMULATOR_BYTES_PER_THREAD = 256
-#: Accumulator bytes per thread of a compute-bound warp tile of up to 64 x 64 (``_wide_warp_tile``):
-#: the device API's register accumulator limit, one tile per warp.
-_WIDE_ACCUMULATOR_BYTES_PER_THREAD = 512
+#: The device API's register accumulator limit per thread (api.cuh MAX_ACCUMULATOR_BYTES): what a
+#: compute-bound warp tile of up to 64 x 64 may hold (``_wide_warp_tile``, one tile per warp) and
+#: what a batched block taking K in chunks keeps across them (``k_chunk_fits``).
+_REGISTER_ACCUMULATOR_BYTES = 512
 
 
 def round_up(value: int, multiple: int) -> int:
@@ -305,7 +306,7 @@ def _wide_warp_tile(p: Problem, family: str, threads: int | None, base: tuple[in
     """
     if not p.compute_bound or p.is_complex or p.scheme == "3xtf32" or atom_shape(family)[2] == 32:
         return None
-    fm, fn = _budget_warp_tile(p, family, _WIDE_ACCUMULATOR_BYTES_PER_THREAD)
+    fm, fn = _budget_warp_tile(p, family, _REGISTER_ACCUMULATOR_BYTES)
     am, an, _ = atom_shape(family)
     tiles = ceil(p.m / (fm * am)) * ceil(p.n / (fn * an))
     if not 4 <= tiles <= 8 or (threads is not None and threads < 32 * tiles):
@@ -604,7 +605,7 @@ def k_chunk_fits(p: Problem, plan: KernelPlan, chunk: int) -> bool:
     divides the leading dimension, so every chunk starts where its vectors may)."""
     if plan.is_wgmma or plan.stages != 1 or not 0 < chunk < p.k or not loads_asynchronously(p, plan):
         return False
-    if accumulator_bytes_per_thread(p, plan) > _MAX_ACCUMULATOR_BYTES:
+    if accumulator_bytes_per_thread(p, plan) > _REGISTER_ACCUMULATOR_BYTES:
         return False
     if plan.is_mma and chunk % plan.atom[2]:
         return False
@@ -632,7 +633,7 @@ def batched_k_chunk(p: Problem, plan: KernelPlan) -> int:
     if not plan.is_mma:
         parts = _K_CHUNKS["fma"] if p.m >= 128 and p.n >= 128 else 0
     else:
-        alone = (MAX_SHARED_MEMORY[p.sm] + 1024) // (plan.shared_memory + 1024) == 1
+        alone = blocks_by_shared_memory(p, plan.shared_memory) == 1
         parts = _K_CHUNKS["mma"] if alone else 0
     if not parts:
         return 0
@@ -644,8 +645,11 @@ def batched_k_chunk(p: Problem, plan: KernelPlan) -> int:
 _K_CHUNKS = {"fma": 4, "mma": 2}
 
 
-#: The device API's register accumulator limit (api.cuh MAX_ACCUMULATOR_BYTES).
-_MAX_ACCUMULATOR_BYTES = 512
+def blocks_by_shared_memory(p: Problem, shared_memory: int) -> int:
+    """Blocks of ``shared_memory`` dynamic bytes that fit on one SM (each also takes 1 KB the
+    driver reserves per block)."""
+    return (MAX_SHARED_MEMORY[p.sm] + 1024) // (shared_memory + 1024)
+
 
 #: Registers of one SM (every architecture blasdx targets).
 _REGISTERS_PER_SM = 65536
@@ -674,7 +678,7 @@ def _min_blocks_per_sm(
     threads per SM; a cap of 72 holds 4 without spilling (64 spills 40 bytes).
     """
     sixteen_bit = family in ("mma.sync.m16n8k16", "mma.sync.m16n8k8") and p.a.size == 2 and not p.is_complex
-    fits = (MAX_SHARED_MEMORY[p.sm] + 1024) // (shared_memory + 1024)
+    fits = blocks_by_shared_memory(p, shared_memory)
     if sixteen_bit and 128 < threads < 256:
         am, an, _ = atom_shape(family)
         acc = _dt.find_combination(p.a, p.b, p.c, p.is_complex).accumulator.size
@@ -730,7 +734,7 @@ def _alone_for_registers(p: Problem, plan: KernelPlan) -> bool:
     fp8 = p.a in (_dt.float8_e4m3, _dt.float8_e5m2) or p.b in (_dt.float8_e4m3, _dt.float8_e5m2)
     if not (fp8 or p.scheme == "3xtf32") or p.compute_bound or p.is_complex or not plan.is_mma or p.sm < 90:
         return False
-    fits = (MAX_SHARED_MEMORY[p.sm] + 1024) // (plan.shared_memory + 1024)
+    fits = blocks_by_shared_memory(p, plan.shared_memory)
     return plan.threads == 256 and plan.min_blocks == 1 and fits == 2
 
 
