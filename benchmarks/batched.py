@@ -1,6 +1,6 @@
 """Batched small GEMMs, one problem per block: blasdx execute() against cuBLASDx and cuBLAS strided batched.
 
-    python benchmarks/batched.py [--gbytes 2] [--cases f16-f32 ...] [--sizes 64x64x64 ...] [--json PATH]
+    python benchmarks/batched.py [--gbytes 2] [--cases f16-f32 ...] [--sizes 64x64x64 ...] [--beta B] [--json PATH]
 
 About ``--gbytes`` of operands per case so that L2 does not help; every competitor runs in
 this process on the same A and B, and every result is checked against the float64
@@ -187,31 +187,44 @@ def run_case(name: str, size, args: argparse.Namespace, sm: int, roof: float, ge
     desc = descriptor(name, size, sm, args.arch_specific)
     if not desc.is_supported:
         return None
-    per_problem = m * k * ta.size + k * n * tb.size + m * n * tc.size
+    beta = scalar_beta(args.beta, tc)
+    per_problem = m * k * ta.size + k * n * tb.size + m * n * tc.size * (2 if beta else 1)  # C read when beta != 0
     batch = max(1, int(args.gbytes * 1e9 // per_problem))
     a = random_tensor(ta, (batch, m, k), gen)
     b = random_tensor(tb, (batch, k, n), gen)
-    c = torch.empty((batch, m, n), device="cuda", dtype=torch_dtype(tc))
+    c0 = random_tensor(tc, (batch, m, n), gen).to(torch_dtype(tc)) if beta else None
+    c = c0.clone() if beta else torch.empty((batch, m, n), device="cuda", dtype=torch_dtype(tc))
     pick = torch.randint(0, batch, (64,), generator=gen, device="cuda")
-    ref = reference_gemm(_host(a[pick], ta), _host(b[pick], tb))
+    ref = reference_gemm(_host(a[pick], ta), _host(b[pick], tb), _host(c0[pick], tc) if beta else None, 1, beta)
     flops = 2.0 * m * n * k * batch
     row = {"case": name, "size": list(size), "batch": batch, "flops": flops, "bytes": batch * per_problem,
-           "instruction": desc.instruction, "block_dim": desc.block_dim[0]}
+           "instruction": desc.instruction, "block_dim": desc.block_dim[0], "beta": beta}
     tol = tolerance(ta, tc, k, desc.accumulator_type, desc.instruction, scheme=desc.scheme.name)
     label = f"blasdx {name} {size}"
     row["scheme"] = str(desc.scheme)
-    if _blasdx_ran(row, desc, a, b, c) and checked(row, "blasdx", _host(c[pick], tc), ref, tol, label):
-        _figures(row, "blasdx", time_ms(lambda: desc.execute(a, b, c)), batch * per_problem, flops, roof)
+    if _blasdx_ran(row, desc, a, b, c, beta) and checked(row, "blasdx", _host(c[pick], tc), ref, tol, label):
+        _figures(row, "blasdx", time_ms(lambda: desc.execute(a, b, c, beta=beta)), batch * per_problem, flops, roof)
 
-    _run_cublasdx(row, name, size, a, b, ref, pick, args.build_dir, roof)
-    _run_cublas(row, name, size, a, b, ref, pick, desc, roof)
+    _run_cublasdx(row, name, size, a, b, c0, ref, pick, args.build_dir, roof)
+    if beta:
+        row["cublas_note"] = "not run with beta != 0"
+    else:
+        _run_cublas(row, name, size, a, b, ref, pick, desc, roof)
     for who in ("cublasdx", "cublas"):
         if f"{who}_ms" in row and "blasdx_ms" in row:
             row[f"ratio_vs_{who}"] = row[f"{who}_ms"] / row["blasdx_ms"]  # > 1: blasdx faster
     return row
 
 
-def _blasdx_ran(row: dict, desc: bx.Descriptor, a, b, c) -> bool:
+def scalar_beta(beta: float, c_type: dt.DType) -> float | int:
+    """The beta the cases run with: ``--beta`` as it is, 1 for integer C when it is not 0 (integer
+    GEMMs take integer scalars)."""
+    if c_type.integral:
+        return 1 if beta else 0
+    return beta
+
+
+def _blasdx_ran(row: dict, desc: bx.Descriptor, a, b, c, beta: float | int = 0) -> bool:
     """Compile (timed) and run blasdx once; a blasdx error is noted in the row and printed, not raised."""
     import torch
 
@@ -219,7 +232,7 @@ def _blasdx_ran(row: dict, desc: bx.Descriptor, a, b, c) -> bool:
     try:
         desc.compile()
         row["compile_s"] = round(time.perf_counter() - start, 3)
-        desc.execute(a, b, c)
+        desc.execute(a, b, c, beta=beta)
         torch.cuda.synchronize()
     except bx.BlasdxError as exc:
         row["blasdx_check"] = f"error: {type(exc).__name__}: {str(exc).splitlines()[0]}"
@@ -228,8 +241,9 @@ def _blasdx_ran(row: dict, desc: bx.Descriptor, a, b, c) -> bool:
     return True
 
 
-def _run_cublasdx(row: dict, name: str, size, a, b, ref, pick, build_dir: Path, roof: float) -> None:
-    """cuBLASDx's batched kernel on the same A and B, into its own C; notes why when it cannot run."""
+def _run_cublasdx(row: dict, name: str, size, a, b, c0, ref, pick, build_dir: Path, roof: float) -> None:
+    """cuBLASDx's batched kernel on the same A and B (and C0 when beta != 0), into its own C; notes why
+    when it cannot run."""
     import torch
 
     if name not in dx.TYPES:
@@ -241,10 +255,11 @@ def _run_cublasdx(row: dict, name: str, size, a, b, ref, pick, build_dir: Path, 
         return
     ta, tb, tc = TYPES[name]
     m, n, k = size
-    c = torch.empty((a.shape[0], m, n), device="cuda", dtype=torch_dtype(tc))
+    beta = row["beta"]
+    c = c0.clone() if beta else torch.empty((a.shape[0], m, n), device="cuda", dtype=torch_dtype(tc))
     row.update(cublasdx_block_dim=case.threads, cublasdx_shared_memory=case.shared_memory("batched"))
     try:
-        case.batched(a, b, c)
+        case.batched(a, b, c, beta=beta)
         torch.cuda.synchronize()
     except RuntimeError as exc:
         row["cublasdx_note"] = str(exc)
@@ -252,8 +267,8 @@ def _run_cublasdx(row: dict, name: str, size, a, b, ref, pick, build_dir: Path, 
         return
     accumulator = dt.float16 if tc == dt.float16 else None  # cuBLASDx accumulates in C's type
     if checked(row, "cublasdx", _host(c[pick], tc), ref, tolerance(ta, tc, k, accumulator), f"cuBLASDx {name} {size}"):
-        moved = a.shape[0] * (m * k * ta.size + k * n * tb.size + m * n * tc.size)
-        _figures(row, "cublasdx", time_ms(lambda: case.batched(a, b, c)), moved, row["flops"], roof)
+        moved = a.shape[0] * (m * k * ta.size + k * n * tb.size + m * n * tc.size * (2 if beta else 1))
+        _figures(row, "cublasdx", time_ms(lambda: case.batched(a, b, c, beta=beta)), moved, row["flops"], roof)
 
 
 def _run_cublas(row: dict, name: str, size, a, b, ref, pick, desc: bx.Descriptor, roof: float) -> None:
@@ -309,6 +324,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="blasdx for sm_90a on Hopper, as cuBLASDx is built (default: on for SM 90)")
     parser.add_argument("--build-dir", type=Path, default=dx.DEFAULT_BUILD_DIR, help="cuBLASDx libraries")
     parser.add_argument("--json", default="benchmarks/results/batched.json")
+    parser.add_argument("--beta", type=float, default=0.0,
+                        help="C = A B + beta C (default 0: C only written; integer C takes 1 for any non-zero "
+                             "beta); cuBLAS runs only with beta 0")
     return parser.parse_args(argv)
 
 
@@ -343,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"date": date.today().isoformat(), "gpu": torch.cuda.get_device_name(), "copy_gbs": roof,
             "torch": torch.__version__, "blasdx": bx.__version__, "blasdx_arch_specific": args.arch_specific,
-            "cublasdx": "cuBLASDx 0.4 (nvidia-mathdx 25.6), nvcc, sm_90a", "gbytes": args.gbytes,
+            "cublasdx": "cuBLASDx 0.4 (nvidia-mathdx 25.6), nvcc, sm_90a", "gbytes": args.gbytes, "beta": args.beta,
             "ratio": "competitor time / blasdx time (> 1: blasdx faster)"}
     out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     print(f"JSON: {out}")

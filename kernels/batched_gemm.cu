@@ -2,11 +2,11 @@
 //
 // Expects `blasdx_config` (generated) and BLASDX_COMPLEX (0 or 1) to be defined. A and B
 // are copied to shared memory in their global order (16-byte copies where alignment
-// allows), the block GEMM accumulates in registers. With beta == 0, results are staged in
-// shared memory and stored in whole rows (when the plan has room for C, or, with
-// stage_c_over_ab, over A and B once the whole product is in registers); otherwise each
-// element is scaled and stored straight to global memory. C is read only when beta != 0,
-// so NaN in C stays out.
+// allows), the block GEMM accumulates in registers. Results are staged in shared memory and
+// stored in whole rows when the plan has room for C (beside A and B, or, with stage_c_over_ab,
+// over them once the whole product is in registers); with beta != 0, C is first loaded there in
+// whole rows too. Plans without that room scale and store each element straight to global
+// memory. C is read only when beta != 0, so NaN in C stays out.
 //
 // A block runs Cfg::stages consecutive problems (the grid is the batch divided by that,
 // rounded up), each with its own A/B buffer: the copies of a later problem's A and B are in
@@ -89,33 +89,43 @@ __device__ __forceinline__ void multiply(const typename C::a_type* sA, const typ
     }
 }
 
-// A product held in registers (acc) to C: staged in shared memory and stored in whole rows when
-// beta == 0 and the plan stages C (beside A and B at smem + smem_c_offset, or over this problem's
-// A and B at stage once the block is done reading them), else each element scaled and stored
-// straight to global memory.
+// C of one problem into its staging area sC in whole rows (as C is stored), landed and visible to
+// the block on return: beta * C is then read from shared memory, element by element as the
+// product is written there, instead of by scattered loads from global memory.
+template <class C>
+__device__ __forceinline__ void load_c(typename C::c_type* sC, const typename C::c_type* c, int tid) {
+    copy_matrix_to_shared<typename C::c_type, C::c_outer, C::c_inner, C::ldc, C::smem_ldc, C::copy_bytes_c,
+                          C::threads>(sC, c, tid);
+    copy_wait_all();
+    __syncthreads();
+}
+
+// A product held in registers (acc) to C: staged in shared memory and stored in whole rows when the
+// plan stages C (beside A and B at smem + smem_c_offset, or over this problem's A and B at stage once
+// the block is done reading them; with read_c, C is loaded there first), else each element scaled
+// and stored straight to global memory.
 template <class C, class Scalar>
 __device__ __forceinline__ void store_accumulator(const accumulator<C>& acc, typename C::c_type* c, unsigned char* smem,
                                                   unsigned char* stage, int tid, Scalar alpha, Scalar beta,
                                                   bool read_c) {
     using value_type = typename accumulator<C>::value_type;
     if constexpr (C::stage_c || C::stage_c_over_ab) {
-        if (!read_c) {
-            typename C::c_type* sC;
-            if constexpr (C::stage_c) {
-                sC = reinterpret_cast<typename C::c_type*>(smem + C::smem_c_offset);
-            } else {
-                __syncthreads();  // nobody reads A or B any more
-                sC = reinterpret_cast<typename C::c_type*>(stage);
-            }
-            acc.for_each([&](int row, int col, const value_type& value) {
-                scale_store(sC + (C::c_row_major ? row * C::smem_ldc + col : row + col * C::smem_ldc), alpha,
-                            Scalar{}, false, value);
-            });
-            __syncthreads();
-            copy_matrix_to_global<typename C::c_type, C::c_outer, C::c_inner, C::smem_ldc, C::ldc, C::copy_bytes_c,
-                                  C::threads>(c, sC, tid);
-            return;
+        typename C::c_type* sC;
+        if constexpr (C::stage_c) {
+            sC = reinterpret_cast<typename C::c_type*>(smem + C::smem_c_offset);
+        } else {
+            __syncthreads();  // nobody reads A or B any more
+            sC = reinterpret_cast<typename C::c_type*>(stage);
         }
+        if (read_c) load_c<C>(sC, c, tid);
+        acc.for_each([&](int row, int col, const value_type& value) {
+            scale_store(sC + (C::c_row_major ? row * C::smem_ldc + col : row + col * C::smem_ldc), alpha, beta,
+                        read_c, value);
+        });
+        __syncthreads();
+        copy_matrix_to_global<typename C::c_type, C::c_outer, C::c_inner, C::smem_ldc, C::ldc, C::copy_bytes_c,
+                              C::threads>(c, sC, tid);
+        return;
     }
     acc.for_each([&](int row, int col, const value_type& value) {
         typename C::c_type* dst = c + (C::c_row_major ? i64(row) * C::ldc + col : row + i64(col) * C::ldc);
@@ -123,13 +133,13 @@ __device__ __forceinline__ void store_accumulator(const accumulator<C>& acc, typ
     });
 }
 
-// alpha * A B staged over A and B, then stored in whole rows: every tile this thread owns is
-// accumulated in registers (the device API's accumulator, dispatched as its register execute),
+// alpha * A B (+ beta * C) staged over A and B, then stored in whole rows: every tile this thread owns
+// is accumulated in registers (the device API's accumulator, dispatched as its register execute),
 // the block waits until nobody reads A or B, and C goes into shared memory from offset 0.
 template <class C, class Scalar>
 __device__ __forceinline__ void store_over_operands(typename C::c_type* c, unsigned char* stage,
                                                     const typename C::a_type* sA, const typename C::b_type* sB,
-                                                    int tid, Scalar alpha) {
+                                                    int tid, Scalar alpha, Scalar beta, bool read_c) {
     static_assert(C::stage_c_over_ab && !C::stage_c, "C goes over this problem's A and B");
     accumulator<C> acc;
     if constexpr (C::use_wgmma) {
@@ -138,7 +148,7 @@ __device__ __forceinline__ void store_over_operands(typename C::c_type* c, unsig
         BlockGemm<C>::template accumulate<C::smem_lda, C::smem_ldb>(acc.fragment(), sA, sB, acc.thread(),
                                                                     identity{}, identity{});
     }
-    store_accumulator<C>(acc, c, stage, stage, tid, alpha, Scalar{}, false);
+    store_accumulator<C>(acc, c, stage, stage, tid, alpha, beta, read_c);
 }
 
 // ---- K in chunks (Cfg::k_chunk < k): one block's copies land chunk by chunk, multiplied as they do ----
@@ -221,25 +231,22 @@ __device__ __forceinline__ void multiply_and_store(Cfg::c_type* __restrict__ c, 
     unsigned char* stage = smem + stage_offset;
     auto* sA = reinterpret_cast<Cfg::a_type*>(stage);
     auto* sB = reinterpret_cast<Cfg::b_type*>(stage + Cfg::smem_b_offset);
-    if constexpr (Cfg::stage_c) {
-        if (!read_c) {  // stage alpha * A B in shared memory, then store whole rows
-            auto* sC = reinterpret_cast<Cfg::c_type*>(smem + Cfg::smem_c_offset);
-            auto stage_value = [&](int row, int col, V value) {
-                scale_store(sC + (Cfg::c_row_major ? row * Cfg::smem_ldc + col : row + col * Cfg::smem_ldc), alpha,
-                            beta, false, value);
-            };
-            multiply<Cfg>(sA, sB, tid, stage_value);
-            __syncthreads();
-            copy_matrix_to_global<Cfg::c_type, Cfg::c_outer, Cfg::c_inner, Cfg::smem_ldc, Cfg::ldc, Cfg::copy_bytes_c,
-                                  Cfg::threads>(c, sC, tid);
-            return;
-        }
+    if constexpr (Cfg::stage_c) {  // stage alpha * A B (+ beta * C, C loaded there first), then store whole rows
+        auto* sC = reinterpret_cast<Cfg::c_type*>(smem + Cfg::smem_c_offset);
+        if (read_c) load_c<Cfg>(sC, c, tid);
+        auto stage_value = [&](int row, int col, V value) {
+            scale_store(sC + (Cfg::c_row_major ? row * Cfg::smem_ldc + col : row + col * Cfg::smem_ldc), alpha, beta,
+                        read_c, value);
+        };
+        multiply<Cfg>(sA, sB, tid, stage_value);
+        __syncthreads();
+        copy_matrix_to_global<Cfg::c_type, Cfg::c_outer, Cfg::c_inner, Cfg::smem_ldc, Cfg::ldc, Cfg::copy_bytes_c,
+                              Cfg::threads>(c, sC, tid);
+        return;
     }
     if constexpr (Cfg::stage_c_over_ab) {
-        if (!read_c) {
-            store_over_operands<Cfg>(c, stage, sA, sB, tid, alpha);
-            return;
-        }
+        store_over_operands<Cfg>(c, stage, sA, sB, tid, alpha, beta, read_c);
+        return;
     }
     auto epilogue = [&](int row, int col, V value) {
         Cfg::c_type* dst = c + (Cfg::c_row_major ? i64(row) * Cfg::ldc + col : row + i64(col) * Cfg::ldc);

@@ -230,14 +230,16 @@ def test_register_cap_gives_way_where_it_spills(size, a, b):
                                          (dt.tfloat32, dt.float32, True)], ids=["f16-f16", "f16-f32", "tf32-f32"])
 def test_small_batched_kernel_is_straight_code(a, c, loops):
     """A 32^3 batched block copies one 16-byte piece of A and one of B per thread of 128 (two
-    for tf32) with no loop around them, and each warp multiplies its one tile without a tile
-    loop: both trip counts are constants. With K of two 16-bit steps (unrolled) nothing in the
-    kernel loops; tf32's four k8 steps stay a loop in memory-bound plans (k_loop_unroll)."""
+    for tf32), and with beta != 0 its pieces of C, with no loop around them, and each warp
+    multiplies its one tile without a tile loop: the trip counts are constants. With K of two
+    16-bit steps (unrolled) nothing in the kernel loops; tf32's four k8 steps stay a loop in
+    memory-bound plans (k_loop_unroll)."""
     desc = (bx.Size(32, 32, 32) + bx.Precision(a, a, c) + bx.Type.real + bx.Function.MM
             + bx.Arrangement(bx.row_major, bx.row_major, bx.row_major) + bx.SM(90) + bx.Block() + bx.MaxAlignment)
     sass = desc.compile().sass()
     pieces = 32 * 32 * a.size // 16 // desc.max_threads_per_block
-    assert len(re.findall(r"\bLDGSTS\.E\.BYPASS\.128\b", sass)) == 2 * pieces, sass.count("LDGSTS")
+    c_pieces = 32 * 32 * c.size // 16 // desc.max_threads_per_block
+    assert len(re.findall(r"\bLDGSTS\.E\.BYPASS\.128\b", sass)) == 2 * pieces + c_pieces, sass.count("LDGSTS")
     branches = re.findall(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?BRA\s+(0x[0-9a-f]+)", sass)
     backward = [(at, to) for at, to in branches if int(to, 16) < int(at, 16)]  # (a branch to itself ends the code)
     assert bool(backward) == loops, f"backward branches {backward}"
@@ -248,7 +250,8 @@ def test_small_batched_kernel_is_straight_code(a, c, loops):
                                            (dt.float32, (128, 128, 128), 23)], ids=["f32", "tf32", "3xtf32"])
 def test_batched_k_chunks_are_commit_groups_waited_for_in_turn(sm, a, size, bits):
     """A plan with K in chunks (KernelPlan.k_chunk) issues one cp.async group per chunk and waits
-    for them one at a time (1, then 0 still in flight for two chunks), with no local memory."""
+    for them one at a time (1, then 0 still in flight for two chunks), with no local memory; the
+    last group and wait are C's, loaded for beta != 0."""
     desc = (bx.Size(*size) + bx.Precision(a, a, dt.float32) + bx.Type.real + bx.Function.MM
             + bx.Arrangement(bx.row_major, bx.row_major, bx.row_major) + bx.SM(sm) + bx.Block())
     if bits:
@@ -259,6 +262,24 @@ def test_batched_k_chunks_are_commit_groups_waited_for_in_turn(sm, a, size, bits
     kernel = desc.compile()
     sass = kernel.sass()
     assert kernel.local_memory == 0
-    assert len(re.findall(r"\bLDGDEPBAR\b", sass)) == chunks
+    assert len(re.findall(r"\bLDGDEPBAR\b", sass)) == chunks + 1
     waits = [int(n, 16) for n in re.findall(r"\bDEPBAR\.LE SB0, (0x[0-9a-f]+)", sass)]
-    assert waits == list(range(chunks - 1, -1, -1))
+    assert waits == [*range(chunks - 1, -1, -1), 0]
+
+
+@pytest.mark.parametrize("a, c, size", [(dt.float16, dt.float16, (48, 80, 24)), (dt.float16, dt.float32, (100, 100, 100)),
+                                        (dt.int8, dt.int32, (100, 100, 100)), (dt.tfloat32, dt.float32, (100, 100, 100))],
+                         ids=["f16-f16-two-stages", "f16-f32-beside", "int8-over-ab", "tf32-over-ab"])
+def test_batched_staged_c_is_read_in_whole_rows(a, c, size):
+    """Where the batched plan stages C in shared memory (beside A and B, or over them), beta != 0
+    loads C there with the same 16-byte cp.async copies as A and B: the kernel has no plain
+    global loads and no stores narrower than 16 bytes (the element-wise epilogue ran at a quarter
+    of the copy bandwidth)."""
+    desc = (bx.Size(*size) + bx.Precision(a, a, c) + bx.Type.real + bx.Function.MM
+            + bx.Arrangement(bx.row_major, bx.row_major, bx.row_major) + bx.SM(90) + bx.Block() + bx.MaxAlignment)
+    plan = desc.plan
+    assert plan.smem_c is not None or plan.smem_c_over_ab is not None, plan
+    sass = desc.compile().sass()
+    assert not re.findall(r"\bLDG\.", sass), "C (or A, B) read by plain global loads"
+    stores = set(re.findall(r"\bSTG\.E(\.\w+)?", sass))
+    assert stores == {".128"}, f"global stores {stores}"
