@@ -117,11 +117,18 @@ __device__ __forceinline__ void store_accumulator(const accumulator<C>& acc, typ
             __syncthreads();  // nobody reads A or B any more
             sC = reinterpret_cast<typename C::c_type*>(stage);
         }
-        if (read_c) load_c<C>(sC, c, tid);
-        acc.for_each([&](int row, int col, const value_type& value) {
-            scale_store(sC + (C::c_row_major ? row * C::smem_ldc + col : row + col * C::smem_ldc), alpha, beta,
-                        read_c, value);
-        });
+        if (read_c) {
+            load_c<C>(sC, c, tid);
+            acc.for_each([&](int row, int col, const value_type& value) {
+                scale_store(sC + (C::c_row_major ? row * C::smem_ldc + col : row + col * C::smem_ldc), alpha, beta,
+                            true, value);
+            });
+        } else {
+            acc.for_each([&](int row, int col, const value_type& value) {
+                scale_store(sC + (C::c_row_major ? row * C::smem_ldc + col : row + col * C::smem_ldc), alpha,
+                            Scalar{}, false, value);
+            });
+        }
         __syncthreads();
         copy_matrix_to_global<typename C::c_type, C::c_outer, C::c_inner, C::smem_ldc, C::ldc, C::copy_bytes_c,
                               C::threads>(c, sC, tid);
@@ -136,10 +143,10 @@ __device__ __forceinline__ void store_accumulator(const accumulator<C>& acc, typ
 // alpha * A B (+ beta * C) staged over A and B, then stored in whole rows: every tile this thread owns
 // is accumulated in registers (the device API's accumulator, dispatched as its register execute),
 // the block waits until nobody reads A or B, and C goes into shared memory from offset 0.
-template <class C, class Scalar>
+template <class C, bool READ_C, class Scalar>
 __device__ __forceinline__ void store_over_operands(typename C::c_type* c, unsigned char* stage,
                                                     const typename C::a_type* sA, const typename C::b_type* sB,
-                                                    int tid, Scalar alpha, Scalar beta, bool read_c) {
+                                                    int tid, Scalar alpha, Scalar beta) {
     static_assert(C::stage_c_over_ab && !C::stage_c, "C goes over this problem's A and B");
     accumulator<C> acc;
     if constexpr (C::use_wgmma) {
@@ -148,7 +155,7 @@ __device__ __forceinline__ void store_over_operands(typename C::c_type* c, unsig
         BlockGemm<C>::template accumulate<C::smem_lda, C::smem_ldb>(acc.fragment(), sA, sB, acc.thread(),
                                                                     identity{}, identity{});
     }
-    store_accumulator<C>(acc, c, stage, stage, tid, alpha, beta, read_c);
+    store_accumulator<C>(acc, c, stage, stage, tid, alpha, beta, READ_C);
 }
 
 // ---- K in chunks (Cfg::k_chunk < k): one block's copies land chunk by chunk, multiplied as they do ----
@@ -222,6 +229,17 @@ __device__ __forceinline__ void multiply_in_k_chunks(const typename C::a_type* a
 // Swizzled panels repeat every 1024 bytes and wgmma swizzles absolute shared addresses.
 constexpr int SMEM_ALIGNMENT = Cfg::use_wgmma ? 1024 : 16;
 
+// sC = alpha * A B (+ beta * sC with READ_C), each element as the block GEMM produces it.
+template <bool READ_C, class Scalar>
+__device__ __forceinline__ void multiply_into_staged_c(const Cfg::a_type* sA, const Cfg::b_type* sB, Cfg::c_type* sC,
+                                                       int tid, Scalar alpha, Scalar beta) {
+    auto stage_value = [&](int row, int col, V value) {
+        scale_store(sC + (Cfg::c_row_major ? row * Cfg::smem_ldc + col : row + col * Cfg::smem_ldc), alpha, beta,
+                    READ_C, value);
+    };
+    multiply<Cfg>(sA, sB, tid, stage_value);
+}
+
 // One problem whose A and B sit stage_offset bytes into shared memory: C = alpha * A B (+ beta * C
 // when read_c), staged in shared memory and stored in whole rows where the plan allows.
 template <class Scalar>
@@ -233,19 +251,25 @@ __device__ __forceinline__ void multiply_and_store(Cfg::c_type* __restrict__ c, 
     auto* sB = reinterpret_cast<Cfg::b_type*>(stage + Cfg::smem_b_offset);
     if constexpr (Cfg::stage_c) {  // stage alpha * A B (+ beta * C, C loaded there first), then store whole rows
         auto* sC = reinterpret_cast<Cfg::c_type*>(smem + Cfg::smem_c_offset);
-        if (read_c) load_c<Cfg>(sC, c, tid);
-        auto stage_value = [&](int row, int col, V value) {
-            scale_store(sC + (Cfg::c_row_major ? row * Cfg::smem_ldc + col : row + col * Cfg::smem_ldc), alpha, beta,
-                        read_c, value);
-        };
-        multiply<Cfg>(sA, sB, tid, stage_value);
+        if (read_c) {
+            load_c<Cfg>(sC, c, tid);
+            multiply_into_staged_c<true>(sA, sB, sC, tid, alpha, beta);
+        } else {  // its own product: a runtime read_c per element cost beta == 0 8% (f16->f16 100^3)
+            multiply_into_staged_c<false>(sA, sB, sC, tid, alpha, Scalar{});
+        }
         __syncthreads();
         copy_matrix_to_global<Cfg::c_type, Cfg::c_outer, Cfg::c_inner, Cfg::smem_ldc, Cfg::ldc, Cfg::copy_bytes_c,
                               Cfg::threads>(c, sC, tid);
         return;
     }
     if constexpr (Cfg::stage_c_over_ab) {
-        store_over_operands<Cfg>(c, stage, sA, sB, tid, alpha, beta, read_c);
+        // a product of its own for each: sharing one and branching after it cost beta == 0 30%
+        // (3xtf32 128x128x64)
+        if (read_c) {
+            store_over_operands<Cfg, true>(c, stage, sA, sB, tid, alpha, beta);
+        } else {
+            store_over_operands<Cfg, false>(c, stage, sA, sB, tid, alpha, Scalar{});
+        }
         return;
     }
     auto epilogue = [&](int row, int col, V value) {
