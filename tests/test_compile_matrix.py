@@ -220,8 +220,8 @@ def test_register_cap_gives_way_where_it_spills(size, a, b):
     assert kernel.local_memory == 0, f"{desc!r} spills {kernel.local_memory} B per thread"
     generated = generate(desc)
     capped = cached_compile(generated.source, generated.kernel_name, generated.arch)
-    if capped.local_memory:
-        assert kernel is not capped and kernel.registers > 128
+    if capped.local_memory:  # compiled again without the cap (ptxas may then fit 128 or fewer without spilling)
+        assert kernel is not capped and kernel.cubin != capped.cubin
     else:
         assert kernel is capped and kernel.registers <= 128
 
