@@ -100,6 +100,21 @@ __device__ __forceinline__ void load_c(typename C::c_type* sC, const typename C:
     __syncthreads();
 }
 
+// Element (row, col) of C staged in shared memory at sC.
+template <class C>
+__device__ __forceinline__ typename C::c_type* staged_element(typename C::c_type* sC, int row, int col) {
+    return sC + (C::c_row_major ? row * C::smem_ldc + col : row + col * C::smem_ldc);
+}
+
+// sC = alpha * acc (+ beta * sC with READ_C), for every element the accumulator holds.
+template <bool READ_C, class C, class Scalar>
+__device__ __forceinline__ void stage_accumulator(const accumulator<C>& acc, typename C::c_type* sC, Scalar alpha,
+                                                  Scalar beta) {
+    acc.for_each([&](int row, int col, const typename accumulator<C>::value_type& value) {
+        scale_store(staged_element<C>(sC, row, col), alpha, beta, READ_C, value);
+    });
+}
+
 // A product held in registers (acc) to C: staged in shared memory and stored in whole rows when the
 // plan stages C (beside A and B at smem + smem_c_offset, or over this problem's A and B at stage once
 // the block is done reading them; with read_c, C is loaded there first), else each element scaled
@@ -119,15 +134,9 @@ __device__ __forceinline__ void store_accumulator(const accumulator<C>& acc, typ
         }
         if (read_c) {
             load_c<C>(sC, c, tid);
-            acc.for_each([&](int row, int col, const value_type& value) {
-                scale_store(sC + (C::c_row_major ? row * C::smem_ldc + col : row + col * C::smem_ldc), alpha, beta,
-                            true, value);
-            });
+            stage_accumulator<true>(acc, sC, alpha, beta);
         } else {
-            acc.for_each([&](int row, int col, const value_type& value) {
-                scale_store(sC + (C::c_row_major ? row * C::smem_ldc + col : row + col * C::smem_ldc), alpha,
-                            Scalar{}, false, value);
-            });
+            stage_accumulator<false>(acc, sC, alpha, Scalar{});
         }
         __syncthreads();
         copy_matrix_to_global<typename C::c_type, C::c_outer, C::c_inner, C::smem_ldc, C::ldc, C::copy_bytes_c,
@@ -234,8 +243,7 @@ template <bool READ_C, class Scalar>
 __device__ __forceinline__ void multiply_into_staged_c(const Cfg::a_type* sA, const Cfg::b_type* sB, Cfg::c_type* sC,
                                                        int tid, Scalar alpha, Scalar beta) {
     auto stage_value = [&](int row, int col, V value) {
-        scale_store(sC + (Cfg::c_row_major ? row * Cfg::smem_ldc + col : row + col * Cfg::smem_ldc), alpha, beta,
-                    READ_C, value);
+        scale_store(staged_element<Cfg>(sC, row, col), alpha, beta, READ_C, value);
     };
     multiply<Cfg>(sA, sB, tid, stage_value);
 }
