@@ -309,6 +309,26 @@ def test_explicit_block_settles_disagreeing_block_dims():
     assert kernel.block == (threads, 1, 1)
 
 
+def test_the_kernel_is_compiled_for_its_block_and_again_for_larger_launches(monkeypatch, tmp_path):
+    """The compile promises compile_kernel's block (no thread checks in GEMMs on all of its threads);
+    a launch with more threads takes a second compile without the promise, made once."""
+    monkeypatch.setenv("BLASDX_CACHE_DIR", str(tmp_path))
+    desc = gemm((32, 32, 32), (bx.float16, bx.float16, bx.float32), bx.MaxAlignment)
+    threads = desc.max_threads_per_block
+    kernel = bx.compile_kernel(ONE_GEMM, "one_gemm", desc)
+    assert f"\n#define BLASDX_BLOCK_THREADS {threads}\n" in kernel.source
+    assert kernel.compiled_for((threads, 1, 1)) is kernel.compiled
+    assert kernel.compiled_for((threads // 2, 2, 1)) is kernel.compiled
+    calls = cc.stats.nvrtc_calls
+    larger = kernel.compiled_for((threads + 32, 1, 1))
+    assert larger is not kernel.compiled and "BLASDX_BLOCK_THREADS" not in larger.source
+    assert larger.source.endswith(ONE_GEMM) and larger.local_memory == 0
+    assert kernel.compiled_for((threads, 2, 1)) is larger and cc.stats.nvrtc_calls == calls + 1
+    wide = bx.compile_kernel(ONE_GEMM, "one_gemm", desc, block=threads + 64)
+    assert f"\n#define BLASDX_BLOCK_THREADS {threads + 64}\n" in wide.source
+    assert "BLASDX_BLOCK_THREADS" not in bx.header(desc).text  # other front ends promise nothing
+
+
 @pytest.mark.parametrize(
     "block,match",
     [

@@ -77,7 +77,9 @@ def test_register_and_shared_memory_api_every_type(sm, type_kernels, case):
 
 
 def test_a_block_larger_than_the_gemm(sm):
-    """Threads beyond max_threads_per_block skip the GEMM and its copies; the result is the same."""
+    """Threads beyond max_threads_per_block skip the GEMM and its copies; the result is the same,
+    whether the block is compile_kernel's or only the launch's (which runs the compile that keeps
+    the thread checks)."""
     row = dt.find_combination(dt.float16, dt.float16, dt.float32, False)
     desc = type_descriptor(row, sm, "full")
     source = "#define MAX_THREADS 1024\n" + type_source(row)
@@ -87,6 +89,12 @@ def test_a_block_larger_than_the_gemm(sm):
         assert kernel.block == (threads, 1, 1)
         run_type_case(kernel, desc, row, -1.5, 0.5, np.random.default_rng(5))
         run_type_case(kernel, desc, row, -1.5, 0.5, np.random.default_rng(6), block=(threads + 32, 1))
+        exact = bx.compile_kernel(source, name, {"GEMM": desc})
+        assert exact.block == desc.block_dim
+        larger = (desc.max_threads_per_block + 64, 1)
+        assert exact.compiled_for(larger + (1,)) is not exact.compiled
+        run_type_case(exact, desc, row, -1.5, 0.5, np.random.default_rng(7))
+        run_type_case(exact, desc, row, -1.5, 0.5, np.random.default_rng(8), block=larger)
 
 
 def test_launch_checks_arrays_before_launching(sm):

@@ -69,6 +69,27 @@ def test_f64_dmma_fragments_land_in_the_instruction_registers(size, a_order):
     assert mix["instructions_per_mma"] <= 8.0, mix
 
 
+@pytest.mark.parametrize("name", ["f16->f32", "f16->f16", "bf16->f32"])
+def test_repeated_gemm_on_the_whole_block_unrolls_without_thread_checks(name):
+    """compile_kernel launches its block, so a GEMM on all of the block's threads needs no check
+    that skips threads beyond it. Without that branch the compiler unrolls the benchmark's repeat
+    loop and reads the fragments of repeats on unchanged shared memory once; with it (the compile
+    for a larger block) the loop is one GEMM reading every fragment (8 HMMA per 6 LDSM at 32^3)."""
+    sass_loops = _sass_loops()
+    desc = sass_loops.block_compute.block_descriptor(name, (32, 32, 32), 90, True)
+    kernel = sass_loops.block_compute.compile_blasdx(desc)
+    threads = desc.max_threads_per_block
+    assert kernel.block == (threads, 1, 1)
+
+    def mix(compiled):
+        return sass_loops.loop_mix(sass_loops.hot_loop(sass_loops.instructions(compiled.sass())))
+
+    promised, checked = mix(kernel.compiled), mix(kernel.compiled_for((threads + 32, 1, 1)))
+    assert promised["mma"] == 4 * checked["mma"] == 32, (promised, checked)
+    assert promised["loads_per_mma"] <= 0.25 < checked["loads_per_mma"], (promised, checked)
+    assert promised["instructions_per_mma"] <= 1.5, promised
+
+
 def _mma_sync(size, a, c, order, sm) -> bx.Descriptor:
     return (bx.Size(*size) + bx.Precision(a, a, c) + bx.Type.real + bx.Function.MM
             + bx.Arrangement(order[0], order[1], bx.col_major) + bx.SM(sm) + bx.Block())

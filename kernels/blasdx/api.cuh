@@ -391,12 +391,12 @@ struct Gemm {
         const int tid = thread_id();
         if constexpr (swizzled) {
             constexpr int W = detail::copy_width(alignment_a, int(sizeof(a_value_type)), a_inner, LDG, a_inner);
-            if (tid < max_threads_per_block) {
+            if (takes_part<max_threads_per_block>(tid)) {
                 warpgroup_engine::template load_a<LDG, W>(sA, gA, tid);
             }
         } else {
             constexpr int W = detail::copy_width(alignment_a, int(sizeof(a_value_type)), a_inner, LDG, lda);
-            if (tid < max_threads_per_block) {
+            if (takes_part<max_threads_per_block>(tid)) {
                 copy_matrix_to_shared<a_value_type, a_outer, a_inner, LDG, lda, W, max_threads_per_block>(sA, gA, tid);
             }
         }
@@ -406,12 +406,12 @@ struct Gemm {
         const int tid = thread_id();
         if constexpr (swizzled) {
             constexpr int W = detail::copy_width(alignment_b, int(sizeof(b_value_type)), b_inner, LDG, b_inner);
-            if (tid < max_threads_per_block) {
+            if (takes_part<max_threads_per_block>(tid)) {
                 warpgroup_engine::template load_b<LDG, W>(sB, gB, tid);
             }
         } else {
             constexpr int W = detail::copy_width(alignment_b, int(sizeof(b_value_type)), b_inner, LDG, ldb);
-            if (tid < max_threads_per_block) {
+            if (takes_part<max_threads_per_block>(tid)) {
                 copy_matrix_to_shared<b_value_type, b_outer, b_inner, LDG, ldb, W, max_threads_per_block>(sB, gB, tid);
             }
         }
@@ -422,7 +422,7 @@ struct Gemm {
     __device__ __forceinline__ static void load_c(const T* gC, T* sC) {
         constexpr int W = detail::copy_width(alignment_c, int(sizeof(T)), c_inner, LDG, LDS);
         const int tid = thread_id();
-        if (tid < max_threads_per_block) {
+        if (takes_part<max_threads_per_block>(tid)) {
             copy_matrix_to_shared<T, c_outer, c_inner, LDG, LDS, W, max_threads_per_block>(sC, gC, tid);
         }
     }
@@ -431,7 +431,7 @@ struct Gemm {
     __device__ __forceinline__ static void store_c(const T* sC, T* gC) {
         constexpr int W = detail::copy_width(alignment_c, int(sizeof(T)), c_inner, LDS, LDG);
         const int tid = thread_id();
-        if (tid < max_threads_per_block) {
+        if (takes_part<max_threads_per_block>(tid)) {
             copy_matrix_to_global<T, c_outer, c_inner, LDS, LDG, W, max_threads_per_block>(gC, sC, tid);
         }
     }
@@ -451,7 +451,7 @@ struct Gemm {
                                                    const CLoadOp& c_load_op = CLoadOp{},
                                                    const CStoreOp& c_store_op = CStoreOp{}) {
         const int tid = thread_id();
-        if (tid >= max_threads_per_block) return;
+        if (!takes_part<max_threads_per_block>(tid)) return;
         const bool read_c = !detail::is_zero(beta);
         auto epilogue = [&](int row, int col, const accumulator_value_type& value) {
             c_value_type* dst = sC + (c_row_major ? row * ldc + col : row + col * ldc);

@@ -661,7 +661,7 @@ struct BlockGemm {
         constexpr int PARTS = is_complex ? 2 : 1;
         constexpr int ITEMS = (W::TILES + WARPS - 1) / WARPS;  // tiles per warp, the last one maybe absent
         const int warp = tid / 32, lane = tid % 32;
-        if (warp >= WARPS) return;  // threads of a partial last warp only help with copies
+        if (!takes_part<WARPS * 32>(tid)) return;  // threads of a partial last warp only help with copies
 
         // A constant trip count: one tile per warp is straight code (a loop from warp to TILES
         // was a loop even then, the compiler not knowing that warp < WARPS).
@@ -815,7 +815,7 @@ struct BlockGemm {
         using L = fma_tiling<Cfg>;
         constexpr int TM = L::TM, TN = L::TN;
         constexpr int ITEMS = (L::WORK + threads - 1) / threads;  // work items per thread (as run_mma's tiles)
-        if (tid >= threads) return;
+        if (!takes_part<threads>(tid)) return;
 #pragma unroll 1
         for (int t = 0; t < ITEMS; ++t) {
             const int w = tid + t * threads;
@@ -897,7 +897,7 @@ template <class Cfg> struct fragment_shape<Cfg, true> {
     static constexpr int SIZE = ITEMS * PER_ITEM;
     using item_type = acc_type[PARTS][FM][FN][CE];
 
-    __device__ __forceinline__ static bool active(int tid) { return tid / 32 < WARPS; }
+    __device__ __forceinline__ static bool active(int tid) { return takes_part<WARPS * 32>(tid); }
     __device__ __forceinline__ static int tile(int tid, int t) { return tid / 32 + t * WARPS; }
     __device__ __forceinline__ static bool item_exists(int tid, int t) {
         return TILES % WARPS == 0 || tile(tid, t) < TILES;
@@ -957,7 +957,7 @@ template <class Cfg> struct fragment_shape<Cfg, false> {
     static constexpr int SIZE = ITEMS * PER_ITEM;
     using item_type = value_type[TM][TN];
 
-    __device__ __forceinline__ static bool active(int tid) { return tid < Cfg::threads; }
+    __device__ __forceinline__ static bool active(int tid) { return takes_part<Cfg::threads>(tid); }
     __device__ __forceinline__ static int work(int tid, int t) { return tid + t * Cfg::threads; }
     __device__ __forceinline__ static bool item_exists(int tid, int t) {
         return WORK % Cfg::threads == 0 || work(tid, t) < WORK;

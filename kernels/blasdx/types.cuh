@@ -8,10 +8,28 @@
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 
+// Threads of every block the kernel is launched with, where its launcher fixes them
+// (blasdx.compile_kernel defines it from its block); 0 where nothing is promised.
+#ifndef BLASDX_BLOCK_THREADS
+#define BLASDX_BLOCK_THREADS 0
+#endif
+
 namespace blasdx {
 
 typedef unsigned int u32;
 typedef long long i64;
+
+// Whether thread tid of the block takes part in work spread over the first THREADS threads.
+// Where the block has no more threads than that, every thread does and the check compiles
+// away: a branch around each GEMM would keep the compiler from unrolling the caller's loop
+// around it and from reusing fragments across its iterations.
+template <int THREADS> __device__ __forceinline__ bool takes_part(int tid) {
+    if constexpr (BLASDX_BLOCK_THREADS > 0 && BLASDX_BLOCK_THREADS <= THREADS) {
+        return true;
+    } else {
+        return tid < THREADS;
+    }
+}
 
 // std::conditional without the standard library (NVRTC compiles without host headers).
 template <bool B, class T, class F> struct std_conditional { using type = T; };

@@ -391,7 +391,7 @@ struct warpgroup_fragment_shape {
     static constexpr bool FULL_M = true, FULL_N = true;  // wgmma plans tile C exactly
     using item_type = acc_type[PER_ITEM];
 
-    __device__ __forceinline__ static bool active(int tid) { return tid < GROUPS * 128; }
+    __device__ __forceinline__ static bool active(int tid) { return takes_part<GROUPS * 128>(tid); }
     __device__ __forceinline__ static int tile(int tid, int t) { return tid / 128 + t * GROUPS; }
     __device__ __forceinline__ static bool item_exists(int tid, int t) {
         return TILES % GROUPS == 0 || tile(tid, t) < TILES;
