@@ -653,13 +653,14 @@ def blocks_by_shared_memory(p: Problem, shared_memory: int) -> int:
 
 #: Registers of one SM (every architecture blasdx targets).
 _REGISTERS_PER_SM = 65536
+_THREADS_PER_SM = 2048  # sm_90
 
 
 def _min_blocks_per_sm(
     p: Problem, family: str, threads: int, shared_memory: int, warp_tile: tuple[int, int] = (1, 1)
 ) -> int:
     """2 for real 16-bit, integer 8-bit and tf32 tensor-core blocks and wgmma blocks of 256 threads,
-    else 1 (the compiler's choice).
+    what shared memory allows for memory-bound float32 FFMA blocks on sm_90, else 1 (the compiler's choice).
 
     Left alone, the compiler gives a 256-thread f16/bf16 block of a 128-wide problem 166
     registers, so one block fits per SM and nothing overlaps its load, compute and store.
@@ -671,6 +672,19 @@ def _min_blocks_per_sm(
     at 128, so they keep 1. Where a shape spills under the cap anyway (some int8 ones do, by
     8-24 bytes), cache.compile_descriptor compiles it again without the cap.
     wgmma keeps only its accumulator (at most 64 registers) in registers, so it fits too.
+    3xtf32 (high and low parts of every fragment) takes the cap where shared memory holds three
+    blocks: 128x128x64 compiles to 125 registers under it, without spilling, and left alone
+    to 128-134 depending on the NVRTC release, which at 134 (one block per SM) ran 2404 ->
+    1734 GB/s on an H200 (Nsight Compute: 12.5% against 25% occupancy). Where shared memory holds
+    exactly two (100^3 at 256 threads) the cap spills, and _alone_for_registers halves the block.
+
+    Memory-bound float32 FFMA blocks on sm_90 ask for as many blocks as shared memory and the
+    SM's threads allow, down to 64 registers: the compiler left alone gives 69-71 (48x80x24 and
+    64^3: three blocks of 256 where shared memory holds four or five); capped, 63-64 without
+    spilling, four blocks. Batched benchmark on an H200 (2026-11-26, alternating twice in one
+    process): 48x80x24 2897-2903 -> 3060-3120 GB/s, 64^3 2620-2728 -> 2799-2866, the other
+    sizes +1 to +5%. The same rule for the mma.sync plans left them within the spread, but for
+    e4m3 100^3 (-19%).
 
     16-bit blocks between 128 and 256 threads (192 for 48x80x24) ask for the blocks per SM that a
     cap of the accumulator's registers plus 40 allows, as far as shared memory allows them:
@@ -679,6 +693,8 @@ def _min_blocks_per_sm(
     """
     sixteen_bit = family in ("mma.sync.m16n8k16", "mma.sync.m16n8k8") and p.a.size == 2 and not p.is_complex
     fits = blocks_by_shared_memory(p, shared_memory)
+    if family == "fma" and p.a == p.b == _dt.float32 and not p.is_complex and not p.compute_bound and p.sm == 90:
+        return max(1, min(fits, _THREADS_PER_SM // threads, _REGISTERS_PER_SM // (threads * 64)))
     if sixteen_bit and 128 < threads < 256:
         am, an, _ = atom_shape(family)
         acc = _dt.find_combination(p.a, p.b, p.c, p.is_complex).accumulator.size
@@ -686,7 +702,8 @@ def _min_blocks_per_sm(
         return max(1, min(fits, _REGISTERS_PER_SM // (threads * (acc_registers + 40))))
     integer_8bit = family == "mma.sync.m16n8k32" and p.a.integral and not p.is_complex
     tf32 = family == "mma.sync.m16n8k8" and p.a == _dt.tfloat32 and p.scheme == "native" and not p.is_complex
-    capped = sixteen_bit or integer_8bit or tf32 or family.startswith("wgmma.")
+    three_xtf32 = family == "mma.sync.m16n8k8" and p.scheme == "3xtf32" and not p.is_complex and fits >= 3
+    capped = sixteen_bit or integer_8bit or tf32 or three_xtf32 or family.startswith("wgmma.")
     return 2 if capped and threads == 256 and fits >= 2 else 1
 
 

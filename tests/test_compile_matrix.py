@@ -226,6 +226,46 @@ def test_register_cap_gives_way_where_it_spills(size, a, b):
         assert kernel is capped and kernel.registers <= 128
 
 
+@pytest.mark.parametrize("size", [(48, 80, 24), (64, 64, 64)], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("order", [bx.row_major, bx.col_major], ids=["B-rows", "B-columns"])
+def test_memory_bound_f32_blocks_ask_for_four_per_sm(size, order):
+    """Memory-bound f32 FFMA blocks of 256 threads ask for four blocks per SM (64 registers). With
+    row-major B they fit that cap without spilling, where the compiler alone gave 69-71 registers
+    (three blocks); with column-major B the cap spills and gives way (cache.compile_descriptor)."""
+    from blasdx.cache import cached_compile
+    from blasdx.sources import generate
+
+    desc = (bx.Size(*size) + bx.Precision(dt.float32) + bx.Type.real + bx.Function.MM
+            + bx.Arrangement(bx.row_major, order, bx.row_major) + bx.SM(90) + bx.Block() + bx.MaxAlignment)
+    assert desc.instruction == "fma" and desc.max_threads_per_block == 256 and desc.plan.min_blocks == 4, desc.plan
+    kernel = desc.compile()
+    assert kernel.local_memory == 0, kernel
+    generated = generate(desc)
+    capped = cached_compile(generated.source, generated.kernel_name, generated.arch)
+    if order is bx.row_major:
+        assert kernel is capped and kernel.registers <= 64, kernel
+    else:
+        assert capped.local_memory and kernel is not capped, (kernel, capped)
+
+
+@pytest.mark.parametrize("arch_specific", [False, True])
+@pytest.mark.parametrize("order", [bx.row_major, bx.col_major], ids=["rows", "columns"])
+def test_3xtf32_128x128x64_fits_two_blocks_per_sm(order, arch_specific):
+    """3xtf32 128x128x64 (256 threads, shared memory for three blocks) takes the 128-register cap
+    and fits it without spilling: two blocks per SM, where the compiler alone gave 128-134 registers."""
+    from blasdx.cache import cached_compile
+    from blasdx.sources import generate
+
+    desc = (bx.Size(128, 128, 64) + bx.Precision(dt.float32) + bx.Type.real + bx.Function.MM
+            + bx.Arrangement(bx.row_major, order, bx.row_major) + bx.SM(90, arch_specific=arch_specific)
+            + bx.Block() + bx.MaxAlignment + bx.MantissaBits(23))
+    assert desc.plan.min_blocks == 2 and desc.max_threads_per_block == 256, desc.plan
+    kernel = desc.compile()
+    generated = generate(desc)
+    assert kernel is cached_compile(generated.source, generated.kernel_name, generated.arch)  # the capped compile
+    assert kernel.local_memory == 0 and kernel.registers <= 128, kernel
+
+
 @pytest.mark.parametrize("a, c, loops", [(dt.float16, dt.float16, False), (dt.float16, dt.float32, False),
                                          (dt.tfloat32, dt.float32, True)], ids=["f16-f16", "f16-f32", "tf32-f32"])
 def test_small_batched_kernel_is_straight_code(a, c, loops):

@@ -87,7 +87,7 @@ def test_depths(sm, size):
 
 
 @pytest.mark.parametrize("arr", ALL_ARRANGEMENTS, ids=lambda a: "".join(x.name[0] for x in a))
-@pytest.mark.parametrize("size", [(37, 29, 19), (64, 64, 64), (100, 100, 100), (128, 8, 100)],
+@pytest.mark.parametrize("size", [(37, 29, 19), (64, 64, 64), (100, 100, 100), (128, 8, 100), (128, 128, 64)],
                          ids=lambda s: "x".join(map(str, s)))
 def test_every_arrangement(sm, size, arr):
     desc = descriptor(size, sm, arr)

@@ -359,6 +359,10 @@ def test_c_is_not_staged_when_two_blocks_would_not_fit():
         ((128, 128, 64), bx.float8_e4m3, bx.float32, 1),  # fp8 fragments (f16 after conversion) spill under it
         ((128, 128, 64), bx.tfloat32, bx.float32, 2),  # tf32: 140 registers left alone, 128 without spilling
         ((128, 128, 64), bx.float64, bx.float64, 1),  # not a 16-bit instruction
+        # memory-bound f32 FFMA on sm_90: what shared memory and threads allow, down to 64 registers
+        ((48, 80, 24), bx.float32, bx.float32, 4),
+        ((64, 64, 64), bx.float32, bx.float32, 4),
+        ((32, 32, 32), bx.float32, bx.float32, 15),
         # 192 threads of 2x4 f32 accumulators (32 registers): a cap of 72 registers, 4 blocks per SM
         ((48, 80, 24), bx.float16, bx.float32, 4),
         ((48, 80, 24), bx.float16, bx.float16, 6),  # 16 accumulator registers: a cap of 56
@@ -652,6 +656,16 @@ def test_k_chunks_need_one_problem_per_block_whole_mma_steps_and_aligned_starts(
     assert all(h.k_chunk_fits(f64_rows, plan64, c) == (c * max(plan64.smem_a.strides) * 8 % 16 == 0
                                                        and c * max(plan64.smem_b.strides) * 8 % 16 == 0)
                for c in (8, 16, 24, 32))
+
+
+@pytest.mark.parametrize("size, min_blocks", [
+    ((128, 128, 64), 2),    # shared memory holds three blocks of 256: the 128-register cap, 125 without spilling
+    ((128, 128, 128), 1),   # shared memory holds one
+    ((100, 100, 100), 1),   # halved to 128 threads instead (the cap spills at 256)
+])
+def test_3xtf32_blocks_of_256_threads_are_capped_where_shared_memory_holds_three(size, min_blocks):
+    p = h.Problem(*size, F32, F32, F32, False, True, True, True, 90, scheme="3xtf32")
+    assert h.plan_kernel(p).min_blocks == min_blocks
 
 
 @pytest.mark.parametrize("size, a, scheme, sm, threads", [
