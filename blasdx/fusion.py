@@ -215,8 +215,8 @@ def traits_struct(desc: Descriptor, name: str) -> str:
 def prelude(gemms: Mapping[str, Descriptor] | Descriptor, block_threads: int | None = None) -> str:
     """The generated text that puts each named GEMM type in scope (no user code).
 
-    ``block_threads``: every launch has this many threads per block (the launcher's promise), so
-    GEMMs running on all of them compile without their thread checks; None promises nothing.
+    ``block_threads``: no launch has more threads per block than this (the launcher's promise), so
+    GEMMs running on that many compile without their thread checks; None promises nothing.
     """
     gemms = _check_gemms(gemms)
     _arch_of(gemms)
@@ -245,7 +245,8 @@ def prelude(gemms: Mapping[str, Descriptor] | Descriptor, block_threads: int | N
 
 
 def fused_source(source: str, gemms: Mapping[str, Descriptor] | Descriptor, block_threads: int | None = None) -> str:
-    """The prelude (see :func:`prelude` for ``block_threads``), then the user's source numbered from its own first line."""
+    """The prelude (see :func:`prelude` for ``block_threads``), then the user's source numbered from its
+    own first line."""
     if not isinstance(source, str):
         raise TypeError(f"source: expected CUDA C++ as str, got {type(source).__name__}")
     return f'{prelude(gemms, block_threads)}#line 1 "{USER_SOURCE_NAME}"\n{source}'
@@ -729,7 +730,8 @@ class FusedKernel:
         return int(kernel.occupancy.max_active_blocks_per_multiprocessor(threads, smem))
 
     def compiled_for(self, block: int | Sequence[int]) -> CompiledKernel:
-        """The compile a launch with ``block`` runs: ``compiled``, unless ``block`` has more threads than ``self.block``."""
+        """The compile a launch with ``block`` runs: ``compiled``, unless ``block`` has more threads
+        than ``self.block`` (then the compile without the block-threads promise, made once)."""
         threads = math.prod(_check_block(block, self.gemms))
         if threads <= math.prod(self.block) or self._compile_for_larger_blocks is None:
             return self.compiled

@@ -675,8 +675,9 @@ def _min_blocks_per_sm(
     3xtf32 (high and low parts of every fragment) takes the cap where shared memory holds three
     blocks: 128x128x64 compiles to 125 registers under it, without spilling; left alone it sat
     on the boundary (128 registers, then 134 once C's beta path changed), and at 134 (one block
-    per SM) ran 2404 -> 1734 GB/s on an H200 (Nsight Compute: 12.5% against 25% occupancy). Where shared memory holds
-    exactly two (100^3 at 256 threads) the cap spills, and _alone_for_registers halves the block.
+    per SM) ran 2404 -> 1734 GB/s on an H200 (Nsight Compute: 12.5% against 25% occupancy).
+    Where shared memory holds exactly two (100^3 at 256 threads) the cap spills, and
+    _alone_for_registers halves the block instead.
 
     Memory-bound float32 FFMA blocks on sm_90 ask for as many blocks as shared memory and the
     SM's threads allow, down to 64 registers: the compiler left alone gives 69-71 (48x80x24 and

@@ -8,7 +8,7 @@
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 
-// Threads of every block the kernel is launched with, where its launcher fixes them
+// The most threads any block of the kernel is launched with, where its launcher promises it
 // (blasdx.compile_kernel defines it from its block); 0 where nothing is promised.
 #ifndef BLASDX_BLOCK_THREADS
 #define BLASDX_BLOCK_THREADS 0
