@@ -331,7 +331,7 @@ def _budget_warp_tile(p: Problem, family: str, budget: int | None = None) -> tup
     registers, two 192-thread blocks per SM at 48x80x24 where m8n8k4's 3 x 4 tiles had 86.
     """
     am, an, _ = atom_shape(family)
-    acc_bytes = _dt.find_combination(p.a, p.b, p.c, p.is_complex).accumulator.size * (2 if p.is_complex else 1)
+    acc_bytes = accumulator_bytes(p)
     if p.scheme == "3xtf32":  # each step's three products are summed apart first (mma_3xtf32.cuh): twice the registers
         acc_bytes *= 2
     if budget is None:
@@ -467,7 +467,7 @@ def accumulator_bytes_per_thread(p: Problem, plan: KernelPlan) -> int:
     block_gemm.cuh, ``warpgroup_fragment_shape`` in warpgroup_gemm.cuh): tiles per warp (or
     warpgroup, or work items per thread on the FMA path) times one tile's registers.
     """
-    acc = _dt.find_combination(p.a, p.b, p.c, p.is_complex).accumulator.size * (2 if p.is_complex else 1)
+    acc = accumulator_bytes(p)
     if plan.is_wgmma:
         tiles = (p.m // 64) * (p.n // plan.warpgroup_n)
         return ceil(tiles / (plan.threads // 128)) * plan.warpgroup_n // 2 * acc
@@ -645,6 +645,11 @@ def batched_k_chunk(p: Problem, plan: KernelPlan) -> int:
 _K_CHUNKS = {"fma": 4, "mma": 2}
 
 
+def accumulator_bytes(p: Problem) -> int:
+    """Bytes of one accumulator element of the problem's types (both parts of a complex one)."""
+    return _dt.find_combination(p.a, p.b, p.c, p.is_complex).accumulator.size * (2 if p.is_complex else 1)
+
+
 def blocks_by_shared_memory(p: Problem, shared_memory: int) -> int:
     """Blocks of ``shared_memory`` dynamic bytes that fit on one SM (each also takes 1 KB the
     driver reserves per block)."""
@@ -687,6 +692,14 @@ def _min_blocks_per_sm(
     sizes +1 to +5%. The same rule for the mma.sync plans left them within the spread, but for
     e4m3 100^3 (-19%).
 
+    Memory-bound wgmma blocks of 256 threads with f16 sums (f16->f16) ask for three where shared
+    memory holds three: 128x128x64 compiles to 75 registers for it (87 left to a cap of 128),
+    and ran 3293-3534 -> 3704-3875 GB/s, 0.88-0.94 -> 1.01-1.03x cuBLASDx (H200, alternating
+    twice in one process). With f32 sums ptxas refuses a cap of 85 (wgmma needs 90 there).
+    Memory-bound 8-bit mma.sync blocks between 128 and 256 threads (192 for 48x80x24, two
+    problems per block) ask for what shared memory allows down to 56 registers: 64 -> 56, five
+    -> six blocks per SM, e4m3 48x80x24 0.97 -> 1.01x and int8 1.03-1.05 -> 1.06-1.08x.
+
     16-bit blocks between 128 and 256 threads (192 for 48x80x24) ask for the blocks per SM that a
     cap of the accumulator's registers plus 40 allows, as far as shared memory allows them:
     ldmatrix at the edges took f16->f32 48x80x24 from 63 to 87 registers, 3 blocks of 192
@@ -698,13 +711,19 @@ def _min_blocks_per_sm(
         return max(1, min(fits, _THREADS_PER_SM // threads, _REGISTERS_PER_SM // (threads * 64)))
     if sixteen_bit and 128 < threads < 256:
         am, an, _ = atom_shape(family)
-        acc = _dt.find_combination(p.a, p.b, p.c, p.is_complex).accumulator.size
+        acc = accumulator_bytes(p)
         acc_registers = warp_tile[0] * warp_tile[1] * am * an // 32 * acc // 4
         return max(1, min(fits, _REGISTERS_PER_SM // (threads * (acc_registers + 40))))
-    integer_8bit = family == "mma.sync.m16n8k32" and p.a.integral and not p.is_complex
+    eight_bit = family == "mma.sync.m16n8k32" and not p.is_complex
+    if eight_bit and 128 < threads < 256 and not p.compute_bound and p.sm == 90:
+        return max(1, min(fits, _REGISTERS_PER_SM // (threads * 56)))
+    integer_8bit = eight_bit and p.a.integral
     tf32 = family == "mma.sync.m16n8k8" and p.a == _dt.tfloat32 and p.scheme == "native" and not p.is_complex
     three_xtf32 = family == "mma.sync.m16n8k8" and p.scheme == "3xtf32" and not p.is_complex and fits >= 3
-    capped = sixteen_bit or integer_8bit or tf32 or three_xtf32 or family.startswith("wgmma.")
+    wgmma = family.startswith("wgmma.")
+    if wgmma and threads == 256 and fits >= 3 and not p.compute_bound and accumulator_bytes(p) == 2:
+        return 3
+    capped = sixteen_bit or integer_8bit or tf32 or three_xtf32 or wgmma
     return 2 if capped and threads == 256 and fits >= 2 else 1
 
 

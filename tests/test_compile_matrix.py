@@ -248,6 +248,27 @@ def test_memory_bound_f32_blocks_ask_for_four_per_sm(size, order):
         assert capped.local_memory and kernel is not capped, (kernel, capped)
 
 
+@pytest.mark.parametrize("size, a, c, arch_specific, cap", [
+    ((128, 128, 64), dt.float16, dt.float16, True, 85),          # wgmma, f16 sums: three blocks of 256
+    ((48, 80, 24), dt.int8, dt.int32, False, 56),                # two problems per block of 192: six
+    ((48, 80, 24), dt.float8_e4m3, dt.float32, False, 56),
+], ids=["f16-128x128x64-wgmma", "int8-48x80x24", "e4m3-48x80x24"])
+def test_memory_bound_blocks_fit_the_blocks_per_sm_they_ask_for(size, a, c, arch_specific, cap):
+    """Plans that ask for more blocks per SM than the compiler's own register choice allowed get
+    them: the capped compile is the one handed out, without spilling."""
+    from blasdx.cache import cached_compile
+    from blasdx.sources import generate
+
+    desc = (bx.Size(*size) + bx.Precision(a, a, c) + bx.Type.real + bx.Function.MM
+            + bx.Arrangement(bx.row_major, bx.row_major, bx.row_major) + bx.SM(90, arch_specific=arch_specific)
+            + bx.Block() + bx.MaxAlignment)
+    assert 65536 // (desc.max_threads_per_block * desc.plan.min_blocks) == cap, desc.plan
+    kernel = desc.compile()
+    generated = generate(desc)
+    assert kernel is cached_compile(generated.source, generated.kernel_name, generated.arch)
+    assert kernel.local_memory == 0 and kernel.registers <= cap, kernel
+
+
 @pytest.mark.parametrize("arch_specific", [False, True])
 @pytest.mark.parametrize("order", [bx.row_major, bx.col_major], ids=["rows", "columns"])
 def test_3xtf32_128x128x64_fits_two_blocks_per_sm(order, arch_specific):

@@ -363,6 +363,9 @@ def test_c_is_not_staged_when_two_blocks_would_not_fit():
         ((48, 80, 24), bx.float32, bx.float32, 4),
         ((64, 64, 64), bx.float32, bx.float32, 4),
         ((32, 32, 32), bx.float32, bx.float32, 15),
+        # memory-bound 8-bit mma.sync at 192 threads: what shared memory allows, down to 56 registers
+        ((48, 80, 24), bx.int8, bx.int32, 6),
+        ((48, 80, 24), bx.float8_e4m3, bx.float32, 6),
         # 192 threads of 2x4 f32 accumulators (32 registers): a cap of 72 registers, 4 blocks per SM
         ((48, 80, 24), bx.float16, bx.float32, 4),
         ((48, 80, 24), bx.float16, bx.float16, 6),  # 16 accumulator registers: a cap of 56
@@ -656,6 +659,16 @@ def test_k_chunks_need_one_problem_per_block_whole_mma_steps_and_aligned_starts(
     assert all(h.k_chunk_fits(f64_rows, plan64, c) == (c * max(plan64.smem_a.strides) * 8 % 16 == 0
                                                        and c * max(plan64.smem_b.strides) * 8 % 16 == 0)
                for c in (8, 16, 24, 32))
+
+
+@pytest.mark.parametrize("c, min_blocks", [(bx.float16, 3), (bx.float32, 2)], ids=["f16-sums", "f32-sums"])
+def test_wgmma_blocks_with_f16_sums_ask_for_three_per_sm(c, min_blocks):
+    """128x128x64 on wgmma (256 threads, shared memory for three): f16 sums fit 85 registers, f32 sums
+    keep two blocks (ptxas needs 90 registers for their wgmma)."""
+    p = h.Problem(128, 128, 64, bx.float16, bx.float16, c, False, True, False, False, 90, True)
+    plan = h.plan_kernel(p)
+    assert plan.is_wgmma and plan.threads == 256 and plan.min_blocks == min_blocks, plan
+    assert h.plan_kernel(replace(p, compute_bound=True)).min_blocks == 2  # fusion's plans keep the cap of two
 
 
 @pytest.mark.parametrize("size, min_blocks", [
