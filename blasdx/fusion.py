@@ -723,16 +723,18 @@ class FusedKernel:
         self, block: int | Sequence[int] | None = None, shared_memory: int | None = None
     ) -> int:
         """Blocks of this kernel one SM runs at once on the current device (for sizing a persistent grid)."""
-        block3 = self.block if block is None else _check_block(block, self.gemms)
+        threads = math.prod(self.block if block is None else _check_block(block, self.gemms))
         smem = self.shared_memory if shared_memory is None else _check_shared_memory(shared_memory)
-        kernel = self.compiled_for(block3).kernel(dynamic_shared_memory=smem)
-        threads = math.prod(block3)
+        kernel = self._compiled_for_threads(threads).kernel(dynamic_shared_memory=smem)
         return int(kernel.occupancy.max_active_blocks_per_multiprocessor(threads, smem))
 
     def compiled_for(self, block: int | Sequence[int]) -> CompiledKernel:
         """The compile a launch with ``block`` runs: ``compiled``, unless ``block`` has more threads
         than ``self.block`` (then the compile without the block-threads promise, made once)."""
-        threads = math.prod(_check_block(block, self.gemms))
+        return self._compiled_for_threads(math.prod(_check_block(block, self.gemms)))
+
+    def _compiled_for_threads(self, threads: int) -> CompiledKernel:
+        """:meth:`compiled_for` of a block of ``threads`` threads, already checked."""
         if threads <= math.prod(self.block) or self._compile_for_larger_blocks is None:
             return self.compiled
         if self._for_larger_blocks is None:
@@ -821,7 +823,7 @@ class FusedKernel:
             self.shared_memory if shared_memory is None else _check_shared_memory(shared_memory, kind=ExecutionError)
         )
         setup = (LaunchConfig(grid=grid3, block=block3, shmem_size=smem), smem, grid3, tuple(block3),
-                 self.compiled_for(block3))
+                 self._compiled_for_threads(math.prod(block3)))
         try:
             if len(self._configs) > _CACHE_LIMIT:
                 self._configs.clear()

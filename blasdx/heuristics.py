@@ -658,7 +658,7 @@ def blocks_by_shared_memory(p: Problem, shared_memory: int) -> int:
 
 #: Registers of one SM (every architecture blasdx targets).
 _REGISTERS_PER_SM = 65536
-_THREADS_PER_SM = 2048  # sm_90
+_THREADS_PER_SM = 2048  # sm_90 (sm_86 / sm_89: 1536, more than the register floors below leave)
 
 
 def _min_blocks_per_sm(
@@ -707,24 +707,30 @@ def _min_blocks_per_sm(
     """
     sixteen_bit = family in ("mma.sync.m16n8k16", "mma.sync.m16n8k8") and p.a.size == 2 and not p.is_complex
     fits = blocks_by_shared_memory(p, shared_memory)
-    if family == "fma" and p.a == p.b == _dt.float32 and not p.is_complex and not p.compute_bound and p.sm == 90:
-        return max(1, min(fits, _THREADS_PER_SM // threads, _REGISTERS_PER_SM // (threads * 64)))
+    memory_bound = not p.compute_bound
+    if family == "fma" and p.a == p.b == _dt.float32 and not p.is_complex and memory_bound and p.sm == 90:
+        return _blocks_within(fits, threads, 64)
     if sixteen_bit and 128 < threads < 256:
         am, an, _ = atom_shape(family)
-        acc = accumulator_bytes(p)
-        acc_registers = warp_tile[0] * warp_tile[1] * am * an // 32 * acc // 4
-        return max(1, min(fits, _REGISTERS_PER_SM // (threads * (acc_registers + 40))))
+        acc_registers = warp_tile[0] * warp_tile[1] * am * an // 32 * accumulator_bytes(p) // 4
+        return _blocks_within(fits, threads, acc_registers + 40)
     eight_bit = family == "mma.sync.m16n8k32" and not p.is_complex
-    if eight_bit and 128 < threads < 256 and not p.compute_bound and p.sm == 90:
-        return max(1, min(fits, _REGISTERS_PER_SM // (threads * 56)))
+    if eight_bit and 128 < threads < 256 and memory_bound and p.sm == 90:
+        return _blocks_within(fits, threads, 56)
+    wgmma = family.startswith("wgmma.")
+    if wgmma and threads == 256 and memory_bound and accumulator_bytes(p) == 2:
+        return _blocks_within(fits, threads, 85)  # three blocks of 256
     integer_8bit = eight_bit and p.a.integral
     tf32 = family == "mma.sync.m16n8k8" and p.a == _dt.tfloat32 and p.scheme == "native" and not p.is_complex
     three_xtf32 = family == "mma.sync.m16n8k8" and p.scheme == "3xtf32" and not p.is_complex and fits >= 3
-    wgmma = family.startswith("wgmma.")
-    if wgmma and threads == 256 and fits >= 3 and not p.compute_bound and accumulator_bytes(p) == 2:
-        return 3
     capped = sixteen_bit or integer_8bit or tf32 or three_xtf32 or wgmma
-    return 2 if capped and threads == 256 and fits >= 2 else 1
+    return _blocks_within(fits, threads, 128) if capped and threads == 256 else 1
+
+
+def _blocks_within(fits: int, threads: int, registers: int) -> int:
+    """Blocks per SM that shared memory (``fits``), the SM's threads and a floor of ``registers``
+    per thread all allow; at least 1."""
+    return max(1, min(fits, _THREADS_PER_SM // threads, _REGISTERS_PER_SM // (threads * registers)))
 
 
 def plan_kernel(p: Problem, threads: int | None = None) -> KernelPlan:
