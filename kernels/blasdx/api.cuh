@@ -251,6 +251,7 @@ class accumulator {
 
     // The raw registers and the owning thread, for BlockGemm / WarpgroupGemm::accumulate.
     __device__ __forceinline__ fragment_type& fragment() { return frag_; }
+    __device__ __forceinline__ const fragment_type& fragment() const { return frag_; }
     __device__ __forceinline__ int thread() const { return tid_; }
 
   private:

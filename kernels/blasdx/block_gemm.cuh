@@ -190,6 +190,66 @@ struct tile_order<Cfg, Atom, typename std_conditional<Atom::M == 16 && sizeof(ty
     __host__ __device__ __forceinline__ static constexpr int piece_col(int j) { return 8 * j; }
 };
 
+// Runs of adjacent columns of C that a lane holds in one row of a warp tile, so that an epilogue
+// can write a run with vector stores instead of element by element. Every atom gives a lane the
+// column pair 2t, 2t + 1 (registers 2h, 2h + 1 of row half h); with tile_order's grouped B
+// columns (P = b_group_pieces > 1) pieces qP ... qP + P - 1 together give it 2P adjacent columns
+// starting at a multiple of 2P. Taken for real row-major C (the f64 order renumbers B's columns
+// only where C is column-major).
+template <class Cfg, class Atom = typename Cfg::atom>
+struct c_runs {
+    using order = tile_order<Cfg, Atom>;
+    using acc_type = typename Cfg::accumulator_type;
+    static constexpr int P = order::DMMA ? 1 : b_group_pieces<Cfg, Atom>();
+    static constexpr int RUN = 2 * P, HALVES = Atom::C_ELEMS / 2;
+    static constexpr bool works = !Cfg::is_complex && Cfg::c_row_major && Atom::C_ELEMS % 2 == 0;
+
+    // Columns of a part of a run that lies wholly inside or wholly outside C: the run itself where
+    // the tile lies inside C along N, else the largest power of two dividing both it and N.
+    template <bool FULL_N> __host__ __device__ static constexpr int part() {
+        int u = RUN;
+        while (!FULL_N && u > 1 && Cfg::n % u != 0) u /= 2;
+        return u;
+    }
+
+    // The warp tile at (m0, n0), acc[i][j][e] as the tensor-core path holds it: f.run(row, col, v)
+    // for each part of a run inside C (v[s] at column col + s; f(row, col, value) where parts are
+    // single elements). Rows past M are skipped (FULL_M, FULL_N: the tile lies inside C).
+    template <bool FULL_M, bool FULL_N, class Acc, class F>
+    __device__ __forceinline__ static void visit(const Acc& acc, int m0, int n0, int lane, F& f) {
+        constexpr int U = part<FULL_N>();
+#pragma unroll
+        for (int i = 0; i < Cfg::warp_m; ++i)
+#pragma unroll
+            for (int h = 0; h < HALVES; ++h) {
+                const int row = m0 + order::c_row(lane, i, 2 * h);
+                if (!FULL_M && row >= Cfg::m) continue;
+#pragma unroll
+                for (int q = 0; q < Cfg::warp_n / P; ++q) {
+                    const int col = n0 + order::c_col(lane, q * P, 2 * h);
+#pragma unroll
+                    for (int u = 0; u < RUN; u += U) {
+                        if (!FULL_N && col + u >= Cfg::n) continue;
+                        acc_type v[U];
+#pragma unroll
+                        for (int s = 0; s < U; ++s) v[s] = acc[i][q * P + (u + s) % P][2 * h + (u + s) / P];
+                        if constexpr (U == 1) {
+                            f(row, col + u, v[0]);
+                        } else {
+                            f.run(row, col + u, v);
+                        }
+                    }
+                }
+            }
+    }
+};
+
+// Whether an epilogue functor also takes whole runs of columns (f.run(row, col, values), c_runs).
+template <class E, class = void> struct epilogue_takes_runs { static constexpr bool value = false; };
+template <class E> struct epilogue_takes_runs<E, decltype(void(E::takes_runs))> {
+    static constexpr bool value = E::takes_runs;
+};
+
 // The CUDA-core path's tiling: work item (gm, gn) of a thread owns TM x TN outputs, rows
 // row(gm, i) and columns col(gn, j). Runs of V consecutive rows (columns) start V * GM
 // (V * GN) apart: V = 4 where the operand is contiguous along them (column-major A, row-major
@@ -682,22 +742,26 @@ struct BlockGemm {
 
             tile_product<LDA, LDB>(acc, sA, sB, m0, n0, lane, a_op, b_op);
 
+            if constexpr (epilogue_takes_runs<Epilogue>::value && c_runs<Cfg>::works) {
+                c_runs<Cfg>::template visit<W::FULL_M, W::FULL_N>(acc[0], m0, n0, lane, epi);
+            } else {
 #pragma unroll
-            for (int i = 0; i < FM; ++i)
+                for (int i = 0; i < FM; ++i)
 #pragma unroll
-                for (int j = 0; j < FN; ++j)
+                    for (int j = 0; j < FN; ++j)
 #pragma unroll
-                    for (int e = 0; e < atom::C_ELEMS; ++e) {
-                        const int row = m0 + tile_order<Cfg>::c_row(lane, i, e);
-                        const int col = n0 + tile_order<Cfg>::c_col(lane, j, e);
-                        if ((W::FULL_M || row < m) && (W::FULL_N || col < n)) {
-                            if constexpr (is_complex) {
-                                epi(row, col, value_type{acc[0][i][j][e], acc[1][i][j][e]});
-                            } else {
-                                epi(row, col, acc[0][i][j][e]);
+                        for (int e = 0; e < atom::C_ELEMS; ++e) {
+                            const int row = m0 + tile_order<Cfg>::c_row(lane, i, e);
+                            const int col = n0 + tile_order<Cfg>::c_col(lane, j, e);
+                            if ((W::FULL_M || row < m) && (W::FULL_N || col < n)) {
+                                if constexpr (is_complex) {
+                                    epi(row, col, value_type{acc[0][i][j][e], acc[1][i][j][e]});
+                                } else {
+                                    epi(row, col, acc[0][i][j][e]);
+                                }
                             }
                         }
-                    }
+            }
         }
     }
 

@@ -151,10 +151,20 @@ struct WarpgroupGemm {
     __device__ __forceinline__ static void emit(const acc_type* values, int m0, int n0, int tid, Epilogue& epi) {
         const int warp = (tid / 32) % 4, lane = tid % 32;
         const int row = m0 + 16 * warp + lane / 4, col = n0 + 2 * (lane % 4);
+        if constexpr (epilogue_takes_runs<Epilogue>::value && Cfg::c_row_major) {  // column pairs at once
 #pragma unroll
-        for (int j = 0; j < TILE_N / 8; ++j)
+            for (int j = 0; j < TILE_N / 8; ++j)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) epi(row + 8 * (e / 2), col + 8 * j + e % 2, values[4 * j + e]);
+                for (int h = 0; h < 2; ++h) {
+                    const acc_type pair[2] = {values[4 * j + 2 * h], values[4 * j + 2 * h + 1]};
+                    epi.run(row + 8 * h, col + 8 * j, pair);
+                }
+        } else {
+#pragma unroll
+            for (int j = 0; j < TILE_N / 8; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) epi(row + 8 * (e / 2), col + 8 * j + e % 2, values[4 * j + e]);
+        }
     }
 
     // Each warpgroup tile this thread's warpgroup owns: a zeroed accumulator, issue(acc, m0, n0)
