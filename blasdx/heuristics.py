@@ -387,8 +387,11 @@ def _fma_thread_tile(p: Problem) -> tuple[int, int]:
     Sixteen accumulators per thread give each shared-memory load four uses. Where 4 x 4 tiles
     would leave threads with several work items (more than 256 of them, or, compute-bound,
     enough 8 x 8 tiles for a warp), 8 x 8 tiles read each 16-byte run of A or B once for 8
-    rows or columns instead: the FFMA (not LDS) becomes the limit. Complex and f64 values are
-    wider, so fewer.
+    rows or columns instead: the FFMA (not LDS) becomes the limit. Memory-bound real blocks on
+    sm_90 that 4 x 4 tiles would give 129-256 threads take 4 x 8 tiles and half the threads:
+    batched 48x80x24 on an H200 (2026-11-27, alternating twice in one process) 3178-3204 ->
+    3620-3624 GB/s, 0.87-0.88 -> 0.98-0.99x cuBLASDx; 64^3 within the spread (2842-2887 ->
+    2724-2934 GB/s). Complex and f64 values are wider, so fewer.
     """
     size = p.element_size(p.c)
     if size <= 4:
@@ -396,6 +399,8 @@ def _fma_thread_tile(p: Problem) -> tuple[int, int]:
         large = ceil(p.m / 8) * ceil(p.n / 8)
         big = large >= 32 if p.compute_bound else small > 256
         tm = tn = 8 if big and min(p.m, p.n) >= 8 else 4
+        if not p.compute_bound and p.sm == 90 and not p.is_complex and tm == 4 and 128 < small <= 256 and p.n >= 8:
+            tn = 8  # memory bound: 4 x 8 tiles, half the threads (below)
     elif size == 8:
         tm, tn = 4, 2
     else:
@@ -620,10 +625,12 @@ def batched_k_chunk(p: Problem, plan: KernelPlan) -> int:
 
     A block copies A and B as :data:`_K_CHUNKS` groups along K and multiplies each as it lands,
     the later ones still in flight, where that was measured to pay: float32 operands on CUDA cores
-    with M and N of 128 or more (four chunks), and tf32 / 3xtf32 blocks that run alone on their SM
-    for shared memory (two). Batched benchmark on an H200 (2026-11-26, one, two and four chunks
-    alternating in one process, against cuBLASDx): f32 128x128x64 1.06 -> 1.25-1.28x (four),
-    tf32 128^3 0.89-0.91 -> 1.00-1.02x, 3xtf32 128^3 +6%; f32 128^3 unchanged. Elsewhere it lost:
+    with M and N of 128 or more (four chunks), tf32 / 3xtf32 blocks that run alone on their SM
+    for shared memory, and single-pass tf32 blocks two of which fill it (two). Batched benchmark on
+    an H200 (2026-11-26, one, two and four chunks alternating in one process, against cuBLASDx): f32
+    128x128x64 1.06 -> 1.25-1.28x (four), tf32 128^3 0.89-0.91 -> 1.00-1.02x, 3xtf32 128^3 +6%;
+    f32 128^3 unchanged; 2026-11-27, C staged in runs: tf32 100^3 (two blocks of 80 KB) 1.01-1.02
+    -> 1.04x, 3xtf32 100^3 -13%. Elsewhere it lost:
     16-bit 100^3 0.88 -> 0.66-0.69x (f16->f16), f64 128x128x64 1.80 -> 1.53x (every tile's
     accumulator then lives in registers at once: 89 -> 190 registers), 3xtf32 128x128x64 -25%,
     32^3 and 64^3 2-6%.
@@ -633,8 +640,8 @@ def batched_k_chunk(p: Problem, plan: KernelPlan) -> int:
     if not plan.is_mma:
         parts = _K_CHUNKS["fma"] if p.m >= 128 and p.n >= 128 else 0
     else:
-        alone = blocks_by_shared_memory(p, plan.shared_memory) == 1
-        parts = _K_CHUNKS["mma"] if alone else 0
+        fits = blocks_by_shared_memory(p, plan.shared_memory)
+        parts = _K_CHUNKS["mma"] if fits == 1 or (fits == 2 and p.scheme != "3xtf32") else 0
     if not parts:
         return 0
     chunk = round_up(-(-p.k // parts), 16)
@@ -690,7 +697,8 @@ def _min_blocks_per_sm(
     spilling, four blocks. Batched benchmark on an H200 (2026-11-26, alternating twice in one
     process): 48x80x24 2897-2903 -> 3060-3120 GB/s, 64^3 2620-2728 -> 2799-2866, the other
     sizes +1 to +5%. The same rule for the mma.sync plans left them within the spread, but for
-    e4m3 100^3 (-19%).
+    e4m3 100^3 (-19%). (Those two sizes now run 4 x 8 tiles on 128 threads, _fma_thread_tile:
+    five and four blocks, 94-96 registers.)
 
     Memory-bound wgmma blocks of 256 threads with f16 sums (f16->f16) ask for three where shared
     memory holds three: 128x128x64 compiles to 75 registers for it (87 left to a cap of 128),

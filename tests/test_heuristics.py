@@ -208,6 +208,10 @@ PLANS = [
     (problem(100, 100, 100, F64, sm=90), "mma.sync.m16n8k8", (16, 8, 8), (1, 4), (1, 1), 256),
     # fma paths
     (problem(64, 64, 64, F32), "fma", (1, 1, 1), (1, 1), (4, 4), 256),  # 16*16 = 256 threads
+    # memory bound on sm_90: 4 x 4 tiles would give 129-256 threads -> 4 x 8 tiles, half the threads
+    (problem(48, 80, 24, F32, sm=90), "fma", (1, 1, 1), (1, 1), (4, 8), 128),  # 12*10 = 120 -> 128
+    (problem(64, 64, 64, F32, sm=90), "fma", (1, 1, 1), (1, 1), (4, 8), 128),
+    (problem(32, 32, 32, F32, sm=90), "fma", (1, 1, 1), (1, 1), (4, 4), 64),  # 64 threads already
     (problem(8, 8, 8, F32), "fma", (1, 1, 1), (1, 1), (4, 4), 32),  # 4 threads of work -> one warp
     (problem(40, 40, 8, F32), "fma", (1, 1, 1), (1, 1), (4, 4), 128),  # 100 -> 128
     (problem(3, 2, 9, F32), "fma", (1, 1, 1), (1, 1), (3, 2), 32),  # tile clipped to the problem
@@ -360,7 +364,7 @@ def test_c_is_not_staged_when_two_blocks_would_not_fit():
         ((128, 128, 64), bx.tfloat32, bx.float32, 2),  # tf32: 140 registers left alone, 128 without spilling
         ((128, 128, 64), bx.float64, bx.float64, 1),  # not a 16-bit instruction
         # memory-bound f32 FFMA on sm_90: what shared memory and threads allow, down to 64 registers
-        ((48, 80, 24), bx.float32, bx.float32, 4),
+        ((48, 80, 24), bx.float32, bx.float32, 5),  # 4 x 8 tiles, 128 threads: 5 blocks of 44 KB
         ((64, 64, 64), bx.float32, bx.float32, 4),
         ((32, 32, 32), bx.float32, bx.float32, 15),
         # memory-bound 8-bit mma.sync at 192 threads: what shared memory allows, down to 56 registers
@@ -615,7 +619,9 @@ def test_compute_bound_wide_warp_tiles_keep_four_to_eight_warps(size, a, c, comp
     ((128, 128, 128), F32, "native", False, 32),
     ((128, 128, 128), TF32, "native", False, 64),   # alone on its SM for shared memory: two chunks
     ((128, 128, 128), F32, "3xtf32", False, 64),
-    ((128, 128, 64), TF32, "native", False, 0),     # two blocks fit per SM
+    ((128, 128, 64), TF32, "native", False, 0),     # three blocks fit per SM
+    ((100, 100, 100), TF32, "native", False, 64),   # two blocks of 80 KB per SM: two chunks
+    ((100, 100, 100), F32, "3xtf32", False, 0),     # measured to lose 13% there
     ((128, 128, 64), F32, "3xtf32", False, 0),      # measured to lose 25%
     ((100, 100, 100), F32, "native", False, 0),     # narrower than 128
     ((128, 128, 64), F64, "native", False, 0),      # measured to lose (every tile's accumulator live at once)
@@ -624,7 +630,8 @@ def test_compute_bound_wide_warp_tiles_keep_four_to_eight_warps(size, a, c, comp
 ])
 def test_batched_k_chunks_where_they_were_measured_to_pay(size, a, scheme, arch_specific, chunk):
     """The batched kernel copies K in chunks, multiplying each as it lands, for float32 on CUDA
-    cores 128 and more wide (four chunks) and tf32 / 3xtf32 blocks alone on their SM (two)."""
+    cores 128 and more wide (four chunks), tf32 / 3xtf32 blocks alone on their SM and tf32
+    blocks two of which fill it (two)."""
     c = F64 if a is F64 else (F16 if a is F16 else F32)
     p = h.Problem(*size, a, a, c, False, True, True, True, 90, arch_specific, scheme=scheme)
     plan = h.plan_kernel(p)
