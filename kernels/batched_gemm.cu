@@ -95,7 +95,7 @@ __device__ __forceinline__ void multiply(const typename C::a_type* sA, const typ
 template <class C>
 __device__ __forceinline__ void load_c(typename C::c_type* sC, const typename C::c_type* c, int tid) {
     copy_matrix_to_shared<typename C::c_type, C::c_outer, C::c_inner, C::ldc, C::smem_ldc, C::copy_bytes_c,
-                          C::threads>(sC, c, tid);
+                          C::threads, false>(sC, c, tid);  // consecutive pieces, as C's store (copy.cuh)
     copy_wait_all();
     __syncthreads();
 }
