@@ -115,9 +115,10 @@ __device__ __forceinline__ void copy_wait_at_most(int pending) {
 // thread keeps one column and steps down by a constant number of rows, so its addresses advance
 // by constants. Consecutive pieces cost a constant division (multiply-high, shifts), a
 // remainder and 64-bit address arithmetic each, about ten instructions per 8-byte piece (f16
-// 100^3). Stores of C keep consecutive pieces: with row passes, the store and the beta != 0
-// load of C took the two-problem e4m3 48x80x24 kernel from 56 to 65 registers.
-template <int OUTER, int INNER, int V, int THREADS, bool ROW_PASSES = true, class F>
+// 100^3). Only copy_matrix_to_shared asks for them (below); stores of C keep consecutive
+// pieces: with row passes, the store and the beta != 0 load of C took the two-problem e4m3
+// 48x80x24 kernel from 56 to 65 registers.
+template <int OUTER, int INNER, int V, int THREADS, bool ROW_PASSES = false, class F>
 __device__ __forceinline__ void for_each_piece(int tid, F&& f) {
     constexpr int PER_ROW = INNER / V;
     constexpr int TOTAL = OUTER * PER_ROW;
@@ -170,7 +171,7 @@ __device__ __forceinline__ void copy_matrix_to_global(T* dst, const T* src, int 
     static_assert(VEC_BYTES % int(sizeof(T)) == 0, "copy width must be a multiple of the element size");
     static_assert((INNER * int(sizeof(T))) % VEC_BYTES == 0, "rows must be a whole number of copies");
     using Vec = typename vector_of<VEC_BYTES>::type;
-    for_each_piece<OUTER, INNER, VEC_BYTES / int(sizeof(T)), THREADS, false>(tid, [&](int r, int c) {
+    for_each_piece<OUTER, INNER, VEC_BYTES / int(sizeof(T)), THREADS>(tid, [&](int r, int c) {
         *reinterpret_cast<Vec*>(dst + i64(r) * LDG + c) = *reinterpret_cast<const Vec*>(src + r * LDS + c);
     });
 }
