@@ -400,7 +400,7 @@ def _fma_thread_tile(p: Problem) -> tuple[int, int]:
         big = large >= 32 if p.compute_bound else small > 256
         tm = tn = 8 if big and min(p.m, p.n) >= 8 else 4
         if not p.compute_bound and p.sm == 90 and not p.is_complex and tm == 4 and 128 < small <= 256 and p.n >= 8:
-            tn = 8  # memory bound: 4 x 8 tiles, half the threads (below)
+            tn = 8  # memory bound: 4 x 8 tiles, half the threads (see the docstring)
     elif size == 8:
         tm, tn = 4, 2
     else:

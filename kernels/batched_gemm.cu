@@ -122,7 +122,7 @@ template <class T, int RUN, int LD> __host__ __device__ constexpr int run_store_
 template <class C, bool READ_C, class Scalar>
 struct stage_into {
     using T = typename C::c_type;
-    static constexpr bool takes_runs = C::c_row_major;
+    static constexpr bool takes_runs = C::c_row_major;  // adjacent columns adjacent in sC
     T* sC;
     Scalar alpha, beta;
 
@@ -154,9 +154,9 @@ struct stage_into {
     }
 };
 
-// Whether the register accumulator of C is staged in runs of adjacent columns: warp-level
-// tensor-core tiles of real row-major C (c_runs).
-template <class C> __host__ __device__ constexpr bool stages_in_runs() {
+// Whether the register accumulator of C holds runs of adjacent columns: warp-level tensor-core
+// tiles of real C (c_runs).
+template <class C> __host__ __device__ constexpr bool holds_runs() {
     if constexpr (C::use_mma && !C::use_wgmma) {
         return c_runs<C>::works;
     } else {
@@ -170,7 +170,7 @@ template <bool READ_C, class C, class Scalar>
 __device__ __forceinline__ void stage_accumulator(const accumulator<C>& acc, typename C::c_type* sC, Scalar alpha,
                                                   Scalar beta) {
     stage_into<C, READ_C, Scalar> epi{sC, alpha, beta};
-    if constexpr (stages_in_runs<C>()) {
+    if constexpr (holds_runs<C>() && decltype(epi)::takes_runs) {
         using shape = fragment_shape<C>;
         const int tid = acc.thread();
         if (!shape::active(tid)) return;

@@ -194,15 +194,16 @@ struct tile_order<Cfg, Atom, typename std_conditional<Atom::M == 16 && sizeof(ty
 // can write a run with vector stores instead of element by element. Every atom gives a lane the
 // column pair 2t, 2t + 1 (registers 2h, 2h + 1 of row half h); with tile_order's grouped B
 // columns (P = b_group_pieces > 1) pieces qP ... qP + P - 1 together give it 2P adjacent columns
-// starting at a multiple of 2P. Taken for real row-major C (the f64 order renumbers B's columns
-// only where C is column-major).
+// starting at a multiple of 2P (the f64 order renumbers B's columns only where C is column-major,
+// whose epilogues take no runs). Real C only; whether adjacent columns are adjacent in memory is
+// the epilogue's to say (epilogue_takes_runs).
 template <class Cfg, class Atom = typename Cfg::atom>
 struct c_runs {
     using order = tile_order<Cfg, Atom>;
     using acc_type = typename Cfg::accumulator_type;
     static constexpr int P = order::DMMA ? 1 : b_group_pieces<Cfg, Atom>();
     static constexpr int RUN = 2 * P, HALVES = Atom::C_ELEMS / 2;
-    static constexpr bool works = !Cfg::is_complex && Cfg::c_row_major && Atom::C_ELEMS % 2 == 0;
+    static constexpr bool works = !Cfg::is_complex && Atom::C_ELEMS % 2 == 0;
 
     // Columns of a part of a run that lies wholly inside or wholly outside C: the run itself where
     // the tile lies inside C along N, else the largest power of two dividing both it and N.

@@ -151,7 +151,7 @@ struct WarpgroupGemm {
     __device__ __forceinline__ static void emit(const acc_type* values, int m0, int n0, int tid, Epilogue& epi) {
         const int warp = (tid / 32) % 4, lane = tid % 32;
         const int row = m0 + 16 * warp + lane / 4, col = n0 + 2 * (lane % 4);
-        if constexpr (epilogue_takes_runs<Epilogue>::value && Cfg::c_row_major) {  // column pairs at once
+        if constexpr (epilogue_takes_runs<Epilogue>::value) {  // column pairs at once
 #pragma unroll
             for (int j = 0; j < TILE_N / 8; ++j)
 #pragma unroll
