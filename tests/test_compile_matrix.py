@@ -299,7 +299,8 @@ def test_small_batched_kernel_is_straight_code(a, c, loops):
     sass = desc.compile().sass()
     pieces = 32 * 32 * a.size // 16 // desc.max_threads_per_block
     c_pieces = 32 * 32 * c.size // 16 // desc.max_threads_per_block
-    assert len(re.findall(r"\bLDGSTS\.E\.BYPASS\.128\b", sass)) == 2 * pieces + c_pieces, sass.count("LDGSTS")
+    # each with the L2 prefetch of its whole 128-byte line (cp.async ... .L2::128B, as cuBLASDx's)
+    assert len(re.findall(r"\bLDGSTS\.E\.BYPASS\.LTC128B\.128\b", sass)) == 2 * pieces + c_pieces, sass.count("LDGSTS")
     branches = re.findall(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?BRA\s+(0x[0-9a-f]+)", sass)
     backward = [(at, to) for at, to in branches if int(to, 16) < int(at, 16)]  # (a branch to itself ends the code)
     assert bool(backward) == loops, f"backward branches {backward}"

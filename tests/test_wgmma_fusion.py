@@ -362,4 +362,4 @@ def test_copy_wait_fences_the_async_proxy_and_load_a_writes_panels():
     kernel = bx.compile_kernel(kernel_source("wgmma"), "register_api", {"GEMM": desc})
     ptx_like = kernel.compiled.sass()
     assert re.search(r"\bFENCE\.VIEW\.ASYNC\.S\b", ptx_like), "fence.proxy.async.shared::cta before wgmma reads"
-    assert re.search(r"\bLDGSTS\.E\.BYPASS\.128\b", ptx_like), "16-byte cp.async into the panels"
+    assert re.search(r"\bLDGSTS\.E\.BYPASS\.LTC128B\.128\b", ptx_like), "16-byte cp.async into the panels"
