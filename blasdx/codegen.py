@@ -119,6 +119,13 @@ def config_struct(desc: Descriptor, name: str = "blasdx_config") -> str:
         "multiplied as each lands",
     ]
     lines += _wgmma_lines(plan)
+    pa, pb = plan.batched_panels
+    lines += [
+        "    // batched kernel: A and B copied into swizzled panels (read with ldmatrix) instead of padded rows",
+        f"    static constexpr bool batched_panels = {_bool(pa > 0)};",
+    ]
+    if pa:
+        lines.append(f"    static constexpr int a_panel_bytes = {pa}, b_panel_bytes = {pb};  // panel widths")
     lines.append("};")
     return "\n".join(lines)
 

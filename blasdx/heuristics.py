@@ -275,6 +275,7 @@ class KernelPlan:
     stage_bytes: int = 0  # bytes from one problem's A/B buffer to the next (A, B, and C when staged over them)
     k_unroll: int = 1  # mma.sync K steps unrolled per pass of a warp tile's K loop (k_loop_unroll)
     k_chunk: int = 0  # batched kernel: K elements per copy group, each multiplied as it lands; 0: K at once
+    batched_panels: tuple[int, int] = (0, 0)  # batched kernel: A, B in swizzled panels this wide (bytes); 0: smem_a/b
 
     @property
     def is_mma(self) -> bool:
@@ -537,7 +538,8 @@ def _epilogue(p: Problem, plan: KernelPlan, ab_bytes: int) -> KernelPlan:
         total = c_offset + c_bytes if c_bytes else buffers + _b_overread_bytes(p, plan_)  # B may end the block
         done = replace(plan_, stages=stages, stage_bytes=stride, smem_c_offset=c_offset, shared_memory=total,
                        min_blocks=_min_blocks_per_sm(p, plan_.instruction, plan_.threads, total, plan_.warp_tile))
-        return replace(done, k_chunk=batched_k_chunk(p, done))
+        done = replace(done, k_chunk=batched_k_chunk(p, done))
+        return replace(done, batched_panels=batched_panels(p, done))
 
     def with_c_over(over: SmemLayout) -> KernelPlan:
         return finish(replace(plan, smem_c_over_ab=over), max(ab_bytes, over.cosize * p.element_size(p.c)), 0)
@@ -551,6 +553,40 @@ def _epilogue(p: Problem, plan: KernelPlan, ab_bytes: int) -> KernelPlan:
         return finish(replace(plan, smem_c=smem_c), ab_bytes, smem_c.cosize * p.element_size(p.c))
     over = c_over_ab_layout(p, plan, ab_bytes)
     return with_c_over(over) if over is not None else finish(plan, ab_bytes, 0)
+
+
+def batched_panels(p: Problem, plan: KernelPlan) -> tuple[int, int]:
+    """Panel widths (bytes) of A and B where the batched kernel copies them into swizzled panels
+    instead of the padded rows of ``smem_a`` and ``smem_b``, else (0, 0).
+
+    Taken where a row of A or B is shorter than a 128-byte line and ``panel_widths`` allows
+    panels. A line's 8 pieces then land in two padded rows whose banks overlap: Nsight Compute on
+    an H200 (2026-11-27, f16->f16 32^3, rows of 64 bytes padded to 80) counted 15 shared-memory
+    wavefronts per cp.async instruction against the 4 of cuBLASDx's swizzled layout, and the
+    block's wait for its operands took the difference (long-scoreboard stall samples at its
+    barrier 4110 against 3515). Panels keep a line's pieces in distinct banks and ldmatrix reads
+    them conflict free: batched benchmark, alternating in one process, f16->f16 32^3 0.91-0.92
+    -> 0.97-0.99x cuBLASDx, f16->f32 and bf16->f32 0.95-0.97 -> 1.00-1.01x. Staging f16 C (its
+    64-byte rows, read back 2-way conflicted) in panels as well lost what A and B gained there
+    (0.97-0.98 -> 0.91-0.92x), so C keeps its padded rows. The plan's offsets stay those of the
+    padded layouts (panels are dense, so they fit).
+    """
+    if min(p.a_inner * p.a.size, p.b_inner * p.b.size) >= 128:
+        return (0, 0)
+    return panel_widths(p, plan)
+
+
+def panel_widths(p: Problem, plan: KernelPlan) -> tuple[int, int]:
+    """Widths of swizzled panels (bytes) that A and B of a warp-level 16-bit mma.sync plan can be
+    read from with ldmatrix (whole 8-row atoms, rows a whole number of 32-byte panels), else (0, 0)."""
+    if not plan.is_mma or plan.is_wgmma or p.is_complex or p.a.size != 2 or p.b.size != 2:
+        return (0, 0)
+    if plan.k_chunk or p.m % 8 or p.n % 8 or p.k % 8:
+        return (0, 0)
+    a_bytes, b_bytes = p.a_inner * p.a.size, p.b_inner * p.b.size
+    if a_bytes % 32 or b_bytes % 32:
+        return (0, 0)
+    return (_panel_bytes(a_bytes), _panel_bytes(b_bytes))
 
 
 def _b_overread_bytes(p: Problem, plan: KernelPlan) -> int:

@@ -19,7 +19,8 @@
 //
 // Plans with use_wgmma (sm_90a) copy A and B into swizzled panels instead (8-bit operands
 // that are not K-major transposed on the way) and multiply with WarpgroupGemm; everything
-// else is the same.
+// else is the same. Warp-level plans with batched_panels copy them into such panels too (rows
+// shorter than a 128-byte line), which their ldmatrix reads take as they are.
 #include "blasdx/block_gemm.cuh"
 #include "blasdx/copy.cuh"
 #include "blasdx/warpgroup_gemm.cuh"
@@ -60,6 +61,11 @@ __device__ __forceinline__ void scale_store(complex<T>* dst, complex<S> alpha, c
     dst->y = convert<S>::template to<T>(im);
 }
 
+// Leading-dimension arguments of A and B in the batched kernel's shared memory: PANELS where the
+// plan copies them into swizzled panels (Cfg::batched_panels), else smem_a's and smem_b's.
+template <class C> constexpr int batched_lda = C::batched_panels ? PANELS : C::smem_lda;
+template <class C> constexpr int batched_ldb = C::batched_panels ? PANELS : C::smem_ldb;
+
 // Start copying A and B of one problem from global memory into a stage of shared memory, in the
 // layout the block GEMM reads (cp.async where it can; the caller commits, waits and syncs).
 template <class C>
@@ -70,6 +76,11 @@ __device__ __forceinline__ void copy_operands(unsigned char* stage, const typena
         WG::template load_a<C::lda, C::copy_bytes_a>(reinterpret_cast<typename C::a_type*>(stage), a, tid);
         WG::template load_b<C::ldb, C::copy_bytes_b>(reinterpret_cast<typename C::b_type*>(stage + C::smem_b_offset),
                                                      b, tid);
+    } else if constexpr (C::batched_panels) {  // a 128-byte line's pieces land in distinct banks (heuristics)
+        wgmma::copy_to_panels<typename C::a_type, C::a_outer, C::a_inner, C::lda, C::a_panel_bytes, C::copy_bytes_a,
+                              C::threads>(stage, a, tid);
+        wgmma::copy_to_panels<typename C::b_type, C::b_outer, C::b_inner, C::ldb, C::b_panel_bytes, C::copy_bytes_b,
+                              C::threads>(stage + C::smem_b_offset, b, tid);
     } else {
         copy_matrix_to_shared<typename C::a_type, C::a_outer, C::a_inner, C::lda, C::smem_lda, C::copy_bytes_a,
                               C::threads>(reinterpret_cast<typename C::a_type*>(stage), a, tid);
@@ -85,7 +96,7 @@ __device__ __forceinline__ void multiply(const typename C::a_type* sA, const typ
     if constexpr (C::use_wgmma) {
         WarpgroupGemm<C>::run(sA, sB, tid, epi);
     } else {
-        BlockGemm<C>::template run<C::smem_lda, C::smem_ldb>(sA, sB, tid, epi);
+        BlockGemm<C>::template run<batched_lda<C>, batched_ldb<C>>(sA, sB, tid, epi);
     }
 }
 
@@ -231,8 +242,8 @@ __device__ __forceinline__ void store_over_operands(typename C::c_type* c, unsig
     if constexpr (C::use_wgmma) {
         WarpgroupGemm<C>::accumulate(acc.fragment(), sA, sB, acc.thread());
     } else {
-        BlockGemm<C>::template accumulate<C::smem_lda, C::smem_ldb>(acc.fragment(), sA, sB, acc.thread(),
-                                                                    identity{}, identity{});
+        BlockGemm<C>::template accumulate<batched_lda<C>, batched_ldb<C>>(acc.fragment(), sA, sB, acc.thread(),
+                                                                          identity{}, identity{});
     }
     store_accumulator<C>(acc, c, stage, stage, tid, alpha, beta, READ_C);
 }
@@ -298,7 +309,8 @@ template <class C, class Scalar>
 __device__ __forceinline__ void multiply_in_k_chunks(const typename C::a_type* a, const typename C::b_type* b,
                                                      typename C::c_type* c, unsigned char* smem, int tid,
                                                      Scalar alpha, Scalar beta, bool read_c) {
-    static_assert(C::stages == 1 && !C::use_wgmma, "K chunks are for one problem per block, warp-level GEMM");
+    static_assert(C::stages == 1 && !C::use_wgmma && !C::batched_panels,
+                  "K chunks are for one problem per block, warp-level GEMM, padded rows");
     copy_k_chunks<C, 0>(smem, a, b, tid);
     accumulator<C> acc;
     multiply_k_chunks<C, 0>(acc, smem);

@@ -203,6 +203,59 @@ def test_k_in_chunks(sm, k_chunks_everywhere, row, size, arr):
         run_gemm(desc, row, alpha, beta, rng, batch=3)
 
 
+@pytest.fixture
+def panels_everywhere(monkeypatch):
+    """Every batched plan keeps A and B in swizzled panels wherever it can (heuristics.panel_widths),
+    whatever heuristics.batched_panels would choose."""
+    from blasdx import cache, execute, heuristics
+
+    monkeypatch.setattr(heuristics, "batched_panels", heuristics.panel_widths)
+    monkeypatch.setattr(execute, "_PLANS", {})
+    monkeypatch.setattr(execute, "_PLANS_BY_ID", {})
+    cache.clear_memory_cache()
+    yield
+    cache.clear_memory_cache()
+
+
+@pytest.mark.parametrize("arr", [(R, R, R), (C, C, C), (R, C, R), (C, R, C)],
+                         ids=lambda a: "".join(x.name[0] for x in a))
+@pytest.mark.parametrize("size", [(32, 32, 32), (16, 16, 16), (64, 32, 48), (32, 64, 128), (64, 64, 64), (64, 8, 32)],
+                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("arch_specific", [False, True], ids=["sm", "sm_a"])
+@pytest.mark.parametrize("row", [r for r in _rows() if r.a.size == 2 and not r.is_complex], ids=_row_id)
+def test_operands_in_panels(sm, panels_everywhere, row, size, arr, arch_specific):
+    """Plans whose batched kernel keeps A and B in swizzled panels (KernelPlan.batched_panels):
+    16-bit types, panels one and several per row, 32 to 128 bytes wide, either order, C beside A
+    and B (over them: the next test), beta 0 (C poisoned) and not; sm_90a's plans where wgmma
+    does not take the size."""
+    if arch_specific and sm != 90:
+        pytest.skip("wgmma plans are sm_90a's")
+    desc = gemm_descriptor(row, size, sm, arr)
+    if arch_specific:
+        desc = (bx.Size(*size) + bx.Precision(row.a, row.b, row.c) + bx.Type.real + bx.Function.MM
+                + bx.SM(sm, arch_specific=True) + bx.Block() + bx.Arrangement(*arr))
+    if not desc.is_supported or desc.plan.batched_panels == (0, 0):
+        pytest.skip("no panels for this plan")
+    rng = np.random.default_rng(abs(hash((size, arr, "panels"))) % 2**32)
+    for alpha, beta in _scalars(row):
+        run_gemm(desc, row, alpha, beta, rng, batch=5)
+
+
+@pytest.mark.parametrize("arr", [(R, R, R), (C, R, C)], ids=lambda a: "".join(x.name[0] for x in a))
+@pytest.mark.parametrize("size", [(32, 32, 32), (64, 32, 48)], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("row", [r for r in _rows() if r.a.size == 2 and not r.is_complex], ids=_row_id)
+def test_operands_in_panels_with_c_over_them(sm, panels_everywhere, monkeypatch, row, size, arr):
+    """A and B in swizzled panels, C staged over them once the product is in registers."""
+    from blasdx import heuristics
+
+    monkeypatch.setattr(heuristics, "staged_c_layout", lambda p, ab_bytes, max_bytes: None)
+    desc = gemm_descriptor(row, size, sm, arr)
+    assert desc.plan.batched_panels != (0, 0) and desc.plan.smem_c_over_ab is not None
+    rng = np.random.default_rng(abs(hash((size, arr, "panels, C over"))) % 2**32)
+    for alpha, beta in _scalars(row):
+        run_gemm(desc, row, alpha, beta, rng, batch=5)
+
+
 def _float32_row(a: dt.DType) -> dt.Combination:
     return next(r for r in _rows() if r.a == a and r.c == dt.float32 and not r.is_complex)
 

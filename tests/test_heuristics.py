@@ -301,9 +301,12 @@ def test_plan_properties(pr):
     else:
         assert plan.atom == (1, 1, 1) and plan.warp_tile == (1, 1)
         tm, tn = plan.thread_tile
-        # 4 x 4 (8 x 8 where 4 x 4 tiles would outnumber 256 threads) for 4-byte values, smaller for wider ones
-        big = 8 if p.element_size(p.c) <= 4 and ceil(p.m / 4) * ceil(p.n / 4) > 256 else 4
-        assert 1 <= tm <= min(big, p.m) and 1 <= tn <= min(big, p.n)
+        # 4 x 4 (8 x 8 where 4 x 4 tiles would outnumber 256 threads; 4 x 8 for memory-bound real blocks
+        # on sm_90 that 4 x 4 tiles would give 129-256 threads) for 4-byte values, smaller for wider ones
+        small = ceil(p.m / 4) * ceil(p.n / 4)
+        big = 8 if p.element_size(p.c) <= 4 and small > 256 else 4
+        halves = p.element_size(p.c) <= 4 and not p.is_complex and p.sm == 90 and 128 < small <= 256
+        assert 1 <= tm <= min(big, p.m) and 1 <= tn <= min(8 if halves else big, p.n)
     # layouts keep the global order, hold the whole matrix and fit in shared memory
     for layout, rows, cols, row_major, inner in (
         (plan.smem_a, p.m, p.k, p.a_row_major, p.a_inner),
@@ -706,3 +709,34 @@ def test_register_bound_blocks_are_halved_where_two_then_fit(size, a, scheme, sm
     assert h.plan_kernel(p, 256).threads == 256                        # BlockDim decides
     fused = replace(p, compute_bound=True)                            # fusion's plans keep their own rule
     assert not h._alone_for_registers(fused, h._plan_warp_level(fused, 256))
+
+
+@pytest.mark.parametrize("size, a, c, arch_specific, panels", [
+    ((32, 32, 32), F16, F16, True, (64, 64)),       # 64-byte rows: a 128-byte line spans two
+    ((32, 32, 32), F16, F32, True, (64, 64)),
+    ((32, 32, 32), BF16, F32, False, (64, 64)),
+    ((64, 32, 128), F16, F16, False, (128, 64)),    # B's rows short; A's 256-byte rows in two panels
+    ((64, 64, 64), F16, F32, False, (0, 0)),        # rows of 128 bytes: no line spans two
+    ((48, 80, 24), F16, F16, True, (0, 0)),         # A's 48-byte rows: no 32-byte panels
+    ((100, 100, 100), F16, F16, True, (0, 0)),      # 200-byte rows
+    ((128, 128, 64), F16, F16, True, (0, 0)),       # wgmma: panels of its own
+    ((32, 16, 32), TF32, F32, False, (0, 0)),       # ldmatrix panels are for 16-bit operands
+    ((32, 16, 32), F32, F32, False, (0, 0)),        # CUDA cores
+])
+def test_batched_panels_where_rows_are_shorter_than_a_line(size, a, c, arch_specific, panels):
+    """The batched kernel keeps 16-bit A and B of mma.sync plans in swizzled panels where one of
+    their rows is shorter than a 128-byte line and a panel layout exists (rows a whole number of
+    32-byte panels, 8-row atoms)."""
+    p = h.Problem(*size, a, a, c, False, True, True, True, 90, arch_specific)
+    assert h.plan_kernel(p).batched_panels == panels
+
+
+def test_batched_panels_reach_the_generated_config():
+    def desc(m):
+        return (bx.Size(m, 32, 32) + bx.Precision(F16, F16, F16) + bx.Type.real + bx.Function.MM
+                + bx.Arrangement(bx.row_major, bx.row_major, bx.row_major) + bx.SM(80) + bx.Block())
+
+    src = codegen.generate(desc(32)).source
+    assert "static constexpr bool batched_panels = true;" in src
+    assert "static constexpr int a_panel_bytes = 64, b_panel_bytes = 64;" in src
+    assert "static constexpr bool batched_panels = false;" in codegen.generate(desc(33)).source
