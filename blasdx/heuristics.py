@@ -47,6 +47,9 @@ MAX_THREADS_PER_BLOCK = 1024
 
 #: Each shared-memory buffer (A, B, C) starts on a 16-byte boundary so that 16-byte copies work.
 SMEM_BUFFER_ALIGNMENT = 16
+#: Swizzled panels of the batched warp-level path start on 128-byte boundaries (batched_panels).
+PANEL_ALIGNMENT = 128
+
 #: Swizzled wgmma panels start on 1024-byte boundaries: the 128B swizzle repeats every 1024
 #: bytes and wgmma applies it to absolute shared-memory addresses.
 WGMMA_SMEM_ALIGNMENT = 1024
@@ -531,15 +534,19 @@ def _epilogue(p: Problem, plan: KernelPlan, ab_bytes: int) -> KernelPlan:
     C is written), so they keep C beside A and B where two blocks still fit.
     """
     def finish(plan_: KernelPlan, stage: int, c_bytes: int) -> KernelPlan:
-        stride = round_up(stage, WGMMA_SMEM_ALIGNMENT if plan_.is_wgmma else SMEM_BUFFER_ALIGNMENT)
+        panels = batched_panels(p, plan_)
+        alignment = WGMMA_SMEM_ALIGNMENT if plan_.is_wgmma else SMEM_BUFFER_ALIGNMENT
+        if panels != (0, 0):  # dense A, then B, each from a 128-byte boundary (batched_panels)
+            plan_ = replace(plan_, batched_panels=panels, smem_b_offset=p.m * p.k * p.element_size(p.a))
+            alignment = PANEL_ALIGNMENT
+        stride = round_up(stage, alignment)
         stages = batched_stages(p, plan_, stride, c_bytes)
         buffers = (stages - 1) * stride + stage  # the last problem's A/B (or C over them) unpadded
         c_offset = round_up(buffers, SMEM_BUFFER_ALIGNMENT) if c_bytes else 0
         total = c_offset + c_bytes if c_bytes else buffers + _b_overread_bytes(p, plan_)  # B may end the block
         done = replace(plan_, stages=stages, stage_bytes=stride, smem_c_offset=c_offset, shared_memory=total,
                        min_blocks=_min_blocks_per_sm(p, plan_.instruction, plan_.threads, total, plan_.warp_tile))
-        done = replace(done, k_chunk=batched_k_chunk(p, done))
-        return replace(done, batched_panels=batched_panels(p, done))
+        return replace(done, k_chunk=batched_k_chunk(p, done))
 
     def with_c_over(over: SmemLayout) -> KernelPlan:
         return finish(replace(plan, smem_c_over_ab=over), max(ab_bytes, over.cosize * p.element_size(p.c)), 0)
@@ -568,8 +575,10 @@ def batched_panels(p: Problem, plan: KernelPlan) -> tuple[int, int]:
     them conflict free: batched benchmark, alternating in one process, f16->f16 32^3 0.91-0.92
     -> 0.97-0.99x cuBLASDx, f16->f32 and bf16->f32 0.95-0.97 -> 1.00-1.01x. Staging f16 C (its
     64-byte rows, read back 2-way conflicted) in panels as well lost what A and B gained there
-    (0.97-0.98 -> 0.91-0.92x), so C keeps its padded rows. The plan's offsets stay those of the
-    padded layouts (panels are dense, so they fit).
+    (0.97-0.98 -> 0.91-0.92x), so C keeps its padded rows. A line's pieces must also land in one
+    128-byte segment of shared memory: B's panels at A's padded end (2544 bytes, f16 32^3) still
+    took 3x the ideal wavefronts, so panel plans place B right after A's dense panels and keep
+    every problem's buffers on 128-byte boundaries (:data:`PANEL_ALIGNMENT`).
     """
     if min(p.a_inner * p.a.size, p.b_inner * p.b.size) >= 128:
         return (0, 0)

@@ -728,7 +728,13 @@ def test_batched_panels_where_rows_are_shorter_than_a_line(size, a, c, arch_spec
     their rows is shorter than a 128-byte line and a panel layout exists (rows a whole number of
     32-byte panels, 8-row atoms)."""
     p = h.Problem(*size, a, a, c, False, True, True, True, 90, arch_specific)
-    assert h.plan_kernel(p).batched_panels == panels
+    plan = h.plan_kernel(p)
+    assert plan.batched_panels == panels
+    if panels != (0, 0):  # dense panels, A then B, each problem's from a 128-byte boundary
+        m, n, k = size
+        assert plan.smem_b_offset == m * k * a.size and plan.stage_bytes % h.PANEL_ALIGNMENT == 0
+        end_b = plan.smem_b_offset + k * n * a.size
+        assert end_b <= (plan.smem_c_offset if plan.smem_c else plan.shared_memory)
 
 
 def test_batched_panels_reach_the_generated_config():
