@@ -169,21 +169,28 @@ def test_several_problems_per_block(sm, row, size, arr):
     run_gemm(desc, row, *_scalars(row)[1], rng, batch=5, a_batch=1)
 
 
-@pytest.fixture
-def k_chunks_everywhere(monkeypatch):
-    """Every batched plan that can take K in chunks takes them (the smallest that fit, so that odd K
-    ends in a short chunk), whatever heuristics.batched_k_chunk would choose."""
+def _replanned(monkeypatch, name: str, choice):
+    """heuristics.<name> replaced by ``choice`` for one test, with no plan or kernel cached from before."""
     from blasdx import cache, execute, heuristics
 
-    def smallest(p, plan):
-        return next((c for c in range(16, p.k, 16) if heuristics.k_chunk_fits(p, plan, c)), 0)
-
-    monkeypatch.setattr(heuristics, "batched_k_chunk", smallest)
+    monkeypatch.setattr(heuristics, name, choice)
     monkeypatch.setattr(execute, "_PLANS", {})
     monkeypatch.setattr(execute, "_PLANS_BY_ID", {})
     cache.clear_memory_cache()
     yield
     cache.clear_memory_cache()
+
+
+@pytest.fixture
+def k_chunks_everywhere(monkeypatch):
+    """Every batched plan that can take K in chunks takes them (the smallest that fit, so that odd K
+    ends in a short chunk), whatever heuristics.batched_k_chunk would choose."""
+    from blasdx import heuristics
+
+    def smallest(p, plan):
+        return next((c for c in range(16, p.k, 16) if heuristics.k_chunk_fits(p, plan, c)), 0)
+
+    yield from _replanned(monkeypatch, "batched_k_chunk", smallest)
 
 
 @pytest.mark.parametrize("arr", [(R, R, R), (C, C, C), (R, C, R), (C, R, C)],
@@ -207,14 +214,9 @@ def test_k_in_chunks(sm, k_chunks_everywhere, row, size, arr):
 def panels_everywhere(monkeypatch):
     """Every batched plan keeps A and B in swizzled panels wherever it can (heuristics.panel_widths),
     whatever heuristics.batched_panels would choose."""
-    from blasdx import cache, execute, heuristics
+    from blasdx import heuristics
 
-    monkeypatch.setattr(heuristics, "batched_panels", heuristics.panel_widths)
-    monkeypatch.setattr(execute, "_PLANS", {})
-    monkeypatch.setattr(execute, "_PLANS_BY_ID", {})
-    cache.clear_memory_cache()
-    yield
-    cache.clear_memory_cache()
+    yield from _replanned(monkeypatch, "batched_panels", heuristics.panel_widths)
 
 
 @pytest.mark.parametrize("arr", [(R, R, R), (C, C, C), (R, C, R), (C, R, C)],
