@@ -571,7 +571,7 @@ def batched_panels(p: Problem, plan: KernelPlan) -> tuple[int, int]:
     an H200 (2026-11-27, f16->f16 32^3, rows of 64 bytes padded to 80) counted 15 shared-memory
     wavefronts per cp.async instruction against the 4 of cuBLASDx's swizzled layout, and the
     block's wait for its operands took the difference (long-scoreboard stall samples at its
-    barrier 4110 against 3515). Panels keep a line's pieces in distinct banks and ldmatrix reads
+    barrier 4110 against 3523). Panels keep a line's pieces in distinct banks and ldmatrix reads
     them conflict free: batched benchmark, alternating in one process, f16->f16 32^3 0.91-0.92
     -> 0.97-0.99x cuBLASDx, f16->f32 and bf16->f32 0.95-0.97 -> 1.00-1.01x. Staging f16 C (its
     64-byte rows, read back 2-way conflicted) in panels as well lost what A and B gained there

@@ -344,3 +344,25 @@ def test_batched_staged_c_is_read_in_whole_rows(a, c, size):
     assert not re.findall(r"\bLDG\.", sass), "C (or A, B) read by plain global loads"
     stores = set(re.findall(r"\bSTG\.E(\.\w+)?", sass))
     assert stores == {".128"}, f"global stores {stores}"
+
+
+@pytest.mark.parametrize("sm", [75, 80, 90])
+@pytest.mark.parametrize("order", ORDERS, ids=lambda o: f"{o[0].name[0]}{o[1].name[0]}")
+@pytest.mark.parametrize("a, c", [(dt.float16, dt.float16), (dt.float16, dt.float32), (dt.bfloat16, dt.float32)],
+                         ids=["f16-f16", "f16-f32", "bf16-f32"])
+def test_batched_panels_compile_to_ldmatrix_without_spills(a, c, order, sm):
+    """Batched kernels whose A and B sit in swizzled panels (heuristics.batched_panels: rows under a
+    128-byte line) read them with ldmatrix only, copy them with cp.async from sm_80 on, and spill
+    nothing, for every order of A and B."""
+    row = dt.find_combination(a, a, c, False)
+    if row.min_sm > sm:
+        pytest.skip(f"{a.name} needs sm_{row.min_sm}")
+    desc = (bx.Size(32, 32, 32) + bx.Precision(a, a, c) + bx.Type.real + bx.Function.MM
+            + bx.Arrangement(*order, bx.row_major) + bx.SM(sm) + bx.Block() + bx.MaxAlignment)
+    assert desc.plan.batched_panels == (64, 64)
+    kernel = desc.compile()
+    sass = kernel.sass()
+    assert kernel.local_memory == 0 and not re.search(r"\b(LDL|STL)\b", sass)
+    assert len(re.findall(r"\bLDSM\.16\.MT?88(\.[24])?\b", sass)) >= 4, "fragments not read with ldmatrix"
+    assert not re.search(r"\bLDS\.U16\b|\bLDS\.U\.16\b", sass), "a 16-bit operand read element by element"
+    assert ("LDGSTS" in sass) == (sm >= 80)
