@@ -575,7 +575,7 @@ def batched_panels(p: Problem, plan: KernelPlan) -> tuple[int, int]:
     them conflict free: batched benchmark, alternating in one process, f16->f16 32^3 0.91-0.92
     -> 0.97-0.99x cuBLASDx, f16->f32 and bf16->f32 0.95-0.97 -> 1.00-1.01x. Staging f16 C (its
     64-byte rows, read back 2-way conflicted) in panels as well lost what A and B gained there
-    (0.97-0.98 -> 0.91-0.92x), so C keeps its padded rows. A line's pieces must also land in one
+    (0.97-0.98 -> 0.89-0.94x), so C keeps its padded rows. A line's pieces must also land in one
     128-byte segment of shared memory: B's panels at A's padded end (2544 bytes, f16 32^3) still
     took 3x the ideal wavefronts, so panel plans place B right after A's dense panels and keep
     every problem's buffers on 128-byte boundaries (:data:`PANEL_ALIGNMENT`).
