@@ -590,7 +590,7 @@ def panel_widths(p: Problem, plan: KernelPlan) -> tuple[int, int]:
     read from with ldmatrix (whole 8-row atoms, rows a whole number of 32-byte panels), else (0, 0)."""
     if not plan.is_mma or plan.is_wgmma or p.is_complex or p.a.size != 2 or p.b.size != 2:
         return (0, 0)
-    if plan.k_chunk or p.m % 8 or p.n % 8 or p.k % 8:
+    if p.m % 8 or p.n % 8 or p.k % 8:
         return (0, 0)
     a_bytes, b_bytes = p.a_inner * p.a.size, p.b_inner * p.b.size
     if a_bytes % 32 or b_bytes % 32:
@@ -649,11 +649,14 @@ def batched_stages(p: Problem, plan: KernelPlan, stage_bytes: int, c_bytes: int)
 
 def k_chunk_fits(p: Problem, plan: KernelPlan, chunk: int) -> bool:
     """Whether the batched kernel can copy and multiply K in chunks of ``chunk`` elements: a
-    warp-level plan of one problem per block with asynchronous copies, whose accumulator stays
+    warp-level plan of one problem per block with asynchronous copies into padded rows (not
+    ``batched_panels``), whose accumulator stays
     in registers (the chunks' products add up there), every chunk a whole number of MMA steps
     starting on a 16-byte boundary of A and B in shared memory (in global memory the copy width
     divides the leading dimension, so every chunk starts where its vectors may)."""
     if plan.is_wgmma or plan.stages != 1 or not 0 < chunk < p.k or not loads_asynchronously(p, plan):
+        return False
+    if plan.batched_panels != (0, 0):  # chunks start at K offsets of padded rows
         return False
     if accumulator_bytes_per_thread(p, plan) > _REGISTER_ACCUMULATOR_BYTES:
         return False

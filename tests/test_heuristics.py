@@ -660,6 +660,7 @@ def test_k_chunks_need_one_problem_per_block_whole_mma_steps_and_aligned_starts(
     assert not h.k_chunk_fits(p, plan, 4)              # half an m16n8k8 step
     assert not h.k_chunk_fits(p, plan, 128)            # all of K: one chunk
     assert not h.k_chunk_fits(p, replace(plan, stages=2), 64)
+    assert not h.k_chunk_fits(p, replace(plan, batched_panels=(64, 64)), 64)  # chunks address padded rows
     wgmma = h.Problem(128, 128, 128, F16, F16, F32, False, True, True, True, 90, True)
     assert h.plan_kernel(wgmma).is_wgmma and not h.k_chunk_fits(wgmma, h.plan_kernel(wgmma), 64)
     sm75 = replace(p, sm=75, a=F16, b=F16)             # no cp.async: nothing is left in flight
