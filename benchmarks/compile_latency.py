@@ -37,8 +37,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import blasdx as bx  # noqa: E402
-from blasdx import cache  # noqa: E402
-from blasdx import compiler as cc  # noqa: E402
+from blasdx.compile import cache  # noqa: E402
+from blasdx import compile as cc  # noqa: E402
 
 GOALS_S = {"cold": 1.0, "disk": 10e-3, "memory": 20e-6}
 PROCESS_GOALS_S = {"import": 100e-3, "first_hit": 10e-3}
@@ -54,7 +54,7 @@ desc = bx.Size(64, 64, 64) + bx.Precision(bx.float16, bx.float16, bx.float32) + 
 desc.compile()
 done = time.perf_counter()
 import json, sys
-from blasdx import cache
+from blasdx.compile import cache
 print(json.dumps({"import": imported - start, "first_hit": done - imported, "disk_hits": cache.stats.disk_hits,
                   "loaded": sorted(m for m in ("cuda.core", "cuda.bindings.nvrtc", "numpy") if m in sys.modules)}))
 """

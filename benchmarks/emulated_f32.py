@@ -7,7 +7,7 @@ For each square size, on the same random float32 operands (normal values, and wi
 bx.matmul(x, y, mantissa_bits=23), torch.matmul in float32 (tf32 off: FFMA), torch.matmul
 with tf32 allowed, and bx.matmul(bx.tf32(x), bx.tf32(y)); and each one's normwise
 relative error against the float64 product (torch float64 on the GPU, 256 sampled rows).
---configs also times every split configuration of the engine (blasdx/hopper.py CONFIGS).
+--configs also times every split configuration of the engine (blasdx/engine/hopper.py CONFIGS).
 --accuracy K... measures only the errors of 256 x 256 x K products (the accuracy study of
 docs/performance.md). Prints tables with ratios to torch float32 and writes JSON.
 """
@@ -22,7 +22,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import blasdx as bx  # noqa: E402
 from batched import time_ms, write_record  # noqa: E402
-from blasdx import array_gemm, arrays, hopper  # noqa: E402
+from blasdx.calls import matmul as array_gemm  # noqa: E402
+from blasdx import arrays
+from blasdx.engine import hopper
 from blasdx import dtypes as dt  # noqa: E402
 
 

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import blasdx as bx  # noqa: E402
 from batched import time_ms, write_record  # noqa: E402
-from blasdx import array_gemm  # noqa: E402
+from blasdx.calls import matmul as array_gemm  # noqa: E402
 
 
 def _operands(size: int, wide_range: bool, gen):
@@ -100,8 +100,8 @@ def stages(plan, x, y) -> dict:
     gemm = plan.gemm
     m, n, count, ld = plan.m, plan.n, plan.scheme.count, plan.ld
     from blasdx import dtypes as dt
-    from blasdx import hopper
-    from blasdx.ozaki import _view
+    from blasdx.engine import hopper
+    from blasdx.engine.ozaki import _view
 
     scratch = hopper._SCRATCH
     res_a = scratch.get(device, handle, core, "ozaki residues x", count * m * ld)

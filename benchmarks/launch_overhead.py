@@ -41,8 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np  # noqa: E402
 
 import blasdx as bx  # noqa: E402
-from blasdx import devices  # noqa: E402
-from blasdx import execute as ex  # noqa: E402
+from blasdx.launch import devices  # noqa: E402
+from blasdx.run import execute as ex  # noqa: E402
 
 GOAL_RATIO = 2.0
 MATMUL_GOAL = 1.0

@@ -12,7 +12,7 @@
    sampled rows against the float64 product. Time per call includes the host's launch
    cost (one call between CUDA events on an idle GPU).
 3. --engine-sweep: every Hopper engine configuration and K split on the given shapes (for f32 /
-   f64 the wide path's variants, blasdx/hopper_wide.py).
+   f64 the wide path's variants, blasdx/engine/wide.py).
 Prints tables, writes JSON and, with matplotlib, a PNG beside it.
 """
 
@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import blasdx as bx  # noqa: E402
 from batched import cuda_sm, pyplot, time_ms  # noqa: E402  (shared by the benchmarks)
-from blasdx import array_gemm  # noqa: E402
+from blasdx.calls import matmul as array_gemm  # noqa: E402
 from blasdx import dtypes as dt  # noqa: E402
 from blasdx.reference import assert_close, reference_gemm, tolerance  # noqa: E402
 from matmul_competitors import TRITON_CASES, merge_cublasdx, run_cublasdx_pipeline, triton_call  # noqa: E402
@@ -195,14 +195,16 @@ ENGINE_SPLITS = (1, 2, 4)
 
 
 def engine_sweep(name: str, shapes: list[tuple[int, int, int]], gen, split_counts=ENGINE_SPLITS) -> list[dict]:
-    """Every engine configuration and split count on each shape (for blasdx/hopper.py's rule)."""
+    """Every engine configuration and split count on each shape (for blasdx/engine/hopper.py's rule)."""
     import dataclasses
 
     import torch
 
-    from blasdx import arrays, hopper
+    from blasdx import arrays
 
-    from blasdx import hopper_wide
+    from blasdx.engine import hopper
+
+    from blasdx.engine import wide as hopper_wide
 
     a = TYPES[name]
     result = array_gemm.RESULT_TYPES[a]
@@ -266,10 +268,12 @@ SWEEP = {  # (BM, BN, BK, threads, stages) tried per input type at --sweep-size
 
 
 def sweep(size: int, gen) -> list[dict]:
-    """Multi-block tile shapes against each other on one square problem per type (for blasdx/tiled.py)."""
+    """Multi-block tile shapes against each other on one square problem per type (for blasdx/calls/tiled.py)."""
     import torch
 
-    from blasdx import arrays, tiled
+    from blasdx import arrays
+
+    from blasdx.calls import tiled
 
     rows_out = []
     sm = cuda_sm()

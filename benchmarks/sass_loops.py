@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import block_compute  # noqa: E402
 import cublasdx_harness as dx  # noqa: E402
 from batched import SIZES, TYPES  # noqa: E402
-from blasdx.cubin import find_cuobjdump  # noqa: E402
+from blasdx.compile.cubin import find_cuobjdump  # noqa: E402
 
 #: Opcodes (before the first '.') that multiply: tensor cores first; FMA only where no MMA is in the loop.
 TENSOR_OPS = ("HMMA", "IMMA", "QMMA", "DMMA", "HGMMA", "IGMMA", "QGMMA")

@@ -17,7 +17,7 @@ x is row-major and y column-major (K-major both: what every competitor reads fas
 bf16 (fp8) and int32. Times are the mean of 10 back-to-back calls between CUDA events (the
 median of 10 such), so the host's launch path overlaps the GPU's work as in a model's forward
 pass. ``--sweep`` also times every engine configuration on the fp8 (promoted and fast) and
-int8 products (for blasdx/hopper.py's rule). Prints tables and writes JSON.
+int8 products (for blasdx/engine/hopper.py's rule). Prints tables and writes JSON.
 """
 
 from __future__ import annotations
@@ -36,7 +36,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import blasdx as bx  # noqa: E402
 from batched import cuda_sm  # noqa: E402
-from blasdx import array_gemm, arrays, hopper  # noqa: E402
+from blasdx.calls import matmul as array_gemm  # noqa: E402
+from blasdx import arrays
+from blasdx.engine import hopper
 from blasdx import dtypes as dt  # noqa: E402
 from blasdx.reference import tolerance  # noqa: E402
 

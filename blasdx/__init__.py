@@ -10,7 +10,35 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from .descriptor import Descriptor
+from .describe import backend as _backend
+from .describe.descriptor import Descriptor
+from .describe.operators import (
+    SM,
+    Alignment,
+    Arrangement,
+    BatchesPerBlock,
+    Block,
+    BlockDim,
+    Diag,
+    FillMode,
+    Function,
+    LeadingDimension,
+    MantissaBits,
+    MaxAlignment,
+    Precision,
+    RequiredMantissaBits,
+    Side,
+    Size,
+    Transpose,
+    TransposeMode,
+    Type,
+    Workload,
+    col_major,
+    left_layout,
+    right_layout,
+    row_major,
+)
+from .describe.trsm import TrsmDescriptor
 from .dtypes import (
     DType,
     bfloat16,
@@ -24,51 +52,37 @@ from .dtypes import (
     tfloat32,
     uint8,
 )
-from .errors import BlasdxError, CompileError, DescriptorError, DeviceError, ExecutionError, UnsupportedError
-from .operators import (
-    SM,
-    Alignment,
-    Arrangement,
-    Block,
-    BlockDim,
-    Function,
-    LeadingDimension,
-    MantissaBits,
-    MaxAlignment,
-    Precision,
-    RequiredMantissaBits,
-    Size,
-    Transpose,
-    TransposeMode,
-    Type,
-    Workload,
-    col_major,
-    left_layout,
-    right_layout,
-    row_major,
+from .errors import (
+    BlasdxError,
+    CompileError,
+    DescriptorError,
+    DeviceError,
+    ExecutionError,
+    UnsupportedError,
 )
-from .operators import BatchesPerBlock, Diag, FillMode, Side
-from .precompile import precompile
-from .trsm import TrsmDescriptor
+from .run.precompile import precompile
 
 __version__ = "0.1.0"
 
+# The descriptor reaches compile and launch through this loader (the value layer imports nothing above it).
+_backend.install(lambda: importlib.import_module(".run.runtime", __name__))
+
 #: Public names whose modules load on first use: name -> module.
 _LAZY = {
-    "CompiledKernel": "compiled",
-    "CompileOptions": "nvrtc_driver",
+    "CompiledKernel": "compile.compiled",
+    "CompileOptions": "compile.nvrtc",
     "to_device": "arrays",
     "from_device": "arrays",
-    "compile_kernel": "fusion",
-    "header": "fusion",
-    "FusedKernel": "fusion",
-    "FusionHeader": "fusion",
-    "matmul": "array_gemm",
-    "mma": "array_gemm",
-    "tf32": "array_gemm",
-    "scaled_mm": "scaled",
-    "solve_triangular": "array_trsm",
-    "DeviceGemm": "device_gemm",
+    "compile_kernel": "fusion.kernel",
+    "header": "fusion.kernel",
+    "FusedKernel": "fusion.kernel",
+    "FusionHeader": "fusion.kernel",
+    "matmul": "calls.matmul",
+    "mma": "calls.matmul",
+    "tf32": "calls.matmul",
+    "scaled_mm": "calls.scaled_mm",
+    "solve_triangular": "calls.solve_triangular",
+    "DeviceGemm": "engine.device_gemm",
 }
 
 __all__ = [

@@ -65,7 +65,7 @@ def parse_descriptor(expression: str) -> Any:
         if isinstance(node, ast.Attribute) and node.attr.startswith("_"):
             raise UsageError(f"expression: private attribute {node.attr!r} is not allowed")
     value = eval(compile(tree, "<expression>", "eval"), {"__builtins__": {}}, namespace)  # noqa: S307 - checked above
-    from .descriptor import Descriptor
+    from .describe.descriptor import Descriptor
 
     if not isinstance(value, Descriptor):
         value = Descriptor([value])
@@ -74,8 +74,8 @@ def parse_descriptor(expression: str) -> Any:
 
 def _with_arch(desc: Any, arch: str) -> Any:
     """``desc`` with its SM operator replaced by the one ``arch`` (``sm_90a`` ...) names."""
-    from .descriptor import Descriptor
-    from .operators import SM
+    from .describe.descriptor import Descriptor
+    from .describe.operators import SM
 
     match = re.match(r"^sm_(\d{2,3})(a?)$", arch)
     if match is None:
@@ -86,8 +86,8 @@ def _with_arch(desc: Any, arch: str) -> Any:
 
 def _cmd_describe(args: argparse.Namespace) -> None:
     """Print the descriptor and every trait."""
+    from .describe.trsm import TrsmDescriptor
     from .errors import BlasdxError
-    from .trsm import TrsmDescriptor
 
     desc = parse_descriptor(args.expression)
     print(repr(desc))
@@ -103,7 +103,7 @@ def _cmd_describe(args: argparse.Namespace) -> None:
 
 def _cmd_source(args: argparse.Namespace) -> None:
     """Print the generated CUDA C++."""
-    from .sources import generate
+    from .codegen.sources import generate
 
     desc = parse_descriptor(args.expression).validate()
     sys.stdout.write(generate(desc).source)
@@ -111,14 +111,14 @@ def _cmd_source(args: argparse.Namespace) -> None:
 
 def _cmd_sass(args: argparse.Namespace) -> None:
     """Compile (through the cache) and print the SASS."""
-    from .cache import compile_descriptor
+    from .compile.cache import compile_descriptor
 
     sys.stdout.write(compile_descriptor(parse_descriptor(args.expression)).sass())
 
 
 def _cmd_compile(args: argparse.Namespace) -> None:
     """Compile for each arch and print a resource table."""
-    from .cache import compile_descriptor, stats
+    from .compile.cache import compile_descriptor, stats
 
     desc = parse_descriptor(args.expression)
     archs = [a.strip() for a in args.arch.split(",") if a.strip()] if args.arch else [desc.arch]
@@ -150,7 +150,7 @@ def _print_table(rows: Sequence[Sequence[str]]) -> None:
 
 def _cmd_cache(args: argparse.Namespace) -> None:
     """``cache info`` or ``cache clear``."""
-    from .cache import cache_dir, cache_info, clear_cache
+    from .compile.cache import cache_dir, cache_info, clear_cache
 
     if args.action == "info":
         print(cache_info())
@@ -162,8 +162,9 @@ def _cmd_cache(args: argparse.Namespace) -> None:
 def _cmd_matmul(args: argparse.Namespace) -> None:
     """What bx.matmul runs on an sm_90 GPU for contiguous operands of a type, shape and layouts."""
     from . import dtypes as dt
-    from . import hopper, hopper_wide
-    from .array_gemm import RESULT_TYPES
+    from .calls.matmul import RESULT_TYPES
+    from .engine import hopper
+    from .engine import wide as hopper_wide
 
     match = re.fullmatch(r"(\d+)x(\d+)x(\d+)", args.shape)
     if match is None:

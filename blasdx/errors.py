@@ -50,3 +50,7 @@ class ExecutionError(BlasdxError, ValueError):
 
 class DeviceError(BlasdxError, RuntimeError):
     """No usable GPU, a driver that is too old, or a device the kernel was not built for."""
+
+
+#: What an error about host memory tells the user to do.
+HOST_HINT = "move it to the GPU (bx.to_device(x), cupy.asarray(x) or torch.as_tensor(x, device='cuda'))"

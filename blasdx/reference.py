@@ -42,7 +42,7 @@ def tolerance(
       error is that of a P-deep product whatever K is: the allowance above for K = P
       (4.9e-4 at P = 128, the default), at least 1e-4; the f32 additions of the intervals add
       only about 2^-24 * sqrt(K / P);
-    - float32 as three tf32 products (``scheme`` "3xtf32", blasdx.emulation): float32's bound
+    - float32 as three tf32 products (``scheme`` "3xtf32", blasdx.engine.emulation): float32's bound
       (each stage's tensor-core sum is added into the accumulator with rounded f32 adds) plus
       8 * 2^-22 for the parts (what hi and tf32(lo) miss of x is at most 2^-21 |x| per operand,
       and the dropped a_lo b_lo term is at most 2^-22);
@@ -83,7 +83,7 @@ def _norms(a: np.ndarray, axis: int) -> np.ndarray:
 
 
 def ozaki_bound(x: np.ndarray, y: np.ndarray, norm: float) -> np.ndarray:
-    """Elementwise bound on |x @ y computed as int8 residue products (blasdx.ozaki) - the exact x @ y|.
+    """Elementwise bound on |x @ y computed as int8 residue products (blasdx.engine.ozaki) - the exact x @ y|.
 
     Row i of x is scaled by the largest 2^s_i that keeps its 2-norm within T = ``norm`` (the
     kernels aim a hair lower, ozaki.NORM_MARGIN) and rounded to integers, so each element moves by
@@ -93,7 +93,7 @@ def ozaki_bound(x: np.ndarray, y: np.ndarray, norm: float) -> np.ndarray:
     product back together: 4 * 2^-53 of the result and 2^-80 ||x_i|| ||y_j|| for the sum of
     fractions (whose error is about 2^-85 of M, with M < 8 T^2 and 2^-s_i < 2 ||x_i|| / T).
     """
-    from .ozaki import NORM_MARGIN
+    from .engine.ozaki import NORM_MARGIN
 
     x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     k = x.shape[1]

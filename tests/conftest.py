@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from blasdx import array_gemm, cuda_driver
+from blasdx.calls import matmul as array_gemm
+
+from blasdx.launch import cuda_driver
 
 from .tma_rules import FakeEncoder
 

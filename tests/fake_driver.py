@@ -246,8 +246,10 @@ def install(monkeypatch: Any, devices: int = 2, current: int | None = 0) -> Fake
 
     Undone by ``monkeypatch`` at the end of the test (blasdx's per-process device caches too).
     """
-    from blasdx import devices as bx_devices
-    from blasdx import execute, launcher, streams
+    from blasdx.launch import devices as bx_devices
+    from blasdx.run import execute
+    from blasdx.launch import launcher
+    from blasdx.arrays import streams
 
     fake = FakeDriver(devices)
     fake.waits = []

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from blasdx.compiler import kernels_dir
+from blasdx.compile import kernels_dir
 
 HERE = Path(__file__).parent / "emulation"
 _SANITIZERS = {None: [], "thread": ["-fsanitize=thread", "-g"], "address": ["-fsanitize=address,undefined", "-g"]}

@@ -12,7 +12,8 @@ import re
 import pytest
 
 import blasdx as bx
-from blasdx import array_gemm, cuda_driver
+from blasdx.calls import matmul as array_gemm
+from blasdx.launch import cuda_driver
 from blasdx import dtypes as dt
 from blasdx.arrays import ArrayView
 from blasdx.errors import DeviceError, ExecutionError
@@ -271,7 +272,7 @@ TILED_OPCODES = {"float16": "HMMA", "bfloat16": "HMMA", "tfloat32": "HMMA", "flo
 @pytest.mark.parametrize("a,sm,a_row,b_row", TILED_CASES,
                          ids=[f"{a.name}-sm{sm}-{'R' if r else 'C'}{'R' if s else 'C'}" for a, sm, r, s in TILED_CASES])
 def test_tiled_kernels_compile_without_spills(a, sm, a_row, b_row, tmp_path, monkeypatch):
-    from blasdx import tiled
+    from blasdx.calls import tiled
 
     monkeypatch.setenv("BLASDX_CACHE_DIR", str(tmp_path))
     c = array_gemm.RESULT_TYPES[a]

@@ -17,7 +17,9 @@ import numpy as np
 import pytest
 
 import blasdx as bx
-from blasdx import arrays, devices, streams
+from blasdx import arrays
+from blasdx.launch import devices
+from blasdx.arrays import streams
 from blasdx import dtypes as dt
 from blasdx.arrays import ArrayView, DeviceArray, as_array, array_dtype, resolve_stream, stream_handle
 from blasdx.errors import ExecutionError

@@ -1,4 +1,4 @@
-"""blasdx.cache and blasdx.precompile: memory and disk levels, keys, corruption, concurrency (CPU only)."""
+"""blasdx.compile.cache and blasdx.precompile: memory and disk levels, keys, corruption, concurrency (CPU only)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 
 import blasdx as bx
-from blasdx import cache
-from blasdx import compiler as cc
-from blasdx import headers, nvrtc_driver
-from blasdx.cache import cache_key, cached_compile, compile_descriptor
+from blasdx.compile import cache
+from blasdx import compile as cc
+from blasdx.compile import headers
+from blasdx.compile import nvrtc as nvrtc_driver
+from blasdx.compile.cache import cache_key, cached_compile, compile_descriptor
 from blasdx.errors import BlasdxError, CompileError, DescriptorError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -108,7 +109,7 @@ def kernels_copy(tmp_path, monkeypatch) -> Path:
 
 
 def test_changing_a_kernel_header_changes_the_key(kernels_copy):
-    from blasdx.codegen import generate
+    from blasdx.codegen.gemm import generate
 
     generated = generate(GEMM)
     before = cache_key(generated.source, generated.kernel_name, generated.arch)
@@ -180,7 +181,7 @@ def test_new_process_loads_from_disk_without_nvrtc(cache_root):
     """A disk hit neither compiles nor loads NVRTC or cuda.core: the key names the compiler from wheel metadata."""
     code = """
         import json, hashlib, sys, blasdx as bx
-        from blasdx import cache
+        from blasdx.compile import cache
         gemm = bx.Size(32, 32, 32) + bx.Precision(bx.float16, bx.float16, bx.float32) + bx.Function.MM
         gemm = gemm + bx.SM(80) + bx.Block()
         k = gemm.compile()
@@ -285,14 +286,14 @@ def test_eight_threads_compile_one_key_once(cache_root):
 def test_two_processes_compiling_one_key_leave_one_valid_entry(cache_root):
     code = """
         import sys, time
-        from blasdx.cache import cached_compile
+        from blasdx.compile.cache import cached_compile
         start = float(sys.argv[1])
         while time.time() < start:
             time.sleep(0.001)
         src = 'extern "C" __global__ void tiny(int* x) { x[threadIdx.x] = 8; }\\n'
         for _ in range(3):
             cached_compile(src, "tiny", "sm_80")
-            from blasdx.cache import clear_memory_cache; clear_memory_cache()
+            from blasdx.compile.cache import clear_memory_cache; clear_memory_cache()
         print("ok")
     """
     import time
@@ -374,7 +375,7 @@ def test_precompile_with_many_workers_in_a_fresh_process(tmp_path, attempt):
 
 CONCURRENT_IMPORTS = """
     import threading
-    from blasdx import cuda_modules
+    from blasdx.launch import cuda_modules
     start = threading.Barrier(24)
     errors = []
     getters = (lambda: cuda_modules.core().Program, lambda: cuda_modules.core().ProgramOptions,

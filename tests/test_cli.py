@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from blasdx import cache
-from blasdx import compiler as cc
+from blasdx.compile import cache
+from blasdx import compile as cc
 from blasdx.__main__ import main, parse_descriptor
 
 REPO = Path(__file__).resolve().parent.parent
@@ -45,7 +45,7 @@ def test_describe_of_an_incomplete_descriptor_marks_missing_traits(capsys):
 
 
 def test_source_prints_the_generated_cuda(capsys):
-    from blasdx.codegen import generate
+    from blasdx.codegen.gemm import generate
 
     assert main(["source", EXPR]) == 0
     assert capsys.readouterr().out == generate(parse_descriptor(EXPR)).source

@@ -13,7 +13,8 @@ import re
 import pytest
 
 import blasdx as bx
-from blasdx import codegen, heuristics
+from blasdx.codegen import gemm as codegen
+from blasdx.plan import heuristics
 from blasdx import dtypes as dt
 
 SMS = (75, 80, 89, 90)
@@ -210,8 +211,8 @@ def test_c_over_ab_compiles_to_whole_row_stores(size, a, c, arch_specific):
 def test_register_cap_gives_way_where_it_spills(size, a, b):
     """Integer 8-bit blocks of 256 threads ask for two blocks per SM (128 registers); a shape that
     spills under that cap is compiled again without it: no kernel blasdx hands out spills."""
-    from blasdx.cache import cached_compile
-    from blasdx.sources import generate
+    from blasdx.compile.cache import cached_compile
+    from blasdx.codegen.sources import generate
 
     desc = (bx.Size(*size) + bx.Precision(a, b, dt.int32) + bx.Type.real + bx.Function.MM
             + bx.Arrangement(bx.row_major, bx.row_major, bx.row_major) + bx.SM(90) + bx.Block())
@@ -232,8 +233,8 @@ def test_memory_bound_f32_blocks_ask_for_what_shared_memory_allows(size, blocks,
     """Memory-bound f32 FFMA blocks on sm_90 run 4 x 8 tiles on 128 threads and ask for as many
     blocks per SM as their shared memory allows (five of 44 KB, four of 51 KB); the register cap
     that follows (102 / 128) holds their 94-96 registers without spilling in either order of B."""
-    from blasdx.cache import cached_compile
-    from blasdx.sources import generate
+    from blasdx.compile.cache import cached_compile
+    from blasdx.codegen.sources import generate
 
     desc = (bx.Size(*size) + bx.Precision(dt.float32) + bx.Type.real + bx.Function.MM
             + bx.Arrangement(bx.row_major, order, bx.row_major) + bx.SM(90) + bx.Block() + bx.MaxAlignment)
@@ -255,8 +256,8 @@ def test_memory_bound_f32_blocks_ask_for_what_shared_memory_allows(size, blocks,
 def test_memory_bound_blocks_fit_the_blocks_per_sm_they_ask_for(size, a, c, arch_specific, cap):
     """Plans that ask for more blocks per SM than the compiler's own register choice allowed get
     them: the capped compile is the one handed out, without spilling."""
-    from blasdx.cache import cached_compile
-    from blasdx.sources import generate
+    from blasdx.compile.cache import cached_compile
+    from blasdx.codegen.sources import generate
 
     desc = (bx.Size(*size) + bx.Precision(a, a, c) + bx.Type.real + bx.Function.MM
             + bx.Arrangement(bx.row_major, bx.row_major, bx.row_major) + bx.SM(90, arch_specific=arch_specific)
@@ -273,8 +274,8 @@ def test_memory_bound_blocks_fit_the_blocks_per_sm_they_ask_for(size, a, c, arch
 def test_3xtf32_128x128x64_fits_two_blocks_per_sm(order, arch_specific):
     """3xtf32 128x128x64 (256 threads, shared memory for three blocks) takes the 128-register cap
     and fits it without spilling: two blocks per SM, where the compiler alone gave 128-134 registers."""
-    from blasdx.cache import cached_compile
-    from blasdx.sources import generate
+    from blasdx.compile.cache import cached_compile
+    from blasdx.codegen.sources import generate
 
     desc = (bx.Size(128, 128, 64) + bx.Precision(dt.float32) + bx.Type.real + bx.Function.MM
             + bx.Arrangement(bx.row_major, order, bx.row_major) + bx.SM(90, arch_specific=arch_specific)

@@ -1,4 +1,4 @@
-"""blasdx.compiler: NVRTC compilation, header discovery, compile errors, resource usage, SASS (CPU only)."""
+"""blasdx.compile: NVRTC compilation, header discovery, compile errors, resource usage, SASS (CPU only)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 import blasdx as bx
-from blasdx import compiler as cc
-from blasdx import cubin
-from blasdx.cache import compile_descriptor
+from blasdx import compile as cc
+from blasdx.compile import cubin
+from blasdx.compile.cache import compile_descriptor
 from blasdx.errors import CompileError, DeviceError
 
 SMALL = r"""
@@ -67,7 +67,7 @@ F16_GEMM = bx.Size(64, 64, 64) + bx.Precision(bx.float16, bx.float16, bx.float32
 @pytest.fixture(autouse=True)
 def isolated_cache(tmp_path, monkeypatch):
     """Every test gets its own cache folder and an empty in-process cache."""
-    from blasdx import cache
+    from blasdx.compile import cache
 
     monkeypatch.setenv("BLASDX_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("BLASDX_CACHE", raising=False)

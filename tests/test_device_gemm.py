@@ -10,7 +10,8 @@ import re
 import pytest
 
 import blasdx as bx
-from blasdx import cuda_driver, hopper
+from blasdx.launch import cuda_driver
+from blasdx.engine import hopper
 from blasdx import dtypes as dt
 from blasdx.arrays import ArrayView
 from blasdx.errors import DescriptorError, ExecutionError

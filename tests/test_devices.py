@@ -10,10 +10,12 @@ import types
 import pytest
 
 import blasdx as bx
-from blasdx import array_gemm, compiled, devices
-from blasdx import execute as ex
+from blasdx.calls import matmul as array_gemm
+from blasdx.compile import compiled
+from blasdx.launch import devices
+from blasdx.run import execute as ex
 from blasdx import dtypes as dt
-from blasdx.array_view import ArrayView
+from blasdx.arrays.view import ArrayView
 from blasdx.errors import DeviceError, ExecutionError
 
 from .fake_driver import FakeCore, install
@@ -166,7 +168,7 @@ def test_precompile_reports_a_device_that_cannot_run_the_kernel(gpu, monkeypatch
     ],
 )
 def test_precompile_checks_devices_before_compiling(gpu, value, error, match):
-    from blasdx import cache
+    from blasdx.compile import cache
 
     cache.stats.reset()
     with pytest.raises(error, match=match):

@@ -1,4 +1,4 @@
-"""Precision emulated on tensor cores (blasdx.emulation): the scheme a mantissa requirement
+"""Precision emulated on tensor cores (blasdx.engine.emulation): the scheme a mantissa requirement
 resolves to, how plans take it, and the 3xtf32 kernels (compiled for sm_90a, SASS read)."""
 
 from __future__ import annotations
@@ -7,9 +7,13 @@ import re
 
 import pytest
 
-from blasdx import array_gemm, emulation, hopper
+from blasdx.calls import matmul as array_gemm
+
+from blasdx.engine import emulation
+
+from blasdx.engine import hopper
 from blasdx import dtypes as dt
-from blasdx.cache import cached_compile
+from blasdx.compile.cache import cached_compile
 from blasdx.errors import ExecutionError
 from blasdx.reference import tolerance
 

@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 
 import blasdx as bx
-from blasdx import arrays, devices
-from blasdx import execute as ex
+from blasdx import arrays
+from blasdx.launch import devices
+from blasdx.run import execute as ex
 from blasdx.errors import DescriptorError, DeviceError, ExecutionError
 
 from .fake_driver import install
@@ -805,7 +806,7 @@ def test_torch_current_stream_is_asked_once_per_call(gpu, monkeypatch):
     asked = []
     torch._C._cuda_getCurrentRawStream = lambda device: asked.append(device) or 0x5000
     monkeypatch.setitem(sys.modules, "torch", torch)
-    monkeypatch.setattr(sys.modules["blasdx.array_torch"], "_TORCH_STREAM", [])  # forget the raw query bound before
+    monkeypatch.setattr(sys.modules["blasdx.arrays.torch_adapter"], "_TORCH_STREAM", [])  # forget the raw query bound before
     gpu.stream(0x5000, 0)
     a = torch.Tensor((64, 16), (16, 1), name="float16", itemsize=2, ptr=A_PTR)
     b = torch.Tensor((16, 32), (1, 16), name="float16", itemsize=2, ptr=B_PTR)

@@ -1,4 +1,4 @@
-"""blasdx.fusion: generated text, compiling user kernels with one and two GEMMs, errors, arguments, header (CPU).
+"""blasdx.fusion.kernel: generated text, compiling user kernels with one and two GEMMs, errors, arguments, header (CPU).
 
 Everything here compiles for an explicit architecture with NVRTC and needs no GPU; the
 CuPy round trip of ``bx.header`` runs where CuPy and a GPU are present.
@@ -15,10 +15,12 @@ import numpy as np
 import pytest
 
 import blasdx as bx
-from blasdx import arrays, devices, streams
-from blasdx import compiler as cc
+from blasdx import arrays
+from blasdx.launch import devices
+from blasdx.arrays import streams
+from blasdx import compile as cc
 from blasdx import dtypes as dt
-from blasdx import fusion
+from blasdx.fusion import kernel as fusion
 from blasdx.errors import CompileError, DescriptorError, ExecutionError
 
 R, C = bx.row_major, bx.col_major

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import blasdx as bx
-from blasdx.codegen import generate
-from blasdx.fusion import fused_source
+from blasdx.codegen.gemm import generate
+from blasdx.fusion.kernel import fused_source
 
 from . import host_emulation as emu
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import blasdx as bx
-from blasdx import array_gemm
+from blasdx.calls import matmul as array_gemm
 from blasdx import dtypes as dt
 from blasdx.reference import assert_close, random_operand, reference_gemm, to_float64, tolerance
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 import blasdx as bx
-from blasdx import array_gemm
+from blasdx.calls import matmul as array_gemm
 from blasdx import dtypes as dt
 from blasdx.reference import tolerance
 
@@ -117,7 +117,8 @@ def test_infinities_and_nan_stay_non_finite(torch):
 @pytest.mark.parametrize("name", ["split square p1", "split square", "split square p4"])
 def test_every_promotion_interval(torch, name):
     """Each split configuration (stages between promotions) on an odd-shaped product, split K too."""
-    from blasdx import arrays, hopper
+    from blasdx import arrays
+    from blasdx.engine import hopper
 
     gen = torch.Generator(device="cuda").manual_seed(23)
     m, n, k = 259, 390, 1100

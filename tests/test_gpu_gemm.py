@@ -171,7 +171,9 @@ def test_several_problems_per_block(sm, row, size, arr):
 
 def _replanned(monkeypatch, name: str, choice):
     """heuristics.<name> replaced by ``choice`` for one test, with no plan or kernel cached from before."""
-    from blasdx import cache, execute, heuristics
+    from blasdx.compile import cache
+    from blasdx.run import execute
+    from blasdx.plan import heuristics
 
     monkeypatch.setattr(heuristics, name, choice)
     monkeypatch.setattr(execute, "_PLANS", {})
@@ -185,7 +187,7 @@ def _replanned(monkeypatch, name: str, choice):
 def k_chunks_everywhere(monkeypatch):
     """Every batched plan that can take K in chunks takes them (the smallest that fit, so that odd K
     ends in a short chunk), whatever heuristics.batched_k_chunk would choose."""
-    from blasdx import heuristics
+    from blasdx.plan import heuristics
 
     def smallest(p, plan):
         return next((c for c in range(16, p.k, 16) if heuristics.k_chunk_fits(p, plan, c)), 0)
@@ -214,7 +216,7 @@ def test_k_in_chunks(sm, k_chunks_everywhere, row, size, arr):
 def panels_everywhere(monkeypatch):
     """Every batched plan keeps A and B in swizzled panels wherever it can (heuristics.panel_widths),
     whatever heuristics.batched_panels would choose."""
-    from blasdx import heuristics
+    from blasdx.plan import heuristics
 
     yield from _replanned(monkeypatch, "batched_panels", heuristics.panel_widths)
 
@@ -248,7 +250,7 @@ def test_operands_in_panels(sm, panels_everywhere, row, size, arr, arch_specific
 @pytest.mark.parametrize("row", [r for r in _rows() if r.a.size == 2 and not r.is_complex], ids=_row_id)
 def test_operands_in_panels_with_c_over_them(sm, panels_everywhere, monkeypatch, row, size, arr):
     """A and B in swizzled panels, C staged over them once the product is in registers."""
-    from blasdx import heuristics
+    from blasdx.plan import heuristics
 
     monkeypatch.setattr(heuristics, "staged_c_layout", lambda p, ab_bytes, max_bytes: None)
     desc = gemm_descriptor(row, size, sm, arr)

@@ -14,7 +14,8 @@ import math
 import pytest
 
 import blasdx as bx
-from blasdx import array_gemm, hopper
+from blasdx.calls import matmul as array_gemm
+from blasdx.engine import hopper
 from blasdx import dtypes as dt
 from blasdx.reference import tolerance
 

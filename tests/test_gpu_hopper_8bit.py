@@ -20,7 +20,9 @@ import os
 import pytest
 
 import blasdx as bx
-from blasdx import array_gemm, arrays, hopper
+from blasdx.calls import matmul as array_gemm
+from blasdx import arrays
+from blasdx.engine import hopper
 from blasdx import dtypes as dt
 from blasdx.errors import ExecutionError
 from blasdx.reference import tolerance
@@ -329,7 +331,7 @@ def test_scaled_mm_split_k_fast_and_out(torch):
 
 
 def bx_scaled_calls():
-    from blasdx import scaled
+    from blasdx.calls import scaled_mm as scaled
 
     return list(scaled._CALLS.values())
 

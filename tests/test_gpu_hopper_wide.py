@@ -11,7 +11,8 @@ from __future__ import annotations
 import pytest
 
 import blasdx as bx
-from blasdx import array_gemm, hopper_wide
+from blasdx.calls import matmul as array_gemm
+from blasdx.engine import wide as hopper_wide
 from blasdx import dtypes as dt
 from blasdx.reference import tolerance
 

@@ -144,7 +144,7 @@ def test_the_device_api_register_and_shared_forms(sm):
 def test_small_batched_matmul_and_mma_take_the_block_kernel(sm, bits):
     import torch
 
-    from blasdx import array_gemm
+    from blasdx.calls import matmul as array_gemm
 
     gen = torch.Generator(device="cuda").manual_seed(bits)
     x = torch.randn((300, 24, 40), device="cuda", generator=gen)

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 import blasdx as bx
-from blasdx import array_gemm, ozaki
+from blasdx.calls import matmul as array_gemm
+from blasdx.engine import ozaki
 from blasdx.reference import ozaki_bound
 
 from .gpu_support import require_gpu

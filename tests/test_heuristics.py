@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 import blasdx as bx
 from blasdx import dtypes as dt
-from blasdx import codegen
-from blasdx import heuristics as h
-from blasdx.operators import SUPPORTED_SMS
+from blasdx.codegen import gemm as codegen
+from blasdx.plan import heuristics as h
+from blasdx.describe.operators import SUPPORTED_SMS
 
 F16, BF16, TF32, F32, F64 = bx.float16, bx.bfloat16, bx.tfloat32, bx.float32, bx.float64
 E4, E5, I8, U8, I32 = bx.float8_e4m3, bx.float8_e5m2, bx.int8, bx.uint8, bx.int32
@@ -329,7 +329,7 @@ def test_threads_do_not_change_the_layouts(pr):
 
 
 def _plan(size, a, c, sm=90, c_row_major=False):
-    from blasdx.heuristics import Problem, plan_kernel
+    from blasdx.plan.heuristics import Problem, plan_kernel
 
     m, n, k = size
     return plan_kernel(Problem(m, n, k, a, a, c, False, True, False, c_row_major, sm))

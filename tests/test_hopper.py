@@ -12,10 +12,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from blasdx import array_gemm, cuda_driver, hopper
+from blasdx.calls import matmul as array_gemm
+
+from blasdx.launch import cuda_driver
+
+from blasdx.engine import hopper
 from blasdx import dtypes as dt
 from blasdx.arrays import ArrayView
-from blasdx.cache import cached_compile
+from blasdx.compile.cache import cached_compile
 
 
 PTR = 0x7F0000000000

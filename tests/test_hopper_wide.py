@@ -10,9 +10,13 @@ import re
 
 import pytest
 
-from blasdx import array_gemm, hopper, hopper_wide
+from blasdx.calls import matmul as array_gemm
+
+from blasdx.engine import hopper
+
+from blasdx.engine import wide as hopper_wide
 from blasdx import dtypes as dt
-from blasdx.cache import cached_compile
+from blasdx.compile.cache import cached_compile
 
 from .test_hopper import PTR, SMS, col, plan, view
 

@@ -13,8 +13,8 @@ import pytest
 
 import blasdx as bx
 from blasdx import dtypes as dt
-from blasdx.codegen import generate
-from blasdx.fusion import prelude
+from blasdx.codegen.gemm import generate
+from blasdx.fusion.kernel import prelude
 from blasdx.reference import relative_error, tolerance
 
 R, C = bx.row_major, bx.col_major

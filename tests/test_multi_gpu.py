@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 import blasdx as bx
-from blasdx import devices
+from blasdx.launch import devices
 from blasdx import dtypes as dt
-from blasdx import execute as ex
+from blasdx.run import execute as ex
 from blasdx.reference import assert_close, random_operand, reference_gemm, tolerance
 
 from .test_fusion import type_descriptor, type_source

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import blasdx as bx
-from blasdx import operators as ops
+from blasdx.describe import operators as ops
 
 
 def _tm(a, b):

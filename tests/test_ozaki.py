@@ -1,4 +1,4 @@
-"""float64 on int8 tensor cores (blasdx.ozaki): the moduli rule, a host model of kernels/ozaki.cu's
+"""float64 on int8 tensor cores (blasdx.engine.ozaki): the moduli rule, a host model of kernels/ozaki.cu's
 arithmetic checked against an extended-precision reference within reference.ozaki_bound, the
 kernels compiled for sm_90 (no local memory), and how array calls plan it."""
 
@@ -9,9 +9,13 @@ import math
 import numpy as np
 import pytest
 
-from blasdx import array_gemm, emulation, ozaki
+from blasdx.calls import matmul as array_gemm
+
+from blasdx.engine import emulation
+
+from blasdx.engine import ozaki
 from blasdx import dtypes as dt
-from blasdx.cache import cached_compile
+from blasdx.compile.cache import cached_compile
 from blasdx.reference import ozaki_bound
 
 from .test_hopper import SMS, col, view

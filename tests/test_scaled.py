@@ -13,10 +13,13 @@ import re
 import pytest
 
 import blasdx as bx
-from blasdx import array_gemm, cuda_driver, hopper, scaled
+from blasdx.calls import matmul as array_gemm
+from blasdx.launch import cuda_driver
+from blasdx.engine import hopper
+from blasdx.calls import scaled_mm as scaled
 from blasdx import dtypes as dt
 from blasdx.arrays import ArrayView
-from blasdx.cache import cached_compile
+from blasdx.compile.cache import cached_compile
 from blasdx.errors import DeviceError, ExecutionError
 
 from .tma_rules import FakeEncoder

@@ -8,7 +8,7 @@ from functools import reduce
 import pytest
 
 import blasdx as bx
-from blasdx.heuristics import SmemLayout
+from blasdx.plan.heuristics import SmemLayout
 
 R, K = bx.row_major, bx.col_major
 F16, BF16, TF32, F32, F64 = bx.float16, bx.bfloat16, bx.tfloat32, bx.float32, bx.float64

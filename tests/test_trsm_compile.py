@@ -16,7 +16,7 @@ import re
 import pytest
 
 import blasdx as bx
-from blasdx import trsm_codegen
+from blasdx.codegen import trsm as trsm_codegen
 
 R, C = bx.row_major, bx.col_major
 TYPES = [(bx.float32, bx.Type.real), (bx.float64, bx.Type.real), (bx.float32, bx.Type.complex),

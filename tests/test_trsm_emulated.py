@@ -20,9 +20,9 @@ import pytest
 
 import blasdx as bx
 from blasdx import dtypes as dt
-from blasdx.fusion import fused_source
+from blasdx.fusion.kernel import fused_source
 from blasdx.reference import random_operand, relative_error
-from blasdx.trsm_codegen import OutputLayout, generate
+from blasdx.codegen.trsm import OutputLayout, generate
 from blasdx.trsm_reference import (
     backward_error,
     condition_number,

@@ -12,8 +12,12 @@ import numpy as np
 import pytest
 
 import blasdx as bx
-from blasdx import array_gemm, array_trsm, arrays, devices, trsm_execute
-from blasdx import execute as ex
+from blasdx.calls import matmul as array_gemm
+from blasdx.calls import solve_triangular as array_trsm
+from blasdx import arrays
+from blasdx.launch import devices
+from blasdx.run import trsm as trsm_execute
+from blasdx.run import execute as ex
 from blasdx.errors import DescriptorError, ExecutionError
 
 from .test_execute_validation import Fake

@@ -8,7 +8,7 @@ import pytest
 
 import blasdx as bx
 from blasdx import dtypes as dt
-from blasdx.fusion import prelude
+from blasdx.fusion.kernel import prelude
 
 from .trsm_support import SOLVE_KERNEL
 

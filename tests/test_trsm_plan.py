@@ -1,12 +1,12 @@
-"""The TRSM plan's rules (blasdx.trsm_plan), pinned: panels, threads, batches, layouts, update GEMMs."""
+"""The TRSM plan's rules (blasdx.plan.trsm), pinned: panels, threads, batches, layouts, update GEMMs."""
 
 from __future__ import annotations
 
 import pytest
 
 from blasdx import dtypes as dt
-from blasdx import heuristics as h
-from blasdx import trsm_plan as tp
+from blasdx.plan import heuristics as h
+from blasdx.plan import trsm as tp
 
 
 def problem(m, n, dtype=dt.float32, *, is_complex=False, left=True, lower=True, unit=False, a_row=True, b_row=False,

@@ -16,9 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import blasdx as bx
-from blasdx import compiler as cc
+from blasdx import compile as cc
 from blasdx import dtypes as dt
-from blasdx import heuristics as h
+from blasdx.plan import heuristics as h
 
 R, C = bx.row_major, bx.col_major
 F16, BF16, F32, TF32, F64 = bx.float16, bx.bfloat16, bx.float32, bx.tfloat32, bx.float64

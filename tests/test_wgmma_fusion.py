@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 import blasdx as bx
-from blasdx import heuristics as h
+from blasdx.plan import heuristics as h
 
 R, C = bx.row_major, bx.col_major
 F16, BF16, F32 = bx.float16, bx.bfloat16, bx.float32

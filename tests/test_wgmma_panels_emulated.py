@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import blasdx as bx
-from blasdx.codegen import config_struct
+from blasdx.codegen.gemm import config_struct
 
 from . import host_emulation as emu
 from .test_wgmma import gemm

@@ -184,7 +184,7 @@ WIDTH_ROWS = [
 
 
 def test_issue_rs_compiles_every_type_and_width():
-    from blasdx import compiler as cc
+    from blasdx import compile as cc
 
     rows = "\n".join(f"EVERY_WIDTH({name}, {types}, {str(trans).lower()}, {widest})"
                       for name, types, trans, widest, _ in WIDTH_ROWS)

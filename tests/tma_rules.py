@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from blasdx import cuda_driver
+from blasdx.launch import cuda_driver
 from blasdx.errors import ExecutionError
 
 _SIZES = {"float16": 2, "bfloat16": 2, "tfloat32": 4, "float32": 4, "float64": 8, "float8_e4m3": 1,

@@ -1,0 +1,787 @@
+"""``bx.matmul`` and ``bx.mma``: GEMMs on whole arrays with the tile libraries' semantics.
+
+``mma(x, y, acc)`` returns ``x @ y + acc`` in acc's type and ``matmul(x, y)`` returns
+``x @ y`` in the type the input fixes (:data:`RESULT_TYPES`), as ``mma`` / ``matmul`` of
+the CUDA tile libraries (C++ ``ct::mma`` / ``ct::matmul``, Python ``cuda.tile.mma``) do,
+so code written against them maps one to one. Each call reads the arrays' dtypes,
+shapes, strides and pointer alignment, builds the matching descriptor and launches:
+
+* one block per problem (the descriptor's batched kernel, Descriptor.execute) when a
+  problem fits one block's shared memory and there are enough problems to fill the GPU;
+* otherwise the multi-block kernel (blasdx.calls.tiled): a grid of output tiles per problem
+  with a K loop, for any size.
+
+What a call decides is remembered per (dtypes, shapes, strides, alignments, device), so
+a repeated call costs reading the arrays, one dictionary look-up, the output allocation
+and the launch. A call runs on its arrays' device (made current for the call, whichever
+device was current before); arrays on different devices, or a stream of another device,
+are refused. Every rule is checked before anything is allocated or launched; a
+failure is an :class:`~blasdx.errors.ExecutionError` that quotes the rule it broke.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+from .. import arrays as _arrays
+from .. import dtypes as _dt
+from ..arrays import ArrayView, DeviceArray, as_array, resolve_stream
+from ..describe.operators import (
+    SM,
+    Alignment,
+    Arrangement,
+    Block,
+    Function,
+    LeadingDimension,
+    MantissaBits,
+    Precision,
+    Size,
+    col_major,
+    row_major,
+)
+from ..engine import emulation as _emulation
+from ..engine import hopper as _hopper
+from ..engine import ozaki as _ozaki
+from ..engine import wide as _hopper_wide
+from ..errors import DeviceError, ExecutionError
+from ..launch import cuda_modules as _cuda
+from ..launch import devices as _devices
+from ..run import execute as _execute
+from . import tiled as _tiled
+
+__all__ = ["RESULT_TYPES", "RULES", "TF32", "tf32", "matmul", "mma", "plan_call", "CallPlan"]
+
+#: matmul's result type per input type: the tile libraries' table.
+RESULT_TYPES: dict[_dt.DType, _dt.DType] = {
+    _dt.int8: _dt.int32,
+    _dt.uint8: _dt.int32,
+    _dt.float8_e4m3: _dt.float16,
+    _dt.float8_e5m2: _dt.float16,
+    _dt.float16: _dt.float16,
+    _dt.bfloat16: _dt.float32,
+    _dt.tfloat32: _dt.float32,
+    _dt.float32: _dt.float32,
+    _dt.float64: _dt.float64,
+}
+
+#: The rules a call must follow, quoted by the errors that enforce them.
+RULES = {
+    "rank": "x, y and acc are matrices (rank 2) or batches of matrices (rank 3)",
+    "inner": "x is [..., M, K] and y is [..., K, N]: x's last extent equals y's second-to-last",
+    "batch": "a batch extent equals the result's batch or is 1, which broadcasts (A = C or A = 1)",
+    "acc": "acc is [M, N] or [batch, M, N] and fixes the result's shape, batch and element type",
+    "dtype": "x and y have the same element type; they are not promoted to a common type",
+    "types": "(x, y, acc) element types form one of the supported rows",
+    "fast": "fast_accumulation applies to fp8 inputs (float8_e4m3, float8_e5m2) only",
+    "bits": "mantissa_bits is the minimum the products keep: float32 inputs take 1-23 (tf32 up to 10, 3xtf32 "
+            "beyond), float64 1-52 (int8 residue products, bits relative to each row's / column's largest), other "
+            "types at most their own",
+}
+
+_FP8 = (_dt.float8_e4m3, _dt.float8_e5m2)
+_TORCH_NAMES = {
+    "float16": "float16", "bfloat16": "bfloat16", "float32": "float32", "float64": "float64",
+    "float8_e4m3": "float8_e4m3fn", "float8_e5m2": "float8_e5m2", "int32": "int32",
+}
+
+
+def _rule(name: str) -> str:
+    return f'(rule: "{RULES[name]}")'
+
+
+# ---------------------------------------------------------------------------------------------
+# tf32 inputs: float32 arrays marked to run on tf32 tensor cores
+# ---------------------------------------------------------------------------------------------
+
+
+class TF32:
+    """A float32 array marked as tf32 input (arrays have no tf32 dtype): made by :func:`tf32`."""
+
+    __slots__ = ("array",)
+
+    def __init__(self, array: Any) -> None:
+        self.array = array
+
+    def __repr__(self) -> str:
+        return f"blasdx.tf32({type(self.array).__name__})"
+
+
+def tf32(array: Any) -> TF32:
+    """Mark a float32 device array as tf32 input of matmul / mma (10-bit mantissa products, f32 sums)."""
+    return TF32(array)
+
+
+def _view(obj: Any, argument: str, stream: int, known: dict[int, int] | None = None) -> ArrayView:
+    """The ArrayView of an operand; tf32-marked float32 arrays come back with dtype tfloat32."""
+    if type(obj) is TF32:
+        view = as_array(obj.array, argument, stream=stream, known=known)
+        if view.dtype != _dt.float32:
+            raise ExecutionError(
+                f"{argument}: blasdx.tf32() marks float32 arrays, but this one holds {view.dtype.name}"
+            )
+        return view._replace(dtype=_dt.tfloat32)
+    return as_array(obj, argument, stream=stream, known=known)
+
+
+# ---------------------------------------------------------------------------------------------
+# shapes and layouts
+# ---------------------------------------------------------------------------------------------
+
+
+class Matrix(NamedTuple):
+    """One operand read from its view: extents, storage order, leading dimension, batch."""
+
+    rows: int
+    cols: int
+    row_major: bool
+    ld: int
+    batch: int | None  # None for a rank-2 operand
+    batch_stride: int
+
+    @property
+    def outer(self) -> int:
+        """Extent of the strided dimension (rows when row-major)."""
+        return self.rows if self.row_major else self.cols
+
+
+def _matrix(view: ArrayView, argument: str) -> Matrix:
+    """Extents, order and leading dimension from shape and strides (rows or columns must be unit-stride)."""
+    shape, strides = tuple(view.shape), tuple(view.strides)
+    if len(shape) not in (2, 3):
+        raise ExecutionError(f"{argument}: shape {shape} has rank {len(shape)}; {_rule('rank')}")
+    if any(s < 0 for s in strides):
+        raise ExecutionError(f"{argument}: negative strides {strides} are not supported; pass a copy")
+    rows, cols = shape[-2:]
+    rs, cs = strides[-2:]
+    if (cs == 1 or cols <= 1) and (rows <= 1 or rs >= cols):
+        row_major_, ld = True, rs if rows > 1 else max(cols, 1)
+    elif (rs == 1 or rows <= 1) and (cols <= 1 or cs >= rows):
+        row_major_, ld = False, cs if cols > 1 else max(rows, 1)
+    else:
+        raise ExecutionError(
+            f"{argument}: element strides {strides} of shape {shape} are neither row-major (last stride 1) nor "
+            "column-major (second-to-last stride 1) with a leading dimension covering the matrix; pass a "
+            "contiguous copy"
+        )
+    batch, batch_stride = None, 0
+    if len(shape) == 3:
+        batch = shape[0]
+        batch_stride = strides[0] if batch > 1 else 0
+    return Matrix(rows, cols, row_major_, ld, batch, batch_stride)
+
+
+def _result_batch(mx: Matrix, my: Matrix) -> int | None:
+    """The broadcast batch of x and y (None when both are matrices)."""
+    if mx.batch is None and my.batch is None:
+        return None
+    if mx.batch is None or my.batch is None:
+        return mx.batch if my.batch is None else my.batch
+    if mx.batch == my.batch or my.batch == 1:
+        return mx.batch
+    if mx.batch == 1:
+        return my.batch
+    raise ExecutionError(f"x: batch {mx.batch} and y: batch {my.batch} do not broadcast; {_rule('batch')}")
+
+
+def _check_inner(mx: Matrix, my: Matrix, vx: ArrayView, vy: ArrayView) -> None:
+    if mx.cols != my.rows:
+        raise ExecutionError(
+            f"x: shape {tuple(vx.shape)} and y: shape {tuple(vy.shape)} do not multiply (K = {mx.cols} vs "
+            f"{my.rows}); {_rule('inner')}"
+        )
+
+
+def _check_acc(mx: Matrix, my: Matrix, ma: Matrix, va: ArrayView, argument: str = "acc") -> None:
+    """acc's shape against x @ y: same M, N; x and y batches are acc's or 1; no rank-3 operand for rank-2 acc."""
+    if (ma.rows, ma.cols) != (mx.rows, my.cols):
+        raise ExecutionError(
+            f"{argument}: shape {tuple(va.shape)} does not hold x @ y of M x N = {mx.rows} x {my.cols}; "
+            f"{_rule('acc')}"
+        )
+    for name, m in (("x", mx), ("y", my)):
+        if m.batch is None:
+            continue
+        if ma.batch is None:
+            raise ExecutionError(
+                f"{name}: rank 3 (batch {m.batch}) but {argument} has rank 2; a batched product needs a "
+                f"[batch, M, N] {argument}; {_rule('acc')}"
+            )
+        if m.batch not in (ma.batch, 1):
+            raise ExecutionError(
+                f"{name}: batch {m.batch} does not match {argument}'s batch {ma.batch}; {_rule('batch')}"
+            )
+
+
+# ---------------------------------------------------------------------------------------------
+# devices
+# ---------------------------------------------------------------------------------------------
+
+
+class _DeviceInfo(NamedTuple):
+    sm: int
+    multiprocessors: int
+
+
+_DEVICES: dict[int, _DeviceInfo] = {}
+
+
+def _device_info(device_id: int) -> _DeviceInfo:
+    found = _DEVICES.get(device_id)
+    if found is None:
+        device = _cuda.core().Device(device_id)
+        major, minor = device.compute_capability
+        found = _DEVICES[device_id] = _DeviceInfo(10 * major + minor, int(device.properties.multiprocessor_count))
+    return found
+
+
+def _device_of(views: tuple[ArrayView, ...], names: tuple[str, ...]) -> int:
+    """The one device of the arrays (the call runs there); the current device when none has memory."""
+    ids = {v.device_id for v in views if v.device_id is not None}
+    if len(ids) > 1:
+        listed = ", ".join(f"{n} on device {v.device_id}" for n, v in zip(names, views))
+        raise ExecutionError(f"arrays on different devices ({listed}); a call runs on one GPU: move them to one device")
+    if ids:
+        return ids.pop()
+    current = _devices.current_device_id()
+    return 0 if current is None else current
+
+
+# ---------------------------------------------------------------------------------------------
+# the plan of one kind of call
+# ---------------------------------------------------------------------------------------------
+
+
+def _alignment(ptr: int, itemsize: int, batch_stride: int, batch: int) -> int:
+    """The Alignment (bytes, <= 16) the pointer and the batch stride allow (the copy-width rule)."""
+    return _tiled.copy_width(ptr, itemsize, 0, 1, batch_stride, batch)
+
+
+class CallPlan:
+    """What every call with the same dtypes, shapes, strides, alignments and device does.
+
+    ``kind`` is the path: "block" (one block per problem), "hopper" (the sm_90 wgmma + TMA
+    engine) or "tiled" (the multi-block mma.sync kernel); ``reason`` says why the engine
+    was not taken when it was not.
+    """
+
+    __slots__ = (
+        "kind", "shape", "dtype", "batch", "m", "n", "k", "beta", "desc", "kernel", "strides", "device_id",
+        "result_layout", "spans", "reason", "scheme",
+    )
+
+    def __repr__(self) -> str:
+        if self.kind == "block":
+            what = repr(self.desc)
+        elif self.kind == "hopper":
+            what = self.kernel.describe()
+        else:
+            what = repr(self.kernel.desc)
+        why = f", {self.reason}" if self.reason else ""
+        scheme = "" if self.scheme.name == "native" else f", {self.scheme}"
+        return f"CallPlan({self.kind}, result {self.shape} {self.dtype}{scheme}, {what}{why})"
+
+    def describe(self) -> str:
+        """One line: the path, what it runs, and why the Hopper engine was not taken (if not)."""
+        return repr(self)[len("CallPlan("):-1]
+
+
+def plan_call(
+    vx: ArrayView, vy: ArrayView, vacc: ArrayView | None, result: _dt.DType, device: _DeviceInfo, device_id: int,
+    out: ArrayView | None = None, allow_block: bool = True, fast_accumulation: bool = False,
+    scheme: _emulation.Scheme | None = None,
+) -> CallPlan:
+    """Check the operands and pick the kernel: matmul when vacc is None, else mma (acc's type, shape).
+
+    ``out`` is the array the result goes to (None: a new C-contiguous one); ``allow_block``
+    False keeps the call on the multi-block kernel (one that reads acc and writes out).
+    ``fast_accumulation`` (fp8 on sm_90) builds the one-block descriptor for sm_90a, whose
+    wgmma keeps the sum in the tensor core's accumulator. ``scheme`` (blasdx.engine.emulation) is
+    how products are formed: "tf32" runs float32 views as tf32; "3xtf32" runs on the one-block
+    kernel (MantissaBits: mma.sync on split fragments, sm_80 and newer) when the call takes it,
+    else on the Hopper engine, or where neither can, on the native float32 kernel (which keeps
+    more bits).
+    """
+    scheme = scheme or _emulation.resolve(vx.dtype, None)
+    if scheme.name == "tf32":
+        vx, vy = vx._replace(dtype=_dt.tfloat32), vy._replace(dtype=_dt.tfloat32)
+    mx, my = _matrix(vx, "x"), _matrix(vy, "y")
+    _check_inner(mx, my, vx, vy)
+    if vacc is None:
+        batch = _result_batch(mx, my)
+        ma = None
+    else:
+        ma = _matrix(vacc, "acc")
+        _check_acc(mx, my, ma, vacc)
+        batch = ma.batch
+    row = _dt.find_combination(vx.dtype, vy.dtype, result, False)
+    if row is None:  # the callers check the table first; this guards the kernels
+        raise ExecutionError(f"x, y, acc: no kernel for {vx.dtype.name} x {vy.dtype.name} -> {result.name}")
+    if row.min_sm > device.sm:
+        raise DeviceError(
+            f"{row.describe()} needs compute capability {row.min_sm // 10}.{row.min_sm % 10} or newer; device "
+            f"{device_id} is {device.sm // 10}.{device.sm % 10}"
+        )
+    m, n, k = mx.rows, my.cols, mx.cols
+    plan = CallPlan()
+    plan.m, plan.n, plan.k = m, n, k
+    plan.batch = 1 if batch is None else batch
+    plan.shape = (m, n) if batch is None else (batch, m, n)
+    plan.dtype = result
+    plan.device_id = device_id
+    plan.beta = 0 if vacc is None else 1
+    plan.desc = plan.kernel = plan.strides = plan.spans = plan.reason = None
+    plan.scheme = scheme
+    if out is not None:
+        _check_out_shape(out, plan)
+    mo = None if out is None else _matrix(out, "out")
+    plan.result_layout = mo
+    if scheme.name == "ozaki":
+        emulated, why = _ozaki_plan(vx, vy, m, n, k, batch, device, scheme)
+        if emulated is not None:
+            plan.scheme = _emulation.resolve(vx.dtype, scheme.mantissa_bits, k)
+            plan.kind, plan.kernel = "hopper", emulated
+            return plan
+        scheme = plan.scheme = _emulation.resolve(vx.dtype, None)
+        fallback = f"int8 emulation not run ({why}): native float64 products keep the bits"
+    else:
+        fallback = None
+    arch_specific = fast_accumulation and device.sm == 90 and vx.dtype in _FP8
+    desc = None
+    if allow_block:  # 3xtf32: the block GEMM's mma.sync split (MantissaBits), sm_80 and newer
+        bits = scheme.mantissa_bits if scheme.name == "3xtf32" else None
+        desc = _block_descriptor(vx, vy, mx, my, out, mo, result, m, n, k, device.sm, plan.batch, arch_specific,
+                                 bits)
+    tile = _tiled.tile_shape(vx.dtype, m, n, device.sm, result)
+    tiles = math.ceil(m / tile.m) * math.ceil(n / tile.n)
+    if desc is not None and (tiles == 1 or plan.batch >= device.multiprocessors):
+        plan.kind, plan.desc, plan.reason = "block", desc, fallback
+        if bits is not None and desc.scheme.name != scheme.name:  # before sm_80: FFMA keeps every float32 bit
+            plan.scheme = desc.scheme
+            plan.reason = f"{scheme.name} not run (mma.sync tf32 needs sm_80): native float32 products keep the bits"
+        return plan
+    plan.strides = (mx, my, ma)
+    engine, plan.reason = _engine_plan(vx, vy, mx, my, result, m, n, k, plan.batch, device, out,
+                                       fast_accumulation=fast_accumulation,
+                                       scheme="3xtf32" if scheme.name == "3xtf32" else "native")
+    if fallback is not None:
+        plan.reason = fallback if plan.reason is None else f"{fallback}; {plan.reason}"
+    if engine is not None:
+        plan.kind, plan.kernel = "hopper", engine
+        return plan
+    if scheme.name == "3xtf32":  # native float32 products keep every bit 3xtf32 would
+        plan.scheme = _emulation.resolve(vx.dtype, None)
+        plan.reason = f"3xtf32 not run ({plan.reason}): native float32 products keep the bits"
+    plan.kind = "tiled"
+    vec_a = _tiled.copy_width(vx.ptr, vx.dtype.size, mx.ld, mx.outer, mx.batch_stride, mx.batch or 1)
+    vec_b = _tiled.copy_width(vy.ptr, vy.dtype.size, my.ld, my.outer, my.batch_stride, my.batch or 1)
+    plan.kernel = _tiled.tiled_kernel(
+        vx.dtype, vy.dtype, result, mx.row_major, my.row_major, m, n, device.sm, vec_a, vec_b
+    )
+    return plan
+
+
+def _engine_plan(vx: ArrayView, vy: ArrayView, mx: Matrix, my: Matrix, result: _dt.DType, m: int, n: int, k: int,
+                 batch: int, device: _DeviceInfo, vout: ArrayView | None = None, config: Any = None,
+                 splits: int | None = None, scheme: str = "native",
+                 fast_accumulation: bool = False) -> tuple[Any, str | None]:
+    """The Hopper engine's plan of this call, or (None, why it does not run it).
+
+    ``vout`` is the result array when one is given (None: a new C-contiguous one);
+    ``config`` / ``splits`` override the engine's own choice (benchmark sweeps, tests);
+    ``fast_accumulation`` keeps fp8 sums in the tensor core (no promotion to f32 registers).
+    """
+    if device.sm != 90:
+        return None, f"the wgmma engine needs sm_90 (this GPU is sm_{device.sm})"
+    # f64 / f32: DMMA / FFMA consumers on the same pipeline (hopper_wide); 3xtf32: wgmma on split parts
+    wide = scheme == "native" and _hopper_wide.serves(vx.dtype, result)
+    if scheme != "native" and not _hopper.serves(vx.dtype, result, scheme):
+        return None, f"the wgmma engine runs {scheme} for float32 -> float32 only"
+    if scheme == "native" and not wide and not _hopper.serves(vx.dtype, result, b=vy.dtype):
+        served = ", ".join(f"{a.name} -> {c.name}" for a, c in sorted(_hopper.SERVED | _hopper_wide.SERVED, key=str))
+        return None, f"the Hopper engine runs {served}"
+    if k == 0:
+        return None, "K = 0: nothing to multiply"
+    engine_module: Any = _hopper_wide if wide else _hopper
+    route_a = engine_module.route("x", vx.dtype, vx.ptr, mx.row_major, mx.ld, mx.outer, mx.batch_stride,
+                                  (mx.batch or 1) > 1)
+    route_b = engine_module.route("y", vy.dtype, vy.ptr, not my.row_major, my.ld, my.outer, my.batch_stride,
+                                  (my.batch or 1) > 1)
+    d_layout = None if vout is None else (*_hopper.result_strides(vout), vout.ptr)
+    common = (vx.dtype, result, m, n, k, batch, route_a, route_b, mx.ld, my.ld, mx.batch or 1, my.batch or 1,
+              mx.batch_stride, my.batch_stride, vx.ptr, vy.ptr, device.multiprocessors, d_layout, config, splits)
+    try:
+        if wide:
+            engine = _hopper_wide.WidePlan(*common)
+        else:
+            engine = _hopper.EnginePlan(*common, scheme, vy.dtype, fast_accumulation)
+    except ExecutionError as exc:  # TMA refused an operand: the multi-block kernel reads anything
+        return None, f"TMA: {exc}"
+    return engine, None
+
+
+def _ozaki_plan(vx: ArrayView, vy: ArrayView, m: int, n: int, k: int, batch: int | None, device: _DeviceInfo,
+                scheme: _emulation.Scheme) -> tuple[Any, str | None]:
+    """The float64-on-int8 plan of this call (blasdx.engine.ozaki), or (None, why it does not run)."""
+    if device.sm != 90:
+        return None, f"the int8 engine needs sm_90 (this GPU is sm_{device.sm})"
+    if batch is not None:
+        return None, "batches run as plain float64"
+    if min(m, n, k) == 0:
+        return None, "an empty product"
+    if k > _ozaki.MAX_K:
+        return None, f"K = {k} exceeds the {_ozaki.MAX_K} whose int32 residue sums are exact"
+    try:
+        return _ozaki.OzakiPlan(m, n, k, scheme.mantissa_bits, device.multiprocessors), None
+    except ExecutionError as exc:  # TMA refused the residue operands (not expected: they are K-major, padded)
+        return None, f"TMA: {exc}"
+
+
+def _check_out_shape(vout: ArrayView, plan: CallPlan) -> None:
+    """out holds exactly the result: acc's shape and type."""
+    if tuple(vout.shape) != plan.shape or vout.dtype != plan.dtype:
+        raise ExecutionError(
+            f"out: shape {tuple(vout.shape)} and type {vout.dtype.name} do not match the result's {plan.shape} "
+            f"{plan.dtype.name} (acc's); {_rule('acc')}"
+        )
+
+
+def _block_descriptor(
+    vx: ArrayView, vy: ArrayView, mx: Matrix, my: Matrix, vout: ArrayView | None, mo: Matrix | None,
+    result: _dt.DType, m: int, n: int, k: int, sm: int, batch: int, arch_specific: bool = False,
+    mantissa_bits: int | None = None,
+) -> Any:
+    """The one-block-per-problem descriptor of this call, or None when a problem does not fit one block.
+
+    ``mantissa_bits`` adds MantissaBits (3xtf32 calls: the block GEMM splits float32 fragments)."""
+    if min(m, n, k) == 0:
+        return None
+    al_a = _alignment(vx.ptr, vx.dtype.size, mx.batch_stride, mx.batch or 1)
+    al_b = _alignment(vy.ptr, vy.dtype.size, my.batch_stride, my.batch or 1)
+    if vout is None or mo is None:  # a new contiguous row-major result (allocations are 256-byte aligned)
+        c_row_major, ldc = True, n
+        al_c = _alignment(0, result.size, m * n, batch)
+    else:
+        c_row_major, ldc = mo.row_major, mo.ld
+        al_c = _alignment(vout.ptr, result.size, mo.batch_stride, mo.batch or 1)
+    try:
+        desc = (
+            Size(m, n, k)
+            + Precision(vx.dtype, vy.dtype, result)
+            + Function.MM
+            + Arrangement(
+                row_major if mx.row_major else col_major,
+                row_major if my.row_major else col_major,
+                row_major if c_row_major else col_major,
+            )
+            + LeadingDimension(mx.ld, my.ld, ldc)
+            + Alignment(al_a, al_b, al_c)
+            + SM(sm, arch_specific=arch_specific)
+            + Block()
+        )
+        if mantissa_bits is not None:
+            desc = desc + MantissaBits(mantissa_bits)
+    except Exception:  # a shape the descriptor rules refuse (e.g. a leading dimension it does not allow)
+        return None
+    return desc if desc.is_supported else None
+
+
+# ---------------------------------------------------------------------------------------------
+# results
+# ---------------------------------------------------------------------------------------------
+
+
+def _allocate(like: Any, shape: tuple[int, ...], dtype: _dt.DType, device_id: int, stream: int) -> Any:
+    """A new C-contiguous array of ``like``'s library (PyTorch, CuPy; else a blasdx DeviceArray)."""
+    library = _arrays._library_of(like)
+    if library == "torch":
+        import torch
+
+        return torch.empty(shape, dtype=getattr(torch, _TORCH_NAMES[dtype.name]), device=like.device)
+    if library == "cupy" and dtype.name in ("float16", "float32", "float64", "int32"):
+        import cupy
+
+        with cupy.cuda.Device(device_id):
+            return cupy.empty(shape, dtype=dtype.host_dtype)
+    npd = dtype.host_dtype
+    nbytes = max(math.prod(shape) * npd.itemsize, 1)  # device_id is current: the default streams are its own
+    buffer = _devices.core_device(device_id).allocate(nbytes, stream=_arrays.core_stream(stream))
+    array = DeviceArray(buffer, shape, npd, device_id=device_id)
+    array._set_stream(stream)
+    return array
+
+
+def _copy_into(out: Any, acc: Any, stream: int, device_id: int) -> None:
+    """out[...] = acc by the arrays' own library on ``device_id``, ordered on ``stream`` (1, 2: the default stream)."""
+    special = stream in (0, _arrays.LEGACY_STREAM, _arrays.PER_THREAD_STREAM)
+    if _arrays._library_of(out) == "torch":
+        import torch
+
+        current = torch.cuda.current_stream(out.device)
+        if special and current.cuda_stream == 0 or current.cuda_stream == stream:
+            out.copy_(acc)
+            return
+        side = (
+            torch.cuda.default_stream(out.device) if special else torch.cuda.ExternalStream(stream, device=out.device)
+        )
+        with torch.cuda.stream(side):
+            out.copy_(acc)
+        return
+    import cupy
+
+    with cupy.cuda.Device(device_id):
+        side = cupy.cuda.Stream.null if special else cupy.cuda.ExternalStream(stream, device_id)
+        with side:
+            cupy.copyto(out, acc)
+
+
+# ---------------------------------------------------------------------------------------------
+# launching
+# ---------------------------------------------------------------------------------------------
+
+
+def _launch_tiled(plan: CallPlan, vx: ArrayView, vy: ArrayView, cin: ArrayView | None, dout: ArrayView,
+                  handle: int) -> None:
+    """The multi-block kernel: D = x @ y (+ C), on the plan's device (current) and stream ``handle``."""
+    kernel = plan.kernel
+    mx, my, _ = plan.strides
+    rs_c = cs_c = bs_c = 0
+    c_ptr = 0
+    if cin is not None:
+        c_ptr = cin.ptr
+        rs_c, cs_c = cin.strides[-2:]
+        bs_c = cin.strides[0] if len(cin.shape) == 3 and cin.shape[0] > 1 else 0
+    rs_d, cs_d = dout.strides[-2:]
+    bs_d = dout.strides[0] if len(dout.shape) == 3 and dout.shape[0] > 1 else 0
+    grid_x, grid_y, _ = kernel.grid(plan.m, plan.n, plan.batch)
+    kernel.packed(plan.device_id).launch(
+        grid_x, grid_y, handle,
+        vx.ptr, vy.ptr, c_ptr, dout.ptr, plan.m, plan.n, plan.k, mx.ld, my.ld, rs_c, cs_c, rs_d, cs_d,
+        mx.batch_stride, my.batch_stride, bs_c, bs_d, plan.batch, 1, plan.beta,
+    )
+
+
+_CALLS: dict[tuple[Any, ...], CallPlan] = {}
+
+
+def _key(vx: ArrayView, vy: ArrayView, vacc: ArrayView | None, extra: Any) -> tuple[Any, ...]:
+    """What a call's plan depends on: dtypes, shapes, strides, pointer alignment classes, device."""
+    acc = () if vacc is None else (vacc.dtype.name, vacc.shape, vacc.strides, vacc.ptr & 15, vacc.device_id)
+    return (vx.dtype.name, vx.shape, vx.strides, vx.ptr & 15, vx.device_id, vy.dtype.name, vy.shape, vy.strides,
+            vy.ptr & 15, vy.device_id, acc, extra)
+
+
+def _cached_plan(key: tuple[Any, ...], build: Any) -> CallPlan:
+    plan = _CALLS.get(key)
+    if plan is None:
+        plan = build()
+        if len(_CALLS) > 1024:
+            _CALLS.clear()
+        _CALLS[key] = plan
+    return plan
+
+
+def _spans(views: tuple[tuple[str, ArrayView], ...]) -> tuple[tuple[str, int, int], ...]:
+    """(name, low, high) byte offsets from each array's first element (a function of shape and strides)."""
+    spans = []
+    for name, v in views:
+        low, high = _arrays._span(0, v.shape, v.strides, v.dtype.size)
+        spans.append((name, low, high))
+    return tuple(spans)
+
+
+def _check_overlap(out: ArrayView, out_span: tuple[int, int], others: tuple[tuple[str, int, int], ...],
+                   ptrs: tuple[int, ...]) -> None:
+    """ExecutionError when out's bytes meet those of an array it is computed from."""
+    low, high = out.ptr + out_span[0], out.ptr + out_span[1]
+    if high <= low:
+        return
+    for (name, lo, hi), ptr in zip(others, ptrs):
+        if hi > lo and ptr + lo < high and low < ptr + hi:
+            raise ExecutionError(
+                f"out: its memory overlaps {name}'s, which is read while out is written; pass a separate array"
+            )
+
+
+def _run(plan: CallPlan, x_view: ArrayView, y_view: ArrayView, acc: Any, vacc: ArrayView | None, out: Any,
+         vout: ArrayView, stream: Any, handle: int) -> None:
+    """Launch the plan's kernel into ``out`` (already allocated or checked), with the plan's device current."""
+    if plan.batch == 0 or plan.m == 0 or plan.n == 0:
+        return
+    if plan.scheme.name == "tf32" and x_view.dtype == _dt.float32:
+        x_view, y_view = x_view._replace(dtype=_dt.tfloat32), y_view._replace(dtype=_dt.tfloat32)
+    if plan.kind in ("tiled", "hopper"):
+        core = _arrays.as_core_stream(stream, handle)
+        producers = tuple(v.stream for v in (x_view, y_view, vacc, vout) if v is not None and v.stream is not None)
+        if producers:
+            _arrays.wait_for_producers(core, handle, producers)
+        if plan.kind == "hopper":
+            plan.kernel.run(plan.device_id, core, handle, x_view, y_view, vacc, vout, 1.0, float(plan.beta))
+        else:
+            _launch_tiled(plan, x_view, y_view, vacc, vout, handle)
+    else:
+        if vacc is not None and vout.ptr != vacc.ptr:
+            _copy_into(out, acc, handle, plan.device_id)
+        _execute.execute_on(plan.desc, x_view, y_view, vout, 1, plan.beta, handle)
+    if type(out) is DeviceArray:
+        out._set_stream(handle)
+
+
+# ---------------------------------------------------------------------------------------------
+# public calls
+# ---------------------------------------------------------------------------------------------
+
+
+def matmul(x: Any, y: Any, *, stream: Any = None, dtype: Any = None, mantissa_bits: int | None = None,
+           fast_accumulation: bool = False) -> Any:
+    """``x @ y`` as a new array of the type the inputs fix (:data:`RESULT_TYPES`).
+
+    x is [M, K] or [batch, M, K], y is [K, N] or [batch, K, N]; a batch of 1 (or a matrix)
+    broadcasts. Any row- or column-major layout and leading dimension per operand. The
+    result is a C-contiguous array of x's library (PyTorch, CuPy, else a blasdx
+    DeviceArray). Use :func:`tf32` to run float32 inputs on tf32 tensor cores;
+    ``mantissa_bits`` states the bits the products must keep (blasdx.engine.emulation: float32
+    inputs with 11-23 bits run as three tf32 products on Hopper). ``fast_accumulation`` is
+    :func:`mma`'s (fp8 inputs only).
+    """
+    if not isinstance(fast_accumulation, bool):
+        raise ExecutionError(f"fast_accumulation: expected True or False, got {fast_accumulation!r}")
+    if dtype is not None:
+        raise ExecutionError(
+            f"dtype={dtype!r}: matmul's result type is fixed by the input type ({_result_table()}); for another "
+            "result type call blasdx.mma(x, y, acc) with a zeroed acc of that type"
+        )
+    known: dict[int, int] = {}  # the library streams asked during this call
+    handle = resolve_stream(stream, (_unwrap(x), _unwrap(y)), known=known)
+    vx, vy = _view(x, "x", handle, known), _view(y, "y", handle, known)
+    if fast_accumulation and vx.dtype not in _FP8:
+        raise ExecutionError(f"fast_accumulation=True with {vx.dtype.name} inputs; {_rule('fast')}")
+    key = _key(vx, vy, None, ("matmul", mantissa_bits, fast_accumulation))
+    plan = _CALLS.get(key)
+    if plan is None:
+        device_id = _device_of((vx, vy), ("x", "y"))
+        plan = _cached_plan(key, lambda: _plan_matmul(vx, vy, device_id, mantissa_bits, fast_accumulation))
+    if stream is not None:
+        _devices.check_stream_device(stream, handle, plan.device_id)
+    token = _devices.enter(plan.device_id)
+    try:
+        out = _allocate(_unwrap(x), plan.shape, plan.dtype, plan.device_id, handle)
+        vout = as_array(out, "out", stream=handle, known=known)
+        _run(plan, vx, vy, None, None, out, vout, stream, handle)
+    finally:
+        if token is not None:
+            _devices.leave(token)
+    return out
+
+
+def _plan_matmul(vx: ArrayView, vy: ArrayView, device_id: int, mantissa_bits: int | None = None,
+                 fast_accumulation: bool = False) -> CallPlan:
+    _check_dtypes(vx, vy)
+    scheme = _resolve_scheme(vx.dtype, mantissa_bits)
+    result = RESULT_TYPES.get(vx.dtype)
+    if result is None:
+        raise ExecutionError(
+            f"x: matmul takes {', '.join(d.name for d in RESULT_TYPES)} inputs, not {vx.dtype.name} "
+            f"({_result_table()})"
+        )
+    return plan_call(vx, vy, None, result, _device_info(device_id), device_id, scheme=scheme,
+                     fast_accumulation=fast_accumulation)
+
+
+def mma(x: Any, y: Any, acc: Any, *, out: Any = None, fast_accumulation: bool = False, stream: Any = None,
+        mantissa_bits: int | None = None) -> Any:
+    """``x @ y + acc`` as a new array of acc's type and shape (or into ``out``; ``out=acc`` works in place).
+
+    acc is [M, N] or [batch, M, N] and fixes the batch; x and y have acc's batch or 1 (or
+    are matrices). ``fast_accumulation`` is accepted for fp8 inputs only: on sm_90 the whole
+    K sum stays in the tensor core's accumulator (about 14 significant bits per addition,
+    docs/index.md) in the Hopper engine and in one-block problems that wgmma tiles, where by
+    default the engine adds the tensor core's sums into f32 registers every 128 K elements;
+    elsewhere it changes nothing. ``mantissa_bits`` as for :func:`matmul`.
+    """
+    if not isinstance(fast_accumulation, bool):
+        raise ExecutionError(f"fast_accumulation: expected True or False, got {fast_accumulation!r}")
+    known: dict[int, int] = {}  # the library streams asked during this call
+    handle = resolve_stream(stream, (acc if out is None else out, _unwrap(x), _unwrap(y)), known=known)
+    vx, vy = _view(x, "x", handle, known), _view(y, "y", handle, known)
+    vacc = as_array(acc, "acc", stream=handle, known=known)
+    if fast_accumulation and vx.dtype not in _FP8:
+        raise ExecutionError(f"fast_accumulation=True with {vx.dtype.name} inputs; {_rule('fast')}")
+    vout = None if out is None else as_array(out, "out", stream=handle, known=known)
+    in_place = vout is not None and vout.ptr == vacc.ptr and vout.strides == vacc.strides and vout.shape == vacc.shape
+    out_key = None if vout is None else (vout.dtype.name, vout.shape, vout.strides, vout.ptr & 15, in_place,
+                                         type(out))
+    key = _key(vx, vy, vacc, ("mma", type(acc), out_key, fast_accumulation, mantissa_bits))
+    plan = _CALLS.get(key)
+    if plan is None:
+        views, names = (vx, vy, vacc), ("x", "y", "acc")
+        if vout is not None:
+            views, names = views + (vout,), names + ("out",)
+        device_id = _device_of(views, names)
+        # the one-block kernel computes in place: it needs acc copied into out first, which
+        # PyTorch / CuPy do; other arrays go to the multi-block kernel (reads acc, writes out)
+        copyable = in_place or _library_copy(acc, acc if out is None else out)
+        plan = _cached_plan(key, lambda: _plan_mma(vx, vy, vacc, vout, device_id, copyable, fast_accumulation,
+                                                   mantissa_bits))
+    if vout is not None:
+        if vout.readonly:
+            raise ExecutionError("out: the array is read-only; pass a writable array")
+        if not (in_place and plan.kind == "block"):  # execute() checks C against A and B itself
+            spans = plan.spans
+            if spans is None:
+                spans = plan.spans = _spans((("out", vout), ("x", vx), ("y", vy), ("acc", vacc)))
+            _check_overlap(vout, spans[0][1:], spans[1:3] if in_place else spans[1:],
+                           (vx.ptr, vy.ptr, vacc.ptr))
+    if stream is not None:
+        _devices.check_stream_device(stream, handle, plan.device_id)
+    token = _devices.enter(plan.device_id)
+    try:
+        if vout is None:
+            out = _allocate(acc, plan.shape, plan.dtype, plan.device_id, handle)
+            vout = as_array(out, "out", stream=handle, known=known)
+        _run(plan, vx, vy, acc, vacc, out, vout, stream, handle)
+    finally:
+        if token is not None:
+            _devices.leave(token)
+    return out
+
+
+def _library_copy(acc: Any, out: Any) -> bool:
+    """Whether acc's library can copy acc into out (both PyTorch or both CuPy)."""
+    library = _arrays._library_of(acc)
+    return library in ("torch", "cupy") and _arrays._library_of(out) == library
+
+
+def _plan_mma(vx: ArrayView, vy: ArrayView, vacc: ArrayView, vout: ArrayView | None, device_id: int,
+              allow_block: bool, fast_accumulation: bool = False, mantissa_bits: int | None = None) -> CallPlan:
+    _check_dtypes(vx, vy)
+    scheme = _resolve_scheme(vx.dtype, mantissa_bits)
+    if _dt.find_combination(vx.dtype, vy.dtype, vacc.dtype, False) is None:
+        rows = "; ".join(_dt.supported_rows(is_complex=False))
+        raise ExecutionError(
+            f"x, y, acc: {vx.dtype.name} x {vy.dtype.name} + {vacc.dtype.name} is not supported; {_rule('types')}: "
+            f"{rows}"
+        )
+    return plan_call(vx, vy, vacc, vacc.dtype, _device_info(device_id), device_id, vout, allow_block,
+                     fast_accumulation, scheme)
+
+
+def _resolve_scheme(dtype: _dt.DType, mantissa_bits: int | None) -> _emulation.Scheme:
+    """The products' scheme for ``mantissa_bits`` (ExecutionError quoting the rule when it cannot be kept)."""
+    try:
+        return _emulation.resolve(dtype, mantissa_bits)
+    except ExecutionError as exc:
+        raise ExecutionError(f"{exc}; {_rule('bits')}") from None
+
+
+def _check_dtypes(vx: ArrayView, vy: ArrayView) -> None:
+    if vx.dtype != vy.dtype:
+        raise ExecutionError(f"x: {vx.dtype.name} and y: {vy.dtype.name} differ; {_rule('dtype')}")
+
+
+def _result_table() -> str:
+    return ", ".join(f"{a.name} -> {c.name}" for a, c in RESULT_TYPES.items())
+
+
+def _unwrap(obj: Any) -> Any:
+    return obj.array if type(obj) is TF32 else obj

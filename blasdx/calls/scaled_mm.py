@@ -1,0 +1,307 @@
+"""``bx.scaled_mm``: fp8 matrix products with dequantization scales, on the Hopper engine.
+
+``scaled_mm(x, y, scale_x, scale_y)`` returns ``(x * sx) @ (y * sy) [+ bias]`` where x is
+M x K and y is K x N, both fp8 (float8_e4m3 or float8_e5m2, in any pair), and each scale is a
+float32 device array whose shape says what it covers (docs/index.md, "Scaled fp8 products"):
+
+* ``()``, ``(1,)`` or ``(1, 1)``: the whole operand (per tensor), x or y;
+* x: ``(M, 1)`` one factor per row; ``(M, ceil(K / 128))`` per 1 x 128 block (a row, 128 K);
+* y: ``(1, N)`` one factor per column; ``(ceil(K / 128), ceil(N / 128))`` per 128 x 128 block.
+
+Factors constant along K (tensor, row, column) multiply the finished f32 sum in the epilogue;
+block factors vary along K, so they multiply each 128-deep partial sum as the engine promotes
+it into f32 registers (kernels/blasdx/hopper/promotion.cuh), which is why block scales need
+promotion (``fast_accumulation=False``). Every argument is checked before anything is
+allocated or launched; a failure is an :class:`~blasdx.errors.ExecutionError` naming it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+from .. import arrays as _arrays
+from .. import dtypes as _dt
+from ..arrays import ArrayView, DeviceArray, as_array, resolve_stream
+from ..engine import hopper as _hopper
+from ..errors import DeviceError, ExecutionError
+from ..launch import devices as _devices
+from . import matmul as _ag
+
+__all__ = ["scaled_mm", "ScaledPlan", "Scaling", "BLOCK", "OUT_DTYPES", "scaling_of"]
+
+#: K elements (and y columns) one block scale covers.
+BLOCK = 128
+#: Result types of scaled_mm (f32 sums rounded once).
+OUT_DTYPES = (_dt.float16, _dt.bfloat16, _dt.float32)
+_FP8 = (_dt.float8_e4m3, _dt.float8_e5m2)
+KERNEL_NAME = "blasdx_hopper_scaled_mm"
+_CODES = {"tensor": 0, "row": 1, "column": 1, "block": 2}  # scaling.cuh's Scaling
+_PARAMS = ("map", "map", "map", "u64", "u64", "i32", "i32", "i32", "i32", "u64", "i64", "i64", "u64", "i64", "i64",
+           "u64", "i64", "i64")
+
+
+class Scaling(NamedTuple):
+    """How one scale covers its operand: ``mode`` ("tensor", "row", "column" or "block") and its element strides."""
+
+    mode: str
+    row_stride: int
+    col_stride: int
+
+    @property
+    def per_block(self) -> bool:
+        return self.mode == "block"
+
+
+def scaling_of(view: ArrayView, argument: str, rows: int, k: int, cols: int, is_x: bool) -> Scaling:
+    """The Scaling a scale array's shape states for an M x K x (or K x N y); ExecutionError naming it otherwise.
+
+    ``rows`` / ``cols`` are M (x) or N (y). Where two readings of a shape coincide (K <= 128:
+    one K block) they mean the same factors; the cheaper one (row, column, tensor) is taken.
+    """
+    if view.dtype != _dt.float32:
+        raise ExecutionError(f"{argument}: scales are float32, not {view.dtype.name}; pass scale.float()")
+    shape, strides = tuple(view.shape), tuple(view.strides)
+    if any(s < 0 for s in strides):
+        raise ExecutionError(f"{argument}: negative strides {strides} are not supported; pass a copy")
+    blocks_k = math.ceil(k / BLOCK)
+    if math.prod(shape) == 1 and len(shape) <= 2:
+        return Scaling("tensor", 0, 0)
+    if len(shape) == 2:
+        rs, cs = strides
+        if is_x and shape == (rows, 1):
+            return Scaling("row", rs, 0)
+        if is_x and shape == (rows, blocks_k):
+            return Scaling("block", rs, cs)
+        if not is_x and shape == (1, cols):
+            return Scaling("column", 0, cs)
+        if not is_x and shape == (blocks_k, math.ceil(cols / BLOCK)):
+            return Scaling("block", rs, cs)
+    if is_x:
+        allowed = f"() or (1, 1) per tensor, ({rows}, 1) per row, ({rows}, {blocks_k}) per 1 x {BLOCK} block"
+    else:
+        allowed = (f"() or (1, 1) per tensor, (1, {cols}) per column, ({blocks_k}, {math.ceil(cols / BLOCK)}) per "
+                   f"{BLOCK} x {BLOCK} block")
+    raise ExecutionError(f"{argument}: shape {shape} covers its operand in none of the supported ways: {allowed}")
+
+
+def scaled_source(a: _dt.DType, b: _dt.DType, c: _dt.DType, config: _hopper.EngineConfig, a_k_major: bool,
+                  b_k_major: bool, store_by_tma: bool, x_mode: str, y_mode: str) -> str:
+    """kernels/hopper_scaled_mm.cu instantiated for the types, tile, store path and scalings."""
+    return "\n".join([
+        *_hopper.type_headers(a, b),
+        "struct ScaledConfig {",
+        *_hopper.config_members(a, b, config, a_k_major, b_k_major),
+        f"    using c_type = {_hopper._STORAGE_TYPES[c.name]};",
+        f"    static constexpr bool store_by_tma = {str(store_by_tma).lower()};",
+        f"    static constexpr int x_scaling = {_CODES[x_mode]}, y_scaling = {_CODES[y_mode]};",
+        "};",
+        '#include "hopper_scaled_mm.cu"',
+        "",
+    ])
+
+
+class ScaledPlan(_hopper.EnginePlan):
+    """The engine's plan of one kind of scaled_mm call: its GEMM kernel applies the scales and bias."""
+
+    def __init__(self, a: _dt.DType, b: _dt.DType, c: _dt.DType, m: int, n: int, k: int,
+                 route_a: _hopper.OperandRoute, route_b: _hopper.OperandRoute, lda: int, ldb: int, ptr_a: int,
+                 ptr_b: int, multiprocessors: int, d_layout: tuple[int, int, int, int] | None, x_mode: str,
+                 y_mode: str, fast_accumulation: bool = False, config: _hopper.EngineConfig | None = None,
+                 splits: int | None = None) -> None:
+        self.x_mode, self.y_mode = x_mode, y_mode
+        blocks = "block" in (x_mode, y_mode)
+        if blocks and (fast_accumulation or (config is not None and not config.promotion)):
+            raise ValueError("block scales are applied at promotion: they need a configuration that promotes")
+        super().__init__(a, c, m, n, k, 1, route_a, route_b, lda, ldb, 1, 1, 0, 0, ptr_a, ptr_b, multiprocessors,
+                         d_layout, config, splits, b=b, fast_accumulation=fast_accumulation)
+
+    def _gemm_kernel(self, staged: bool) -> Any:
+        source = scaled_source(self.a, self.b, self.c, self.config, self.route_a.k_major, self.route_b.k_major, staged,
+                               self.x_mode, self.y_mode)
+        return _hopper._Kernel(source, KERNEL_NAME, _hopper.ARCH, _PARAMS,
+                               self.config.shared_memory(self.a.size, staged))
+
+    def describe(self) -> str:
+        return f"{super().describe()}, scales: x per {self.x_mode}, y per {self.y_mode}"
+
+    def run(self, device_id: int, stream_core: Any, stream: int, x: ArrayView, y: ArrayView,  # type: ignore[override]
+            sx: ArrayView, sy: ArrayView, bias: ArrayView | None, d: ArrayView) -> None:
+        """D = (x * sx) @ (y * sy) [+ bias] on ``stream`` (the views' scalings are this plan's)."""
+        a_ptr, b_ptr, workspace = self._operands_and_workspace(device_id, stream_core, stream, x, y)
+        sx_row, sx_col = _strides(sx)
+        sy_row, sy_col = _strides(sy)
+        d_row, d_col, _ = _hopper.result_strides(d)
+        bias_ptr = 0 if bias is None else bias.ptr
+        split = self.splits > 1
+        gemm = self._gemm
+        with gemm.params.lock:
+            self._point_maps(a_ptr, b_ptr, d.ptr)
+            gemm.fill((None, None, None, 0 if split else d.ptr, workspace, self.m, self.n, self.k, self.splits,
+                       sx.ptr, sx_row, sx_col, sy.ptr, sy_row, sy_col, 0 if split else bias_ptr, d_row, d_col))
+            if not self._grid_checked:
+                self._fit_grid(device_id)
+            gemm.launch(device_id, self.grid, (self.config.threads, 1, 1), stream, self.config.cluster)
+        if split:  # the reduction adds the bias once, as its C repeated down the rows
+            _hopper.reduce_splits(self._reduce, device_id, stream, workspace, self.splits, bias_ptr, (0, 1, 0), d.ptr,
+                                  (d_row, d_col, 0), self.m, self.n, 1, self.multiprocessors, 1.0,
+                                  0.0 if bias is None else 1.0)
+
+
+def _strides(view: ArrayView) -> tuple[int, int]:
+    """A scale's (row, column) element strides (0 for a per-tensor scale's)."""
+    return (0, 0) if len(view.shape) < 2 else (int(view.strides[0]), int(view.strides[1]))
+
+
+class _BiasOnly:
+    """K = 0: D = bias repeated down the rows (or zeros), by the split-K reduction with no splits."""
+
+    def __init__(self, c: _dt.DType, m: int, n: int, multiprocessors: int) -> None:
+        self.c, self.m, self.n, self.multiprocessors = c, m, n, multiprocessors
+        self._reduce = _hopper._Kernel(_hopper.reduce_source(c), _hopper.REDUCE_NAME, "sm_90",
+                                       _hopper._REDUCE_PARAMS)
+
+    def describe(self) -> str:
+        return "K = 0: D = bias (or zeros)"
+
+    def run(self, device_id: int, stream_core: Any, stream: int, x: Any, y: Any, sx: Any, sy: Any,
+            bias: ArrayView | None, d: ArrayView) -> None:
+        d_row, d_col, _ = _hopper.result_strides(d)
+        _hopper.reduce_splits(self._reduce, device_id, stream, 0, 0, 0 if bias is None else bias.ptr, (0, 1, 0),
+                              d.ptr, (d_row, d_col, 0), self.m, self.n, 1, self.multiprocessors, 1.0,
+                              0.0 if bias is None else 1.0)
+
+
+class _Call(NamedTuple):
+    plan: Any
+    shape: tuple[int, int]
+    dtype: _dt.DType
+    device_id: int
+
+
+_CALLS: dict[tuple[Any, ...], _Call] = {}
+
+
+def _key(views: tuple[ArrayView | None, ...], extra: Any) -> tuple[Any, ...]:
+    return tuple(None if v is None else (v.dtype.name, v.shape, v.strides, v.ptr & 15, v.device_id) for v in views) + (
+        extra,)
+
+
+def _check_operands(vx: ArrayView, vy: ArrayView) -> tuple[_ag.Matrix, _ag.Matrix]:
+    for name, v in (("x", vx), ("y", vy)):
+        if v.dtype not in _FP8:
+            raise ExecutionError(f"{name}: scaled_mm multiplies fp8 (float8_e4m3, float8_e5m2) matrices, not "
+                                 f"{v.dtype.name}")
+        if len(v.shape) != 2:
+            raise ExecutionError(f"{name}: shape {tuple(v.shape)}: scaled_mm multiplies matrices (rank 2)")
+    mx, my = _ag._matrix(vx, "x"), _ag._matrix(vy, "y")
+    _ag._check_inner(mx, my, vx, vy)
+    return mx, my
+
+
+def _out_dtype(value: Any) -> _dt.DType:
+    if value is None:
+        return _dt.float16
+    try:
+        c = _dt.as_dtype(value, argument="out_dtype")
+    except TypeError as exc:
+        raise ExecutionError(str(exc)) from None
+    if c not in OUT_DTYPES:
+        raise ExecutionError(f"out_dtype: scaled_mm writes {', '.join(d.name for d in OUT_DTYPES)}, not {c.name}")
+    return c
+
+
+def _plan(vx: ArrayView, vy: ArrayView, mx: _ag.Matrix, my: _ag.Matrix, sx: Scaling, sy: Scaling, c: _dt.DType,
+          vout: ArrayView | None, device_id: int, fast_accumulation: bool) -> _Call:
+    device = _ag._device_info(device_id)
+    if device.sm != 90:
+        raise DeviceError(f"scaled_mm runs on the Hopper engine (sm_90: H100, H200); device {device_id} is "
+                          f"sm_{device.sm}")
+    m, n, k = mx.rows, my.cols, mx.cols
+    if k == 0:
+        return _Call(_BiasOnly(c, m, n, device.multiprocessors), (m, n), c, device_id)
+    route_a = _hopper.route("x", vx.dtype, vx.ptr, mx.row_major, mx.ld, mx.outer, 0, False)
+    route_b = _hopper.route("y", vy.dtype, vy.ptr, not my.row_major, my.ld, my.outer, 0, False)
+    d_layout = None if vout is None else (*_hopper.result_strides(vout), vout.ptr)
+    plan = ScaledPlan(vx.dtype, vy.dtype, c, m, n, k, route_a, route_b, mx.ld, my.ld, vx.ptr, vy.ptr,
+                      device.multiprocessors, d_layout, sx.mode, sy.mode, fast_accumulation)
+    return _Call(plan, (m, n), c, device_id)
+
+
+def scaled_mm(x: Any, y: Any, scale_x: Any, scale_y: Any, *, out_dtype: Any = None, bias: Any = None,
+              out: Any = None, fast_accumulation: bool = False, stream: Any = None) -> Any:
+    """``(x * scale_x) @ (y * scale_y) [+ bias]`` of fp8 matrices as a new array of ``out_dtype`` (or into ``out``).
+
+    x is [M, K] and y is [K, N], float8_e4m3 or float8_e5m2 in any pair and any row- or
+    column-major layout (the engine reads both K-major: row-major x and column-major y run
+    in place, others are first copied). scale_x is float32 of shape () / (1, 1) (per
+    tensor), (M, 1) (per row) or (M, ceil(K / 128)) (per 1 x 128 block); scale_y of shape
+    () / (1, 1), (1, N) (per column) or (ceil(K / 128), ceil(N / 128)) (per 128 x 128 block);
+    any strides. ``out_dtype`` is float16 (default), bfloat16 or float32; ``bias`` an (N,)
+    array of out_dtype added to every row. The products are summed in f32, promoted from the
+    tensor core every 128 K elements; ``fast_accumulation=True`` keeps the whole sum in the
+    tensor core (faster, less accurate; not with block scales). Runs on sm_90 GPUs.
+    """
+    if not isinstance(fast_accumulation, bool):
+        raise ExecutionError(f"fast_accumulation: expected True or False, got {fast_accumulation!r}")
+    c = _out_dtype(out_dtype)
+    known: dict[int, int] = {}
+    handle = resolve_stream(stream, (x if out is None else out, x, y), known=known)
+    vx, vy = as_array(x, "x", stream=handle, known=known), as_array(y, "y", stream=handle, known=known)
+    vsx = as_array(scale_x, "scale_x", stream=handle, known=known)
+    vsy = as_array(scale_y, "scale_y", stream=handle, known=known)
+    vbias = None if bias is None else as_array(bias, "bias", stream=handle, known=known)
+    vout = None if out is None else as_array(out, "out", stream=handle, known=known)
+    mx, my = _check_operands(vx, vy)
+    m, n, k = mx.rows, my.cols, mx.cols
+    sx = scaling_of(vsx, "scale_x", m, k, n, True)
+    sy = scaling_of(vsy, "scale_y", m, k, n, False)
+    if fast_accumulation and (sx.per_block or sy.per_block):
+        raise ExecutionError(
+            "fast_accumulation=True with block scales: block scales multiply each 128-deep partial sum as it is "
+            "promoted into f32 registers, which fast accumulation does not do; pass fast_accumulation=False"
+        )
+    if vbias is not None and (tuple(vbias.shape) != (n,) or vbias.dtype != c):
+        raise ExecutionError(f"bias: expected shape ({n},) of {c.name} (out_dtype), got {tuple(vbias.shape)} of "
+                             f"{vbias.dtype.name}")
+    if vout is not None:
+        if tuple(vout.shape) != (m, n) or vout.dtype != c:
+            raise ExecutionError(f"out: expected shape ({m}, {n}) of {c.name} (out_dtype), got {tuple(vout.shape)} "
+                                 f"of {vout.dtype.name}")
+        if vout.readonly:
+            raise ExecutionError("out: the array is read-only; pass a writable array")
+        _ag._matrix(vout, "out")
+        spans = _ag._spans((("out", vout), ("x", vx), ("y", vy), ("scale_x", vsx), ("scale_y", vsy))
+                           + ((("bias", vbias),) if vbias is not None else ()))
+        ptrs = tuple(v.ptr for v in (vx, vy, vsx, vsy, vbias) if v is not None)
+        _ag._check_overlap(vout, spans[0][1:], spans[1:], ptrs)
+    views = (vx, vy, vsx, vsy, vbias, vout)
+    key = _key(views, (c.name, sx.mode, sy.mode, fast_accumulation, None if out is None else type(out)))
+    call = _CALLS.get(key)
+    if call is None:
+        present = [(v, name) for v, name in zip(views, ("x", "y", "scale_x", "scale_y", "bias", "out"))
+                   if v is not None]
+        device_id = _ag._device_of(tuple(v for v, _ in present), tuple(name for _, name in present))
+        call = _plan(vx, vy, mx, my, sx, sy, c, vout, device_id, fast_accumulation)
+        if len(_CALLS) > 1024:
+            _CALLS.clear()
+        _CALLS[key] = call
+    if stream is not None:
+        _devices.check_stream_device(stream, handle, call.device_id)
+    token = _devices.enter(call.device_id)
+    try:
+        if out is None:
+            out = _ag._allocate(x, call.shape, c, call.device_id, handle)
+            vout = as_array(out, "out", stream=handle, known=known)
+        if m and n:
+            core = _arrays.as_core_stream(stream, handle)
+            producers = tuple(v.stream for v in views if v is not None and v.stream is not None)
+            if producers:
+                _arrays.wait_for_producers(core, handle, producers)
+            call.plan.run(call.device_id, core, handle, vx, vy, vsx, vsy, vbias, vout)
+    finally:
+        if token is not None:
+            _devices.leave(token)
+    if type(out) is DeviceArray:
+        out._set_stream(handle)
+    return out

@@ -1,0 +1,48 @@
+"""The descriptor's way up: the runtime that turns a description into source, kernels and launches.
+
+The value layer imports nothing above the plans, yet ``Descriptor.compile()`` must reach the
+code generator, the cache and the launcher. The package root (which sits above every layer)
+installs a loader here at import; a descriptor asks :func:`runtime` for the runtime on its
+first compile or launch, so ``import blasdx`` and describing GEMMs load no compile machinery.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Protocol
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..compile.compiled import CompiledKernel
+
+__all__ = ["Runtime", "install", "runtime"]
+
+
+class Runtime(Protocol):
+    """What a descriptor needs from the layers above it (:mod:`blasdx.run.runtime` provides it)."""
+
+    def source(self, desc: Any) -> str: ...
+
+    def compile(self, desc: Any) -> CompiledKernel: ...
+
+    def execute(self, desc: Any, a: Any, b: Any, c: Any, *, alpha: Any, beta: Any, stream: Any) -> Any: ...
+
+    def execute_trsm(self, desc: Any, a: Any, b: Any, *, alpha: Any, stream: Any) -> Any: ...
+
+
+_loader: Callable[[], Runtime] | None = None
+_runtime: Runtime | None = None
+
+
+def install(loader: Callable[[], Runtime]) -> None:
+    """Say how to load the runtime (called once, by the package root)."""
+    global _loader, _runtime
+    _loader, _runtime = loader, None
+
+
+def runtime() -> Runtime:
+    """The runtime, loaded on first use."""
+    global _runtime
+    if _runtime is None:
+        if _loader is None:  # pragma: no cover - the package root installs it before any descriptor exists
+            raise RuntimeError("blasdx's runtime is not installed; import blasdx first")
+        _runtime = _loader()
+    return _runtime

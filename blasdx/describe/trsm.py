@@ -1,0 +1,438 @@
+"""TrsmDescriptor: a description with ``Function.TRSM`` (block-level triangular solve), its rules and traits.
+
+``Size(M, N) + Function.TRSM + Side.left`` solves ``A X = alpha B`` for X with B M x N and
+A M x M; ``Side.right`` solves ``X A = alpha B`` with A N x N. X overwrites B. FillMode
+says which triangle of A holds it (the other is never read), Diag whether its diagonal is
+taken as ones (and never read). Defaults, as in cuBLASDx: Side.left, FillMode.lower,
+Diag.non_unit. ``Descriptor.compose`` builds this class whenever Function.TRSM is among the
+operators; everything the GEMM descriptor knows that a TRSM shares (Precision, Type,
+Arrangement of A and B, LeadingDimension(lda, ldb), Alignment of A and B, SM, Block,
+BlockDim) reads the same, and what it has no meaning for (K, C) raises DescriptorError.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Any
+
+from .. import dtypes as _dt
+from ..errors import DescriptorError, UnsupportedError
+from ..plan import heuristics as _h
+from ..plan import trsm as _plan
+from .backend import runtime
+from .descriptor import FUNCTION_CLASSES, Descriptor
+from .operators import (
+    SM,
+    Alignment,
+    Arrangement,
+    BatchesPerBlock,
+    Block,
+    BlockDim,
+    Diag,
+    FillMode,
+    Function,
+    LeadingDimension,
+    MantissaBits,
+    Precision,
+    Side,
+    Size,
+    TransposeMode,
+    Type,
+    row_major,
+)
+
+__all__ = ["TrsmDescriptor", "supported_types"]
+
+
+def supported_types() -> str:
+    """The TRSM type table, for messages."""
+    names = ", ".join(t.name for t in _plan.TRSM_TYPES)
+    return f"{names} (real or complex), computed in their own precision"
+
+
+class TrsmDescriptor(Descriptor):
+    """A block-level triangular solve; built by ``+`` whenever the operators include Function.TRSM."""
+
+    __slots__ = ()
+
+    # -- value semantics ----------------------------------------------------------------------
+
+    @cached_property
+    def _key(self) -> tuple[Any, ...]:
+        """What the solve means, every default resolved: the basis of == and hash."""
+        size = self._get(Size)
+        return (
+            "TRSM",
+            size,
+            self.side,
+            self.fill_mode,
+            self.diag,
+            self._precision,
+            self.type,
+            self.arrangement.a,
+            self.arrangement.b,
+            self.leading_dimension if size else self._get(LeadingDimension),
+            self.alignment,
+            self._get(SM),
+            self.has(Block),
+            self._get(BatchesPerBlock),
+            self._get(BlockDim),
+        )
+
+    def __str__(self) -> str:
+        lines = [repr(self)]
+        if self.is_supported:
+            lines.append(
+                f"  TRSM {self.side.name} {self.fill_mode.name} {self.diag.name}: B {self.m}x{self.n}, "
+                f"A {self.a_dim[0]}x{self.a_dim[1]}, {self.type.name} {self.b_value_type}, arrangement "
+                f"{self.arrangement.a.name}/{self.arrangement.b.name}"
+            )
+            lines.append(
+                f"  instruction {self.instruction}, suggested_block_dim {self.suggested_block_dim}, "
+                f"batches_per_block {self.batches_per_block}, shared_memory_size {self.shared_memory_size} B"
+            )
+        else:
+            try:
+                self.validate()
+            except DescriptorError as exc:
+                lines.append(f"  (not ready: {str(exc).splitlines()[0]})")
+        return "\n".join(lines)
+
+    # -- the TRSM operators -------------------------------------------------------------------
+
+    @property
+    def side(self) -> Side:
+        """Side.left (A X = alpha B) unless Side.right was given."""
+        return self._get(Side) or Side.left
+
+    @property
+    def fill_mode(self) -> FillMode:
+        """FillMode.lower unless FillMode.upper was given."""
+        return self._get(FillMode) or FillMode.lower
+
+    @property
+    def diag(self) -> Diag:
+        """Diag.non_unit unless Diag.unit was given."""
+        return self._get(Diag) or Diag.non_unit
+
+    @property
+    def batches_per_block(self) -> int:
+        """Systems one block solves: BatchesPerBlock when given, else the plan's choice."""
+        bpb = self._get(BatchesPerBlock)
+        return bpb.batches if bpb is not None else self.plan.batches
+
+    @property
+    def suggested_batches_per_block(self) -> int:
+        """Systems per block that fill the block's warps within a quarter of the SM's shared memory."""
+        p = self._trsm_problem()
+        return _plan.suggested_batches(p, _plan.suggested_group_threads(p))
+
+    # -- sizes ----------------------------------------------------------------------------------
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """(M, N): B is M x N."""
+        s = self._need(Size, "size")
+        return (s.m, s.n)
+
+    @property
+    def k(self) -> int:
+        raise DescriptorError("k: a TRSM has no K; Size(M, N) gives B's extents and A is M x M (left) or N x N")
+
+    @property
+    def _dim(self) -> int:
+        """Extent of the square A."""
+        return self.m if self.side is Side.left else self.n
+
+    @property
+    def a_dim(self) -> tuple[int, int]:
+        """(M, M) on the left, (N, N) on the right."""
+        return (self._dim, self._dim)
+
+    @property
+    def b_dim(self) -> tuple[int, int]:
+        return (self.m, self.n)
+
+    @property
+    def c_dim(self) -> tuple[int, int]:
+        raise _no_c("c_dim")
+
+    @property
+    def c_value_type(self) -> _dt.DType:
+        raise _no_c("c_value_type")
+
+    @property
+    def scalar_type(self) -> _dt.DType:
+        """Type of alpha (each part, for complex): the element type, which is also the compute type."""
+        return self._trsm_type()
+
+    @property
+    def accumulator_type(self) -> _dt.DType:
+        """Type the solve computes in (each part): the element type."""
+        return self._trsm_type()
+
+    @property
+    def _min_leading_dimension(self) -> tuple[int, int]:
+        b_inner = self.n if self.arrangement.b is row_major else self.m
+        return (self._dim, b_inner)
+
+    @property
+    def leading_dimension(self) -> tuple[int, int]:
+        """(lda, ldb): LeadingDimension(lda, ldb) when given, else tight (A's extent; N or M by B's order)."""
+        ld = self._get(LeadingDimension)
+        if ld is not None:
+            return (ld.lda, ld.ldb)
+        return self._min_leading_dimension
+
+    @property
+    def ldc(self) -> int:
+        raise _no_c("ldc")
+
+    @property
+    def element_sizes(self) -> tuple[int, int]:
+        """Bytes of one A and one B element (complex counts both parts)."""
+        return (self.a_value_type.size, self.b_value_type.size)
+
+    @property
+    def alignment(self) -> tuple[int, int]:
+        """Byte alignment of the A and B pointers: Alignment's a and b, else one element."""
+        al = self._get(Alignment)
+        if al is not None:
+            return (al.a, al.b)
+        return self.element_sizes
+
+    @property
+    def suggested_alignment(self) -> tuple[int, int]:
+        return (16, 16)
+
+    @property
+    def a_size(self) -> int:
+        """Elements A spans with its leading dimension."""
+        return self.lda * self._dim
+
+    @property
+    def b_size(self) -> int:
+        b_outer = self.m if self.arrangement.b is row_major else self.n
+        return self.ldb * b_outer
+
+    @property
+    def c_size(self) -> int:
+        raise _no_c("c_size")
+
+    @property
+    def shared_memory_size(self) -> int:
+        """Bytes the device API needs: batches_per_block A's, then as many B's, each on a 16-byte boundary."""
+        sa, sb = self.element_sizes
+        align = _h.SMEM_BUFFER_ALIGNMENT
+        return self.batches_per_block * (_h.round_up(self.a_size * sa, align) + _h.round_up(self.b_size * sb, align))
+
+    @property
+    def shared_memory_size_ab(self) -> int:
+        raise DescriptorError("shared_memory_size_ab: a GEMM trait; a TRSM needs shared_memory_size (A and B)")
+
+    @property
+    def suggested_leading_dimension(self) -> tuple[int, int]:
+        """Padded (lda, ldb) free of bank conflicts: the batched kernel's own layout."""
+        return (self.plan.smem_a.leading_dimension, self.plan.smem_b.leading_dimension)
+
+    @property
+    def suggested_smem_layout_a(self) -> _h.SmemLayout:
+        return self.plan.smem_a
+
+    @property
+    def suggested_smem_layout_b(self) -> _h.SmemLayout:
+        return self.plan.smem_b
+
+    @property
+    def suggested_smem_layout_c(self) -> _h.SmemLayout:
+        raise _no_c("suggested_smem_layout_c")
+
+    # -- the resolved solve ---------------------------------------------------------------------
+
+    def _trsm_type(self) -> _dt.DType:
+        """The one element type of A and B (the real part), checked against the TRSM table."""
+        self._check_precision()
+        return self._precision.a
+
+    def _trsm_problem(self) -> _plan.TrsmProblem:
+        s = self._need(Size, "size")
+        arr = self.arrangement
+        return _plan.TrsmProblem(
+            s.m, s.n, self._trsm_type(), self.is_complex, self.side is Side.left, self.fill_mode is FillMode.lower,
+            self.diag is Diag.unit, arr.a is row_major, arr.b is row_major, self._need(SM, "plan").cc,
+        )
+
+    @cached_property
+    def plan(self) -> _plan.TrsmPlan:
+        """Panels, threads per problem, batches per block, shared-memory layouts, update GEMMs."""
+        self._check_certain_rules(assume_defaults=True)
+        p = self._trsm_problem()
+        bd, bpb = self._get(BlockDim), self._get(BatchesPerBlock)
+        self._check_threads(p, bd.threads if bd else None, bpb.batches if bpb else None)
+        return _plan.plan_trsm(p, bd.threads if bd else None, bpb.batches if bpb else None)
+
+    @property
+    def instruction(self) -> str:
+        """The update GEMMs' instruction: ``fma``, or f64 DMMA (``mma.sync.m16n8k8`` on sm_90+, else ``m8n8k4``)."""
+        return self.plan.instruction
+
+    @property
+    def suggested_block_dim(self) -> tuple[int, int, int]:
+        """Suggested threads per problem times the batches per block (BatchesPerBlock, else suggested)."""
+        p = self._trsm_problem()
+        group = _plan.suggested_group_threads(p)
+        bpb = self._get(BatchesPerBlock)
+        return (group * (bpb.batches if bpb else _plan.suggested_batches(p, group)), 1, 1)
+
+    @property
+    def kernel_shared_memory_size(self) -> int:
+        """Dynamic shared memory of blasdx's batched kernel (reciprocals of the diagonal, A and B per problem)."""
+        return self.plan.shared_memory
+
+    # -- validation -----------------------------------------------------------------------------
+
+    def validate(self) -> TrsmDescriptor:
+        """Raise the first problem found (DescriptorError / UnsupportedError); return self."""
+        missing = [k.__name__ for k in (Size, Function, SM) if not self.has(k)]
+        if missing:
+            raise DescriptorError(
+                f"incomplete descriptor: missing {', '.join(missing)} ({self!r}); a description needs Size, "
+                "Function and SM"
+            )
+        plan = self.plan  # checks the operators and the threads
+        need, have = plan.shared_memory, _h.MAX_SHARED_MEMORY[self.sm]
+        if need > have:
+            per = need // plan.batches
+            raise UnsupportedError(
+                f"{self!r} needs {need} bytes of shared memory ({plan.batches} x {per} for A, B and the "
+                f"reciprocals of A's diagonal) but sm_{self.sm} has {have} per block; reduce Size or "
+                "BatchesPerBlock (bx.solve_triangular splits independent right-hand sides over blocks)"
+            )
+        return self
+
+    def _check_threads(self, p: _plan.TrsmProblem, threads: int | None, batches: int | None) -> None:
+        """Threads split evenly into problems, whole warps reach the update GEMMs, at most 1024."""
+        if threads is not None:
+            groups = batches or 1
+            if threads % groups:
+                raise UnsupportedError(
+                    f"BlockDim: {threads} threads do not split evenly into {groups} problems "
+                    f"({self._get(BatchesPerBlock)!r}); give a multiple of {groups} threads"
+                )
+            group = threads // groups
+            if _plan.needs_update(p) and group % 32:
+                raise UnsupportedError(
+                    f"BlockDim: {group} threads per problem; a TRSM with A {p.dim} x {p.dim} (more than "
+                    f"{_plan.PANEL} unknowns) runs block GEMMs on whole warps, so give each problem a multiple "
+                    "of 32 threads"
+                )
+        else:
+            group = _plan.suggested_group_threads(p)
+            if batches is not None and group * batches > _h.MAX_THREADS_PER_BLOCK:
+                raise UnsupportedError(
+                    f"BatchesPerBlock: {batches} problems x {group} threads each = {group * batches} threads, more "
+                    f"than {_h.MAX_THREADS_PER_BLOCK} per block; ask for at most "
+                    f"{_h.MAX_THREADS_PER_BLOCK // group} batches"
+                )
+
+    def _check_combination(self, type_: Type | None = None) -> None:
+        self._check_precision()
+
+    def _check_precision(self) -> None:
+        """A and B share one type from the TRSM table (C, which a TRSM has not, repeats it or is left out)."""
+        p = self._get(Precision)
+        if p is None:
+            return
+        if not (p.a == p.b == p.c):
+            raise DescriptorError(
+                f"{p!r} and Function.TRSM: a TRSM solves in place, so A and B share one type; give "
+                f"Precision({p.a.name})"
+            )
+        if p.a not in _plan.TRSM_TYPES:
+            raise UnsupportedError(f"{p!r} and Function.TRSM: no {p.a.name} TRSM; supported: {supported_types()}")
+
+    def _check_certain_rules(self, assume_defaults: bool = False) -> None:
+        """What the operators given make certain (all of it at validate(), defaults assumed)."""
+        size = self._get(Size)
+        if size is not None and size.k is not None:
+            raise DescriptorError(
+                f"{size!r} and Function.TRSM: a TRSM takes Size(M, N) (B is M x N; A is M x M with Side.left, "
+                "N x N with Side.right)"
+            )
+        if self.has(TransposeMode):
+            raise DescriptorError(
+                f"{self._get(TransposeMode)!r} and Function.TRSM: TransposeMode describes GEMM operands; give "
+                "the storage order of A and B with Arrangement"
+            )
+        if self.has(MantissaBits):
+            raise DescriptorError(
+                f"{self._get(MantissaBits)!r} and Function.TRSM: MantissaBits chooses how GEMM products are formed "
+                "and applies to Function.MM only"
+            )
+        self._check_precision()
+        ld = self._get(LeadingDimension)
+        if ld is not None:
+            self._check_trsm_leading_dimension(ld, size, assume_defaults)
+        self._check_trsm_alignment(assume_defaults)
+
+    def _check_trsm_leading_dimension(self, ld: LeadingDimension, size: Size | None, assume_defaults: bool) -> None:
+        if ld.ldc is not None:
+            raise DescriptorError(
+                f"{ld!r} and Function.TRSM: a TRSM has no C; give LeadingDimension(lda, ldb)"
+            )
+        if size is None:
+            return
+        side_known = self.has(Side) or assume_defaults
+        order_known = self.has(Arrangement) or assume_defaults
+        if side_known:
+            dim, what = (size.m, "M") if self.side is Side.left else (size.n, "N")
+            if ld.lda < dim:
+                raise DescriptorError(
+                    f"LeadingDimension: lda={ld.lda} is smaller than {what}={dim}, the extent of the square A of "
+                    f"{self.side!r} in {size!r}"
+                )
+        elif ld.lda < min(size.m, size.n):
+            raise DescriptorError(
+                f"LeadingDimension: lda={ld.lda} is smaller than both M={size.m} (Side.left) and N={size.n} "
+                f"(Side.right) of {size!r}"
+            )
+        if order_known:
+            row = self.arrangement.b is row_major
+            what, minimum = ("N", size.n) if row else ("M", size.m)
+            if ld.ldb < minimum:
+                raise DescriptorError(
+                    f"LeadingDimension: ldb={ld.ldb} is smaller than {what}={minimum}, the minimum for "
+                    f"{'row_major' if row else 'col_major'} B in {size!r}"
+                )
+        elif ld.ldb < min(size.m, size.n):
+            raise DescriptorError(
+                f"LeadingDimension: ldb={ld.ldb} is smaller than both N={size.n} (row_major B) and M={size.m} "
+                f"(col_major B) of {size!r}"
+            )
+
+    def _check_trsm_alignment(self, assume_defaults: bool) -> None:
+        al = self._get(Alignment)
+        if al is None or not (self.has(Precision) or assume_defaults):
+            return
+        scale = 2 if (self.is_complex and (self.has(Type) or assume_defaults)) else 1
+        element = self._precision.a.size * scale
+        for name, value in (("a", al.a), ("b", al.b)):
+            if value % element:
+                kind = "complex " if scale == 2 else ""
+                raise DescriptorError(
+                    f"Alignment: {name}={value} bytes is not a multiple of the {kind}{self._precision.a.name} "
+                    f"element size ({element} bytes)"
+                )
+
+    # -- running --------------------------------------------------------------------------------
+
+    def execute(self, a: Any, b: Any, *, alpha: Any = 1, stream: Any = None) -> Any:  # type: ignore[override]
+        """Solve in place on device arrays: ``B = alpha A^-1 B`` (left) or ``alpha B A^-1`` (right); returns ``b``."""
+        return runtime().execute_trsm(self, a, b, alpha=alpha, stream=stream)
+
+
+def _no_c(trait: str) -> DescriptorError:
+    return DescriptorError(f"{trait}: a TRSM has no C matrix; B holds the solution (b_dim, b_value_type, ldb ...)")
+
+
+FUNCTION_CLASSES[Function.TRSM] = TrsmDescriptor

@@ -1,0 +1,702 @@
+"""The Hopper engine's host side: tile configuration, how operands reach TMA, compile, launch.
+
+On an sm_90 GPU, ``bx.matmul`` / ``bx.mma`` run the types wgmma serves (f16 -> f16 | f32,
+bf16 -> f32, tf32 -> f32, e4m3 / e5m2 -> f16 | f32, int8 / uint8 -> int32, and f32 -> f32 at
+float32 accuracy as three tf32 products when a call asks for it: blasdx.engine.emulation) through
+kernels/hopper_gemm.cu: TMA loads into a stage ring,
+warp-specialised wgmma consumers, a persistent grid, and split K when the output has too
+few tiles to fill the GPU. This module decides everything a call needs from the operands'
+shapes, strides and pointers (:class:`EnginePlan`), once per kind of call:
+
+* the tile configuration and the number of K splits (:func:`choose_config`, the one rule);
+* each operand's route (:class:`OperandRoute`): read in place by TMA, or first repacked
+  into a K-major scratch copy (kernels/repack.cu) when TMA cannot describe it (a row or
+  batch stride that is not a multiple of 16 bytes) or the instruction cannot read its
+  layout (8-bit and tf32 wgmma read K-major operands only);
+* for fp8, how often the tensor core's partial sums are promoted into f32 registers
+  (:data:`PROMOTION`; ``fast_accumulation`` keeps the whole sum in the tensor core);
+* the tensor maps (encoded once, re-pointed per call) and the launch parameters.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass, replace
+from typing import Any
+
+from .. import dtypes as _dt
+from ..compile.cache import cached_compile
+from ..errors import DeviceError
+from ..launch import cuda_driver as _driver
+
+__all__ = [
+    "SERVED", "EngineConfig", "OperandRoute", "EnginePlan", "choose_config", "split_count", "serves", "route",
+    "gemm_source", "describe_call", "KERNEL_NAME",
+]
+
+KERNEL_NAME = "blasdx_hopper_gemm"
+REDUCE_NAME = "blasdx_splitk_reduce"
+REPACK_NAME = "blasdx_repack"
+ARCH = "sm_90a"
+
+#: (input, result) type pairs the engine runs; other types take the multi-block mma.sync kernel.
+#: 8-bit inputs may mix (e4m3 x e5m2, int8 x uint8): the table of blasdx.dtypes decides.
+SERVED = {
+    (_dt.float16, _dt.float16), (_dt.float16, _dt.float32), (_dt.bfloat16, _dt.float32), (_dt.tfloat32, _dt.float32),
+    (_dt.float8_e4m3, _dt.float16), (_dt.float8_e4m3, _dt.float32), (_dt.float8_e5m2, _dt.float16),
+    (_dt.float8_e5m2, _dt.float32), (_dt.int8, _dt.int32), (_dt.uint8, _dt.int32),
+}
+#: Emulated schemes the engine runs: scheme name -> (input, result) type pairs.
+EMULATED_SERVED = {"3xtf32": {(_dt.float32, _dt.float32)}}
+_FP8 = (_dt.float8_e4m3, _dt.float8_e5m2)
+_MMA_TYPES = {"float16": "__half", "bfloat16": "__nv_bfloat16", "tfloat32": "blasdx::tf32", "float32": "blasdx::tf32",
+              "float8_e4m3": "__nv_fp8_e4m3", "float8_e5m2": "__nv_fp8_e5m2", "int8": "signed char",
+              "uint8": "unsigned char"}
+_STORAGE_TYPES = {"float16": "__half", "bfloat16": "__nv_bfloat16", "tfloat32": "float", "float32": "float",
+                  "float8_e4m3": "__nv_fp8_e4m3", "float8_e5m2": "__nv_fp8_e5m2", "int8": "signed char",
+                  "uint8": "unsigned char", "int32": "int", "float64": "double"}
+
+#: fp8: K elements whose products the tensor core sums before they are added into f32
+#: registers (one 128-byte stage of K, the DeepSeek-V3 scheme). The tensor core's fp8 sums keep
+#: about 14 significant bits (docs/index.md); promoting bounds how many such additions pile up.
+PROMOTION = 128
+#: Promotion intervals the kernel supports: whole instruction K steps that divide a stage.
+PROMOTION_INTERVALS = (32, 64, 128)
+_UNSIGNED = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int", 8: "unsigned long long"}
+_SWIZZLE = 128  # bytes: one stage row of K (K-major) or one 64-element panel row (MN-major)
+_SCRATCH_ALIGNMENT = 256  # scratch allocations start on 256 bytes; maps of repacked operands are encoded at it
+
+
+def serves(a: _dt.DType, c: _dt.DType, scheme: str = "native", b: _dt.DType | None = None) -> bool:
+    """Whether the engine runs inputs of type ``a`` (and ``b``, default ``a``) with results of type ``c`` by
+    ``scheme`` (blasdx.engine.emulation)."""
+    if scheme != "native":
+        return (b is None or b == a) and (a, c) in EMULATED_SERVED.get(scheme, ())
+    b = a if b is None else b
+    if (a, c) not in SERVED or (b, c) not in SERVED:
+        return False
+    return a == b or _dt.find_combination(a, b, c, False) is not None
+
+
+def promotion_of(a: _dt.DType, fast_accumulation: bool = False) -> int:
+    """The promotion interval of inputs of type ``a``: PROMOTION for fp8 (0 with fast accumulation), else 0."""
+    return PROMOTION if a in _FP8 and not fast_accumulation else 0
+
+
+# ---------------------------------------------------------------------------------------------
+# tile configurations and the rule that picks one
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """One tile configuration: the block's output tile, K step, ring depth, consumers, raster group."""
+
+    bm: int
+    bn: int
+    bk: int
+    stages: int
+    consumers: int
+    group_m: int = 8
+    cluster: int = 1  # blocks per cluster along M, sharing B's tile by TMA multicast
+    pingpong: bool = False  # consumers take whole tiles in turn (one's epilogue overlaps the other's products)
+    promotion: int = 0  # fp8: K elements summed by the tensor core between additions into f32 registers; 0: never
+    split_tf32: bool = False  # float32 operands split into tf32 parts in each stage (three products)
+    promote_stages: int = 1  # with the split: stages the tensor cores sum between promotions
+
+    @property
+    def threads(self) -> int:
+        """Producer warpgroup plus consumers (plus a splitting warpgroup with the tf32 split)."""
+        return 128 * (1 + self.consumers + (1 if self.split_tf32 else 0))
+
+    def stage_bytes(self, itemsize: int) -> int:
+        """A stage's operands; twice that with the tf32 split (high parts, then low parts)."""
+        return (self.bm + self.bn) * self.bk * itemsize * (2 if self.split_tf32 else 1)
+
+    def shared_memory(self, itemsize: int, staged_store: bool = False) -> int:
+        """Dynamic shared memory (gemm.cuh): alignment slack, the stages, the epilogue's staging, barriers."""
+        staging = self.consumers * STAGING_BYTES if staged_store else 0
+        return 1024 + self.stages * self.stage_bytes(itemsize) + staging + ring_bytes(self.stages)
+
+    def __str__(self) -> str:
+        consumers = "1 consumer" if self.consumers == 1 else f"{self.consumers} consumers"
+        cluster = f", clusters of {self.cluster}" if self.cluster > 1 else ""
+        pingpong = ", ping-pong" if self.pingpong else ""
+        promotion = f", f32 promotion every {self.promotion} K" if self.promotion else ""
+        split = f", 3xtf32 split, promoted every {self.promote_stages} stages" if self.split_tf32 else ""
+        return (f"{self.bm}x{self.bn}x{self.bk}, {self.stages} stages, {consumers}{pingpong}, group {self.group_m}"
+                f"{cluster}{promotion}{split}")
+
+
+def ring_bytes(stages: int) -> int:
+    """sizeof(Ring<stages>) of pipeline.cuh: full, empty and split barriers per stage, two turn barriers."""
+    return 3 * 8 * stages + 16
+
+
+# Configurations per output shape class (K step: 128 bytes of the input type).
+#   wide:     128 x 256 tiles, 2 consumers of 64 x 256 (128 f32 accumulators each), 4 stages;
+#             in clusters of 2 (B multicast) for long products over many tiles.
+#   pingpong: 128 x 128 tiles, 2 consumers taking whole tiles in turn, 6 stages: one
+#             consumer's epilogue runs under the other's products.
+#   narrow:   64 x 256 tiles, 1 consumer, 5 stages: outputs of at most 64 rows (decode shapes).
+#   square:   128 x 128 tiles shared by 2 consumers (kept for sweeps; ping-pong beats it).
+# Measured with benchmarks/matmul.py --engine-sweep (bf16, H100, 2026-11-22, TFLOP/s):
+#   8192^3:       wide + clusters 747, wide 725, pingpong 724, narrow 698, square 586
+#   4096^3:       pingpong 670, wide 657, wide + clusters 650, narrow 610, square 597
+#   2048^3:       pingpong 405, wide 385, square 385, narrow 384 (host launch cost included)
+#   8192^2 x 512: pingpong 428-434, wide 401, wide + clusters 387
+WIDE = EngineConfig(128, 256, 64, 4, 2)
+SQUARE = EngineConfig(128, 128, 64, 6, 2)
+NARROW = EngineConfig(64, 256, 64, 5, 1)
+PINGPONG = EngineConfig(128, 128, 64, 6, 2, pingpong=True)
+WIDE_CLUSTERS = EngineConfig(128, 256, 64, 4, 2, cluster=2)
+# The 3xtf32 split doubles a stage (low parts beside the high ones): 128 x 128 x 32 f32
+# tiles take 64 KB a stage, so 3 stages; each stage carries three times the products, summed
+# apart and added into the accumulator per stage (gemm.cuh, multiply_promoted), which takes
+# two more accumulators per consumer: 64 x 128 each (the square tile shared by 2 consumers).
+SPLIT_SQUARE = EngineConfig(128, 128, 32, 3, 2, split_tf32=True, promote_stages=2)
+CONFIGS = {"wide": WIDE, "square": SQUARE, "narrow": NARROW, "pingpong": PINGPONG, "wide clusters": WIDE_CLUSTERS,
+           "split square": SPLIT_SQUARE, "split square p1": replace(SPLIT_SQUARE, promote_stages=1),
+           "split square p4": replace(SPLIT_SQUARE, promote_stages=4)}
+
+# Measured with benchmarks/scaled_mm.py --sweep (H100, 2026-11-23, TFLOP/s; e4m3 -> f16 promoted
+# every 128 K / fast, int8 -> int32; two runs, the second's figures, the first's where they differ):
+#   8192^3 promoted: wide + clusters 1109, wide 1061, square 984, pingpong 782
+#   4096^3 promoted: wide 1200, wide + clusters 1156, square 1100, pingpong 802
+#   8192^3 fast:     wide + clusters 1227, wide 1176, pingpong 1150, square 1076
+#   4096^3 fast:     wide 1266-1279, pingpong 1189-1275, wide + clusters 1248, square 1181
+#   int8 8192^3:     wide 1284, pingpong 1272, wide + clusters 1252; 4096^3: pingpong 1288, wide 1243
+
+#: wide tiles in clusters from this many waves of tiles over the SMs, each at least this deep in K.
+CLUSTER_WAVES = 8
+CLUSTER_MIN_K_STEPS = 32
+
+#: Shared memory per consumer of the TMA-store epilogue: two chunks of 64 rows x 128 bytes.
+STAGING_BYTES = 2 * 64 * 128
+
+#: A split covers at least this many K steps (fewer would cost more in partial sums than it gains).
+MIN_STEPS_PER_SPLIT = 16
+MAX_SPLITS = 16
+
+
+def choose_config(a: _dt.DType, m: int, n: int, k: int, batch: int, multiprocessors: int,
+                  scheme: str = "native", promotion: int = 0) -> tuple[EngineConfig, int]:
+    """The tile configuration and K split count of an M x N x K product with ``batch`` problems.
+
+    The 3xtf32 scheme takes `split square`. Otherwise outputs of at most 64 rows take
+    `narrow`; long products with many `wide` tiles (at least CLUSTER_WAVES per SM,
+    CLUSTER_MIN_K_STEPS deep) take `wide` in clusters of 2; the rest `pingpong`, or `wide`
+    for fp8: a promoting consumer (``promotion`` K elements, see PROMOTION) waits for its
+    products before it adds them up, so both consumers had better multiply the same stage and
+    fill each other's waits (ping-pong consumers take turns), and fp8's narrow results make
+    ping-pong's hidden epilogue worth less than wide tiles' B reuse, promoted or not (the
+    fp8 figures beside the configurations). Then :func:`split_count`.
+    """
+    bk = _SWIZZLE // a.size
+    wide_tiles = batch * math.ceil(m / WIDE.bm) * math.ceil(n / WIDE.bn)
+    if scheme == "3xtf32":
+        config = SPLIT_SQUARE
+    elif m <= 64:
+        config = NARROW
+    elif wide_tiles >= CLUSTER_WAVES * multiprocessors and math.ceil(k / bk) >= CLUSTER_MIN_K_STEPS:
+        config = WIDE_CLUSTERS
+    else:
+        config = WIDE if a in _FP8 else PINGPONG
+    config = replace(config, bk=bk, promotion=promotion)
+    return config, split_count(config, m, n, k, batch, multiprocessors)
+
+
+def split_count(config: EngineConfig, m: int, n: int, k: int, batch: int, multiprocessors: int) -> int:
+    """K splits that bring the work units up to the SM count, each at least MIN_STEPS_PER_SPLIT deep."""
+    units = batch * math.ceil(m / config.bm) * math.ceil(n / config.bn)
+    steps = math.ceil(k / config.bk)
+    if units >= multiprocessors or steps < 2 * MIN_STEPS_PER_SPLIT:
+        return 1
+    splits = min(multiprocessors // units, steps // MIN_STEPS_PER_SPLIT, MAX_SPLITS)
+    if splits <= 1:
+        return 1
+    chunk = math.ceil(steps / splits)
+    return math.ceil(steps / chunk)  # no split left empty
+
+
+# ---------------------------------------------------------------------------------------------
+# operands
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OperandRoute:
+    """How one operand reaches the kernel.
+
+    ``k_major``: the layout the kernel reads (K contiguous). ``repack``: None when TMA reads
+    the array in place, else why it is first copied into a K-major scratch array.
+    """
+
+    argument: str
+    k_major: bool
+    repack: str | None = None
+
+
+def route(argument: str, dtype: _dt.DType, ptr: int, k_major: bool, ld: int, outer: int, batch_stride: int,
+          batched: bool) -> OperandRoute:
+    """The route of an operand: ``k_major`` its own layout, ``ld`` / ``batch_stride`` in elements."""
+    size = dtype.size
+    if not k_major and dtype.size != 2:
+        return OperandRoute(argument, True, f"{dtype.name} wgmma reads K-major operands only")
+    if ptr % 16:
+        return OperandRoute(argument, True, f"TMA needs a 16-byte aligned address, not {ptr:#x}")
+    if outer > 1 and (ld * size) % 16:
+        return OperandRoute(argument, True, f"TMA needs row strides of whole 16 bytes, not {ld} x {size} bytes")
+    if batched and (batch_stride * size) % 16:
+        return OperandRoute(
+            argument, True, f"TMA needs batch strides of whole 16 bytes, not {batch_stride} x {size} bytes"
+        )
+    return OperandRoute(argument, k_major)
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+@dataclass(frozen=True)
+class _Operand:
+    """One operand as the tensor map sees it: extents and byte strides, innermost first."""
+
+    dims: tuple[int, int, int]
+    strides: tuple[int, int]
+    box: tuple[int, int, int]
+    batched: bool
+
+
+def _operand(route_: OperandRoute, dtype: _dt.DType, rows: int, k: int, ld: int, batch: int, batch_stride: int,
+             tile_rows: int, bk: int) -> _Operand:
+    """The tensor map geometry of an operand of ``rows`` (M or N) x K per problem.
+
+    ``tile_rows`` is the M or N extent one K-major box covers (a whole tile, or a cluster
+    block's part of B). A repacked operand is K-major with rows padded to 16 bytes,
+    problems back to back.
+    """
+    size = dtype.size
+    batched = batch > 1
+    if route_.repack is not None:
+        ld = _round_up(k, 16 // size)
+        batch_stride = rows * ld
+    inner, outer = (k, rows) if route_.k_major else (rows, k)
+    row_bytes = ld * size if outer > 1 else _round_up(max(inner * size, 16), 16)
+    if batched:
+        batch_bytes = batch_stride * size
+    else:
+        batch_bytes = _round_up(max(outer * row_bytes, 16), 16)
+    box = (bk, tile_rows, 1) if route_.k_major else (_SWIZZLE // size, bk, 1)
+    return _Operand((inner, outer, batch if batched else 1), (row_bytes, batch_bytes), box, batched)
+
+
+# ---------------------------------------------------------------------------------------------
+# sources
+# ---------------------------------------------------------------------------------------------
+
+
+def config_members(a: _dt.DType, b: _dt.DType, config: EngineConfig, a_k_major: bool, b_k_major: bool) -> list[str]:
+    """The members of gemm.cuh's Cfg struct (types, tile, layouts, promotion) as lines of C++."""
+    return [
+        f"    using a_type = {_STORAGE_TYPES[a.name]};",
+        f"    using b_type = {_STORAGE_TYPES[b.name]};",
+        f"    using a_mma = {_MMA_TYPES[a.name]};",
+        f"    using b_mma = {_MMA_TYPES[b.name]};",
+        f"    static constexpr int bm = {config.bm}, bn = {config.bn}, bk = {config.bk};",
+        f"    static constexpr int stages = {config.stages}, consumers = {config.consumers}, "
+        f"group_m = {config.group_m}, cluster_m = {config.cluster};",
+        f"    static constexpr bool pingpong = {str(config.pingpong).lower()};",
+        f"    static constexpr bool a_k_major = {str(a_k_major).lower()}, b_k_major = {str(b_k_major).lower()};",
+        f"    static constexpr int promotion = {config.promotion};",
+        *([f"    static constexpr bool split_tf32 = true; static constexpr int promote_stages = "
+           f"{config.promote_stages};"] if config.split_tf32 else []),
+    ]
+
+
+def type_headers(a: _dt.DType, b: _dt.DType) -> list[str]:
+    """The includes the element types need (cuda_fp8.h only for fp8: it is large)."""
+    lines = ['#include "blasdx/types.cuh"']
+    if a in _FP8 or b in _FP8:
+        lines.append('#include "blasdx/fp8.cuh"')
+    return lines
+
+
+def gemm_source(a: _dt.DType, c: _dt.DType, config: EngineConfig, a_k_major: bool, b_k_major: bool,
+                store_by_tma: bool = False, b: _dt.DType | None = None) -> str:
+    """kernels/hopper_gemm.cu instantiated for the input and result types, layouts, tile and store path."""
+    b = a if b is None else b
+    return "\n".join([
+        *type_headers(a, b),
+        "struct HopperConfig {",
+        *config_members(a, b, config, a_k_major, b_k_major),
+        f"    using c_type = {_STORAGE_TYPES[c.name]};",
+        f"    using acc_type = {accumulator_type(c)};",
+        f"    static constexpr bool store_by_tma = {str(store_by_tma).lower()};",
+        "};",
+        '#include "hopper_gemm.cu"',
+        "",
+    ])
+
+
+def reduce_source(c: _dt.DType) -> str:
+    """kernels/splitk_reduce.cu for results of type ``c``."""
+    return (f'#include "blasdx/types.cuh"\nusing splitk_c_type = {_STORAGE_TYPES[c.name]};\n'
+            f'using splitk_acc_type = {accumulator_type(c)};\n#include "splitk_reduce.cu"\n')
+
+
+def accumulator_type(c: _dt.DType) -> str:
+    """The C++ type the kernels accumulate results of type ``c`` in: int for int32 (exact), double for
+    float64 (the wide path), else float."""
+    if c.integral:
+        return "int"
+    return "double" if c == _dt.float64 else "float"
+
+
+def repack_source(itemsize: int) -> str:
+    """kernels/repack.cu for elements of ``itemsize`` bytes."""
+    return f'using repack_type = {_UNSIGNED[itemsize]};\n#include "repack.cu"\n'
+
+
+# ---------------------------------------------------------------------------------------------
+# the plan of one kind of call
+# ---------------------------------------------------------------------------------------------
+
+_GEMM_PARAMS = ("map", "map", "map", "u64", "u64", "u64", "i32", "i32", "i32", "i32", "i32", "i32", "i32",
+                "i64", "i64", "i64", "i64", "i64", "i64", "f32", "f32")
+_REDUCE_PARAMS = ("u64", "u64", "u64", "i32", "i32", "i32", "i32", "i64", "i64", "i64", "i64", "i64", "i64", "f32",
+                  "f32")
+_REPACK_PARAMS = ("u64", "u64", "i32", "i32", "i64", "i64", "i64", "i64", "i64", "i32")
+
+
+def _scalar_kinds(kinds: tuple[str, ...], c: _dt.DType) -> tuple[str, ...]:
+    """A parameter list whose last two (alpha, beta) take C's scalar type: int32 for integer C."""
+    return kinds[:-2] + ("i32", "i32") if c.integral else kinds
+
+
+def scalar(value: Any, c: _dt.DType) -> Any:
+    """alpha or beta as the kernels of result type ``c`` take it (dtypes.Combination.scalar): int for int32 C."""
+    if not c.integral:
+        return float(value)
+    if int(value) != value:
+        raise ValueError(f"alpha / beta of an integer result are integers, not {value!r}")
+    return int(value)
+_MAX_GRID_Z = 65535
+
+
+class _Kernel:
+    """A kernel source with its parameter block; compiled on first use, its function handle kept per device."""
+
+    __slots__ = ("source", "name", "arch", "shared_memory", "params", "functions", "_compiled")
+
+    def __init__(self, source: str, name: str, arch: str, params: tuple[str, ...], shared_memory: int = 0) -> None:
+        self.source, self.name, self.arch = source, name, arch
+        self.shared_memory = shared_memory
+        self.params = _driver.ParameterBlock(params)
+        self.functions: dict[int, int] = {}
+        self._compiled: Any = None
+
+    @property
+    def compiled(self) -> Any:
+        """The CompiledKernel (through both cache levels)."""
+        if self._compiled is None:
+            self._compiled = cached_compile(self.source, self.name, self.arch)
+        return self._compiled
+
+    def function(self, device_id: int) -> int:
+        """The CUkernel address, loaded and opted in to its shared memory on ``device_id`` (current)."""
+        found = self.functions.get(device_id)
+        if found is None:
+            kernel = self.compiled.kernel(dynamic_shared_memory=self.shared_memory, device_id=device_id)
+            found = self.functions[device_id] = int(kernel.handle)
+        return found
+
+    def fill(self, values: tuple[Any, ...]) -> None:
+        """Set every scalar parameter (None: a map, set by the caller)."""
+        params = self.params
+        for i, value in enumerate(values):
+            if value is not None:
+                params.set(i, value)
+
+    def launch(self, device_id: int, grid: tuple[int, int, int], block: tuple[int, int, int], stream: int,
+               cluster: int = 1) -> None:
+        """Launch with the parameters as filled (the caller holds the block's lock)."""
+        _driver.launch(self.function(device_id), grid, block, self.shared_memory, stream, self.params, cluster)
+
+
+class EnginePlan:
+    """What every call of one kind (types, shapes, strides, alignments, device) runs on the engine."""
+
+    def __init__(self, a: _dt.DType, c: _dt.DType, m: int, n: int, k: int, batch: int, route_a: OperandRoute,
+                 route_b: OperandRoute, lda: int, ldb: int, batch_a: int, batch_b: int, batch_stride_a: int,
+                 batch_stride_b: int, ptr_a: int, ptr_b: int, multiprocessors: int,
+                 d_layout: tuple[int, int, int, int] | None = None, config: EngineConfig | None = None,
+                 splits: int | None = None, scheme: str = "native", b: _dt.DType | None = None,
+                 fast_accumulation: bool = False) -> None:
+        """Choose and check (kernels compile at the first run); ExecutionError when TMA refuses an operand.
+
+        ``ptr_a`` / ``ptr_b`` are this call's addresses: the tensor maps are encoded now
+        (later calls only re-point them), so a tensor TMA cannot describe is found before
+        anything runs. ``d_layout`` is D's (row, column, batch) element strides and address
+        (None: a new C-contiguous result); a row-major D whose rows and problems start on 16
+        bytes is stored with TMA. ``config`` / ``splits`` override the rule (benchmark sweeps; the
+        config's ``promotion`` is then used as given). ``b`` is B's type (default ``a``: 8-bit
+        types may mix); ``fast_accumulation`` keeps fp8 sums in the tensor core (no promotion).
+        ``scheme`` is the products' scheme (blasdx.engine.emulation): "3xtf32" splits float32 operands.
+        """
+        b = a if b is None else b
+        self.a, self.b, self.c = a, b, c
+        self.m, self.n, self.k, self.batch = m, n, k, batch
+        self.route_a, self.route_b = route_a, route_b
+        chosen, chosen_splits = choose_config(a, m, n, k, batch, multiprocessors, scheme,
+                                              promotion_of(a, fast_accumulation))
+        self.config = config or chosen
+        if self.config.split_tf32 != (scheme == "3xtf32"):
+            raise ValueError(f"configuration {self.config} does not run the {scheme} scheme")
+        self.splits = splits if splits is not None else (chosen_splits if config is None else 1)
+        self.multiprocessors = multiprocessors
+        self.operand_a = _operand(route_a, a, m, k, lda, batch_a, batch_stride_a, self.config.bm, self.config.bk)
+        cluster = self.config.cluster
+        self.operand_b = _operand(route_b, b, n, k, ldb, batch_b, batch_stride_b, self.config.bn // cluster,
+                                  self.config.bk)
+        self.tiles = math.ceil(math.ceil(m / self.config.bm) / cluster) * math.ceil(n / self.config.bn)
+        self.units = batch * self.splits * self.tiles  # of clusters
+        if self.units >= 2**31:
+            raise ValueError(f"{self.units} work units exceed the scheduler's 32-bit range")
+        # clusters: as many as run at once, read off the device at the first run (an SM's pair may be missing)
+        self.grid = (cluster * max(1, min(self.units, multiprocessors // cluster)), 1, 1)
+        self._grid_checked = cluster == 1
+        if d_layout is None:
+            d_layout = (n, 1, m * n if batch > 1 else 0, 0)
+        self.store_d = _store_geometry(c, m, n, batch, d_layout) if self.splits == 1 else None
+        staged = self.store_d is not None
+        self._gemm = self._gemm_kernel(staged)
+        self._reduce = (_Kernel(reduce_source(c), REDUCE_NAME, "sm_90", _scalar_kinds(_REDUCE_PARAMS, c))
+                        if self.splits > 1 else None)
+        needs_repack = route_a.repack is not None or route_b.repack is not None
+        self._repack = _Kernel(repack_source(a.size), REPACK_NAME, "sm_90", _REPACK_PARAMS) if needs_repack else None
+        self._maps = [
+            _driver.encode_tiled(t.name, ptr if r.repack is None else _SCRATCH_ALIGNMENT, op.dims, op.strides, op.box,
+                                 _SWIZZLE)
+            for t, ptr, r, op in ((a, ptr_a, route_a, self.operand_a), (b, ptr_b, route_b, self.operand_b))
+        ]
+        self._scalars: Any = None  # the strides, alpha and beta the GEMM's parameters hold
+        self._mapped = [ptr if r.repack is None else _SCRATCH_ALIGNMENT
+                        for ptr, r in ((ptr_a, route_a), (ptr_b, route_b))]
+        if staged:
+            ptr_d = d_layout[3] or _SCRATCH_ALIGNMENT  # a new result's address is not known yet
+            op = self.store_d
+            self._maps.append(_driver.encode_tiled(c.name, ptr_d, op.dims, op.strides, op.box, _SWIZZLE))
+            self._mapped.append(ptr_d)
+
+    def _gemm_kernel(self, staged: bool) -> _Kernel:
+        """kernels/hopper_gemm.cu for this plan (``staged``: D stored by TMA)."""
+        source = gemm_source(self.a, self.c, self.config, self.route_a.k_major, self.route_b.k_major, staged, self.b)
+        return _Kernel(source, KERNEL_NAME, ARCH, _scalar_kinds(_GEMM_PARAMS, self.c),
+                       self.config.shared_memory(self.a.size, staged))
+
+    def __repr__(self) -> str:
+        return f"EnginePlan({self.describe()})"
+
+    def describe(self) -> str:
+        """The path and what it chose: tile, stages, splits, operand routes, how D is stored."""
+        return _describe(self.config, self.splits, self.route_a, self.route_b, self.store_d is not None)
+
+    @property
+    def compiled(self) -> Any:
+        """The GEMM's CompiledKernel (SASS, registers, spills)."""
+        return self._gemm.compiled
+
+    # -- per call -------------------------------------------------------------------------------
+
+    def run(self, device_id: int, stream_core: Any, stream: int, a: Any, b: Any, c: Any, d: Any, alpha: float,
+            beta: float) -> None:
+        """D = alpha * A B + beta * C on ``stream``: A, B, C, D are ArrayViews (C None: beta is 0).
+
+        alpha and beta are of C's scalar type (int32 for an integer C; :func:`scalar`).
+        """
+        if c is None:
+            beta = 0
+        alpha, beta = scalar(alpha, self.c), scalar(beta, self.c)
+        a_ptr, b_ptr, workspace = self._operands_and_workspace(device_id, stream_core, stream, a, b)
+        c_ptr, c_strides = (0, (0, 0, 0)) if c is None else (c.ptr, result_strides(c))
+        d_strides = result_strides(d)
+        gemm = self._gemm
+        with gemm.params.lock:
+            self._point_maps(a_ptr, b_ptr, d.ptr)
+            scalars = (c_strides, d_strides, alpha, beta)
+            if scalars == self._scalars:  # the common case: only the addresses change from call to call
+                gemm.params.set(3, c_ptr)
+                gemm.params.set(4, d.ptr if self.splits == 1 else 0)
+                gemm.params.set(5, workspace)
+            else:
+                gemm.fill((None, None, None, c_ptr, d.ptr if self.splits == 1 else 0, workspace, self.m, self.n,
+                           self.k, self.batch, int(self.operand_a.batched), int(self.operand_b.batched), self.splits,
+                           *c_strides, *d_strides, alpha, beta))
+                self._scalars = scalars
+            if not self._grid_checked:
+                self._fit_grid(device_id)
+            gemm.launch(device_id, self.grid, (self.config.threads, 1, 1), stream, self.config.cluster)
+        if self.splits > 1:
+            reduce_splits(self._reduce, device_id, stream, workspace, self.splits, c_ptr, c_strides, d.ptr, d_strides,
+                          self.m, self.n, self.batch, self.multiprocessors, alpha, beta)
+
+    def _operands_and_workspace(self, device_id: int, stream_core: Any, stream: int, a: Any,
+                                b: Any) -> tuple[int, int, int]:
+        """The addresses TMA reads A and B from (repacked first where the routes say); the split workspace."""
+        a_ptr = self._prepare(a, self.route_a, self.operand_a, self.m, "a", device_id, stream_core, stream)
+        b_ptr = self._prepare(b, self.route_b, self.operand_b, self.n, "b", device_id, stream_core, stream)
+        workspace = 0
+        if self.splits > 1:
+            nbytes = 4 * self.splits * self.batch * self.m * self.n  # f32 or int32 partial sums
+            workspace = _SCRATCH.get(device_id, stream, stream_core, "splits", nbytes)
+        return a_ptr, b_ptr, workspace
+
+    def _fit_grid(self, device_id: int) -> None:
+        """A persistent grid of clusters no larger than the device runs at once."""
+        cluster = self.config.cluster
+        fits = _driver.max_active_clusters(self._gemm.function(device_id), (self.config.threads, 1, 1),
+                                           self._gemm.shared_memory, cluster)
+        if fits:
+            self.grid = (cluster * max(1, min(self.units, fits)), 1, 1)
+        self._grid_checked = True
+
+    def _point_maps(self, a_ptr: int, b_ptr: int, d_ptr: int) -> None:
+        """Point the tensor maps at this call's operands (under the GEMM's lock; a driver call only on change).
+
+        Without a TMA store, D's parameter takes A's map (the kernel does not read it).
+        """
+        maps, mapped, params = self._maps, self._mapped, self._gemm.params
+        if a_ptr != mapped[0]:
+            maps[0].replace_address(a_ptr)
+            mapped[0] = a_ptr
+        if b_ptr != mapped[1]:
+            maps[1].replace_address(b_ptr)
+            mapped[1] = b_ptr
+        if len(maps) > 2 and d_ptr != mapped[2]:
+            maps[2].replace_address(d_ptr)
+            mapped[2] = d_ptr
+        if params.maps.get(0) is not maps[0]:  # the maps are set once; their bytes change in place
+            params.set_map(0, maps[0])
+            params.set_map(1, maps[1])
+            params.set_map(2, maps[2] if len(maps) > 2 else maps[0])
+
+    def _prepare(self, view: Any, route_: OperandRoute, op: _Operand, rows: int, slot: str, device_id: int,
+                 stream_core: Any, stream: int) -> int:
+        """The address TMA reads the operand from: the array itself, or its K-major repacked copy."""
+        if route_.repack is None:
+            return view.ptr
+        k, size = self.k, (self.a if slot == "a" else self.b).size
+        problems = op.dims[2]
+        target = _SCRATCH.get(device_id, stream, stream_core, slot, op.strides[1] * problems)
+        shape, strides = tuple(view.shape), tuple(view.strides)
+        row_stride, col_stride = strides[-2:]
+        source_batch = strides[0] if len(shape) == 3 and shape[0] > 1 else 0
+        # repacked rows are M (A: rows of x) or N (B: columns of y) and run along K
+        src_row, src_col = (row_stride, col_stride) if route_.argument == "x" else (col_stride, row_stride)
+        grid = (math.ceil(k / 32), math.ceil(rows / 32), min(problems, _MAX_GRID_Z))
+        with self._repack.params.lock:
+            self._repack.fill((view.ptr, target, rows, k, src_row, src_col, source_batch, op.strides[0] // size,
+                               op.strides[1] // size, problems))
+            self._repack.launch(device_id, grid, (32, 8, 1), stream)
+        return target
+
+
+def reduce_splits(kernel: _Kernel, device_id: int, stream: int, workspace: int, splits: int, c_ptr: int,
+                  c_strides: tuple[int, int, int], d_ptr: int, d_strides: tuple[int, int, int], m: int, n: int,
+                  batch: int, multiprocessors: int, alpha: Any, beta: Any) -> None:
+    """kernels/splitk_reduce.cu: D = alpha * (the splits' partial sums) + beta * C (no splits: beta * C)."""
+    total = batch * m * n
+    grid = (max(1, min(math.ceil(total / 256), 8 * multiprocessors)), 1, 1)
+    with kernel.params.lock:
+        kernel.fill((workspace, c_ptr, d_ptr, m, n, batch, splits, *c_strides, *d_strides, alpha, beta))
+        kernel.launch(device_id, grid, (256, 1, 1), stream)
+
+
+class _ScratchPool:
+    """Device scratch kept per (device, stream, use) and reused call after call on that stream.
+
+    Work on one stream runs in order, so a buffer that the previous call's kernels used is
+    free for the next call's; other streams get their own. A buffer that is too small is
+    freed stream-ordered and replaced by a larger one. Allocations come from the device's
+    stream-ordered pool (the caller has the device's context current).
+    """
+
+    LIMIT = 32  # buffers kept per device; the oldest is freed beyond this
+
+    def __init__(self) -> None:
+        self._buffers: dict[tuple[int, int, str], tuple[int, int]] = {}  # -> (address, bytes)
+        self._lock = threading.Lock()
+
+    def get(self, device_id: int, stream: int, stream_core: Any, use: str, nbytes: int) -> int:
+        """The address of at least ``nbytes`` of device memory for ``use`` on ``stream``."""
+        key = (device_id, stream, use)
+        found = self._buffers.get(key)
+        if found is not None and found[1] >= nbytes:
+            return found[0]
+        with self._lock:
+            if found is not None:
+                _driver.free_async(self._buffers.pop(key)[0], stream)
+            mine = [k for k in self._buffers if k[0] == device_id]  # this device's context is the current one
+            for old in mine[: max(0, len(mine) - self.LIMIT + 1)]:
+                address, _ = self._buffers.pop(old)
+                try:
+                    _driver.free_async(address, old[1])
+                except DeviceError:  # that stream is gone: the pool keeps the bytes until the device resets
+                    pass
+            size = max(256, 1 << (nbytes - 1).bit_length())  # powers of two: few regrowths
+            address = _driver.allocate_async(size, stream)
+            self._buffers[key] = (address, size)
+            return address
+
+
+_SCRATCH = _ScratchPool()
+
+
+def _describe(config: EngineConfig, splits: int, route_a: OperandRoute, route_b: OperandRoute, tma_store: bool) -> str:
+    text = f"hopper wgmma+TMA, {config}, {splits} K split{'s' if splits > 1 else ''}"
+    text += ", D by TMA" if tma_store else ", D by direct stores"
+    for r in (route_a, route_b):
+        layout = "K-major" if r.k_major else "MN-major"
+        text += f", {r.argument} {layout}" + (f" (repacked: {r.repack})" if r.repack else "")
+    return text
+
+
+def describe_call(a: _dt.DType, c: _dt.DType, m: int, n: int, k: int, batch: int = 1, a_row_major: bool = True,
+                  b_row_major: bool = True, multiprocessors: int = 132, fast_accumulation: bool = False,
+                  scheme: str = "native") -> str:
+    """What the engine runs for contiguous operands of these types, shape and layouts (no GPU needed).
+
+    The same rule and routes as :class:`EnginePlan`, for operands at 256-byte aligned
+    addresses with a new C-contiguous result (``python -m blasdx matmul``).
+    """
+    if not serves(a, c, scheme):
+        raise ValueError(f"the engine runs {', '.join(f'{x.name} -> {y.name}' for x, y in sorted(SERVED, key=str))}"
+                         f" (and float32 -> float32 as 3xtf32); not {a.name} -> {c.name} ({scheme})")
+    config, splits = choose_config(a, m, n, k, batch, multiprocessors, scheme, promotion_of(a, fast_accumulation))
+    route_a = route("x", a, _SCRATCH_ALIGNMENT, a_row_major, k if a_row_major else m, m if a_row_major else k,
+                    m * k, batch > 1)
+    route_b = route("y", a, _SCRATCH_ALIGNMENT, not b_row_major, n if b_row_major else k, k if b_row_major else n,
+                    k * n, batch > 1)
+    store = splits == 1 and _store_geometry(c, m, n, batch, (n, 1, m * n if batch > 1 else 0, 0)) is not None
+    return _describe(config, splits, route_a, route_b, store)
+
+
+def _store_geometry(c: _dt.DType, m: int, n: int, batch: int, d_layout: tuple[int, int, int, int]) -> _Operand | None:
+    """D's tensor map for the TMA-store epilogue, or None when D is not row-major with 16-byte rows and problems."""
+    row, col, batch_stride, ptr = d_layout
+    size = c.size
+    if col != 1 or ptr % 16 or (m > 1 and (row * size) % 16) or (batch > 1 and (batch_stride * size) % 16):
+        return None
+    row_bytes = row * size if m > 1 else _round_up(max(n * size, 16), 16)
+    batched = batch > 1
+    batch_bytes = batch_stride * size if batched else _round_up(max(m * row_bytes, 16), 16)
+    return _Operand((n, m, batch), (row_bytes, batch_bytes), (_SWIZZLE // size, 64, 1), batched)
+
+
+def result_strides(view: Any) -> tuple[int, int, int]:
+    """(row, column, batch) element strides of a result-shaped view (batch 0 when it does not vary)."""
+    rs, cs = view.strides[-2:]
+    bs = view.strides[0] if len(view.shape) == 3 and view.shape[0] > 1 else 0
+    return rs, cs, bs

@@ -1,0 +1,212 @@
+"""float64 products on int8 tensor cores: scaled integer operands and their residues (Ozaki scheme II).
+
+A float64 call that states ``mantissa_bits=b`` (b <= 52) may run as a handful of exact int8
+GEMMs instead of DMMA (blasdx.engine.emulation picks it): each row i of x is scaled by the power of
+two 2^s_i that brings its 2-norm to at most T and rounded to integers x', and each column of y
+likewise. With pairwise coprime moduli m_1..m_L <= 256 whose product M exceeds
+2 (T + sqrt(K) / 2)^2, every element of x' y' is at most ||x'_i|| ||y'_j|| < M / 2 in magnitude
+(Cauchy-Schwarz), so the exact integer product is fixed by its residues modulo the m_l
+(Chinese remainder theorem); each residue product is one int8 x int8 -> int32 GEMM of the
+operands' residues on the Hopper engine, all L in one batched launch. kernels/ozaki.cu makes
+the residues and puts the result back together.
+
+The rounding to integers is the only error: half a unit of the row's grid 2^-s_i, which is
+below ||x_i|| / T. L is the fewest moduli with T >= sqrt(K) 2^(b+1), so that grid is at most
+2^-b times the row's largest element whatever the data (``b`` bits relative to the row's
+largest, the guarantee); rows whose mass is spread over many elements get finer grids (about
+2 bits more for normal values at K = 8192). :func:`blasdx.reference.ozaki_bound` bounds each
+element's error.
+
+What it does not do: batches (rank-3 operands) run as plain float64; K beyond :data:`MAX_K`
+would overflow the int32 residue sums and runs as plain float64 too; a row of x or a column
+of y that holds inf or NaN gives NaN in its whole row / column of the result.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from functools import lru_cache
+from typing import Any
+
+from .. import dtypes as _dt
+from ..arrays.view import ArrayView
+from . import hopper as _hopper
+
+__all__ = ["MODULI", "MAX_K", "Residues", "residues_for", "OzakiPlan", "ozaki_source"]
+
+#: K up to which every residue product sums exactly in int32 (|r| <= 127 except m = 256's -128).
+MAX_K = 1 << 17
+#: Bits kept for fraction 1 / m as an exact multiple of 2^-44 (t * hi stays exact in float64).
+_HI_BITS = 44
+#: The kernels aim each row's computed 2-norm at T (1 - 2^-30): room for its rounding errors.
+NORM_MARGIN = 1 - 2.0**-30
+
+
+def _coprime_moduli(count: int) -> tuple[int, ...]:
+    """The largest pairwise coprime integers <= 256, greedily from 256 down."""
+    chosen: list[int] = []
+    m = 256
+    while len(chosen) < count:
+        if all(math.gcd(m, c) == 1 for c in chosen):
+            chosen.append(m)
+        m -= 1
+    return tuple(chosen)
+
+
+#: Moduli the scheme draws from, in order (their product grows by about 7.9 bits each).
+MODULI = _coprime_moduli(24)
+
+
+class Residues:
+    """The scheme for one (mantissa bits, K): the moduli, and T, the 2-norm each scaled row / column keeps."""
+
+    __slots__ = ("moduli", "norm", "bits", "k")
+
+    def __init__(self, moduli: tuple[int, ...], norm: int, bits: int, k: int) -> None:
+        self.moduli, self.norm, self.bits, self.k = moduli, norm, bits, k
+
+    @property
+    def count(self) -> int:
+        """int8 products (one per modulus)."""
+        return len(self.moduli)
+
+    @property
+    def product(self) -> int:
+        return math.prod(self.moduli)
+
+    def __repr__(self) -> str:
+        return f"Residues({self.count} moduli, T = 2^{math.log2(self.norm):.1f}, K = {self.k})"
+
+
+def _norm_for(product: int, k: int) -> int:
+    """The largest T with 2 (T + sqrt(K) / 2)^2 < M (the rounding to integers adds up to sqrt(K) / 2)."""
+    root_k = math.isqrt(k) + 1  # >= sqrt(K)
+    t = (math.isqrt(2 * product) - root_k) // 2
+    while t > 0 and (2 * t + root_k) ** 2 >= 2 * product:
+        t -= 1
+    return t
+
+
+@lru_cache(maxsize=None)
+def residues_for(bits: int, k: int) -> Residues:
+    """The fewest moduli whose T keeps ``bits`` for K = ``k``: T >= sqrt(K) 2^(bits + 1).
+
+    ``bits`` is the mantissa the caller asks each element to keep relative to its row's (column's)
+    largest: a row's 2-norm is at most sqrt(K) times its largest element, so the grid
+    2^-s < 2 ||x_i|| / T is then at most 2^-bits times the largest.
+    """
+    if not 1 <= bits <= 52:
+        raise ValueError(f"bits: float64 emulation keeps 1 to 52 mantissa bits, not {bits}")
+    if not 1 <= k <= MAX_K:
+        raise ValueError(f"k: the int32 residue sums are exact for K up to {MAX_K}, not {k}")
+    for count in range(1, len(MODULI) + 1):
+        norm = _norm_for(math.prod(MODULI[:count]), k)
+        if norm > 0 and NORM_MARGIN * norm >= 2 * math.sqrt(k) * 2.0**bits:
+            return Residues(MODULI[:count], norm, bits, k)
+    raise ValueError(f"bits: {bits} bits at K = {k} need more moduli than {len(MODULI)}")
+
+
+def ozaki_source(scheme: Residues) -> str:
+    """kernels/ozaki.cu with the scheme's moduli, inverses and fractions as generated constants."""
+    moduli = scheme.moduli
+    total = scheme.product
+    inverses = [pow(total // m, -1, m) for m in moduli]
+    highs = [round(Fraction(1 << _HI_BITS, m)) for m in moduli]
+    lows = [float(Fraction(1, m) - Fraction(h, 1 << _HI_BITS)) for m, h in zip(moduli, highs)]
+
+    def table(name: str, kind: str, values: list[Any]) -> str:
+        cases = " : ".join(f"l == {i} ? {v}" for i, v in enumerate(values[:-1]))
+        return f"__host__ __device__ constexpr {kind} {name}(int l) {{ return {cases} : {values[-1]}; }}"
+
+    return "\n".join([
+        f"constexpr int ozaki_moduli = {len(moduli)};",
+        table("ozaki_modulus", "int", list(moduli)),
+        table("ozaki_inverse", "int", inverses),
+        table("ozaki_hi", "double", [f"{h}.0 / {1 << _HI_BITS}.0" for h in highs]),
+        table("ozaki_lo", "double", [float.hex(v) for v in lows]),
+        f"__host__ __device__ constexpr double ozaki_product() {{ return {float.hex(float(total))}; }}",
+        f"__host__ __device__ constexpr double ozaki_norm() {{ return {float.hex(_below(scheme.norm))}; }}",
+        '#include "ozaki.cu"',
+        "",
+    ])
+
+
+def _below(norm: int) -> float:
+    """T times NORM_MARGIN as a double no larger than that (the kernels' target)."""
+    value = float(Fraction(norm) * Fraction(NORM_MARGIN))
+    return value if Fraction(value) <= Fraction(norm) * Fraction(NORM_MARGIN) else math.nextafter(value, 0.0)
+
+
+_SHIFT_PARAMS = ("u64", "i32", "i32", "i64", "i64", "u64")
+_SLICE_PARAMS = ("u64", "i32", "i32", "i64", "i64", "u64", "u64", "i32", "i64")
+_COMBINE_PARAMS = ("u64", "i32", "i32", "u64", "u64", "u64", "i64", "i64", "u64", "i64", "i64", "f64", "f64")
+
+
+def _view(ptr: int, shape: tuple[int, ...], strides: tuple[int, ...], dtype: _dt.DType, device_id: int) -> ArrayView:
+    return ArrayView(ptr, shape, strides, dtype, device_id, False, None)
+
+
+class OzakiPlan:
+    """What every float64 call of one kind (shapes, strides, bits, device) runs as residue products."""
+
+    def __init__(self, m: int, n: int, k: int, bits: int, multiprocessors: int) -> None:
+        self.m, self.n, self.k = m, n, k
+        self.scheme = residues_for(bits, k)
+        self.multiprocessors = multiprocessors
+        self.ld = -(-k // 16) * 16  # residue rows start on 16 bytes (TMA)
+        count = self.scheme.count
+        source = ozaki_source(self.scheme)
+        self._shifts = _hopper._Kernel(source, "blasdx_ozaki_shifts", "sm_90", _SHIFT_PARAMS)
+        self._slices = _hopper._Kernel(source, "blasdx_ozaki_slices", "sm_90", _SLICE_PARAMS)
+        self._combine = _hopper._Kernel(source, "blasdx_ozaki_combine", "sm_90", _COMBINE_PARAMS)
+        route_a = _hopper.route("x", _dt.int8, _hopper._SCRATCH_ALIGNMENT, True, self.ld, m, m * self.ld, True)
+        route_b = _hopper.route("y", _dt.int8, _hopper._SCRATCH_ALIGNMENT, True, self.ld, n, n * self.ld, True)
+        self.gemm = _hopper.EnginePlan(_dt.int8, _dt.int32, m, n, k, count, route_a, route_b, self.ld, self.ld, count,
+                                       count, m * self.ld, n * self.ld, _hopper._SCRATCH_ALIGNMENT,
+                                       _hopper._SCRATCH_ALIGNMENT, multiprocessors)
+
+    def __repr__(self) -> str:
+        return f"OzakiPlan({self.describe()})"
+
+    def describe(self) -> str:
+        s = self.scheme
+        return (f"float64 as {s.count} int8 residue products (moduli {s.moduli[0]}..{s.moduli[-1]}, rows of x and "
+                f"columns of y scaled to integers of 2-norm <= 2^{math.log2(s.norm):.1f}); {self.gemm.describe()}")
+
+    @property
+    def compiled(self) -> Any:
+        """The int8 GEMM's CompiledKernel."""
+        return self.gemm.compiled
+
+    def run(self, device_id: int, stream_core: Any, stream: int, x: ArrayView, y: ArrayView, c: ArrayView | None,
+            d: ArrayView, alpha: float, beta: float) -> None:
+        """D = alpha * x y + beta * C (C None: beta is 0) on ``stream``; x is [M, K], y [K, N], all float64."""
+        m, n, k, ld, count = self.m, self.n, self.k, self.ld, self.scheme.count
+        scratch = _hopper._SCRATCH
+        shift_a = scratch.get(device_id, stream, stream_core, "ozaki shifts x", 4 * m)
+        shift_b = scratch.get(device_id, stream, stream_core, "ozaki shifts y", 4 * n)
+        res_a = scratch.get(device_id, stream, stream_core, "ozaki residues x", count * m * ld)
+        res_b = scratch.get(device_id, stream, stream_core, "ozaki residues y", count * n * ld)
+        products = scratch.get(device_id, stream, stream_core, "ozaki products", 4 * count * m * n)
+        x_rows, x_k = x.strides[-2], x.strides[-1]  # x: rows of M along K
+        y_k, y_cols = y.strides[-2], y.strides[-1]  # y read as rows of N along K
+        for operand, rows, row_stride, k_stride, shifts, residues in (
+                (x, m, x_rows, x_k, shift_a, res_a), (y, n, y_cols, y_k, shift_b, res_b)):
+            with self._shifts.params.lock:
+                self._shifts.fill((operand.ptr, rows, k, row_stride, k_stride, shifts))
+                self._shifts.launch(device_id, (-(-rows // 32), 1, 1), (32, 32, 1), stream)
+            with self._slices.params.lock:
+                self._slices.fill((operand.ptr, rows, k, row_stride, k_stride, shifts, residues, ld, rows * ld))
+                self._slices.launch(device_id, (-(-ld // 128), -(-rows // 32), 1), (256, 1, 1), stream)
+        self.gemm.run(device_id, stream_core, stream, _view(res_a, (count, m, ld), (m * ld, ld, 1), _dt.int8, device_id),
+                      _view(res_b, (count, k, n), (n * ld, 1, ld), _dt.int8, device_id), None,
+                      _view(products, (count, m, n), (m * n, n, 1), _dt.int32, device_id), 1, 0)
+        acc_row, acc_col = (0, 0) if c is None else c.strides[-2:]
+        d_row, d_col = d.strides[-2:]
+        total = m * n
+        grid = (max(1, min(-(-total // 256), 16 * self.multiprocessors)), 1, 1)
+        with self._combine.params.lock:
+            self._combine.fill((products, m, n, shift_a, shift_b, 0 if c is None else c.ptr, acc_row, acc_col, d.ptr,
+                                d_row, d_col, float(alpha), 0.0 if c is None else float(beta)))
+            self._combine.launch(device_id, grid, (256, 1, 1), stream)

@@ -1,0 +1,1 @@
+"""Fusion: users' own kernels with blasdx GEMM types in scope (compile_kernel, FusedKernel, headers)."""
