@@ -181,6 +181,48 @@ def measure_matmul(calls: int, rounds: int) -> list[dict[str, Any]]:
     return rows
 
 
+def measure_pieces(desc: bx.Descriptor, calls: int, rounds: int) -> dict[str, float]:
+    """Host cost of the pieces a call is made of (us per call): where the time of a call goes.
+
+    PyTorch attribute reads, torch's allocation, the driver queries a call makes, and one
+    launch of ``desc``'s packed kernel through ctypes and through cuda.bindings.
+    """
+    try:
+        import torch
+    except Exception:
+        return {}
+    from blasdx.arrays import as_array
+    from blasdx.launch import cuda_driver
+
+    x = torch.randn(32, 32, device="cuda:0", dtype=torch.float16)
+    a, b, c, sync = operand_sets(desc)["torch"]
+    desc.execute(a, b, c)
+    sync()
+    plan = ex.plan_for(desc)
+    ready = ex.prepare(desc, a, b, c)
+    handle, args = ready.launch.stream, ready.args
+    packed = plan.on_device(0).packed
+    buffers = packed.buffers()
+    lib = cuda_driver._libcuda()
+    function = int(packed._function)
+    block = packed.block
+    drv = devices.driver()
+    raw_stream = torch._C._cuda_getCurrentRawStream
+    pieces = {
+        "torch.empty 32x32 f16": lambda: torch.empty((32, 32), dtype=torch.float16, device=x.device),
+        "tensor.data_ptr()": x.data_ptr,
+        "tensor.shape + stride()": lambda: (x.shape, x.stride()),
+        "torch raw current stream": lambda: raw_stream(0),
+        "as_array(tensor)": lambda: as_array(x, "x", stream=handle),
+        "cuCtxGetDevice (cuda.bindings)": drv.cuCtxGetDevice,
+        "cuStreamIsCapturing (ctypes)": lambda: cuda_driver.is_capturing(handle),
+        "launch, ctypes cuLaunchKernel": lambda: lib.cuLaunchKernel(function, 1, 1, 1, *block, packed.shared_memory,
+                                                                    handle, buffers.address, None),
+        "launch, cuda.bindings cuLaunchKernel": lambda: packed.launch(1, 1, handle, *args),
+    }
+    return {name: per_call(fn, calls, rounds, sync) * 1e6 for name, fn in pieces.items()}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=200, help="calls per timed round (default 200)")
@@ -206,6 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     if count > 1:
         rows += measure(desc, args.calls, args.rounds, device=1)
     matmul_rows = measure_matmul(args.calls, args.rounds)
+    pieces = measure_pieces(desc, args.calls, args.rounds)
 
     name = Device(0).name
     print(f"launch overhead on {name} (sm_{sm}, {count} GPU(s)), {desc!r}")
@@ -223,6 +266,10 @@ def main(argv: list[str] | None = None) -> int:
         for r in matmul_rows:
             mark = "" if r["ratio"] <= MATMUL_GOAL else f"  (> goal {MATMUL_GOAL:g}x)"
             print(f"{r['size']:>5} {r['bx_matmul_us']:>13.2f} {r['torch_matmul_us']:>16.2f} {r['ratio']:>6.2f}x{mark}")
+    if pieces:
+        print("pieces of a call, us each:")
+        for what, us in pieces.items():
+            print(f"  {what:<40} {us:>8.2f}")
     result = {
         "benchmark": "launch_overhead",
         "device": name,
@@ -238,6 +285,7 @@ def main(argv: list[str] | None = None) -> int:
         "blasdx": bx.__version__,
         "rows": rows,
         "matmul": matmul_rows,
+        "pieces_us": pieces,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")

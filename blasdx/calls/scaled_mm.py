@@ -26,6 +26,7 @@ from ..arrays import ArrayView, DeviceArray, as_array, resolve_stream
 from ..engine import hopper as _hopper
 from ..errors import DeviceError, ExecutionError
 from ..launch import devices as _devices
+from ..launch import scratch as _scratch
 from . import matmul as _ag
 
 __all__ = ["scaled_mm", "ScaledPlan", "Scaling", "BLOCK", "OUT_DTYPES", "scaling_of"]
@@ -127,25 +128,27 @@ class ScaledPlan(_hopper.EnginePlan):
 
     def run(self, device_id: int, stream_core: Any, stream: int, x: ArrayView, y: ArrayView,  # type: ignore[override]
             sx: ArrayView, sy: ArrayView, bias: ArrayView | None, d: ArrayView) -> None:
-        """D = (x * sx) @ (y * sy) [+ bias] on ``stream`` (the views' scalings are this plan's)."""
-        a_ptr, b_ptr, workspace = self._operands_and_workspace(device_id, stream_core, stream, x, y)
-        sx_row, sx_col = _strides(sx)
-        sy_row, sy_col = _strides(sy)
-        d_row, d_col, _ = _hopper.result_strides(d)
-        bias_ptr = 0 if bias is None else bias.ptr
-        split = self.splits > 1
-        gemm = self._gemm
-        with gemm.params.lock:
-            self._point_maps(a_ptr, b_ptr, d.ptr)
-            gemm.fill((None, None, None, 0 if split else d.ptr, workspace, self.m, self.n, self.k, self.splits,
-                       sx.ptr, sx_row, sx_col, sy.ptr, sy_row, sy_col, 0 if split else bias_ptr, d_row, d_col))
-            if not self._grid_checked:
-                self._fit_grid(device_id)
-            gemm.launch(device_id, self.grid, (self.config.threads, 1, 1), stream, self.config.cluster)
-        if split:  # the reduction adds the bias once, as its C repeated down the rows
-            _hopper.reduce_splits(self._reduce, device_id, stream, workspace, self.splits, bias_ptr, (0, 1, 0), d.ptr,
-                                  (d_row, d_col, 0), self.m, self.n, 1, self.multiprocessors, 1.0,
-                                  0.0 if bias is None else 1.0)
+        """D = (x * sx) @ (y * sy) [+ bias] on ``stream`` (the views' scalings are this plan's); scratch as
+        :meth:`EnginePlan.run`'s, safe in a CUDA graph capture."""
+        with _scratch.call_scratch(device_id, stream) if self.needs_scratch else _hopper._NO_SCRATCH as scratch:
+            a_ptr, b_ptr, workspace = self._operands_and_workspace(device_id, scratch, stream, x, y)
+            sx_row, sx_col = _strides(sx)
+            sy_row, sy_col = _strides(sy)
+            d_row, d_col, _ = _hopper.result_strides(d)
+            bias_ptr = 0 if bias is None else bias.ptr
+            split = self.splits > 1
+            gemm = self._gemm
+            with gemm.params.lock:
+                self._point_maps(a_ptr, b_ptr, d.ptr)
+                gemm.fill((None, None, None, 0 if split else d.ptr, workspace, self.m, self.n, self.k, self.splits,
+                           sx.ptr, sx_row, sx_col, sy.ptr, sy_row, sy_col, 0 if split else bias_ptr, d_row, d_col))
+                if not self._grid_checked:
+                    self._fit_grid(device_id)
+                gemm.launch(device_id, self.grid, (self.config.threads, 1, 1), stream, self.config.cluster)
+            if split:  # the reduction adds the bias once, as its C repeated down the rows
+                _hopper.reduce_splits(self._reduce, device_id, stream, workspace, self.splits, bias_ptr, (0, 1, 0),
+                                      d.ptr, (d_row, d_col, 0), self.m, self.n, 1, self.multiprocessors, 1.0,
+                                      0.0 if bias is None else 1.0)
 
 
 def _strides(view: ArrayView) -> tuple[int, int]:

@@ -18,7 +18,8 @@ from typing import Any
 from ..errors import DeviceError, ExecutionError
 
 __all__ = [
-    "TensorMap", "ParameterBlock", "allocate_async", "encode_tiled", "free_async", "launch", "max_active_clusters",
+    "TensorMap", "ParameterBlock", "allocate_async", "encode_tiled", "free_async", "is_capturing", "launch",
+    "max_active_clusters",
     "parameters_of", "TENSOR_MAP_TYPES",
 ]
 
@@ -56,6 +57,8 @@ def _libcuda() -> Any:
             lib.cuOccupancyMaxActiveClusters.restype = ctypes.c_int
             lib.cuLaunchKernelEx.argtypes = [p, p, p, p]
             lib.cuLaunchKernelEx.restype = ctypes.c_int
+            lib.cuStreamIsCapturing.argtypes = [p, ctypes.POINTER(ctypes.c_int)]
+            lib.cuStreamIsCapturing.restype = ctypes.c_int
             lib.cuGetErrorName.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
             lib.cuGetErrorName.restype = ctypes.c_int
             _LIB.append(lib)
@@ -258,6 +261,21 @@ def free_async(pointer: int, stream: int) -> None:
     code = lib.cuMemFreeAsync(pointer, stream)
     if code:
         raise DeviceError(f"cuMemFreeAsync({pointer:#x}) failed: {_error_name(lib, code)}")
+
+
+def is_capturing(stream: int) -> bool:
+    """Whether ``stream`` is capturing a CUDA graph (or holds a capture an error invalidated).
+
+    DeviceError when the driver cannot say: the legacy default stream while another stream
+    of its context captures, which no work may use then.
+    """
+    lib = _libcuda()
+    status = ctypes.c_int()
+    code = lib.cuStreamIsCapturing(stream, ctypes.byref(status))
+    if code:
+        raise DeviceError(f"stream {stream:#x}: cuStreamIsCapturing failed: {_error_name(lib, code)} (the legacy "
+                          "default stream cannot take work while another stream captures a CUDA graph)")
+    return status.value != 0
 
 
 def max_active_clusters(function: int, block: tuple[int, int, int], shared_memory: int, cluster: int) -> int | None:
