@@ -659,6 +659,7 @@ def matmul(x: Any, y: Any, *, stream: Any = None, dtype: Any = None, mantissa_bi
     key = _key(vx, vy, None, ("matmul", mantissa_bits, fast_accumulation))
     plan = _CALLS.get(key)
     if plan is None:
+        _check_shapes(vx, vy, None)  # the arguments before the device (a missing GPU is reported after them)
         device_id = _device_of((vx, vy), ("x", "y"))
         plan = _cached_plan(key, lambda: _plan_matmul(vx, vy, device_id, mantissa_bits, fast_accumulation))
     if stream is not None:
@@ -714,6 +715,7 @@ def mma(x: Any, y: Any, acc: Any, *, out: Any = None, fast_accumulation: bool = 
     key = _key(vx, vy, vacc, ("mma", type(acc), out_key, fast_accumulation, mantissa_bits))
     plan = _CALLS.get(key)
     if plan is None:
+        _check_shapes(vx, vy, vacc)
         views, names = (vx, vy, vacc), ("x", "y", "acc")
         if vout is not None:
             views, names = views + (vout,), names + ("out",)
@@ -772,6 +774,16 @@ def _resolve_scheme(dtype: _dt.DType, mantissa_bits: int | None) -> _emulation.S
         return _emulation.resolve(dtype, mantissa_bits)
     except ExecutionError as exc:
         raise ExecutionError(f"{exc}; {_rule('bits')}") from None
+
+
+def _check_shapes(vx: ArrayView, vy: ArrayView, vacc: ArrayView | None) -> None:
+    """The host-only checks of a new kind of call (types, ranks, layouts, extents), run before its device is
+    looked up; the plan checks the rest."""
+    _check_dtypes(vx, vy)
+    mx, my = _matrix(vx, "x"), _matrix(vy, "y")
+    _check_inner(mx, my, vx, vy)
+    if vacc is not None:
+        _check_acc(mx, my, _matrix(vacc, "acc"), vacc)
 
 
 def _check_dtypes(vx: ArrayView, vy: ArrayView) -> None:
