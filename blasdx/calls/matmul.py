@@ -826,8 +826,11 @@ def _rest(view: ArrayView) -> tuple[Any, ...]:
 
 
 def _pointer_reader(array: Any) -> Any:
-    """The function reading an array's data pointer (PyTorch or CuPy: the libraries that have keys)."""
-    return _torch_pointer if _arrays._library_of(array) == "torch" else _cupy_pointer
+    """The function reading the data pointer of arrays like ``array`` (PyTorch, CuPy or blasdx's own)."""
+    library = _arrays._library_of(array)
+    if library == "torch":
+        return _torch_pointer
+    return _cupy_pointer if library == "cupy" else _blasdx_pointer
 
 
 def _torch_pointer(array: Any) -> int:
@@ -838,16 +841,31 @@ def _cupy_pointer(array: Any) -> int:
     return array.data.ptr
 
 
+def _blasdx_pointer(array: DeviceArray) -> int:
+    return array._ptr
+
+
 def _allocator(like: Any, plan: CallPlan) -> Any:
-    """A function making a new result as :func:`_allocate` does, its arguments fixed once."""
-    if _arrays._library_of(like) == "torch":
+    """A function of the stream handle making a new result as :func:`_allocate` does, its arguments fixed once
+    (and no reference to ``like`` kept)."""
+    shape, dtype, device_id = plan.shape, plan.dtype, plan.device_id
+    library = _arrays._library_of(like)
+    if library == "torch":
         import torch
 
-        empty, shape = torch.empty, plan.shape
-        dtype, device = getattr(torch, _TORCH_NAMES[plan.dtype.name]), like.device
-        return lambda: empty(shape, dtype=dtype, device=device)
-    shape, dtype, device_id = plan.shape, plan.dtype, plan.device_id
-    return lambda: _allocate(like, shape, dtype, device_id, 0)
+        empty, torch_dtype, device = torch.empty, getattr(torch, _TORCH_NAMES[dtype.name]), like.device
+        return lambda handle: empty(shape, dtype=torch_dtype, device=device)
+    if library == "cupy" and dtype.name in ("float16", "float32", "float64", "int32"):
+        import cupy
+
+        host = dtype.host_dtype
+
+        def allocate(handle: int) -> Any:
+            with cupy.cuda.Device(device_id):
+                return cupy.empty(shape, dtype=host)
+
+        return allocate
+    return lambda handle: _allocate(None, shape, dtype, device_id, handle)
 
 
 class _Bound:
@@ -875,7 +893,7 @@ class _Bound:
         handle = self.stream_of(device)
         token = _devices.enter(device)
         try:
-            out = self.allocate()
+            out = self.allocate(handle)
             if not self.empty:
                 pout = self.pointer_of(out)
                 block = self.block
@@ -902,7 +920,7 @@ class _Bound:
         token = _devices.enter(device)
         try:
             if out is None:
-                out = self.allocate()
+                out = self.allocate(handle)
                 pout = self.pointer_of(out)
             _run(self.plan, _new_view(ArrayView, (px, *rx)), _new_view(ArrayView, (py, *ry)), acc,
                  _new_view(ArrayView, (pacc, *racc)), out, _new_view(ArrayView, (pout, *ro)), None, handle)
@@ -924,7 +942,7 @@ def _bind_matmul(x: Any, y: Any, out: Any, plan: CallPlan, vx: ArrayView, vy: Ar
     if rx is None or ry is None or plan.scheme.name not in ("native", "tf32"):
         return
     block = None
-    if plan.kind == "block" and not (plan.batch == 0 or plan.m == 0 or plan.n == 0):
+    if plan.kind == "block" and not (plan.batch == 0 or plan.m == 0 or plan.n == 0) and type(out) is not DeviceArray:
         eplan = _execute.plan_for(plan.desc)
         launch = eplan.bind(vx, vy, vout, 1, plan.beta, vout.stream)
         block = (eplan.on_device(plan.device_id), launch.batch, launch.args[3:], eplan.c.alignment)
