@@ -113,7 +113,7 @@ def test_bad_calls_raise_the_same_cold_and_bound(torch):
     x = torch.randn(64, 32, device="cuda", dtype=torch.float16)
     y = torch.randn(32, 48, device="cuda", dtype=torch.float16)
     acc = torch.randn(64, 48, device="cuda")
-    for name, call, pattern in _bad_calls(torch):
+    for _name, call, pattern in _bad_calls(torch):
         array_gemm._BOUND.clear()
         array_gemm._CALLS.clear()
         with pytest.raises(bx.ExecutionError, match=pattern):
