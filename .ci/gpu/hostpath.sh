@@ -10,7 +10,7 @@ start=$(date +%s)
 elapsed() { echo $(( $(date +%s) - start )); }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$LOGS/gpu.txt" 2>&1
 
-timeout 32 python3 -m pytest -m gpu -q -p no:cacheprovider -rA --durations=10 \
+timeout 32 python3 -m pytest -m gpu -v -p no:cacheprovider -rA --durations=10 \
     tests/test_gpu_graphs.py > "$LOGS/graphs.log" 2>&1
 echo "graphs: rc=$? ($(elapsed) s)"
 grep -E "^(PASSED|FAILED|ERROR)|passed|failed|CUDA warning|Error" "$LOGS/graphs.log" | head -12
@@ -22,7 +22,7 @@ sed -n '1,40p' "$LOGS/launch_overhead.log"
 
 left=$(( 67 - $(elapsed) ))
 if [ "$left" -gt 5 ]; then
-    timeout "$left" python3 -m pytest -m gpu -q -p no:cacheprovider -rA tests/test_gpu_hot_path.py \
+    timeout "$left" python3 -m pytest -m gpu -q -p no:cacheprovider -v -rA tests/test_gpu_hot_path.py \
         > "$LOGS/hot_path.log" 2>&1
     echo "hot path: rc=$? ($(elapsed) s)"
     grep -E "^(PASSED|FAILED|ERROR)|passed|failed" "$LOGS/hot_path.log" | head -12
