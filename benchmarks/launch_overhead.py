@@ -17,7 +17,13 @@ against ``torch.matmul``.
    arrays on device 1 while device 0 is current (execute makes device 1 current and back).
 
 2. ``bx.matmul(x, y)`` against ``torch.matmul(x, y)`` on single f16 matrices of 32^3 to
-   512^3 (new result each call): ratio = matmul / torch (goal: <= 1).
+   512^3 (new result each call): ratio = matmul / torch (goal: <= 1); ``bx.mma(x, y, acc,
+   out=out)`` against the same torch.matmul (goal: <= 0.9).
+
+3. ``bx.scaled_mm`` (fp8, sm_90) against ``torch._scaled_mm`` and ``bx.solve_triangular``
+   against ``torch.linalg.solve_triangular``, per call; and the pieces a call is made of
+   (attribute reads, allocation, driver queries, one launch through ctypes and through
+   cuda.bindings).
 
 Each round times ``--calls`` back-to-back calls with ``time.perf_counter`` and synchronises
 afterwards; tables show the median per call over ``--rounds`` rounds (host time while the
@@ -160,8 +166,12 @@ def measure(desc: bx.Descriptor, calls: int, rounds: int, device: int = 0) -> li
     return rows
 
 
+def _relative_error(torch: Any, got: Any, ref: Any) -> float:
+    return float((got.double() - ref).norm() / ref.norm())
+
+
 def measure_matmul(calls: int, rounds: int) -> list[dict[str, Any]]:
-    """bx.matmul against torch.matmul per call on f16 s x s matrices."""
+    """bx.matmul against torch.matmul per call on f16 s x s matrices; bx.mma(out=) against both."""
     try:
         import torch
     except Exception:
@@ -170,15 +180,56 @@ def measure_matmul(calls: int, rounds: int) -> list[dict[str, Any]]:
     for s in MATMUL_SIZES:
         x = torch.randn(s, s, device="cuda:0", dtype=torch.float16)
         y = torch.randn(s, s, device="cuda:0", dtype=torch.float16)
-        got = bx.matmul(x, y)
-        torch.cuda.synchronize()
-        err = float((got.double() - x.double() @ y.double()).norm() / (x.double() @ y.double()).norm())
+        acc = torch.randn(s, s, device="cuda:0", dtype=torch.float16)
+        out = torch.empty_like(acc)
+        ref = x.double() @ y.double()
+        err = _relative_error(torch, bx.matmul(x, y), ref)
         assert err < 1e-2, f"bx.matmul {s}^3: relative error {err}"
+        bx.mma(x, y, acc, out=out)
+        err = _relative_error(torch, out, ref + acc.double())
+        assert err < 1e-2, f"bx.mma {s}^3: relative error {err}"
         sync = torch.cuda.synchronize
         t_bx = per_call(lambda: bx.matmul(x, y), calls, rounds, sync)
         t_torch = per_call(lambda: torch.matmul(x, y), calls, rounds, sync)
-        rows.append({"size": s, "bx_matmul_us": t_bx * 1e6, "torch_matmul_us": t_torch * 1e6, "ratio": t_bx / t_torch})
+        t_mma = per_call(lambda: bx.mma(x, y, acc, out=out), calls, rounds, sync)
+        rows.append({"size": s, "bx_matmul_us": t_bx * 1e6, "torch_matmul_us": t_torch * 1e6, "ratio": t_bx / t_torch,
+                     "bx_mma_out_us": t_mma * 1e6, "mma_out_ratio": t_mma / t_torch})
     return rows
+
+
+def measure_other_calls(calls: int, rounds: int) -> dict[str, list[dict[str, Any]]]:
+    """bx.scaled_mm (fp8, sm_90) against torch._scaled_mm and bx.solve_triangular against torch's, per call."""
+    try:
+        import torch
+    except Exception:
+        return {}
+    from cuda.core import Device
+
+    sync = torch.cuda.synchronize
+    found: dict[str, list[dict[str, Any]]] = {"scaled_mm": [], "solve_triangular": []}
+    major, _ = Device(0).compute_capability
+    for s in (64, 256, 512) if major == 9 else ():
+        x = torch.randn(s, s, device="cuda:0").to(torch.float8_e4m3fn)
+        y = torch.randn(s, s, device="cuda:0").to(torch.float8_e4m3fn).t()  # column-major, as torch wants it
+        one = torch.ones((), device="cuda:0")
+        ref = x.double() @ y.double()
+        err = _relative_error(torch, bx.scaled_mm(x, y, one, one, out_dtype=bx.bfloat16), ref)
+        assert err < 2e-2, f"bx.scaled_mm {s}^3: relative error {err}"
+        t_bx = per_call(lambda: bx.scaled_mm(x, y, one, one, out_dtype=bx.bfloat16), calls, rounds, sync)
+        t_torch = per_call(lambda: torch._scaled_mm(x, y, one, one, out_dtype=torch.bfloat16), calls, rounds, sync)
+        found["scaled_mm"].append({"size": s, "bx_us": t_bx * 1e6, "torch_us": t_torch * 1e6,
+                                   "ratio": t_bx / t_torch})
+    for s in (32, 64):
+        a = torch.randn(s, s, device="cuda:0").tril() * 0.1 + 4 * torch.eye(s, device="cuda:0")
+        b = torch.randn(s, 64, device="cuda:0")
+        ref = torch.linalg.solve_triangular(a.double(), b.double(), upper=False)
+        err = _relative_error(torch, bx.solve_triangular(a, b, lower=True), ref)
+        assert err < 1e-4, f"bx.solve_triangular {s}: relative error {err}"
+        t_bx = per_call(lambda: bx.solve_triangular(a, b, lower=True), calls, rounds, sync)
+        t_torch = per_call(lambda: torch.linalg.solve_triangular(a, b, upper=False), calls, rounds, sync)
+        found["solve_triangular"].append({"size": s, "rhs": 64, "bx_us": t_bx * 1e6, "torch_us": t_torch * 1e6,
+                                          "ratio": t_bx / t_torch})
+    return found
 
 
 def measure_pieces(desc: bx.Descriptor, calls: int, rounds: int) -> dict[str, float]:
@@ -248,6 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     if count > 1:
         rows += measure(desc, args.calls, args.rounds, device=1)
     matmul_rows = measure_matmul(args.calls, args.rounds)
+    others = measure_other_calls(args.calls, args.rounds)
     pieces = measure_pieces(desc, args.calls, args.rounds)
 
     name = Device(0).name
@@ -262,10 +314,17 @@ def main(argv: list[str] | None = None) -> int:
         )
     if matmul_rows:
         print("bx.matmul against torch.matmul, f16 s x s x s, a new result per call:")
-        print(f"{'s':>5} {'bx.matmul us':>13} {'torch.matmul us':>16} {'ratio':>7}")
+        print(f"{'s':>5} {'bx.matmul us':>13} {'torch.matmul us':>16} {'ratio':>7} {'bx.mma(out=) us':>16} "
+              f"{'ratio':>7}")
         for r in matmul_rows:
             mark = "" if r["ratio"] <= MATMUL_GOAL else f"  (> goal {MATMUL_GOAL:g}x)"
-            print(f"{r['size']:>5} {r['bx_matmul_us']:>13.2f} {r['torch_matmul_us']:>16.2f} {r['ratio']:>6.2f}x{mark}")
+            print(f"{r['size']:>5} {r['bx_matmul_us']:>13.2f} {r['torch_matmul_us']:>16.2f} {r['ratio']:>6.2f}x "
+                  f"{r['bx_mma_out_us']:>16.2f} {r['mma_out_ratio']:>6.2f}x{mark}")
+    for what, found in others.items():
+        if found:
+            print(f"bx.{what} against torch's, per call:")
+            for r in found:
+                print(f"{r['size']:>5} {r['bx_us']:>10.2f} us {r['torch_us']:>10.2f} us {r['ratio']:>6.2f}x")
     if pieces:
         print("pieces of a call, us each:")
         for what, us in pieces.items():
@@ -285,6 +344,7 @@ def main(argv: list[str] | None = None) -> int:
         "blasdx": bx.__version__,
         "rows": rows,
         "matmul": matmul_rows,
+        **others,
         "pieces_us": pieces,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
