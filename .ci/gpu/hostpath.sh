@@ -10,12 +10,12 @@ start=$(date +%s)
 elapsed() { echo $(( $(date +%s) - start )); }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$LOGS/gpu.txt" 2>&1
 
-timeout 32 python3 -m pytest -m gpu -v -p no:cacheprovider -rA --durations=10 \
+timeout 30 python3 -m pytest -m gpu -v -p no:cacheprovider -rA --durations=10 \
     tests/test_gpu_graphs.py > "$LOGS/graphs.log" 2>&1
 echo "graphs: rc=$? ($(elapsed) s)"
 grep -E "^(PASSED|FAILED|ERROR)|passed|failed|CUDA warning|Error" "$LOGS/graphs.log" | head -12
 
-timeout 18 python3 benchmarks/launch_overhead.py --calls 100 --rounds 9 \
+timeout 24 python3 -u benchmarks/launch_overhead.py --calls 100 --rounds 9 \
     --out "$LOGS/launch_overhead.json" > "$LOGS/launch_overhead.log" 2>&1
 echo "launch_overhead: rc=$? ($(elapsed) s)"
 sed -n '1,40p' "$LOGS/launch_overhead.log"
