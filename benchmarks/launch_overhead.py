@@ -295,41 +295,8 @@ def main(argv: list[str] | None = None) -> int:
         bx.Size(32, 32, 32) + bx.Precision(bx.float16, bx.float16, bx.float32) + bx.Type.real + bx.Function.MM
         + bx.SM(sm) + bx.Block()
     )
-    rows = measure(desc, args.calls, args.rounds)
-    if count > 1:
-        rows += measure(desc, args.calls, args.rounds, device=1)
-    matmul_rows = measure_matmul(args.calls, args.rounds)
-    others = measure_other_calls(args.calls, args.rounds)
-    pieces = measure_pieces(desc, args.calls, args.rounds)
-
     name = Device(0).name
-    print(f"launch overhead on {name} (sm_{sm}, {count} GPU(s)), {desc!r}")
-    print(f"median host time per call over {args.rounds} rounds of {args.calls} calls")
-    print(f"{'arrays':<38} {'execute us':>11} {'bind us':>9} {'packed us':>10} {'bare launch us':>15} {'ratio':>7}")
-    for r in rows:
-        mark = "" if r["ratio"] <= GOAL_RATIO else f"  (> goal {GOAL_RATIO:g}x)"
-        print(
-            f"{r['arrays']:<38} {r['execute_us']:>11.2f} {r['bind_us']:>9.2f} {r['packed_launch_us']:>10.2f} "
-            f"{r['bare_launch_us']:>15.2f} {r['ratio']:>6.2f}x{mark}"
-        )
-    if matmul_rows:
-        print("bx.matmul against torch.matmul, f16 s x s x s, a new result per call:")
-        print(f"{'s':>5} {'bx.matmul us':>13} {'torch.matmul us':>16} {'ratio':>7} {'bx.mma(out=) us':>16} "
-              f"{'ratio':>7}")
-        for r in matmul_rows:
-            mark = "" if r["ratio"] <= MATMUL_GOAL else f"  (> goal {MATMUL_GOAL:g}x)"
-            print(f"{r['size']:>5} {r['bx_matmul_us']:>13.2f} {r['torch_matmul_us']:>16.2f} {r['ratio']:>6.2f}x "
-                  f"{r['bx_mma_out_us']:>16.2f} {r['mma_out_ratio']:>6.2f}x{mark}")
-    for what, found in others.items():
-        if found:
-            print(f"bx.{what} against torch's, per call:")
-            for r in found:
-                print(f"{r['size']:>5} {r['bx_us']:>10.2f} us {r['torch_us']:>10.2f} us {r['ratio']:>6.2f}x")
-    if pieces:
-        print("pieces of a call, us each:")
-        for what, us in pieces.items():
-            print(f"  {what:<40} {us:>8.2f}")
-    result = {
+    result: dict[str, Any] = {
         "benchmark": "launch_overhead",
         "device": name,
         "gpus": count,
@@ -342,13 +309,49 @@ def main(argv: list[str] | None = None) -> int:
         "python": platform.python_version(),
         "cuda_core": getattr(cuda.core, "__version__", "?"),
         "blasdx": bx.__version__,
-        "rows": rows,
-        "matmul": matmul_rows,
-        **others,
-        "pieces_us": pieces,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+
+    def save(**found: Any) -> None:  # after each part: what was measured survives a run cut short
+        result.update(found)
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+
+    print(f"launch overhead on {name} (sm_{sm}, {count} GPU(s)), {desc!r}")
+    print(f"median host time per call over {args.rounds} rounds of {args.calls} calls")
+    rows = measure(desc, args.calls, args.rounds)
+    if count > 1:
+        rows += measure(desc, args.calls, args.rounds, device=1)
+    save(rows=rows)
+    print(f"{'arrays':<38} {'execute us':>11} {'bind us':>9} {'packed us':>10} {'bare launch us':>15} {'ratio':>7}")
+    for r in rows:
+        mark = "" if r["ratio"] <= GOAL_RATIO else f"  (> goal {GOAL_RATIO:g}x)"
+        print(
+            f"{r['arrays']:<38} {r['execute_us']:>11.2f} {r['bind_us']:>9.2f} {r['packed_launch_us']:>10.2f} "
+            f"{r['bare_launch_us']:>15.2f} {r['ratio']:>6.2f}x{mark}"
+        )
+    matmul_rows = measure_matmul(args.calls, args.rounds)
+    save(matmul=matmul_rows)
+    if matmul_rows:
+        print("bx.matmul against torch.matmul, f16 s x s x s, a new result per call:")
+        print(f"{'s':>5} {'bx.matmul us':>13} {'torch.matmul us':>16} {'ratio':>7} {'bx.mma(out=) us':>16} "
+              f"{'ratio':>7}")
+        for r in matmul_rows:
+            mark = "" if r["ratio"] <= MATMUL_GOAL else f"  (> goal {MATMUL_GOAL:g}x)"
+            print(f"{r['size']:>5} {r['bx_matmul_us']:>13.2f} {r['torch_matmul_us']:>16.2f} {r['ratio']:>6.2f}x "
+                  f"{r['bx_mma_out_us']:>16.2f} {r['mma_out_ratio']:>6.2f}x{mark}", flush=True)
+    pieces = measure_pieces(desc, args.calls, args.rounds)
+    save(pieces_us=pieces)
+    if pieces:
+        print("pieces of a call, us each:")
+        for what, us in pieces.items():
+            print(f"  {what:<40} {us:>8.2f}", flush=True)
+    others = measure_other_calls(args.calls, args.rounds)
+    save(**others)
+    for what, found in others.items():
+        if found:
+            print(f"bx.{what} against torch's, per call:")
+            for r in found:
+                print(f"{r['size']:>5} {r['bx_us']:>10.2f} us {r['torch_us']:>10.2f} us {r['ratio']:>6.2f}x")
     print(f"wrote {args.out}")
     return 0
 
