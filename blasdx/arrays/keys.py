@@ -7,7 +7,8 @@ CuPy array's ``data.ptr``), without building views or DLPack capsules, and launc
 key holds everything the checks of the full path depend on except the pointer, whose
 16-byte alignment class the callers add. Arrays of other libraries, host or non-CUDA
 tensors and complex PyTorch tensors (whose lazy conjugation the full path refuses) have
-no key: their calls take the full path every time.
+no key: their calls take the full path every time (a PyTorch dtype has a key once the full
+path has read a tensor of it).
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ from collections.abc import Callable
 from typing import Any
 
 from .cupy_adapter import _CUPY_STREAM, _cupy_stream_function
+from .device_array import DeviceArray
 from .streams import default_stream_handle
-from .torch_adapter import _TORCH_STREAM, _torch_stream_function
+from .torch_adapter import _TORCH_STREAM, _TORCH_TYPES, _torch_stream_function
 
-__all__ = ["read", "library_stream"]
+__all__ = ["read", "read_with_blasdx", "library_stream"]
 
 _Reader = Callable[[Any], "tuple[tuple[Any, ...], int] | None"]
 
@@ -29,7 +31,8 @@ def _torch(t: Any) -> tuple[tuple[Any, ...], int] | None:
     if not t.is_cuda:
         return None
     dtype = t.dtype
-    if dtype.is_complex:
+    known = _TORCH_TYPES.get(dtype)  # filled by the full path's reading; complex: its conjugation bit is checked there
+    if known is None or known.is_complex:
         return None
     return (dtype, t.shape, t.stride(), t.get_device()), t.data_ptr()
 
@@ -68,11 +71,27 @@ def read(obj: Any) -> tuple[tuple[Any, ...], int] | None:
     return reader(obj)
 
 
+def _blasdx(obj: DeviceArray) -> tuple[tuple[Any, ...], int]:
+    view = obj._view
+    return (view.dtype, view.shape, view.strides, view.device_id), view.ptr
+
+
+def read_with_blasdx(obj: Any) -> tuple[tuple[Any, ...], int] | None:
+    """:func:`read`, and blasdx DeviceArrays too (whose producer stream the caller orders after itself)."""
+    if type(obj) is DeviceArray:
+        return _blasdx(obj)
+    reader = _READERS.get(type(obj))
+    if reader is None:
+        reader = _READERS[type(obj)] = _reader_of(type(obj))
+    return reader(obj)
+
+
 def library_stream(obj: Any) -> Callable[[int], int]:
     """For an array that has a key: the function giving its library's current stream handle on a device.
 
     The same handle the full path resolves for a call without ``stream=`` (the legacy or
-    per-thread default stream for the library's null stream).
+    per-thread default stream for the library's null stream; the default stream for blasdx
+    arrays).
     """
     reader = _READERS.get(type(obj))
     default = default_stream_handle()
@@ -82,4 +101,6 @@ def library_stream(obj: Any) -> Callable[[int], int]:
     if reader is _cupy:
         current = _CUPY_STREAM[0] if _CUPY_STREAM else _cupy_stream_function()
         return lambda device: current(device).ptr or default
+    if type(obj) is DeviceArray:
+        return lambda device: default
     raise TypeError(f"{type(obj).__name__} arrays have no key")
