@@ -174,3 +174,36 @@ def test_eight_threads_on_their_own_streams(torch):
     for per_thread in results:
         for got, x, y in per_thread:
             _check_matmul(torch, got, x, y)
+
+
+def test_scaled_mm_and_solve_triangular_bound(torch):
+    """Repeated calls (bound after the first) of scaled_mm and solve_triangular: right results, same errors."""
+    gen = torch.Generator(device="cuda").manual_seed(9)
+    f64 = torch.float64
+    t = torch.randn(64, 64, device="cuda", generator=gen).tril() * 0.05 + 4 * torch.eye(64, device="cuda")
+    for _ in range(3):
+        rhs = torch.randn(64, 24, device="cuda", generator=gen)
+        ref = torch.linalg.solve_triangular(t.to(f64), rhs.to(f64), upper=False)
+        assert _error(torch, bx.solve_triangular(t, rhs, lower=True), ref) <= 1e-5
+        out = torch.full_like(rhs, float("nan"))
+        assert bx.solve_triangular(t, rhs, lower=True, out=out) is out
+        assert _error(torch, out, ref) <= 1e-5
+        inplace = rhs.clone()
+        bx.solve_triangular(t, inplace, lower=True, out=inplace)
+        assert _error(torch, inplace, ref) <= 1e-5
+        with pytest.raises(bx.ExecutionError, match="out: its memory overlaps a's"):
+            bx.solve_triangular(t, rhs, lower=True, out=t[:, :24])
+    if (gpu_sm() or 0) != 90:
+        return
+    for _ in range(3):
+        x = (2 * torch.randn(128, 256, device="cuda", generator=gen)).to(torch.float8_e4m3fn)
+        y = (2 * torch.randn(64, 256, device="cuda", generator=gen)).to(torch.float8_e4m3fn).t()
+        sx, sy = torch.full((), 0.5, device="cuda"), torch.full((), 2.0, device="cuda")
+        ref = x.to(f64) @ y.to(f64)
+        tol = tolerance(dt.float8_e4m3, dt.float32, 256, dt.float32, "wgmma", 128)
+        assert _error(torch, bx.scaled_mm(x, y, sx, sy, out_dtype=bx.float32), ref) <= tol
+        out = torch.full((128, 64), float("nan"), device="cuda")
+        bx.scaled_mm(x, y, sx, sy, out_dtype=bx.float32, out=out)
+        assert _error(torch, out, ref) <= tol
+        with pytest.raises(bx.ExecutionError, match="out: expected shape"):
+            bx.scaled_mm(x, y, sx, sy, out_dtype=bx.float32, out=out[:, :63])
