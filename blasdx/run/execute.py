@@ -16,7 +16,7 @@ are tested) without a GPU:
    showing the value and saying what was expected; nothing has been launched.
 3. :meth:`ExecutionPlan.on_device` — once per (descriptor, device): check the device can
    run the kernel (DeviceError), load it on that device and lay out its parameter block
-   (:class:`~blasdx.launch.launcher.PackedLaunch`).
+   (:class:`~blasdx.launch.cuda_driver.PackedLaunch`).
 
 A call runs on its arrays' device: that device is made current for the launch (its
 primary context, :func:`blasdx.launch.devices.enter`) and what was current is restored after,
@@ -39,14 +39,21 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from .. import dtypes as _dt
-from ..arrays import _ADAPTERS, ArrayView, DeviceArray, _library_of, as_array, resolve_stream
+from ..arrays import (
+    _ADAPTERS,
+    ArrayView,
+    DeviceArray,
+    _library_of,
+    as_array,
+    resolve_stream,
+)
 from ..arrays import keys as _keys
 from ..arrays.streams import as_core_stream, wait_for_producers
 from ..arrays.view import byte_span
 from ..describe.operators import Block, Function, row_major
 from ..errors import DescriptorError, DeviceError, ExecutionError
+from ..launch import cuda_driver as _driver
 from ..launch import devices as _devices
-from ..launch import launcher as _launcher
 from ..launch.devices import check_stream_device
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -69,7 +76,7 @@ __all__ = [
 _new_tuple = tuple.__new__  # NamedTuple without its Python-level __new__ (hot path)
 _read = _keys.read_with_blasdx
 _SCALAR_NUMPY = {"float32": np.float32, "float64": np.float64, "int32": np.int32}
-_SCALAR_SLOTS = {"float32": "f", "float64": "d", "int32": "i"}  # launcher slot kinds
+_SCALAR_SLOTS = {"float32": "f", "float64": "d", "int32": "i"}  # PackedLaunch slot kinds
 _NOTHING = object()  # no alpha / beta seen yet
 _INT32_RANGE = (-(2**31), 2**31 - 1)
 _MAX_GRID_X = 2**31 - 1
@@ -305,7 +312,7 @@ class DevicePlan:
         self.kernel = _load_kernel(plan.desc, plan.shared_memory, device_id)
         self.block_dim = plan.block_dim
         self.shared_memory = plan.shared_memory
-        self.packed = _launcher.PackedLaunch(
+        self.packed = _driver.PackedLaunch(
             self.kernel, plan.slots, plan.block_dim, plan.shared_memory, name=f"blasdx_batched_gemm of {plan._text}"
         )
         self.stages = plan.desc.plan.stages
@@ -633,8 +640,8 @@ def load_on_device(desc: Descriptor, device_id: int, compiled: Any = None) -> No
         kernel.kernel(dynamic_shared_memory=int(desc.kernel_shared_memory_size), device_id=device_id)
 
 
-#: ``cuda.core.launch`` under the name other modules launched with before launcher.py existed.
-_launch = _launcher.core_launch
+#: ``cuda.core.launch`` (blasdx.launch.cuda_driver.core_launch), under the name the TRSM launch uses.
+_launch = _driver.core_launch
 
 
 def _call_device(launch: Launch) -> int:
