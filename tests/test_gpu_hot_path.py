@@ -207,3 +207,26 @@ def test_scaled_mm_and_solve_triangular_bound(torch):
         assert _error(torch, out, ref) <= tol
         with pytest.raises(bx.ExecutionError, match="out: expected shape"):
             bx.scaled_mm(x, y, sx, sy, out_dtype=bx.float32, out=out[:, :63])
+
+
+def test_mma_with_out_allocates_nothing(torch):
+    """A bound bx.mma(out=) allocates nothing (torch's allocator, blasdx's scratch pool); matmul only its result."""
+    from blasdx.launch import scratch
+
+    for m, n, k in SIZES:
+        x = torch.randn(m, k, device="cuda", dtype=torch.float16)
+        y = torch.randn(k, n, device="cuda", dtype=torch.float16)
+        acc = torch.randn(m, n, device="cuda")
+        out = torch.empty(m, n, device="cuda")
+        bx.mma(x, y, acc, out=out)
+        bx.matmul(x, y)
+        torch.cuda.synchronize()
+        held = scratch.POOL.held()
+        before = torch.cuda.memory_stats()["allocation.all.allocated"]
+        for _ in range(10):
+            bx.mma(x, y, acc, out=out)
+        assert torch.cuda.memory_stats()["allocation.all.allocated"] == before, (m, n, k)
+        results = [bx.matmul(x, y) for _ in range(10)]
+        assert torch.cuda.memory_stats()["allocation.all.allocated"] == before + 10, (m, n, k)
+        assert scratch.POOL.held() == held
+        del results
