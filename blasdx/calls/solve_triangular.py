@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 from .. import arrays as _arrays
 from .. import dtypes as _dt
 from ..arrays import ArrayView, as_array, resolve_stream
+from ..arrays import keys as _keys
 from ..codegen.trsm import OutputLayout
 from ..describe.operators import (
     SM,
@@ -305,10 +306,19 @@ def solve_triangular(
     order; ``out=b`` solves in place). Everything is checked before anything is allocated
     or launched.
     """
+    if stream is None:
+        found = _bound_key(a, b, out, (lower, upper, left, unit_diagonal, unitriangular))
+        if found is not None:
+            bound = _BOUND.get(found[0])
+            if bound is not None:
+                done = bound.run(out, found[1])
+                if done is not None:
+                    return done
     flags = _options(lower, upper, left, unit_diagonal, unitriangular)
     handle = resolve_stream(stream, (b if out is None else out, a))
     va, vb = as_array(a, "a", stream=handle), as_array(b, "b", stream=handle)
     vout = None if out is None else as_array(out, "out", stream=handle)
+    given_out = vout is not None
     plan = _plan(va, vb, vout, flags)
     if vout is not None:
         _check_out(vout, va, vb)
@@ -335,4 +345,88 @@ def solve_triangular(
             _devices.leave(token)
     if type(out) is _arrays.DeviceArray:
         out._set_stream(handle)
+    if stream is None:
+        _bind(a, b, out if given_out else None, (lower, upper, left, unit_diagonal, unitriangular), plan, alpha,
+              (va, vb, vout))
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the hot path: a kind of call bound to what its first call decided (as bx.matmul's)
+# ---------------------------------------------------------------------------------------------
+
+_BOUND: dict[tuple[Any, ...], _Bound] = {}
+_FLAG_TYPES = (bool, type(None))
+
+
+def _bound_key(a: Any, b: Any, out: Any, options: tuple[Any, ...]) -> tuple[tuple[Any, ...], tuple[Any, ...]] | None:
+    """The key of a call's kind (arrays' keys and alignment classes, the options) and its pointers, or None."""
+    if type(options[0]) not in _FLAG_TYPES or any(type(o) not in _FLAG_TYPES for o in options[1:]):
+        return None
+    ra, rb = _keys.read(a), _keys.read(b)
+    if ra is None or rb is None:
+        return None
+    if out is None:
+        return (ra[0], ra[1] & 15, rb[0], rb[1] & 15, None, options), (ra[1], rb[1], None)
+    ro = _keys.read(out)
+    if ro is None:
+        return None
+    same = ro[1] == rb[1] and ro[0] == rb[0]  # out is b: an in-place solve
+    return (ra[0], ra[1] & 15, rb[0], rb[1] & 15, (ro[0], ro[1] & 15, same), options), (ra[1], rb[1], ro[1])
+
+
+class _Bound:
+    """What every solve of one kind does once its arrays are known to be of that kind. Holds no array."""
+
+    __slots__ = ("plan", "alpha", "stream_of", "allocate", "pointer_of", "spans", "in_place")
+
+    def __init__(self, plan: SolvePlan, alpha: tuple[Any, ...], stream_of: Any, allocate: Any, pointer_of: Any,
+                 spans: tuple[tuple[int, int], ...] | None, in_place: bool) -> None:
+        self.plan, self.alpha, self.stream_of = plan, alpha, stream_of
+        self.allocate, self.pointer_of = allocate, pointer_of
+        self.spans = spans  # out's, a's, b's byte spans from their pointers, for a given out
+        self.in_place = in_place  # out is b (the key says so)
+
+    def run(self, out: Any, pointers: tuple[Any, ...]) -> Any:
+        """Solve into ``out`` or a new array; None when out meets a or b (the full path says how)."""
+        pa, pb, pout = pointers
+        spans = self.spans
+        if spans is not None:
+            (o_lo, o_hi), (a_lo, a_hi), (b_lo, b_hi) = spans
+            low, high = pout + o_lo, pout + o_hi
+            if high > low and ((pa + a_lo < high and low < pa + a_hi and a_hi > a_lo) or (
+                    not self.in_place and pb + b_lo < high and low < pb + b_hi and b_hi > b_lo)):
+                return None
+        plan = self.plan
+        device = plan.device_id
+        handle = self.stream_of(device)
+        token = _devices.enter(device)
+        try:
+            if out is None:
+                out = self.allocate(handle)
+                pout = self.pointer_of(out)
+            if plan.kernel is not None and plan.batch:
+                plan.kernel.launch(_arrays.core_stream(handle), device, (pa, pb, pout), self.alpha, plan.strides,
+                                   plan.chunks, plan.batch)
+        finally:
+            if token is not None:
+                _devices.leave(token)
+        return out
+
+
+def _bind(a: Any, b: Any, out: Any, options: tuple[Any, ...], plan: SolvePlan, alpha: tuple[Any, ...],
+          views: tuple[ArrayView, ArrayView, ArrayView]) -> None:
+    """After a full call without ``stream=``: bind its kind (when every array has a key)."""
+    found = _bound_key(a, b, out, options)
+    if found is None:
+        return
+    va, vb, vout = views
+    spans = None
+    if out is not None:
+        spans = tuple(_arrays._span(0, v.shape, v.strides, v.dtype.size) for v in (vout, va, vb))
+    like = b if out is None else out
+    bound = _Bound(plan, alpha, _keys.library_stream(like), _ag._allocator(b, plan), _ag._pointer_reader(like),
+                   spans, out is not None and found[0][4][2])
+    if len(_BOUND) >= 1024:
+        _BOUND.clear()
+    _BOUND[found[0]] = bound

@@ -21,14 +21,13 @@ shapes, strides and pointers (:class:`EnginePlan`), once per kind of call:
 from __future__ import annotations
 
 import math
-import threading
 from dataclasses import dataclass, replace
 from typing import Any
 
 from .. import dtypes as _dt
 from ..compile.cache import cached_compile
-from ..errors import DeviceError
 from ..launch import cuda_driver as _driver
+from ..launch import scratch as _scratch
 
 __all__ = [
     "SERVED", "EngineConfig", "OperandRoute", "EnginePlan", "choose_config", "split_count", "serves", "route",
@@ -515,42 +514,52 @@ class EnginePlan:
         """D = alpha * A B + beta * C on ``stream``: A, B, C, D are ArrayViews (C None: beta is 0).
 
         alpha and beta are of C's scalar type (int32 for an integer C; :func:`scalar`).
+        Scratch (repacked operands, split-K partial sums) is the call's: safe in a CUDA graph
+        capture (blasdx.launch.scratch).
         """
         if c is None:
             beta = 0
         alpha, beta = scalar(alpha, self.c), scalar(beta, self.c)
-        a_ptr, b_ptr, workspace = self._operands_and_workspace(device_id, stream_core, stream, a, b)
-        c_ptr, c_strides = (0, (0, 0, 0)) if c is None else (c.ptr, result_strides(c))
-        d_strides = result_strides(d)
-        gemm = self._gemm
-        with gemm.params.lock:
-            self._point_maps(a_ptr, b_ptr, d.ptr)
-            scalars = (c_strides, d_strides, alpha, beta)
-            if scalars == self._scalars:  # the common case: only the addresses change from call to call
-                gemm.params.set(3, c_ptr)
-                gemm.params.set(4, d.ptr if self.splits == 1 else 0)
-                gemm.params.set(5, workspace)
-            else:
-                gemm.fill((None, None, None, c_ptr, d.ptr if self.splits == 1 else 0, workspace, self.m, self.n,
-                           self.k, self.batch, int(self.operand_a.batched), int(self.operand_b.batched), self.splits,
-                           *c_strides, *d_strides, alpha, beta))
-                self._scalars = scalars
-            if not self._grid_checked:
-                self._fit_grid(device_id)
-            gemm.launch(device_id, self.grid, (self.config.threads, 1, 1), stream, self.config.cluster)
-        if self.splits > 1:
-            reduce_splits(self._reduce, device_id, stream, workspace, self.splits, c_ptr, c_strides, d.ptr, d_strides,
-                          self.m, self.n, self.batch, self.multiprocessors, alpha, beta)
+        with _scratch.call_scratch(device_id, stream) if self.needs_scratch else _NO_SCRATCH as scratch:
+            a_ptr, b_ptr, workspace = self._operands_and_workspace(device_id, scratch, stream, a, b)
+            c_ptr, c_strides = (0, (0, 0, 0)) if c is None else (c.ptr, result_strides(c))
+            d_strides = result_strides(d)
+            gemm = self._gemm
+            with gemm.params.lock:
+                self._point_maps(a_ptr, b_ptr, d.ptr)
+                scalars = (c_strides, d_strides, alpha, beta)
+                if scalars == self._scalars:  # the common case: only the addresses change from call to call
+                    gemm.params.set(3, c_ptr)
+                    gemm.params.set(4, d.ptr if self.splits == 1 else 0)
+                    gemm.params.set(5, workspace)
+                else:
+                    gemm.fill((None, None, None, c_ptr, d.ptr if self.splits == 1 else 0, workspace, self.m, self.n,
+                               self.k, self.batch, int(self.operand_a.batched), int(self.operand_b.batched),
+                               self.splits, *c_strides, *d_strides, alpha, beta))
+                    self._scalars = scalars
+                if not self._grid_checked:
+                    self._fit_grid(device_id)
+                gemm.launch(device_id, self.grid, (self.config.threads, 1, 1), stream, self.config.cluster)
+            if self.splits > 1:
+                reduce_splits(self._reduce, device_id, stream, workspace, self.splits, c_ptr, c_strides, d.ptr,
+                              d_strides, self.m, self.n, self.batch, self.multiprocessors, alpha, beta)
 
-    def _operands_and_workspace(self, device_id: int, stream_core: Any, stream: int, a: Any,
+    @property
+    def needs_scratch(self) -> bool:
+        """Whether a call takes device scratch: a repacked operand or split-K partial sums."""
+        return self.splits > 1 or self.route_a.repack is not None or self.route_b.repack is not None
+
+    def _operands_and_workspace(self, device_id: int, scratch: Any, stream: int, a: Any,
                                 b: Any) -> tuple[int, int, int]:
-        """The addresses TMA reads A and B from (repacked first where the routes say); the split workspace."""
-        a_ptr = self._prepare(a, self.route_a, self.operand_a, self.m, "a", device_id, stream_core, stream)
-        b_ptr = self._prepare(b, self.route_b, self.operand_b, self.n, "b", device_id, stream_core, stream)
+        """The addresses TMA reads A and B from (repacked first where the routes say); the split workspace.
+
+        ``scratch`` is the call's :class:`~blasdx.launch.scratch.CallScratch`."""
+        a_ptr = self._prepare(a, self.route_a, self.operand_a, self.m, "a", device_id, scratch, stream)
+        b_ptr = self._prepare(b, self.route_b, self.operand_b, self.n, "b", device_id, scratch, stream)
         workspace = 0
         if self.splits > 1:
             nbytes = 4 * self.splits * self.batch * self.m * self.n  # f32 or int32 partial sums
-            workspace = _SCRATCH.get(device_id, stream, stream_core, "splits", nbytes)
+            workspace = scratch.get("splits", nbytes)
         return a_ptr, b_ptr, workspace
 
     def _fit_grid(self, device_id: int) -> None:
@@ -583,13 +592,13 @@ class EnginePlan:
             params.set_map(2, maps[2] if len(maps) > 2 else maps[0])
 
     def _prepare(self, view: Any, route_: OperandRoute, op: _Operand, rows: int, slot: str, device_id: int,
-                 stream_core: Any, stream: int) -> int:
+                 scratch: Any, stream: int) -> int:
         """The address TMA reads the operand from: the array itself, or its K-major repacked copy."""
         if route_.repack is None:
             return view.ptr
         k, size = self.k, (self.a if slot == "a" else self.b).size
         problems = op.dims[2]
-        target = _SCRATCH.get(device_id, stream, stream_core, slot, op.strides[1] * problems)
+        target = scratch.get(slot, op.strides[1] * problems)
         shape, strides = tuple(view.shape), tuple(view.strides)
         row_stride, col_stride = strides[-2:]
         source_batch = strides[0] if len(shape) == 3 and shape[0] > 1 else 0
@@ -614,44 +623,24 @@ def reduce_splits(kernel: _Kernel, device_id: int, stream: int, workspace: int, 
         kernel.launch(device_id, grid, (256, 1, 1), stream)
 
 
-class _ScratchPool:
-    """Device scratch kept per (device, stream, use) and reused call after call on that stream.
-
-    Work on one stream runs in order, so a buffer that the previous call's kernels used is
-    free for the next call's; other streams get their own. A buffer that is too small is
-    freed stream-ordered and replaced by a larger one. Allocations come from the device's
-    stream-ordered pool (the caller has the device's context current).
-    """
-
-    LIMIT = 32  # buffers kept per device; the oldest is freed beyond this
-
-    def __init__(self) -> None:
-        self._buffers: dict[tuple[int, int, str], tuple[int, int]] = {}  # -> (address, bytes)
-        self._lock = threading.Lock()
-
-    def get(self, device_id: int, stream: int, stream_core: Any, use: str, nbytes: int) -> int:
-        """The address of at least ``nbytes`` of device memory for ``use`` on ``stream``."""
-        key = (device_id, stream, use)
-        found = self._buffers.get(key)
-        if found is not None and found[1] >= nbytes:
-            return found[0]
-        with self._lock:
-            if found is not None:
-                _driver.free_async(self._buffers.pop(key)[0], stream)
-            mine = [k for k in self._buffers if k[0] == device_id]  # this device's context is the current one
-            for old in mine[: max(0, len(mine) - self.LIMIT + 1)]:
-                address, _ = self._buffers.pop(old)
-                try:
-                    _driver.free_async(address, old[1])
-                except DeviceError:  # that stream is gone: the pool keeps the bytes until the device resets
-                    pass
-            size = max(256, 1 << (nbytes - 1).bit_length())  # powers of two: few regrowths
-            address = _driver.allocate_async(size, stream)
-            self._buffers[key] = (address, size)
-            return address
+#: The process's scratch pool (blasdx.launch.scratch), under the name the engine modules used.
+_SCRATCH = _scratch.POOL
 
 
-_SCRATCH = _ScratchPool()
+class _NoScratch:
+    """The scratch of a call that takes none: nothing to ask the driver, nothing to free."""
+
+    def get(self, use: str, nbytes: int) -> int:  # pragma: no cover - plans without scratch never ask
+        raise AssertionError(f"a plan without scratch asked for {nbytes} bytes of {use}")
+
+    def __enter__(self) -> _NoScratch:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        pass
+
+
+_NO_SCRATCH = _NoScratch()
 
 
 def _describe(config: EngineConfig, splits: int, route_a: OperandRoute, route_b: OperandRoute, tma_store: bool) -> str:
