@@ -27,13 +27,20 @@ except Exception as exc:
 PY
 echo "=== environment ($((SECONDS - start)) s)"; cut -c1-160 "$logs/env.txt"
 
-# 1. Numba kernels with blasdx GEMMs (the random descriptor table and the examples), then LTO-IR via cuda.core
-timeout "$(( $(left) * 2 / 3 ))" python3 -m pytest -m gpu -v -p no:cacheprovider -n 8 tests/test_gpu_numba.py \
+# 1. Numba kernels with blasdx GEMMs (the random descriptor table and the examples)
+timeout "$(( $(left) * 45 / 100 ))" python3 -m pytest -m gpu -v -p no:cacheprovider -n 8 tests/test_gpu_numba.py \
   > "$logs/test_gpu_numba.log" 2>&1
 echo "=== test_gpu_numba exit $? ($((SECONDS - start)) s)"
 grep -cE "PASSED" "$logs/test_gpu_numba.log" | sed 's/^/passed: /'
 grep -E "FAILED|ERROR|Error|error:" "$logs/test_gpu_numba.log" | head -12 | cut -c1-220
 
+# 2. the same Numba kernel with blasdx and with nvmath.device (short case list, stops at its budget)
+bench=$(( $(left) * 55 / 100 ))
+timeout "$(( bench + 15 ))" python3 benchmarks/numba_gemm.py --quick --budget "$bench" --json "$logs/numba_gemm.json" \
+  > "$logs/numba_gemm.log" 2>&1
+echo "=== benchmarks/numba_gemm.py exit $? ($((SECONDS - start)) s)"; cut -c1-200 "$logs/numba_gemm.log" | tail -n 16
+
+# 3. LTO-IR linked by cuda.core's Linker into kernels compiled apart
 timeout "$(left)" python3 -m pytest -m gpu -v -p no:cacheprovider -n 8 tests/test_gpu_ltoir.py \
   > "$logs/test_gpu_ltoir.log" 2>&1
 echo "=== test_gpu_ltoir exit $? ($((SECONDS - start)) s)"
