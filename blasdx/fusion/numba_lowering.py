@@ -54,16 +54,30 @@ def _allow_dynamic_shared_memory(object_code: Any) -> None:
 
     A GEMM's buffers live in dynamic shared memory, and above 48 KB a kernel must opt in
     before its launch; Numba calls this once per loaded module (the LTO-IR's setup callback).
+    A failure here only warns: launches within 48 KB still work, larger ones then fail with
+    the driver's own error.
     """
+    try:
+        _opt_in(object_code)
+    except Exception as exc:  # noqa: BLE001 - never break a module load for an optional opt-in
+        import warnings
+
+        warnings.warn(f"blasdx: could not opt the kernel in to more than 48 KB of dynamic shared memory ({exc})",
+                      RuntimeWarning, stacklevel=2)
+
+
+def _opt_in(object_code: Any) -> None:
     from cuda.bindings import driver
 
     def check(result: Any) -> Any:
         err, *rest = result if isinstance(result, tuple) else (result,)
         if int(err) != 0:
-            raise RuntimeError(f"blasdx: opting a Numba kernel in to large dynamic shared memory failed: {err}")
+            raise RuntimeError(f"driver call failed: {err}")
         return rest[0] if len(rest) == 1 else rest
 
     handle = object_code.handle
+    if not isinstance(handle, driver.CUlibrary):
+        handle = driver.CUlibrary(int(handle))
     device = check(driver.cuCtxGetDevice())
     optin = check(driver.cuDeviceGetAttribute(
         driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, device))
