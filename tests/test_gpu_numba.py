@@ -91,10 +91,11 @@ def kernel_sass(kernel) -> str:
 def run_case(desc: bx.Descriptor, api: str, alpha, beta, rng, batch: int = 29) -> None:
     m, n, k = desc.size
     a_t, b_t, c_t = desc.precision
+    cplx = desc.is_complex
     ra, rb, rc = (o is R for o in (desc.arrangement.a, desc.arrangement.b, desc.arrangement.c))
-    a_host = random_operand(a_t, (batch, m, k), rng)
-    b_host = random_operand(b_t, (batch, k, n), rng)
-    c_host = random_operand(c_t, (batch, m, n), rng)
+    a_host = random_operand(a_t, (batch, m, k), rng, is_complex=cplx)
+    b_host = random_operand(b_t, (batch, k, n), rng, is_complex=cplx)
+    c_host = random_operand(c_t, (batch, m, n), rng, is_complex=cplx)
     if beta == 0:
         c_host[...] = 12345 if c_t.integral else np.nan
     a = cuda.to_device(_bits(_storage(a_host, ra)))
@@ -103,10 +104,10 @@ def run_case(desc: bx.Descriptor, api: str, alpha, beta, rng, batch: int = 29) -
     make = {"shared": shared_api_kernel, "register": register_api_kernel,
             "positions": lambda d: register_api_kernel(d, positions=True)}[api]
     kernel = cuda.jit(make(desc))
-    scalar = desc.scalar_type.numpy
+    scalar = (np.complex64 if desc.scalar_type.name == "float32" else np.complex128) if cplx else desc.scalar_type.numpy
     kernel[batch, desc.block_dim, 0, desc.shared_memory_size](a, b, c, scalar(alpha), scalar(beta))
     cuda.synchronize()
-    got = _from_storage(c.copy_to_host(), c_t, rc)
+    got = _from_storage(c.copy_to_host(), desc.c_value_type, rc)
     ref = reference_gemm(a_host, b_host, c_host, alpha, beta)
     if api == "register":  # the kernel doubles the product in registers
         ref += alpha * reference_gemm(a_host, b_host)
@@ -135,6 +136,16 @@ def test_gemms_in_numba_kernels_match_float64(sm, types, size, arrangement, arch
     if desc.ltoir().fragment_size:
         run_case(desc, "register", 1, 0, rng)
         run_case(desc, "positions", 2 if integral else 0.75, -1 if integral else 0.25, rng)
+
+
+@pytest.mark.parametrize("real", [dt.float32, dt.float64], ids=lambda t: f"complex-{t.name}")
+def test_complex_gemms_in_numba_kernels_match_float64(sm, real):
+    rng = np.random.default_rng()
+    desc = (bx.Size(32, 16, 24) + bx.Precision(real) + bx.Type.complex + bx.Function.MM
+            + bx.Arrangement(R, C, R) + bx.SM(sm) + bx.Block())
+    run_case(desc, "shared", complex(1.5, -0.5), complex(0.25, 1.0), rng)
+    if desc.ltoir().fragment_size:
+        run_case(desc, "register", complex(-1.0, 0.5), 0, rng)
 
 
 @pytest.mark.parametrize("example", ["numba_gemm.py", "numba_attention.py"])
