@@ -139,6 +139,12 @@ def test_disk_hit_runs_no_nvrtc_and_corrupt_entries_are_rebuilt():
     rebuilt = desc.ltoir()
     assert rebuilt.data == first.data and _cache.stats.corrupt_entries == 1 and _cache.stats.nvrtc_calls == 1
     assert store.clear() == 1
+    desc.ltoir()
+    _ltoir._memory.clear()
+    _ltoir._by_descriptor.clear()
+    desc.ltoir()  # written again
+    assert len(store.entries()) == 1
+    assert _cache.clear_cache(memory=False) >= 1 and store.entries() == []  # `blasdx cache clear` too
 
 
 def test_without_block_or_for_trsm_is_a_descriptor_error():
