@@ -102,7 +102,8 @@ def run_case(desc: bx.Descriptor, api: str, alpha, beta, rng, batch: int = 29) -
     b = cuda.to_device(_bits(_storage(b_host, rb)))
     c = cuda.to_device(_bits(_storage(c_host, rc)))
     make = {"shared": shared_api_kernel, "register": register_api_kernel,
-            "positions": lambda d: register_api_kernel(d, positions=True)}[api]
+            "positions": lambda d: register_api_kernel(d, positions=True),
+            "index": lambda d: register_api_kernel(d, positions="index")}[api]
     kernel = cuda.jit(make(desc))
     scalar = (np.complex64 if desc.scalar_type.name == "float32" else np.complex128) if cplx else desc.scalar_type.numpy
     kernel[batch, desc.block_dim, 0, desc.shared_memory_size](a, b, c, scalar(alpha), scalar(beta))
@@ -111,13 +112,13 @@ def run_case(desc: bx.Descriptor, api: str, alpha, beta, rng, batch: int = 29) -
     ref = reference_gemm(a_host, b_host, c_host, alpha, beta)
     if api == "register":  # the kernel doubles the product in registers
         ref += alpha * reference_gemm(a_host, b_host)
-    if api == "positions":  # the kernel doubles the product's diagonal in registers
+    if api in ("positions", "index"):  # the kernel doubles the product's diagonal in registers
         diagonal = np.arange(min(m, n))
         ref[:, diagonal, diagonal] += alpha * reference_gemm(a_host, b_host)[:, diagonal, diagonal]
     assert_close(got, ref, tolerance(a_t, c_t, k, desc.accumulator_type, desc.instruction),
                  what=f"{api} API of {desc!r}")
     sass = kernel_sass(kernel)
-    if api == "positions":  # may keep the fragment in local memory (the compiler's unroll budget), never call
+    if api == "index":  # may keep the fragment in local memory (the compiler's unroll budget), never call
         assert not re.search(r"\bCALL\.\w+", sass), "Numba's kernel calls the GEMM instead of inlining it"
     else:
         assert not re.search(r"\b(STL|LDL|CALL\.\w+)\b", sass), "Numba's kernel calls the GEMM or uses local memory"
@@ -136,6 +137,7 @@ def test_gemms_in_numba_kernels_match_float64(sm, types, size, arrangement, arch
     if desc.ltoir().fragment_size:
         run_case(desc, "register", 1, 0, rng)
         run_case(desc, "positions", 2 if integral else 0.75, -1 if integral else 0.25, rng)
+        run_case(desc, "index", 1, 0, rng)
 
 
 @pytest.mark.parametrize("real", [dt.float32, dt.float64], ids=lambda t: f"complex-{t.name}")

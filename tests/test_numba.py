@@ -59,7 +59,7 @@ def shared_api_kernel(GEMM):
 
 def register_api_kernel(GEMM, positions=False):
     """Accumulate in registers, transform element-wise in Python (doubling every element, or with
-    ``positions`` the diagonal only), store with axpby."""
+    ``positions`` the diagonal only, asking fragment_positions), store with axpby."""
     ra, rb, rc = (o.name == "row_major" for o in (GEMM.arrangement.a, GEMM.arrangement.b, GEMM.arrangement.c))
 
     def kernel(a, b, c, alpha, beta):
@@ -82,12 +82,26 @@ def register_api_kernel(GEMM, positions=False):
         GEMM.copy_wait()
         acc = GEMM.accumulator()
         GEMM.accumulate(sA, sB, acc)
+        rows, cols = GEMM.fragment_positions()
+        for i in range(GEMM.fragment_size):
+            if rows[i] >= 0 and rows[i] == cols[i]:
+                acc[i] = acc[i] + acc[i]
+        GEMM.fragment_axpby(alpha, acc, beta, c[p] if rc else c[p].T)
+
+    def diagonal_by_index(a, b, c, alpha, beta):
+        sA, sB, _ = GEMM.shared_memory()
+        p = cuda.blockIdx.x
+        GEMM.load_a(a[p] if ra else a[p].T, sA)
+        GEMM.load_b(b[p] if rb else b[p].T, sB)
+        GEMM.copy_wait()
+        acc = GEMM.accumulator()
+        GEMM.accumulate(sA, sB, acc)
         for i in range(GEMM.fragment_size):
             if GEMM.fragment_valid(i) and GEMM.fragment_row(i) == GEMM.fragment_col(i):
                 acc[i] = acc[i] + acc[i]
         GEMM.fragment_axpby(alpha, acc, beta, c[p] if rc else c[p].T)
 
-    return diagonal if positions else kernel
+    return {False: kernel, True: diagonal, "index": diagonal_by_index}[positions]
 
 
 TYPES = {
@@ -126,11 +140,12 @@ def _cases():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("types_, sm, arch_specific", list(_cases()))
-@pytest.mark.parametrize("api", ["shared", "register"])
+@pytest.mark.parametrize("api", ["shared", "register", "positions"])
 def test_kernels_link_with_the_gemm_inlined_on_the_tensor_cores(api, types_, sm, arch_specific):
     desc = gemm(*types_, sm, arch_specific=arch_specific)
     scalar = GLOBAL[desc.scalar_type.name]
-    make = shared_api_kernel if api == "shared" else register_api_kernel
+    make = {"shared": shared_api_kernel, "register": register_api_kernel,
+            "positions": lambda d: register_api_kernel(d, positions=True)}[api]
     cubin, sass, name = compile_kernel(make(desc), (*arrays(desc), scalar, scalar), sm)
     found = opcodes(sass)
     assert found & _expected(desc), f"{desc!r} ({desc.instruction}): SASS has {sorted(found)}"
@@ -141,13 +156,13 @@ def test_kernels_link_with_the_gemm_inlined_on_the_tensor_cores(api, types_, sm,
     assert _cubin.resource_usage(cubin, name).local_memory == 0
 
 
-def test_position_dependent_fragment_loops_stay_in_registers_for_16_bit_inputs():
-    """Where the compiler unrolls a loop that asks fragment_row / fragment_col (16-bit inputs here), the
-    fragment stays in registers; wider types may exceed its unroll budget (docs/numba.md)."""
+def test_per_element_position_queries_stay_in_registers_for_16_bit_inputs():
+    """A loop asking fragment_valid / fragment_row / fragment_col per element unrolls for 16-bit inputs
+    (wider fragments may exceed the compiler's unroll budget: fragment_positions is the way there)."""
     for types_ in (TYPES["f16-f32"], TYPES["bf16-f32"]):
         desc = gemm(*types_, 80)
         scalar = GLOBAL[desc.scalar_type.name]
-        _, sass, _ = compile_kernel(register_api_kernel(desc, positions=True), (*arrays(desc), scalar, scalar), 80)
+        _, sass, _ = compile_kernel(register_api_kernel(desc, positions="index"), (*arrays(desc), scalar, scalar), 80)
         assert not opcodes(sass) & {"STL", "LDL"}
 
 

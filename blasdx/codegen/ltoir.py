@@ -84,11 +84,15 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
                "column of C that fragment element i holds"),
     EntryPoint("fragment_valid", "int", (("int", "i"),), "return blasdx::entry::fragment_valid<G>(i)",
                "1 when fragment element i is an element of C (else padding)"),
+    EntryPoint("fragment_positions", "void", (("int*", "rows"), ("int*", "cols")),
+               "blasdx::entry::fragment_positions<G>(rows, cols)",
+               "rows[i], cols[i] = where fragment element i sits in C (rows[i] = -1: padding)"),
 )
 
 
 #: The roles of the register API: present only where the accumulator fits in registers.
-REGISTER_ROLES = frozenset({"accumulate", "fragment_axpby", "fragment_row", "fragment_col", "fragment_valid"})
+REGISTER_ROLES = frozenset({"accumulate", "fragment_axpby", "fragment_row", "fragment_col", "fragment_valid",
+                            "fragment_positions"})
 
 
 @dataclass(frozen=True)

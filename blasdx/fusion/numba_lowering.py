@@ -204,12 +204,10 @@ def _lower_execute(context: Any, builder: ir.IRBuilder, sig: Any, args: list) ->
     return context.get_dummy_value()
 
 
-@lower("blasdx.Gemm.accumulator", GemmType)
-def _lower_accumulator(context: Any, builder: ir.IRBuilder, sig: Any, args: list) -> ir.Value:
-    ty: Fragment = sig.return_type
-    size = ty.info.fragment_size
+def _local_array(context: Any, builder: ir.IRBuilder, ty: Any, size: int, name: str) -> ir.Value:
+    """A zeroed 1-D array of ``size`` elements in the calling thread's registers (an alloca)."""
     element = context.get_data_type(ty.dtype)
-    storage = cgutils.alloca_once(builder, ir.ArrayType(element, size), name="blasdx_fragment")
+    storage = cgutils.alloca_once(builder, ir.ArrayType(element, size), name=name)
     builder.store(ir.Constant(ir.ArrayType(element, size), None), storage)
     itemsize = context.get_abi_sizeof(element)
     array = make_array(ty)(context, builder)
@@ -217,6 +215,24 @@ def _lower_accumulator(context: Any, builder: ir.IRBuilder, sig: Any, args: list
                    shape=[context.get_constant(types.intp, size)], strides=[context.get_constant(types.intp, itemsize)],
                    itemsize=context.get_constant(types.intp, itemsize), meminfo=None)
     return array._getvalue()
+
+
+@lower("blasdx.Gemm.accumulator", GemmType)
+def _lower_accumulator(context: Any, builder: ir.IRBuilder, sig: Any, args: list) -> ir.Value:
+    ty: Fragment = sig.return_type
+    return _local_array(context, builder, ty, ty.info.fragment_size, "blasdx_fragment")
+
+
+@lower("blasdx.Gemm.fragment_positions", GemmType)
+def _lower_fragment_positions(context: Any, builder: ir.IRBuilder, sig: Any, args: list) -> ir.Value:
+    gemm = sig.args[0]
+    ty = sig.return_type.dtype
+    size = gemm.info.fragment_size
+    rows = _local_array(context, builder, ty, size, "blasdx_fragment_rows")
+    cols = _local_array(context, builder, ty, size, "blasdx_fragment_cols")
+    _call(context, builder, gemm, "fragment_positions", _VOID,
+          [_data(context, builder, ty, rows), _data(context, builder, ty, cols)])
+    return context.make_tuple(builder, sig.return_type, [rows, cols])
 
 
 @lower("blasdx.Gemm.accumulate", GemmType, types.Any, types.Any, types.Any)

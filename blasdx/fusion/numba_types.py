@@ -352,6 +352,13 @@ def _fragment_index(method: str) -> Any:
     return typer
 
 
+def _fragment_positions(gemm: GemmType, args: tuple) -> Any:
+    _arity("fragment_positions", args, 0, "")
+    _check_fragment(gemm, "fragment_positions", "", Fragment(gemm.info))
+    positions = types.Array(types.int32, 1, "C")
+    return signature(types.UniTuple(positions, 2))
+
+
 def _fragment_axpby(gemm: GemmType, args: tuple) -> Any:
     _arity("fragment_axpby", args, 4, "alpha, acc, beta, c")
     alpha, acc, beta, c = args
@@ -379,6 +386,7 @@ METHODS = {
     "fragment_row": _fragment_index("fragment_row"),
     "fragment_col": _fragment_index("fragment_col"),
     "fragment_valid": _fragment_index("fragment_valid"),
+    "fragment_positions": _fragment_positions,
     "fragment_axpby": _fragment_axpby,
 }
 

@@ -108,5 +108,15 @@ template <class G> __device__ __forceinline__ int fragment_valid(int i) {
     return typename G::accumulator().is_valid(i) ? 1 : 0;
 }
 
+// Row and column of every fragment element of the calling thread (row -1: padding, no element of C).
+template <class G> __device__ __forceinline__ void fragment_positions(int* rows, int* cols) {
+    const typename G::accumulator acc;
+#pragma unroll
+    for (int i = 0; i < G::accumulator::size; ++i) {
+        rows[i] = acc.is_valid(i) ? acc.row(i) : -1;
+        cols[i] = acc.col(i);
+    }
+}
+
 }  // namespace entry
 }  // namespace blasdx
