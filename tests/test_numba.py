@@ -353,3 +353,29 @@ def test_descriptor_without_block_is_refused():
 
 def test_numpy_is_untouched_by_the_import():
     assert np.float16 is not None  # importing blasdx.numba changes nothing outside Numba's registries
+
+
+def test_the_examples_kernels_compile_and_link_for_sm_90a():
+    """examples/numba_gemm.py and numba_attention.py (run on the GPU by test_gpu_numba) build without one."""
+    import importlib.util
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parent.parent / "examples"
+
+    def load(name):
+        spec = importlib.util.spec_from_file_location(name, folder / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    h3, f3 = types.Array(types.float16, 3, "C"), types.Array(types.float32, 3, "C")
+    example = load("numba_gemm")
+    G = (bx.Size(64, 64, 64) + bx.Precision(bx.float16, bx.float16, bx.float32) + bx.Function.MM
+         + bx.Arrangement(R, C, R) + bx.MaxAlignment + bx.SM(90) + bx.Block())
+    _, sass, _ = compile_kernel(example.make_kernel(G).py_func, (h3, h3, types.float32[::1], h3), 90)
+    assert "HMMA" in opcodes(sass) and not opcodes(sass) & {"STL", "LDL"}
+    attention = load("numba_attention")
+    scores, output = attention.descriptors(64, 64, 90)
+    kernel = attention.make_kernel(scores, output, 0.125)
+    _, sass, _ = compile_kernel(kernel.py_func, (h3, h3, h3, f3), 90)
+    assert "HMMA" in opcodes(sass) and not opcodes(sass) & {"STL", "LDL"}
