@@ -8,8 +8,9 @@ shared copies of the library, the register API, the accumulator stored to global
 
 * ``compute``: operands in shared memory, ``repeats`` GEMMs per block accumulated in registers
   (the block's tensor-core work alone); 4 blocks per SM.
-* ``batched``: one problem per block, A and B from global memory, C back (memory-bound at
-  these sizes: GB/s beside TFLOP/s).
+* ``batched``: one problem per block, A and B from global memory, C back from registers
+  (memory-bound at these sizes: GB/s beside TFLOP/s); blasdx also with C staged in shared
+  memory and stored coalesced (``blasdx_shared_c_*``).
 
 GPU time from CUDA events around back-to-back launches after a warm-up; results checked against
 the float64 reference first. Also measured per case: the first compile of a Numba kernel using
@@ -99,6 +100,19 @@ def blasdx_kernel(G, kind: str):  # noqa: N803 - the GEMM reads as a type
             G.fragment_axpby(1, acc, 0, c[cuda.blockIdx.x])
 
         return cuda.jit(compute)
+
+    if kind == "batched-shared":  # C through shared memory: coalesced 16-byte stores
+        def batched_shared(a, b, c, repeats):
+            sA, sB, sC = G.shared_memory()
+            p = cuda.blockIdx.x
+            G.load_a(a[p], sA)
+            G.load_b(b[p], sB)
+            G.copy_wait()
+            G.execute(1, sA, sB, 0, sC)
+            cuda.syncthreads()
+            G.store_c(sC, c[p])
+
+        return cuda.jit(batched_shared)
 
     def batched(a, b, c, repeats):
         sA, sB, _ = G.shared_memory()
@@ -277,6 +291,14 @@ def run_case(case: str, size, kind: str, sm: int, sms: int, repeats: int, rng) -
     row["blasdx_ms"], row["blasdx_tflops"] = ms, flops / ms / 1e9
     if moved:
         row["blasdx_gbps"] = moved / ms / 1e6
+    if kind == "batched":  # the same problem with C staged in shared memory and stored coalesced
+        kernel = blasdx_kernel(G, "batched-shared")
+        ops.poison()
+        kernel[blocks, G.block_dim, 0, G.shared_memory_size](*args)
+        ops.check(reps, kind, case, f"blasdx {case} batched, C through shared memory")
+        ms_shared = time_kernel(kernel, blocks, G.block_dim, G.shared_memory_size, args, 3)
+        row["blasdx_shared_c_tflops"] = flops / ms_shared / 1e9
+        row["blasdx_shared_c_gbps"] = moved / ms_shared / 1e6
 
     row.update(nvmath_tflops=None, ratio=None)
     try:
