@@ -1,0 +1,191 @@
+"""The grouped GEMM of the Hopper engine: many products of one N and K and varying M in one launch.
+
+kernels/hopper_grouped_gemm.cu runs the engine's warp-specialised wgmma pipeline
+(kernels/blasdx/hopper/gemm.cuh) under a grouped tile scheduler
+(kernels/blasdx/hopper/group_scheduler.cuh): every block of the persistent grid reads the
+groups' row ranges from the device (offsets or counts), builds a table of their tile rows in
+shared memory and walks all groups' tiles, so the group sizes can change between the
+replays of a CUDA graph and no host synchronisation is needed. This module chooses the tile
+configuration, writes the kernel's prelude, encodes the tensor maps and launches
+(:class:`GroupedPlan`); blasdx.calls.grouped_mm checks the arguments.
+
+Layouts (``layout``): "contiguous" (A is [total, K], group g's rows [offs[g - 1], offs[g]))
+and "masked" (A is [G, max_m, K], group g's first counts[g] rows; no counts: all of them).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Any
+
+from .. import dtypes as _dt
+from ..errors import ExecutionError
+from ..launch import cuda_driver as _driver
+from . import hopper as _hopper
+
+__all__ = [
+    "KERNEL_NAME",
+    "LAYOUTS",
+    "MAX_GROUPS",
+    "SCALINGS",
+    "SERVED",
+    "GroupedPlan",
+    "choose_config",
+    "grouped_source",
+]
+
+KERNEL_NAME = "blasdx_hopper_grouped_gemm"
+#: Groups one launch takes (the shared-memory table of group_scheduler.cuh: 12 KB).
+MAX_GROUPS = 1024
+#: The A layouts and their codes in group_scheduler.cuh (GroupLayout).
+LAYOUTS = {"contiguous": 0, "masked": 1}
+#: How a scale covers its operand (scaling.cuh's codes; "none": no factor).
+SCALINGS = {"none": 0, "row": 1, "column": 1, "block": 2}
+_FP8 = (_dt.float8_e4m3, _dt.float8_e5m2)
+_SIXTEEN = (_dt.float16, _dt.bfloat16)
+_RESULTS = (_dt.float16, _dt.bfloat16, _dt.float32)
+#: Input types and the result types each takes (8-bit inputs may mix e4m3 and e5m2).
+SERVED = {a: _RESULTS for a in (*_SIXTEEN, *_FP8)}
+_PARAMS = ("map", "map", "u64", "u64", "i32", "i32", "i32", "i32", "i32", "i32", "i32", "i64", "i64", "i64", "u64",
+           "i64", "i64", "i64", "u64", "i64", "i64", "i64")
+_STATIC_TABLE = 4 * (3 * MAX_GROUPS + 1)  # bytes of the kernel's static shared table
+
+
+def choose_config(a: _dt.DType, rows_per_group: float) -> _hopper.EngineConfig:
+    """The tile configuration for groups of about ``rows_per_group`` rows.
+
+    Groups of at most 64 rows (decode) take `narrow` 64 x 256 tiles; larger ones the tiles the
+    single GEMM takes at its size: `pingpong` 128 x 128 for 16-bit inputs, `wide` 128 x 256 for
+    fp8 (promotion every 128 K). No clusters: vertically adjacent tiles may belong to groups with
+    different B.
+    """
+    if rows_per_group <= 64:
+        base = _hopper.NARROW
+    elif a in _FP8:
+        base = _hopper.WIDE
+    else:
+        base = _hopper.PINGPONG
+    return replace(base, bk=128 // a.size, promotion=_hopper.PROMOTION if a in _FP8 else 0)
+
+
+def grouped_source(a: _dt.DType, b: _dt.DType, c: _dt.DType, config: _hopper.EngineConfig, a_k_major: bool,
+                   b_k_major: bool, x_scaling: str = "none", y_scaling: str = "none") -> str:
+    """kernels/hopper_grouped_gemm.cu instantiated for the types, layouts, tile and scalings."""
+    return "\n".join([
+        *_hopper.type_headers(a, b),
+        '#include "blasdx/hopper/group_scheduler.cuh"',
+        "struct GroupedConfig {",
+        *_hopper.config_members(a, b, config, a_k_major, b_k_major),
+        f"    using c_type = {_hopper._STORAGE_TYPES[c.name]};",
+        f"    static constexpr int max_groups = {MAX_GROUPS};",
+        "    using scheduler = blasdx::hopper::GroupScheduler<bm, bn, bk, group_m, max_groups>;",
+        f"    static constexpr int x_scaling = {SCALINGS[x_scaling]}, y_scaling = {SCALINGS[y_scaling]};",
+        "};",
+        '#include "hopper_grouped_gemm.cu"',
+        "",
+    ])
+
+
+class GroupedPlan:
+    """What every grouped call of one kind (types, layouts, shapes, strides, device) runs.
+
+    ``rows`` is A's row extent (contiguous: total rows; masked: max_m), ``groups`` the group
+    count, ``n`` / ``k`` the products' N and K. ``a_geometry`` / ``b_geometry`` are
+    (ld, batch_stride) in elements: A's row (or column, M-major) stride and, masked, its group
+    stride; B's stride between N (or K) lines and between groups. ``route_a`` / ``route_b`` are
+    the operands' routes (blasdx.engine.hopper.route); one that needs a repacked copy is an
+    ExecutionError naming it. ``x_scaling`` / ``y_scaling``: "none", "row" / "column" or "block".
+    """
+
+    def __init__(self, a: _dt.DType, b: _dt.DType, c: _dt.DType, layout: str, groups: int, rows: int, n: int,
+                 k: int, route_a: _hopper.OperandRoute, route_b: _hopper.OperandRoute,
+                 a_geometry: tuple[int, int], b_geometry: tuple[int, int], ptr_a: int, ptr_b: int,
+                 multiprocessors: int, x_scaling: str = "none", y_scaling: str = "none",
+                 config: _hopper.EngineConfig | None = None, rows_per_group: float | None = None) -> None:
+        if k == 0:  # nothing is loaded: maps of one K-major column of 16-byte rows stand in for the operands
+            route_a, route_b = _hopper.OperandRoute("x", True), _hopper.OperandRoute("w", True)
+            a_geometry, b_geometry = (16 // a.size, rows * 16 // a.size), (16 // b.size, n * 16 // b.size)
+        for r in (route_a, route_b):
+            if r.repack is not None:
+                raise ExecutionError(f"{r.argument}: the grouped engine reads operands in place, and this one cannot "
+                                     f"be read so ({r.repack}); pass a contiguous copy")
+        if groups > MAX_GROUPS:
+            raise ExecutionError(f"{groups} groups: one grouped launch takes at most {MAX_GROUPS}")
+        self.a, self.b, self.c = a, b, c
+        self.layout, self.groups, self.rows, self.n, self.k = layout, groups, rows, n, k
+        self.route_a, self.route_b = route_a, route_b
+        self.x_scaling, self.y_scaling = x_scaling, y_scaling
+        if rows_per_group is None:
+            rows_per_group = rows / max(groups, 1) if layout == "contiguous" else rows
+        self.config = config or choose_config(a, rows_per_group)
+        if "block" in (x_scaling, y_scaling) and not self.config.promotion:
+            raise ValueError("block scales are applied at promotion: they need a configuration that promotes")
+        self.multiprocessors = multiprocessors
+        bk = self.config.bk
+        kk = max(k, 1)  # K = 0: a map of one (never loaded) column; every group's result is zeros
+        masked = layout == "masked"
+        self.operand_a = _hopper._operand(route_a, a, rows, kk, a_geometry[0], groups if masked else 1,
+                                          a_geometry[1], self.config.bm, bk)
+        self.operand_b = _hopper._operand(route_b, b, n, kk, b_geometry[0], groups, b_geometry[1], self.config.bn,
+                                          bk)
+        # an upper bound of the units: every group's rows plus one partial tile row each
+        tile_rows = (math.ceil(rows / self.config.bm) + groups) if not masked else groups * math.ceil(
+            rows / self.config.bm)
+        units = tile_rows * math.ceil(n / self.config.bn)
+        self.grid = (max(1, min(units, multiprocessors)), 1, 1)
+        source = grouped_source(a, b, c, self.config, route_a.k_major, route_b.k_major, x_scaling, y_scaling)
+        self._gemm = _hopper._Kernel(source, KERNEL_NAME, _hopper.ARCH, _PARAMS, self.config.shared_memory(a.size))
+        self._mapped = [ptr_a if k else _hopper._SCRATCH_ALIGNMENT, ptr_b if k else _hopper._SCRATCH_ALIGNMENT]
+        self._maps = [_driver.encode_tiled(t.name, ptr, op.dims, op.strides, op.box, _hopper._SWIZZLE)
+                      for t, ptr, op in ((a, self._mapped[0], self.operand_a), (b, self._mapped[1], self.operand_b))]
+
+    @property
+    def compiled(self) -> Any:
+        """The grouped GEMM's CompiledKernel (SASS, registers, spills)."""
+        return self._gemm.compiled
+
+    @property
+    def source(self) -> str:
+        return self._gemm.source
+
+    @property
+    def static_shared_memory(self) -> int:
+        """Bytes of the group table the kernel keeps in static shared memory."""
+        return _STATIC_TABLE
+
+    def describe(self) -> str:
+        """The path and what it chose: tile, layouts, scales."""
+        text = f"hopper grouped wgmma+TMA, {self.layout} groups, {self.config}"
+        for r in (self.route_a, self.route_b):
+            text += f", {r.argument} {'K-major' if r.k_major else 'MN-major'}"
+        if self.x_scaling != "none" or self.y_scaling != "none":
+            text += f", scales: x per {self.x_scaling}, w per {self.y_scaling}"
+        return text
+
+    def __repr__(self) -> str:
+        return f"GroupedPlan({self.describe()})"
+
+    def run(self, device_id: int, stream: int, a_ptr: int, b_ptr: int, bounds_ptr: int, d_ptr: int,
+            d_strides: tuple[int, int, int], sx: tuple[int, int, int, int] = (0, 0, 0, 0),
+            sy: tuple[int, int, int, int] = (0, 0, 0, 0)) -> None:
+        """Launch on ``stream``: D's (row, column, group) element strides; scales as (address, row, column,
+        group) element strides (contiguous x: group stride 0); ``bounds_ptr`` offs or counts (0: none)."""
+        gemm = self._gemm
+        with gemm.params.lock:
+            self._point_maps(a_ptr, b_ptr)
+            gemm.fill((None, None, d_ptr, bounds_ptr, LAYOUTS[self.layout], self.groups, self.rows, self.n, self.k,
+                       int(self.operand_a.batched), int(self.operand_b.batched), *d_strides, *sx, *sy))
+            gemm.launch(device_id, self.grid, (self.config.threads, 1, 1), stream)
+
+    def _point_maps(self, a_ptr: int, b_ptr: int) -> None:
+        if not self.k:
+            a_ptr = b_ptr = _hopper._SCRATCH_ALIGNMENT
+        maps, mapped, params = self._maps, self._mapped, self._gemm.params
+        for i, ptr in enumerate((a_ptr, b_ptr)):
+            if ptr != mapped[i]:
+                maps[i].replace_address(ptr)
+                mapped[i] = ptr
+        if params.maps.get(0) is not maps[0]:
+            params.set_map(0, maps[0])
+            params.set_map(1, maps[1])

@@ -1,0 +1,50 @@
+// Grouped GEMM on Hopper (sm_90a): for each group g, D_g = (A_g * sx) (B_g * sy), one
+// persistent launch over every group's tiles (blasdx/hopper/group_scheduler.cuh), on the
+// engine of hopper_gemm.cu (blasdx/hopper/gemm.cuh). Mixture-of-experts layers: each expert's
+// rows of tokens times that expert's weights; blasdx/calls/grouped_mm.py states the semantics.
+//
+// Expects the prelude to define `GroupedConfig` (gemm.cuh's members plus c_type, scheduler =
+// GroupScheduler<bm, bn, bk, group_m, max_groups>, max_groups, x_scaling, y_scaling; scalings
+// of scaling.cuh, SCALE_TENSOR meaning none). A comes as a rank-3 tensor map: contiguous
+// layout (K, total, 1) (or (total, K, 1) M-major), masked layout (K, max_m, G); B as (K, N, G)
+// K-major or (N, K, G) N-major. `bounds` is offs (int32 cumulative end rows, contiguous) or
+// counts (int32 rows per group, masked; null: max_m each). Rows past a group's end are not
+// stored (the masked layout leaves them as they were). Strides are in elements.
+#include "blasdx/hopper/gemm.cuh"
+#include "blasdx/hopper/group_epilogue.cuh"
+
+namespace blasdx {
+namespace hopper {
+
+using Engine = DeviceGemm<GroupedConfig>;
+using TC = GroupedConfig::c_type;
+constexpr int XS = GroupedConfig::x_scaling, YS = GroupedConfig::y_scaling;
+using Table = GroupTable<GroupedConfig::max_groups>;
+using Store = GroupStore<TC, XS, YS>;
+using Blocks = GroupBlockScales<XS == SCALE_BLOCK, YS == SCALE_BLOCK>;
+static_assert(Engine::CLUSTER == 1, "a grouped launch runs without clusters (adjacent tiles may be other groups')");
+static_assert(Engine::PROMOTION > 0 || (XS != SCALE_BLOCK && YS != SCALE_BLOCK),
+              "block scales are applied at promotion: a configuration without promotion takes none");
+
+}  // namespace hopper
+}  // namespace blasdx
+
+extern "C" __global__ void __launch_bounds__(blasdx::hopper::Engine::THREADS, 1)
+    blasdx_hopper_grouped_gemm(const __grid_constant__ blasdx::hopper::TensorMap map_a,
+                               const __grid_constant__ blasdx::hopper::TensorMap map_b, blasdx::hopper::TC* d,
+                               const int* bounds, int layout, int groups, int rows, int n, int k, int batched_a,
+                               int batched_b, blasdx::i64 d_row, blasdx::i64 d_col, blasdx::i64 d_group,
+                               const float* sx, blasdx::i64 sx_row, blasdx::i64 sx_col, blasdx::i64 sx_group,
+                               const float* sy, blasdx::i64 sy_row, blasdx::i64 sy_col, blasdx::i64 sy_group) {
+    using namespace blasdx::hopper;
+    extern __shared__ __align__(16) unsigned char smem[];
+    __shared__ Table table;
+    if (groups > GroupedConfig::max_groups) __trap();  // the host refuses more
+    table.build<Engine::BM, Engine::THREADS>(layout, bounds, groups, rows);
+    const Engine::Sched sched(&table, groups, rows, n, k);
+    const Store store{d, sx, sy, n, rows, d_row, d_col, d_group, sx_row, sx_group, sy_col, sy_group,
+                      pairs_aligned(d, d_row, d_col, d_group)};
+    const StoreEachPair<Store> epi{store};
+    const Blocks blocks{sx, sy, sx_row, sx_col, sx_group, sy_row, sy_col, sy_group, rows, n};
+    Engine::run(smem, &map_a, &map_b, sched, batched_a != 0, batched_b != 0, epi, blocks);
+}
