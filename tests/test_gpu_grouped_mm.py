@@ -117,7 +117,7 @@ def test_bf16_contiguous(torch, groups, total, routing):
 @pytest.mark.parametrize(("a", "c"), [(F16, F16), (F16, F32), (BF16, F32)])
 def test_types_and_layouts(torch, a, c):
     gen = torch.Generator(device="cuda").manual_seed(5)
-    groups, total, k, n = 6, 1500, 264, 392
+    groups, total, k, n = 6, 1504, 264, 392  # M-major x: total rows of 16 bytes
     counts = sizes(groups, total, "zipf", 3)
     x = operand(torch, (k, total), a, gen).t()  # M-major x
     w = weights(torch, groups, k, n, a, gen, "KN")
@@ -217,7 +217,7 @@ def _block_reference(x, w, counts, sx, sw, torch):
 @pytest.mark.parametrize("out_dtype", [BF16, F32])
 def test_fp8_block_scales(torch, out_dtype):
     gen = torch.Generator(device="cuda").manual_seed(22)
-    groups, total, k, n = 12, 3000, 1000, 520
+    groups, total, k, n = 12, 3000, 1008, 520  # fp8 rows of K bytes: a multiple of 16
     counts = sizes(groups, total, "empty", 5)
     kb, nb = math.ceil(k / 128), math.ceil(n / 128)
     x = (2 * torch.randn((total, k), device="cuda", generator=gen)).to(torch.float8_e4m3fn)
