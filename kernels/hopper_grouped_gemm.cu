@@ -4,10 +4,12 @@
 // rows of tokens times that expert's weights; blasdx/calls/grouped_mm.py states the semantics.
 //
 // Expects the prelude to define `GroupedConfig` (gemm.cuh's members plus c_type, scheduler =
-// GroupScheduler<bm, bn, bk, group_m, max_groups>, max_groups, x_scaling, y_scaling; scalings
-// of scaling.cuh, SCALE_TENSOR meaning none). A comes as a rank-3 tensor map: contiguous
-// layout (K, total, 1) (or (total, K, 1) M-major), masked layout (K, max_m, G); B as (K, N, G)
-// K-major or (N, K, G) N-major. `bounds` is offs (int32 cumulative end rows, contiguous) or
+// GroupScheduler<bm, bn, bk, group_m, max_groups> or KGroupScheduler<...>, max_groups,
+// x_scaling, y_scaling; scalings of scaling.cuh, SCALE_TENSOR meaning none). A comes as a
+// rank-3 tensor map: contiguous layout (K, total, 1) (or (total, K, 1) M-major), masked layout
+// (K, max_m, G); B as (K, N, G) K-major or (N, K, G) N-major. Groups along K
+// (KGroupScheduler): A (K', M, 1) and B (K', N, 1), K' the groups' K ranges padded to whole
+// steps (grouped_pad.cu), bounds the offs along K, D [G, M, N]. `bounds` is offs (int32 cumulative end rows, contiguous) or
 // counts (int32 rows per group, masked; null: max_m each). Rows past a group's end are not
 // stored (the masked layout leaves them as they were). Strides are in elements.
 #include "blasdx/hopper/gemm.cuh"
@@ -40,7 +42,8 @@ extern "C" __global__ void __launch_bounds__(blasdx::hopper::Engine::THREADS, 1)
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ Table table;
     if (groups > GroupedConfig::max_groups) __trap();  // the host refuses more
-    table.build<Engine::BM, Engine::THREADS>(layout, bounds, groups, rows);
+    // groups along M: row ranges in tile rows; along K: K ranges (of k) in K steps
+    table.build<Engine::Sched::GRAIN, Engine::THREADS>(layout, bounds, groups, Engine::Sched::ALONG_K ? k : rows);
     const Engine::Sched sched(&table, groups, rows, n, k);
     const Store store{d, sx, sy, n, rows, d_row, d_col, d_group, sx_row, sx_group, sy_col, sy_group,
                       pairs_aligned(d, d_row, d_col, d_group)};

@@ -1,7 +1,7 @@
 """GPU correctness of bx.grouped_mm (sm_90 only) against a loop of float64 products per group.
 
 Group counts 1-256, uniform, skewed (Zipf) and empty groups, M not a multiple of the tile,
-operand layouts, the contiguous, batched and masked layouts, fp8 with per-row / per-column
+operand layouts, the contiguous, batched and masked layouts, groups along K (2D x 2D), fp8 with per-row / per-column
 and block scales, and CUDA-graph replay with new offsets written into the same array. Outputs
 are poisoned (NaN) before every call; rows a masked call must not write stay NaN.
 """
@@ -177,6 +177,26 @@ def test_graph_replay_with_new_offsets(torch):
         graph.replay()
         torch.cuda.synchronize()
         assert error(out, reference(torch, x, w, counts)) <= tolerance(BF16, BF16, k), routing
+
+
+@pytest.mark.parametrize(("groups", "routing"), [(1, "uniform"), (8, "zipf"), (8, "empty"), (64, "zipf")])
+def test_groups_along_k(torch, groups, routing):
+    """The weight-gradient form: x [M, total_k] (dY^T, M-major) with w [total_k, N] -> [G, M, N]."""
+    gen = torch.Generator(device="cuda").manual_seed(31 + groups)
+    total, m, n = 5000, 264, 392
+    counts = sizes(groups, total, routing, groups)
+    x = operand(torch, (total, m), BF16, gen).t()
+    w = operand(torch, (total, n), BF16, gen)
+    out = torch.full((groups, m, n), float("nan"), dtype=torch.float32, device="cuda")
+    bx.grouped_mm(x, w, offsets(torch, counts), out=out)
+    start = 0
+    ref = torch.empty((groups, m, n), dtype=torch.float64, device="cuda")
+    for g, rows in enumerate(counts.tolist()):
+        ref[g] = x[:, start:start + rows].double() @ w[start:start + rows].double()
+        start += rows
+    assert error(out, ref) <= tolerance(BF16, F32, int(counts.max())), routing
+    got = bx.grouped_mm(x.contiguous(), w, offsets(torch, counts))  # K-major x, bf16 result
+    assert got.shape == (groups, m, n) and error(got, ref) <= tolerance(BF16, BF16, int(counts.max()))
 
 
 # ---- fp8 ---------------------------------------------------------------------------------------------

@@ -94,7 +94,10 @@ def test_scale_shapes(shape, strides, form, is_x, expected):
     ({"x": view((T, K), dt.float32)}, (r"^x: grouped_mm multiplies float16, bfloat16, float8_e4m3 or float8_e5m2, "
                                         r"not float32")),
     ({"w": w_nk(dtype=F16)}, r"^w: float16 does not match x's bfloat16"),
-    ({"w": view((K, N))}, r"^w: shape \(1040, 776\): grouped_mm takes w as \[G, K, N\]"),
+    ({"w": view((2, 3, K, N))}, r"^w: shape \(2, 3, 1040, 776\): grouped_mm takes w as \[G, K, N\]"),
+    ({"w": view((K + 1, N))}, r"^x: shape \(3000, 1040\) and w: shape \(1041, 776\) do not multiply"),
+    ({"w": view((K, N)), "counts": OFFS}, r"^counts: the 2D x 2D form \(groups along K\) takes offs"),
+    ({"w": view((K, N)), "offs": None}, r"^offs: x \[M, total_k\] with w \[total_k, N\] needs offs"),
     ({"w": w_nk(groups=0)}, r"^w: shape has 0 groups"),
     ({"x": view((T, K + 1))}, r"^x: shape \(3000, 1041\) and w: shape \(8, 1040, 776\) do not multiply"),
     ({"x": view((T,))}, r"^x: shape \(3000,\) has rank 1"),
@@ -137,6 +140,8 @@ FP8_W = w_nk(dtype=E4M3)
     ({"scale_w": view((N,), F32)}, (r"^scale_w: shape \(776,\) covers .* \(8, 776\) or \(8, 1, 776\) per column, "
                                     r"\(8, 9, 7\) per 128 x 128 block")),
     ({"scale_w": view((G, N), F32, (-N, 1))}, r"^scale_w: negative strides"),
+    ({"w": view((K, N), E4M3, ptr=PTR + 2**30)}, (r"^x: the 2D x 2D form \(groups along K\) takes float16 or "
+                                                  r"bfloat16, not float8_e4m3")),
     ({"w": view((G, K, N), E4M3, ptr=PTR + 2**30)}, (r"^w: the grouped engine reads operands in place, and this one "
                                                       r"cannot be read so \(float8_e4m3 wgmma reads K-major")),
 ])
@@ -205,6 +210,20 @@ def test_fp8_plan():
     assert "static constexpr int x_scaling = 1, y_scaling = 1;" in p.source and p.b == E4M3
 
 
+def test_groups_along_k_plan(fake_device):
+    x = view((300, K), strides=(1, 300))  # [M, total_k] M-major: dY^T of a [total_k, M] gradient
+    w = view((K, N))
+    form = grouped.form_of(x, w, OFFS, None)
+    assert form == grouped.Form("along_k", G, 300, N, K, (G, 300, N))
+    p = plan_of(x, w, form)
+    kp = (math.ceil(K / 64) + G) * 64  # every group's K range rounded up to whole steps fits
+    assert p.k_padded == kp and p._pad is not None and "KGroupScheduler" in p.source
+    a, b = fake_device.calls[-2:]
+    assert (a.dims, a.strides, a.pointer) == ((kp, 300, 1), (2 * kp, 2 * kp * 300), 256)  # the padded copies
+    assert (b.dims, b.box) == ((kp, N, 1), (64, 128, 1)) and not p.operand_b.batched
+    assert p.grid == (132, 1, 1)
+
+
 def test_k_zero_maps_a_placeholder(fake_device):
     p = plan_of(view((T, 0)), w_nk(k=0), grouped.Form("contiguous", G, T, N, 0, (T, N)))
     assert all(call.pointer == 256 for call in fake_device.calls[-2:]) and p.k == 0
@@ -228,6 +247,14 @@ def test_16bit_kernels_compile(name, a_k_major, b_k_major, c):
     config = hopper.replace(hopper.CONFIGS[name], bk=64)
     _checked(engine.grouped_source(BF16 if c != F16 else F16, BF16 if c != F16 else F16, c, config, a_k_major,
                                    b_k_major), "HGMMA")
+
+
+@pytest.mark.slow
+def test_groups_along_k_kernels_compile():
+    config = hopper.replace(hopper.PINGPONG, bk=64)
+    _checked(engine.grouped_source(BF16, BF16, F32, config, True, True, along_k=True), "HGMMA")
+    pad = cached_compile(engine.pad_source(2, 64), engine.PAD_NAME, "sm_90")
+    assert pad.local_memory == 0
 
 
 @pytest.mark.slow

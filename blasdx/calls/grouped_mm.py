@@ -7,7 +7,9 @@ PyTorch's ``grouped_mm`` semantics, on the Hopper engine (blasdx.engine.grouped)
   result are x's same rows times w[g]; result [total, N];
 * batched: x [G, M, K], w [G, K, N], result [G, M, N] (every group M rows);
 * masked (decode): as batched, with ``counts`` an int32 [G] array of rows per group: only
-  rows [0, counts[g]) of group g are computed and written, the rest of out is left as it is.
+  rows [0, counts[g]) of group g are computed and written, the rest of out is left as it is;
+* groups along K (2D x 2D, the weight gradient): x [M, total_k], w [total_k, N], ``offs`` the
+  end of each group's K range; result [G, M, N] (16-bit inputs).
 
 Group sizes are read on the device, so a CUDA graph captured once replays with new offsets or
 counts written into the same arrays. fp8 inputs (float8_e4m3 / float8_e5m2) take float32
@@ -58,10 +60,26 @@ class Form(NamedTuple):
 
 def form_of(vx: ArrayView, vw: ArrayView, voffs: ArrayView | None, vcounts: ArrayView | None) -> Form:
     """The form the operands' ranks and the bounds given state; ExecutionError naming what does not fit."""
+    if len(vw.shape) == 2 and len(vx.shape) == 2:  # groups along K
+        if vcounts is not None:
+            raise ExecutionError("counts: the 2D x 2D form (groups along K) takes offs")
+        if voffs is None:
+            raise ExecutionError("offs: x [M, total_k] with w [total_k, N] needs offs, the int32 end of each group's "
+                                 "K range")
+        if vx.shape[1] != vw.shape[0]:
+            raise ExecutionError(f"x: shape {tuple(vx.shape)} and w: shape {tuple(vw.shape)} do not multiply "
+                                 f"(K = {vx.shape[1]} vs {vw.shape[0]})")
+        if vx.dtype not in _SIXTEEN:
+            raise ExecutionError(f"x: the 2D x 2D form (groups along K) takes float16 or bfloat16, not "
+                                 f"{vx.dtype.name}")
+        groups = voffs.shape[0] if len(voffs.shape) == 1 else -1
+        _check_bounds(voffs, "offs", max(groups, 1))
+        m, n = vx.shape[0], vw.shape[1]
+        return Form("along_k", groups, m, n, vx.shape[1], (groups, m, n))
     if len(vw.shape) != 3:
         raise ExecutionError(
-            f"w: shape {tuple(vw.shape)}: grouped_mm takes w as [G, K, N] (one matrix per group); the 2D x 2D form "
-            "(groups along K) is not supported"
+            f"w: shape {tuple(vw.shape)}: grouped_mm takes w as [G, K, N] (one matrix per group), or x [M, total_k] "
+            "with w [total_k, N] (groups along K)"
         )
     groups, k, n = vw.shape
     if groups < 1:
@@ -200,6 +218,11 @@ def _plan(vx: ArrayView, vw: ArrayView, form: Form, c: _dt.DType, sx: Scale, sw:
         raise DeviceError(f"grouped_mm runs on the Hopper engine (sm_90: H100, H200); device {device_id} is "
                           f"sm_{device.sm}")
     mx, mw = _ag._matrix(vx, "x"), _ag._matrix(vw, "w")
+    if form.layout == "along_k":  # read by the padding copy, with any strides
+        route = _hopper.OperandRoute("x", True), _hopper.OperandRoute("w", True)
+        plan = _grouped.GroupedPlan(vx.dtype, vw.dtype, c, form.layout, form.groups, form.rows, form.n, form.k,
+                                    *route, (0, 0), (0, 0), vx.ptr, vw.ptr, device.multiprocessors)
+        return _Call(plan, form, c, device_id, sx, sw)
     masked = form.layout == "masked"
     route_a = _hopper.route("x", vx.dtype, vx.ptr, mx.row_major, mx.ld, mx.outer, mx.batch_stride,
                             masked and form.groups > 1)
@@ -215,10 +238,13 @@ def _check_offsets(array: Any, argument: str, form: Form, stream: Any) -> None:
     """Read offs / counts back (a synchronisation) and check their values."""
     values = np.asarray(_arrays.from_device(array, stream=stream)).astype(np.int64)
     if argument == "offs":
+        along_k = form.layout == "along_k"
+        ends, total = ("ends of K ranges", form.k) if along_k else ("end rows", form.rows)
         if values.size and (np.any(values < 0) or np.any(np.diff(values) < 0)):
-            raise ExecutionError(f"offs: expected non-negative, non-decreasing end rows, got {values.tolist()[:16]}")
-        if values.size and values[-1] != form.rows:
-            raise ExecutionError(f"offs: the last entry is {values[-1]}, expected the total rows of x, {form.rows}")
+            raise ExecutionError(f"offs: expected non-negative, non-decreasing {ends}, got {values.tolist()[:16]}")
+        if values.size and values[-1] != total:
+            raise ExecutionError(f"offs: the last entry is {values[-1]}, expected "
+                                 f"{'the K of x and w' if along_k else 'the total rows of x'}, {total}")
     elif np.any(values < 0) or np.any(values > form.rows):
         raise ExecutionError(f"counts: expected rows per group in [0, {form.rows}], got {values.tolist()[:16]}")
 
@@ -292,8 +318,14 @@ def grouped_mm(x: Any, w: Any, offs: Any = None, *, counts: Any = None, out_dtyp
                 d_group = 0
             sxp = (0, 0, 0, 0) if vsx is None else (vsx.ptr, sx.row, sx.col, sx.group)
             swp = (0, 0, 0, 0) if vsw is None else (vsw.ptr, sw.row, sw.col, sw.group)
-            call.plan.run(call.device_id, handle, vx.ptr, vw.ptr, 0 if bounds is None else bounds.ptr, vout.ptr,
-                          (d_row, d_col, d_group), sxp, swp)
+            if form.layout == "along_k":
+                x_k, x_o = vx.strides[1], vx.strides[0]
+                w_k, w_o = vw.strides[0], vw.strides[1]
+                call.plan.run_along_k(call.device_id, handle, (vx.ptr, x_k, x_o), (vw.ptr, w_k, w_o), voffs.ptr,
+                                      vout.ptr, (d_row, d_col, d_group))
+            else:
+                call.plan.run(call.device_id, handle, vx.ptr, vw.ptr, 0 if bounds is None else bounds.ptr,
+                              vout.ptr, (d_row, d_col, d_group), sxp, swp)
     finally:
         if token is not None:
             _devices.leave(token)

@@ -9,8 +9,11 @@ replays of a CUDA graph and no host synchronisation is needed. This module choos
 configuration, writes the kernel's prelude, encodes the tensor maps and launches
 (:class:`GroupedPlan`); blasdx.calls.grouped_mm checks the arguments.
 
-Layouts (``layout``): "contiguous" (A is [total, K], group g's rows [offs[g - 1], offs[g]))
-and "masked" (A is [G, max_m, K], group g's first counts[g] rows; no counts: all of them).
+Layouts (``layout``): "contiguous" (A is [total, K], group g's rows [offs[g - 1], offs[g])),
+"masked" (A is [G, max_m, K], group g's first counts[g] rows; no counts: all of them) and
+"along_k" (A is [M, total_k], B [total_k, N], group g's K range [offs[g - 1], offs[g]); both are
+first copied with each group's K range padded to whole K steps by kernels/grouped_pad.cu, so
+that no K step of the GEMM mixes two groups).
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ KERNEL_NAME = "blasdx_hopper_grouped_gemm"
 #: Groups one launch takes (the shared-memory table of group_scheduler.cuh: 12 KB).
 MAX_GROUPS = 1024
 #: The A layouts and their codes in group_scheduler.cuh (GroupLayout).
-LAYOUTS = {"contiguous": 0, "masked": 1}
+LAYOUTS = {"contiguous": 0, "masked": 1, "along_k": 0}
 #: How a scale covers its operand (scaling.cuh's codes; "none": no factor).
 SCALINGS = {"none": 0, "row": 1, "column": 1, "block": 2}
 _FP8 = (_dt.float8_e4m3, _dt.float8_e5m2)
@@ -50,6 +53,8 @@ SERVED = {a: _RESULTS for a in (*_SIXTEEN, *_FP8)}
 _PARAMS = ("map", "map", "u64", "u64", "i32", "i32", "i32", "i32", "i32", "i32", "i32", "i64", "i64", "i64", "u64",
            "i64", "i64", "i64", "u64", "i64", "i64", "i64")
 _STATIC_TABLE = 4 * (3 * MAX_GROUPS + 1)  # bytes of the kernel's static shared table
+PAD_NAME = "blasdx_grouped_pad"
+_PAD_PARAMS = ("u64", "u64", "u64", "i32", "i32", "i32", "i64", "i64", "i64", "i32")
 
 
 def choose_config(a: _dt.DType, rows_per_group: float) -> _hopper.EngineConfig:
@@ -70,8 +75,10 @@ def choose_config(a: _dt.DType, rows_per_group: float) -> _hopper.EngineConfig:
 
 
 def grouped_source(a: _dt.DType, b: _dt.DType, c: _dt.DType, config: _hopper.EngineConfig, a_k_major: bool,
-                   b_k_major: bool, x_scaling: str = "none", y_scaling: str = "none") -> str:
-    """kernels/hopper_grouped_gemm.cu instantiated for the types, layouts, tile and scalings."""
+                   b_k_major: bool, x_scaling: str = "none", y_scaling: str = "none", along_k: bool = False) -> str:
+    """kernels/hopper_grouped_gemm.cu instantiated for the types, layouts, tile and scalings (``along_k``: the
+    K-grouped scheduler)."""
+    scheduler = "KGroupScheduler" if along_k else "GroupScheduler"
     return "\n".join([
         *_hopper.type_headers(a, b),
         '#include "blasdx/hopper/group_scheduler.cuh"',
@@ -79,12 +86,22 @@ def grouped_source(a: _dt.DType, b: _dt.DType, c: _dt.DType, config: _hopper.Eng
         *_hopper.config_members(a, b, config, a_k_major, b_k_major),
         f"    using c_type = {_hopper._STORAGE_TYPES[c.name]};",
         f"    static constexpr int max_groups = {MAX_GROUPS};",
-        "    using scheduler = blasdx::hopper::GroupScheduler<bm, bn, bk, group_m, max_groups>;",
+        f"    using scheduler = blasdx::hopper::{scheduler}<bm, bn, bk, group_m, max_groups>;",
         f"    static constexpr int x_scaling = {SCALINGS[x_scaling]}, y_scaling = {SCALINGS[y_scaling]};",
         "};",
         '#include "hopper_grouped_gemm.cu"',
         "",
     ])
+
+
+def pad_source(itemsize: int, step: int) -> str:
+    """kernels/grouped_pad.cu for elements of ``itemsize`` bytes and K steps of ``step`` elements."""
+    return f"using pad_type = {_hopper._UNSIGNED[itemsize]};\n#define PAD_STEP {step}\n#include \"grouped_pad.cu\"\n"
+
+
+def padded_k(k: int, groups: int, step: int) -> int:
+    """K extent of the padded copies: every group's K range rounded up to whole steps fits in it."""
+    return (math.ceil(k / step) + groups) * step
 
 
 class GroupedPlan:
@@ -124,19 +141,30 @@ class GroupedPlan:
         self.multiprocessors = multiprocessors
         bk = self.config.bk
         kk = max(k, 1)  # K = 0: a map of one (never loaded) column; every group's result is zeros
-        masked = layout == "masked"
+        masked, along_k = layout == "masked", layout == "along_k"
+        self._pad = None
+        if along_k:  # both operands come from K-major padded copies
+            if a.size != 2:
+                raise ExecutionError(f"x: the 2D x 2D form (groups along K) takes 16-bit inputs, not {a.name}")
+            self.k_padded = kk = padded_k(k, groups, bk)
+            route_a, route_b = _hopper.OperandRoute("x", True), _hopper.OperandRoute("w", True)
+            self.route_a, self.route_b = route_a, route_b
+            a_geometry, b_geometry = (kk, 0), (kk, 0)
+            self._pad = _hopper._Kernel(pad_source(a.size, bk), PAD_NAME, "sm_90", _PAD_PARAMS)
         self.operand_a = _hopper._operand(route_a, a, rows, kk, a_geometry[0], groups if masked else 1,
                                           a_geometry[1], self.config.bm, bk)
-        self.operand_b = _hopper._operand(route_b, b, n, kk, b_geometry[0], groups, b_geometry[1], self.config.bn,
-                                          bk)
+        self.operand_b = _hopper._operand(route_b, b, n, kk, b_geometry[0], 1 if along_k else groups, b_geometry[1],
+                                          self.config.bn, bk)
         # an upper bound of the units: every group's rows plus one partial tile row each
-        tile_rows = (math.ceil(rows / self.config.bm) + groups) if not masked else groups * math.ceil(
-            rows / self.config.bm)
+        tile_rows = ((math.ceil(rows / self.config.bm) + groups) if layout == "contiguous" else
+                     groups * math.ceil(rows / self.config.bm))
         units = tile_rows * math.ceil(n / self.config.bn)
         self.grid = (max(1, min(units, multiprocessors)), 1, 1)
-        source = grouped_source(a, b, c, self.config, route_a.k_major, route_b.k_major, x_scaling, y_scaling)
+        source = grouped_source(a, b, c, self.config, route_a.k_major, route_b.k_major, x_scaling, y_scaling, along_k)
         self._gemm = _hopper._Kernel(source, KERNEL_NAME, _hopper.ARCH, _PARAMS, self.config.shared_memory(a.size))
-        self._mapped = [ptr_a if k else _hopper._SCRATCH_ALIGNMENT, ptr_b if k else _hopper._SCRATCH_ALIGNMENT]
+        placeholder = not k or along_k  # no operand yet (the padded copies' scratch is known at the first call)
+        self._mapped = [_hopper._SCRATCH_ALIGNMENT if placeholder else ptr_a,
+                        _hopper._SCRATCH_ALIGNMENT if placeholder else ptr_b]
         self._maps = [_driver.encode_tiled(t.name, ptr, op.dims, op.strides, op.box, _hopper._SWIZZLE)
                       for t, ptr, op in ((a, self._mapped[0], self.operand_a), (b, self._mapped[1], self.operand_b))]
 
@@ -178,8 +206,28 @@ class GroupedPlan:
                        int(self.operand_a.batched), int(self.operand_b.batched), *d_strides, *sx, *sy))
             gemm.launch(device_id, self.grid, (self.config.threads, 1, 1), stream)
 
+    def run_along_k(self, device_id: int, stream: int, x: tuple[int, int, int], w: tuple[int, int, int],
+                    offs_ptr: int, d_ptr: int, d_strides: tuple[int, int, int]) -> None:
+        """The 2D x 2D form: x and w as (address, K stride, other stride) in elements, copied with each group's K
+        range padded to whole steps (kernels/grouped_pad.cu), then the K-grouped GEMM into D [G, M, N]."""
+        size, kp = self.a.size, self.k_padded
+        copies = []
+        for slot, (ptr, k_stride, o_stride), other in (("grouped x", x, self.rows), ("grouped w", w, self.n)):
+            target = _hopper._SCRATCH.get(device_id, stream, None, slot, max(other, 1) * kp * size)
+            tiles = math.ceil(kp / 32) * math.ceil(other / 32)
+            with self._pad.params.lock:
+                self._pad.fill((ptr, target, offs_ptr, self.groups, self.k, other, k_stride, o_stride, kp, kp))
+                self._pad.launch(device_id, (max(1, min(tiles, 4 * self.multiprocessors)), 1, 1), (256, 1, 1), stream)
+            copies.append(target)
+        gemm = self._gemm
+        with gemm.params.lock:
+            self._point_maps(*copies)
+            gemm.fill((None, None, d_ptr, offs_ptr, LAYOUTS[self.layout], self.groups, self.rows, self.n, self.k,
+                       0, 0, *d_strides, 0, 0, 0, 0, 0, 0, 0, 0))
+            gemm.launch(device_id, self.grid, (self.config.threads, 1, 1), stream)
+
     def _point_maps(self, a_ptr: int, b_ptr: int) -> None:
-        if not self.k:
+        if not self.k and self.layout != "along_k":
             a_ptr = b_ptr = _hopper._SCRATCH_ALIGNMENT
         maps, mapped, params = self._maps, self._mapped, self._gemm.params
         for i, ptr in enumerate((a_ptr, b_ptr)):

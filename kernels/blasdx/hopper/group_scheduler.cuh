@@ -94,8 +94,26 @@ struct GroupTable {
     }
 };
 
+// The last group whose first entry (tile row or K step) is at most r: an empty group shares
+// its first entry with the next, so the last such is the one holding r.
+__device__ __forceinline__ int group_holding(const int* first, int groups, int r) {
+    int lo = 0, hi = groups;  // answer in [lo, hi)
+    while (hi - lo > 1) {
+        const int mid = (lo + hi) / 2;
+        if (first[mid] <= r) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    return lo;
+}
+
+// Groups along M (contiguous or masked layouts): the table is built in tile rows (GRAIN = BM).
 template <int BM, int BN, int BK, int GROUP_M, int MAX_GROUPS>
 struct GroupScheduler {
+    static constexpr int GRAIN = BM;
+    static constexpr bool ALONG_K = false;
     const GroupTable<MAX_GROUPS>* table;
     int m;  // rows of A's map that exist (the producer loads A's tile below it)
     int groups, tiles_n, steps, units;
@@ -108,20 +126,7 @@ struct GroupScheduler {
         units = table->first[groups] * tiles_n;
     }
 
-    // The group of tile row r: the last group whose first tile row is at most r (an empty group
-    // shares its first tile row with the next, so the last such is the one holding r).
-    __device__ __forceinline__ int group_of(int r) const {
-        int lo = 0, hi = groups;  // answer in [lo, hi)
-        while (hi - lo > 1) {
-            const int mid = (lo + hi) / 2;
-            if (table->first[mid] <= r) {
-                lo = mid;
-            } else {
-                hi = mid;
-            }
-        }
-        return lo;
-    }
+    __device__ __forceinline__ int group_of(int r) const { return group_holding(table->first, groups, r); }
 
     __device__ __forceinline__ GroupWork work(int unit, int /*rank*/ = 0) const {
         GroupWork w;
@@ -141,6 +146,48 @@ struct GroupScheduler {
         w.k_begin = 0;
         w.k_end = steps;
         w.row_end = table->end[g];
+        return w;
+    }
+};
+
+// Groups along K (the 2D x 2D form, weight gradients): group g multiplies A[:, its K range] by
+// B[its K range, :] into problem g of D, every group M x N. A and B are read from copies whose
+// groups' K ranges are padded with zeros to whole BK steps (grouped_pad.cu), so a group's K steps
+// are [first[g], first[g + 1]) of the table built in K steps (GRAIN = BK) and no step mixes two
+// groups. Every group has all M x N tiles (an empty one stores zeros).
+template <int BM, int BN, int BK, int GROUP_M, int MAX_GROUPS>
+struct KGroupScheduler {
+    static constexpr int GRAIN = BK;
+    static constexpr bool ALONG_K = true;
+    const GroupTable<MAX_GROUPS>* table;
+    int m;
+    int groups, tiles_m, tiles_n, tiles, units;
+
+    __device__ __forceinline__ KGroupScheduler(const GroupTable<MAX_GROUPS>* table_, int groups_, int rows, int n,
+                                               int /*k*/)
+        : table(table_), m(rows), groups(groups_) {
+        tiles_m = (rows + BM - 1) / BM;
+        tiles_n = (n + BN - 1) / BN;
+        tiles = tiles_m * tiles_n;
+        units = groups * tiles;
+    }
+
+    __device__ __forceinline__ GroupWork work(int unit, int /*rank*/ = 0) const {
+        GroupWork w;
+        const int g = unit / tiles;
+        const int t = unit - g * tiles;
+        const int span = GROUP_M * tiles_n;
+        const int raster = t / span;
+        const int top = raster * GROUP_M;
+        const int in_rows = min(tiles_m - top, GROUP_M);
+        const int in_raster = t - raster * span;
+        w.batch = g;
+        w.split = 0;
+        w.m0 = (top + in_raster % in_rows) * BM;
+        w.n0 = (in_raster / in_rows) * BN;
+        w.k_begin = table->first[g];
+        w.k_end = table->first[g + 1];
+        w.row_end = m;
         return w;
     }
 };
