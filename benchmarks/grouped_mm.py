@@ -1,6 +1,7 @@
 """Grouped GEMM for mixture-of-experts layers: bx.grouped_mm against torch's grouped calls.
 
-    python benchmarks/grouped_mm.py [--quick] [--tokens 512 4096 ...] [--json PATH]
+    python benchmarks/grouped_mm.py [--quick | --medium] [--tokens 512 4096 ...] [--fp8-tokens ...] [--no-fp8]
+                                    [--json PATH]
 
 Cases: the expert GEMMs of DeepSeek-V3 (256 experts, 8 per token; K=7168 N=4096 and K=2048
 N=7168), Qwen3-30B-A3B (128 experts, 8 per token; K=2048 N=1536 and K=768 N=2048) and
@@ -43,6 +44,9 @@ MODELS = {  # name: (experts, experts per token, [(K, N), ...])
     "Mixtral-8x7B": (8, 2, [(4096, 14336), (14336, 4096)]),
 }
 QUICK = [("DeepSeek-V3", 0, 4096, "uniform"), ("Qwen3-30B-A3B", 0, 4096, "zipf"), ("Mixtral-8x7B", 1, 4096, "uniform")]
+#: A mid-sized list: every model's two shapes at 4096 tokens (uniform and skewed) and 16384 (uniform).
+MEDIUM = [(m, s, t, r) for m in ("DeepSeek-V3", "Qwen3-30B-A3B", "Mixtral-8x7B") for s in (0, 1)
+          for t, r in ((4096, "uniform"), (4096, "zipf"), (16384, "uniform"))]
 
 
 def group_sizes(experts: int, rows: int, routing: str, seed: int = 0) -> np.ndarray:
@@ -95,7 +99,7 @@ def torch_grouped():
     return None if fn is None else (lambda a, b, offs: fn(a, b, offs=offs))
 
 
-def check(got, x, w, counts, what: str, sx=None, sw=None, samples: int = 64) -> float:
+def check(got, x, w, counts, what: str, sx=None, sw=None, samples: int = 16) -> float:
     """Relative error of sampled rows of ``got`` against float64; raises beyond 2e-2."""
     import torch
 
@@ -230,6 +234,9 @@ def _print(rows: list[dict]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="a short case list (one shape per model, 4096 tokens)")
+    parser.add_argument("--medium", action="store_true", help="both shapes per model, 4096 and 16384 tokens")
+    parser.add_argument("--fp8-tokens", type=int, nargs="*", default=None,
+                        help="token counts of the fp8 cases (default: those of the bf16 cases)")
     parser.add_argument("--tokens", type=int, nargs="*", default=[512, 4096, 16384, 65536])
     parser.add_argument("--no-fp8", action="store_true")
     parser.add_argument("--json", default=str(Path(__file__).parent / "results" / "grouped_mm.json"))
@@ -242,6 +249,8 @@ def main() -> None:
           f"{hasattr(torch.nn.functional, 'scaled_grouped_mm')}; {torch.cuda.get_device_name()}")
     if args.quick:
         cases = QUICK
+    elif args.medium:
+        cases = MEDIUM
     else:
         cases = [(m, s, t, r) for m in MODELS for s in range(2) for t in args.tokens for r in ("uniform", "zipf")]
     rows: list[dict] = []
@@ -251,6 +260,8 @@ def main() -> None:
         torch.cuda.empty_cache()
     if not args.no_fp8:
         fp8_cases = [(m, s, t, r) for m, s, t, r in cases if m == "DeepSeek-V3"]
+        if args.fp8_tokens is not None:
+            fp8_cases = [("DeepSeek-V3", s, t, "uniform") for s in (0, 1) for t in args.fp8_tokens]
         for case in fp8_cases:
             rows.extend(bench_fp8(*case))
             _print(rows[-2:])
