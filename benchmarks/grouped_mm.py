@@ -212,6 +212,48 @@ def bench_fp8(model: str, shape: int, tokens: int, routing: str) -> list[dict]:
     return [contiguous, masked]
 
 
+SWEEP = ("pingpong", "wide", "square", "narrow")
+
+
+def sweep_bf16(model: str, shape: int, tokens: int, routing: str) -> dict:
+    """GPU time of every tile configuration on one bf16 contiguous case (for engine/grouped.py's rule)."""
+    import torch
+
+    from blasdx.arrays import as_array
+    from blasdx.calls import grouped_mm as grouped
+    from blasdx.engine import grouped as engine
+    from blasdx.engine import hopper
+
+    experts, top, shapes = MODELS[model]
+    k, n = shapes[shape]
+    rows = tokens * top
+    counts = group_sizes(experts, rows, routing)
+    offs = torch.tensor(np.cumsum(counts), dtype=torch.int32, device="cuda")
+    x = torch.randn((rows, k), device="cuda", dtype=torch.bfloat16)
+    w = torch.randn((experts, n, k), device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+    out = torch.empty((rows, n), device="cuda", dtype=torch.bfloat16)
+    vx, vw, voffs = as_array(x, "x"), as_array(w, "w"), as_array(offs, "offs")
+    form = grouped.form_of(vx, vw, voffs, None)
+    base = grouped._plan(vx, vw, form, vx.dtype, grouped.Scale("none"), grouped.Scale("none"), x.device.index).plan
+    flops = 2.0 * rows * k * n
+    row = {"model": model, "k": k, "n": n, "tokens": tokens, "routing": routing, "chosen": str(base.config)}
+    for name in SWEEP:
+        config = hopper.replace(hopper.CONFIGS[name], bk=64)
+        plan = engine.GroupedPlan(vx.dtype, vw.dtype, vx.dtype, "contiguous", experts, rows, n, k, base.route_a,
+                                  base.route_b, (k, 0), (k, n * k), x.data_ptr(), w.data_ptr(),
+                                  base.multiprocessors, config=config)
+
+        def call(plan=plan):
+            plan.run(x.device.index, torch.cuda.current_stream().cuda_stream, x.data_ptr(), w.data_ptr(),
+                     offs.data_ptr(), out.data_ptr(), (n, 1, 0))
+
+        call()
+        check(out, x, w, counts, f"sweep {name}")
+        row[name] = flops / graph_ms(call) / 1e9
+    print(" ".join(f"{key}={value:.0f}" if isinstance(value, float) else f"{key}={value}" for key, value in row.items()))
+    return row
+
+
 def _ratios(row: dict) -> None:
     if "torch_tflops" in row:
         row["ratio"] = row["blasdx_tflops"] / row["torch_tflops"]
@@ -239,6 +281,7 @@ def main() -> None:
                         help="token counts of the fp8 cases (default: those of the bf16 cases)")
     parser.add_argument("--tokens", type=int, nargs="*", default=[512, 4096, 16384, 65536])
     parser.add_argument("--no-fp8", action="store_true")
+    parser.add_argument("--sweep", action="store_true", help="also time every tile configuration (bf16)")
     parser.add_argument("--json", default=str(Path(__file__).parent / "results" / "grouped_mm.json"))
     args = parser.parse_args()
     import torch
@@ -266,6 +309,7 @@ def main() -> None:
             rows.extend(bench_fp8(*case))
             _print(rows[-2:])
             torch.cuda.empty_cache()
+    sweeps = [sweep_bf16(*case) for case in cases] if args.sweep else []
     print()
     _print(rows)
     bf16 = [r["ratio"] for r in rows if r["dtype"] == "bf16" and "ratio" in r]
@@ -277,7 +321,7 @@ def main() -> None:
     path = Path(args.json)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"date": str(date.today()), "device": torch.cuda.get_device_name(),
-                                "torch": torch.__version__, "rows": rows}, indent=1))
+                                "torch": torch.__version__, "rows": rows, "sweep": sweeps}, indent=1))
     print(f"wrote {path}")
 
 
