@@ -14,9 +14,9 @@ extern "C" __global__ void __launch_bounds__(256)
     blasdx_grouped_pad(const pad_type* __restrict__ src, pad_type* __restrict__ dst, const int* offs, int groups,
                        int k, int other, blasdx::i64 src_k, blasdx::i64 src_o, blasdx::i64 ld_dst, int padded) {
     using namespace blasdx::hopper;
-    __shared__ GroupTable<1024> table;
+    extern __shared__ int table_storage[];  // GroupTable::bytes(groups) bytes
     __shared__ pad_type tile[32][33];
-    if (groups > 1024) __trap();  // the host refuses more
+    const GroupTable table(table_storage, groups);
     table.build<PAD_STEP, 256>(GROUPS_CONTIGUOUS, offs, groups, k);
     const int filled = min(table.first[groups] * PAD_STEP, padded);  // the padded K the GEMM reads
     const int tiles_p = (filled + 31) / 32, tiles_o = (other + 31) / 32;

@@ -4,8 +4,7 @@
 // rows of tokens times that expert's weights; blasdx/calls/grouped_mm.py states the semantics.
 //
 // Expects the prelude to define `GroupedConfig` (gemm.cuh's members plus c_type, scheduler =
-// GroupScheduler<bm, bn, bk, group_m, max_groups> or KGroupScheduler<...>, max_groups,
-// x_scaling, y_scaling; scalings of scaling.cuh, SCALE_TENSOR meaning none). A comes as a
+// GroupScheduler<bm, bn, bk, group_m> or KGroupScheduler<...>, x_scaling, y_scaling; scalings of scaling.cuh, SCALE_TENSOR meaning none). A comes as a
 // rank-3 tensor map: contiguous layout (K, total, 1) (or (total, K, 1) M-major), masked layout
 // (K, max_m, G); B as (K, N, G) K-major or (N, K, G) N-major. Groups along K
 // (KGroupScheduler): A (K', M, 1) and B (K', N, 1), K' the groups' K ranges padded to whole
@@ -21,8 +20,8 @@ namespace hopper {
 using Engine = DeviceGemm<GroupedConfig>;
 using TC = GroupedConfig::c_type;
 constexpr int XS = GroupedConfig::x_scaling, YS = GroupedConfig::y_scaling;
-using Table = GroupTable<GroupedConfig::max_groups>;
 using Store = GroupStore<TC, XS, YS>;
+using Epilogue = StoreEachPair<Store>;
 using Blocks = GroupBlockScales<XS == SCALE_BLOCK, YS == SCALE_BLOCK>;
 static_assert(Engine::CLUSTER == 1, "a grouped launch runs without clusters (adjacent tiles may be other groups')");
 static_assert(Engine::PROMOTION > 0 || (XS != SCALE_BLOCK && YS != SCALE_BLOCK),
@@ -40,14 +39,14 @@ extern "C" __global__ void __launch_bounds__(blasdx::hopper::Engine::THREADS, 1)
                                const float* sy, blasdx::i64 sy_row, blasdx::i64 sy_col, blasdx::i64 sy_group) {
     using namespace blasdx::hopper;
     extern __shared__ __align__(16) unsigned char smem[];
-    __shared__ Table table;
-    if (groups > GroupedConfig::max_groups) __trap();  // the host refuses more
+    // the group table after the GEMM's shared memory (the host adds GroupTable::bytes(groups))
+    const GroupTable table(reinterpret_cast<int*>(smem + Engine::shared_bytes<Epilogue>()), groups);
     // groups along M: row ranges in tile rows; along K: K ranges (of k) in K steps
     table.build<Engine::Sched::GRAIN, Engine::THREADS>(layout, bounds, groups, Engine::Sched::ALONG_K ? k : rows);
-    const Engine::Sched sched(&table, groups, rows, n, k);
+    const Engine::Sched sched(table, groups, rows, n, k);
     const Store store{d, sx, sy, n, rows, d_row, d_col, d_group, sx_row, sx_group, sy_col, sy_group,
                       pairs_aligned(d, d_row, d_col, d_group)};
-    const StoreEachPair<Store> epi{store};
+    const Epilogue epi{store};
     const Blocks blocks{sx, sy, sx_row, sx_col, sx_group, sy_row, sy_col, sy_group, rows, n};
     Engine::run(smem, &map_a, &map_b, sched, batched_a != 0, batched_b != 0, epi, blocks);
 }

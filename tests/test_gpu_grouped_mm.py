@@ -99,6 +99,7 @@ def torch_isfinite(t):
 
 @pytest.mark.parametrize(("groups", "total", "routing"), [
     (1, 1000, "uniform"), (8, 4000, "zipf"), (8, 3001, "empty"), (64, 5000, "zipf"), (256, 2048, "uniform"),
+    (1500, 6000, "zipf"),
 ])
 def test_bf16_contiguous(torch, groups, total, routing):
     gen = torch.Generator(device="cuda").manual_seed(groups * 7 + total)

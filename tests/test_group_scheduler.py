@@ -46,13 +46,14 @@ template <class T> inline T __ldg(const T* p) { return *p; }
 #include "blasdx/hopper/group_scheduler.cuh"
 using namespace blasdx::hopper;
 constexpr int THREADS = 64, BM = 128, BN = 256, BK = 64, GROUP_M = 8;
-static GroupTable<1024> table;
 
 int main() {
     int along_k, layout, groups, rows, n, k, has_bounds;
     if (std::scanf("%d %d %d %d %d %d %d", &along_k, &layout, &groups, &rows, &n, &k, &has_bounds) != 7) return 2;
     std::vector<int> bounds(groups);
     for (int& b : bounds) std::scanf("%d", &b);
+    std::vector<int> storage(3 * groups + 1);
+    const GroupTable table(storage.data(), groups);
     std::barrier<> block(THREADS), warp(32);
     emulated_barrier = &block;
     warp_barrier = &warp;
@@ -79,9 +80,9 @@ int main() {
         }
     };
     if (along_k) {
-        list(KGroupScheduler<BM, BN, BK, GROUP_M, 1024>(&table, groups, rows, n, k));
+        list(KGroupScheduler<BM, BN, BK, GROUP_M>(table, groups, rows, n, k));
     } else {
-        list(GroupScheduler<BM, BN, BK, GROUP_M, 1024>(&table, groups, rows, n, k));
+        list(GroupScheduler<BM, BN, BK, GROUP_M>(table, groups, rows, n, k));
     }
     return 0;
 }

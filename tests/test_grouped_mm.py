@@ -159,9 +159,14 @@ def test_other_gpus_are_refused(monkeypatch):
 
 
 def test_too_many_groups():
-    with pytest.raises(ExecutionError, match=r"^1025 groups: one grouped launch takes at most 1024"):
-        grouped._plan(view((T, 64)), w_nk(1025, 64, 128), grouped.Form("contiguous", 1025, T, 128, 64, (T, 128)),
-                      BF16, grouped.Scale("none"), grouped.Scale("none"), 0)
+    """The group table shares the block's shared memory with the stages: 12 bytes a group."""
+    form = grouped.Form("contiguous", 3000, T, 128, 64, (T, 128))
+    with pytest.raises(ExecutionError, match=r"^3000 groups: the group table and the 64x256x64, 5 stages, .* tiles' "
+                                             r"stages take more than the 232448 bytes .* at most 2206 groups"):
+        grouped._plan(view((T, 64)), w_nk(3000, 64, 128), form, BF16, grouped.Scale("none"), grouped.Scale("none"), 0)
+    p = grouped._plan(view((T, 64)), w_nk(2206, 64, 128), form._replace(groups=2206), BF16, grouped.Scale("none"),
+                      grouped.Scale("none"), 0).plan
+    assert p._gemm.shared_memory == hopper.NARROW.shared_memory(2) + engine.table_bytes(2206) <= 232448
 
 
 # ---- plans ------------------------------------------------------------------------------------------------
@@ -184,7 +189,8 @@ def test_contiguous_plan_and_maps(fake_device):
     assert (b.dims, b.strides, b.box) == ((K, N, G), (2 * K, 2 * K * N), (64, 128, 1))  # w: a problem per group
     assert p.grid == (132, 1, 1) and not p.operand_a.batched and p.operand_b.batched
     src = p.source
-    assert "using scheduler = blasdx::hopper::GroupScheduler<bm, bn, bk, group_m, max_groups>;" in src
+    assert "using scheduler = blasdx::hopper::GroupScheduler<bm, bn, bk, group_m>;" in src
+    assert p._gemm.shared_memory == p.config.shared_memory(2) + engine.table_bytes(G) and engine.table_bytes(G) == 112
     assert "static constexpr int x_scaling = 0, y_scaling = 0;" in src
 
 

@@ -30,17 +30,18 @@ from . import hopper as _hopper
 __all__ = [
     "KERNEL_NAME",
     "LAYOUTS",
-    "MAX_GROUPS",
     "SCALINGS",
     "SERVED",
+    "SHARED_LIMIT",
     "GroupedPlan",
     "choose_config",
     "grouped_source",
+    "table_bytes",
 ]
 
 KERNEL_NAME = "blasdx_hopper_grouped_gemm"
-#: Groups one launch takes (the shared-memory table of group_scheduler.cuh: 12 KB).
-MAX_GROUPS = 1024
+#: Shared memory a Hopper block can have (bytes): the GEMM's stages plus the group table.
+SHARED_LIMIT = 232448
 #: The A layouts and their codes in group_scheduler.cuh (GroupLayout).
 LAYOUTS = {"contiguous": 0, "masked": 1, "along_k": 0}
 #: How a scale covers its operand (scaling.cuh's codes; "none": no factor).
@@ -52,9 +53,14 @@ _RESULTS = (_dt.float16, _dt.bfloat16, _dt.float32)
 SERVED = {a: _RESULTS for a in (*_SIXTEEN, *_FP8)}
 _PARAMS = ("map", "map", "u64", "u64", "i32", "i32", "i32", "i32", "i32", "i32", "i32", "i64", "i64", "i64", "u64",
            "i64", "i64", "i64", "u64", "i64", "i64", "i64")
-_STATIC_TABLE = 4 * (3 * MAX_GROUPS + 1)  # bytes of the kernel's static shared table
 PAD_NAME = "blasdx_grouped_pad"
 _PAD_PARAMS = ("u64", "u64", "u64", "i32", "i32", "i32", "i64", "i64", "i64", "i32")
+
+
+def table_bytes(groups: int) -> int:
+    """Shared memory of group_scheduler.cuh's GroupTable (start, end, first) for ``groups`` groups, 16-byte
+    rounded."""
+    return -(-4 * (3 * groups + 1) // 16) * 16
 
 
 def choose_config(a: _dt.DType, rows_per_group: float) -> _hopper.EngineConfig:
@@ -85,8 +91,7 @@ def grouped_source(a: _dt.DType, b: _dt.DType, c: _dt.DType, config: _hopper.Eng
         "struct GroupedConfig {",
         *_hopper.config_members(a, b, config, a_k_major, b_k_major),
         f"    using c_type = {_hopper._STORAGE_TYPES[c.name]};",
-        f"    static constexpr int max_groups = {MAX_GROUPS};",
-        f"    using scheduler = blasdx::hopper::{scheduler}<bm, bn, bk, group_m, max_groups>;",
+        f"    using scheduler = blasdx::hopper::{scheduler}<bm, bn, bk, group_m>;",
         f"    static constexpr int x_scaling = {SCALINGS[x_scaling]}, y_scaling = {SCALINGS[y_scaling]};",
         "};",
         '#include "hopper_grouped_gemm.cu"',
@@ -127,8 +132,6 @@ class GroupedPlan:
             if r.repack is not None:
                 raise ExecutionError(f"{r.argument}: the grouped engine reads operands in place, and this one cannot "
                                      f"be read so ({r.repack}); pass a contiguous copy")
-        if groups > MAX_GROUPS:
-            raise ExecutionError(f"{groups} groups: one grouped launch takes at most {MAX_GROUPS}")
         self.a, self.b, self.c = a, b, c
         self.layout, self.groups, self.rows, self.n, self.k = layout, groups, rows, n, k
         self.route_a, self.route_b = route_a, route_b
@@ -139,6 +142,12 @@ class GroupedPlan:
         if "block" in (x_scaling, y_scaling) and not self.config.promotion:
             raise ValueError("block scales are applied at promotion: they need a configuration that promotes")
         self.multiprocessors = multiprocessors
+        gemm_bytes = self.config.shared_memory(a.size)
+        if gemm_bytes + table_bytes(groups) > SHARED_LIMIT:
+            most = (SHARED_LIMIT - gemm_bytes) // 12 - 1
+            raise ExecutionError(f"{groups} groups: the group table and the {self.config} tiles' stages take more than "
+                                 f"the {SHARED_LIMIT} bytes of shared memory a block has; one launch takes at most "
+                                 f"{most} groups of these tiles")
         bk = self.config.bk
         kk = max(k, 1)  # K = 0: a map of one (never loaded) column; every group's result is zeros
         masked, along_k = layout == "masked", layout == "along_k"
@@ -150,7 +159,7 @@ class GroupedPlan:
             route_a, route_b = _hopper.OperandRoute("x", True), _hopper.OperandRoute("w", True)
             self.route_a, self.route_b = route_a, route_b
             a_geometry, b_geometry = (kk, 0), (kk, 0)
-            self._pad = _hopper._Kernel(pad_source(a.size, bk), PAD_NAME, "sm_90", _PAD_PARAMS)
+            self._pad = _hopper._Kernel(pad_source(a.size, bk), PAD_NAME, "sm_90", _PAD_PARAMS, table_bytes(groups))
         self.operand_a = _hopper._operand(route_a, a, rows, kk, a_geometry[0], groups if masked else 1,
                                           a_geometry[1], self.config.bm, bk)
         self.operand_b = _hopper._operand(route_b, b, n, kk, b_geometry[0], 1 if along_k else groups, b_geometry[1],
@@ -161,7 +170,7 @@ class GroupedPlan:
         units = tile_rows * math.ceil(n / self.config.bn)
         self.grid = (max(1, min(units, multiprocessors)), 1, 1)
         source = grouped_source(a, b, c, self.config, route_a.k_major, route_b.k_major, x_scaling, y_scaling, along_k)
-        self._gemm = _hopper._Kernel(source, KERNEL_NAME, _hopper.ARCH, _PARAMS, self.config.shared_memory(a.size))
+        self._gemm = _hopper._Kernel(source, KERNEL_NAME, _hopper.ARCH, _PARAMS, gemm_bytes + table_bytes(groups))
         placeholder = not k or along_k  # no operand yet (the padded copies' scratch is known at the first call)
         self._mapped = [_hopper._SCRATCH_ALIGNMENT if placeholder else ptr_a,
                         _hopper._SCRATCH_ALIGNMENT if placeholder else ptr_b]
@@ -176,11 +185,6 @@ class GroupedPlan:
     @property
     def source(self) -> str:
         return self._gemm.source
-
-    @property
-    def static_shared_memory(self) -> int:
-        """Bytes of the group table the kernel keeps in static shared memory."""
-        return _STATIC_TABLE
 
     def describe(self) -> str:
         """The path and what it chose: tile, layouts, scales."""

@@ -12,8 +12,9 @@
 // of R rows has ceil(R / BM) tile rows; an empty group has no units and costs nothing. Units run group by group; inside a group in raster groups of
 // GROUP_M tile rows (as Scheduler does), so the tiles running at one time share B's columns.
 //
-// The table (start, end, first tile row of each group) lives in shared memory and is built by
-// every thread of the block before the GEMM starts; MAX_GROUPS bounds the group count.
+// The table (start, end, first tile row of each group: GroupTable::bytes(G) bytes) lives in
+// shared memory after the GEMM's own and is built by every thread of the block before the GEMM
+// starts.
 #pragma once
 
 #include "scheduler.cuh"
@@ -32,18 +33,23 @@ enum GroupLayout : int {
     GROUPS_MASKED = 1,      // counts: rows per group (or every group max_m rows when counts is null)
 };
 
-template <int MAX_GROUPS>
+// The groups' table: start[G], end[G] and first[G + 1] (tile rows of the groups before g;
+// first[G] is the total), ints one after the other in shared memory at `base`.
 struct GroupTable {
-    int start[MAX_GROUPS];
-    int end[MAX_GROUPS];
-    int first[MAX_GROUPS + 1];  // tile rows of the groups before g; first[groups] is the total
+    int* start;
+    int* end;
+    int* first;
+
+    __device__ __forceinline__ GroupTable(int* base, int groups)
+        : start(base), end(base + groups), first(base + 2 * groups) {}
+    __host__ __device__ static constexpr int bytes(int groups) { return 4 * (3 * groups + 1); }
 
     // Every thread of the block takes part (THREADS of them); the table is complete on return.
     // `bounds` is offs (contiguous) or counts (masked; null: every group `rows` rows); `rows` is
     // A's row extent: total rows (contiguous) or max_m (masked). Contiguous ends are clamped to
     // [0, rows] and made non-decreasing (a running maximum), so groups never overlap.
     template <int BM, int THREADS>
-    __device__ __forceinline__ void build(int layout, const int* bounds, int groups, int rows) {
+    __device__ __forceinline__ void build(int layout, const int* bounds, int groups, int rows) const {
         const bool contiguous = layout == GROUPS_CONTIGUOUS;
         for (int g = threadIdx.x; g < groups; g += THREADS) {
             end[g] = bounds != nullptr ? min(max(__ldg(bounds + g), 0), rows) : rows;
@@ -110,29 +116,28 @@ __device__ __forceinline__ int group_holding(const int* first, int groups, int r
 }
 
 // Groups along M (contiguous or masked layouts): the table is built in tile rows (GRAIN = BM).
-template <int BM, int BN, int BK, int GROUP_M, int MAX_GROUPS>
+template <int BM, int BN, int BK, int GROUP_M>
 struct GroupScheduler {
     static constexpr int GRAIN = BM;
     static constexpr bool ALONG_K = false;
-    const GroupTable<MAX_GROUPS>* table;
+    GroupTable table;
     int m;  // rows of A's map that exist (the producer loads A's tile below it)
     int groups, tiles_n, steps, units;
 
-    __device__ __forceinline__ GroupScheduler(const GroupTable<MAX_GROUPS>* table_, int groups_, int rows, int n,
-                                              int k)
+    __device__ __forceinline__ GroupScheduler(const GroupTable& table_, int groups_, int rows, int n, int k)
         : table(table_), m(rows), groups(groups_) {
         tiles_n = (n + BN - 1) / BN;
         steps = (k + BK - 1) / BK;
-        units = table->first[groups] * tiles_n;
+        units = table.first[groups] * tiles_n;
     }
 
-    __device__ __forceinline__ int group_of(int r) const { return group_holding(table->first, groups, r); }
+    __device__ __forceinline__ int group_of(int r) const { return group_holding(table.first, groups, r); }
 
     __device__ __forceinline__ GroupWork work(int unit, int /*rank*/ = 0) const {
         GroupWork w;
         const int g = group_of(unit / tiles_n);
-        const int first_row = table->first[g];
-        const int rows = table->first[g + 1] - first_row;
+        const int first_row = table.first[g];
+        const int rows = table.first[g + 1] - first_row;
         const int t = unit - first_row * tiles_n;
         const int span = GROUP_M * tiles_n;
         const int raster = t / span;
@@ -141,11 +146,11 @@ struct GroupScheduler {
         const int in_raster = t - raster * span;
         w.batch = g;
         w.split = 0;
-        w.m0 = table->start[g] + (top + in_raster % in_rows) * BM;
+        w.m0 = table.start[g] + (top + in_raster % in_rows) * BM;
         w.n0 = (in_raster / in_rows) * BN;
         w.k_begin = 0;
         w.k_end = steps;
-        w.row_end = table->end[g];
+        w.row_end = table.end[g];
         return w;
     }
 };
@@ -155,16 +160,15 @@ struct GroupScheduler {
 // groups' K ranges are padded with zeros to whole BK steps (grouped_pad.cu), so a group's K steps
 // are [first[g], first[g + 1]) of the table built in K steps (GRAIN = BK) and no step mixes two
 // groups. Every group has all M x N tiles (an empty one stores zeros).
-template <int BM, int BN, int BK, int GROUP_M, int MAX_GROUPS>
+template <int BM, int BN, int BK, int GROUP_M>
 struct KGroupScheduler {
     static constexpr int GRAIN = BK;
     static constexpr bool ALONG_K = true;
-    const GroupTable<MAX_GROUPS>* table;
+    GroupTable table;
     int m;
     int groups, tiles_m, tiles_n, tiles, units;
 
-    __device__ __forceinline__ KGroupScheduler(const GroupTable<MAX_GROUPS>* table_, int groups_, int rows, int n,
-                                               int /*k*/)
+    __device__ __forceinline__ KGroupScheduler(const GroupTable& table_, int groups_, int rows, int n, int /*k*/)
         : table(table_), m(rows), groups(groups_) {
         tiles_m = (rows + BM - 1) / BM;
         tiles_n = (n + BN - 1) / BN;
@@ -185,8 +189,8 @@ struct KGroupScheduler {
         w.split = 0;
         w.m0 = (top + in_raster % in_rows) * BM;
         w.n0 = (in_raster / in_rows) * BN;
-        w.k_begin = table->first[g];
-        w.k_end = table->first[g + 1];
+        w.k_begin = table.first[g];
+        w.k_end = table.first[g + 1];
         w.row_end = m;
         return w;
     }
