@@ -212,7 +212,7 @@ def bench_fp8(model: str, shape: int, tokens: int, routing: str) -> list[dict]:
     return [contiguous, masked]
 
 
-SWEEP = ("pingpong", "wide", "square", "narrow")
+SWEEP = ("pingpong", "wide", "square", "narrow")  # each with direct stores and with whole tiles by TMA
 
 
 def sweep_bf16(model: str, shape: int, tokens: int, routing: str) -> dict:
@@ -237,11 +237,15 @@ def sweep_bf16(model: str, shape: int, tokens: int, routing: str) -> dict:
     base = grouped._plan(vx, vw, form, vx.dtype, grouped.Scale("none"), grouped.Scale("none"), x.device.index).plan
     flops = 2.0 * rows * k * n
     row = {"model": model, "k": k, "n": n, "tokens": tokens, "routing": routing, "chosen": str(base.config)}
-    for name in SWEEP:
+    for name, staged in [(name, staged) for name in SWEEP for staged in (False, True)]:
         config = hopper.replace(hopper.CONFIGS[name], bk=64)
+        if staged and name in ("pingpong", "wide", "square"):
+            config = hopper.replace(config, stages=config.stages - 1)  # the staging buffers and the table fit
         plan = engine.GroupedPlan(vx.dtype, vw.dtype, vx.dtype, "contiguous", experts, rows, n, k, base.route_a,
                                   base.route_b, (k, 0), (k, n * k), x.data_ptr(), w.data_ptr(),
-                                  base.multiprocessors, config=config)
+                                  base.multiprocessors, config=config, d_layout=(n, 1, 0, out.data_ptr()),
+                                  store_by_tma=staged)
+        name = f"{name} tma" if staged else name
 
         def call(plan=plan):
             plan.run(x.device.index, torch.cuda.current_stream().cuda_stream, x.data_ptr(), w.data_ptr(),

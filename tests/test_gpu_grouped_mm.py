@@ -266,6 +266,65 @@ def test_fp8_masked_block_scales(torch):
         assert bool(out[g, rows:].isnan().all())
 
 
+# ---- whole tiles stored by TMA ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def staged():
+    from blasdx.calls import grouped_mm as grouped
+
+    grouped._CALLS.clear()
+    grouped.STORE_BY_TMA = True
+    yield
+    grouped.STORE_BY_TMA = False
+    grouped._CALLS.clear()
+
+
+def test_staged_store(torch, staged):
+    """Tiles wholly inside a group through TMA, the ones crossing a group's end pair by pair."""
+    gen = torch.Generator(device="cuda").manual_seed(41)
+    groups, total, k, n = 12, 4000, 520, 776
+    counts = sizes(groups, total, "zipf", 6)
+    x = operand(torch, (total, k), BF16, gen)
+    w = weights(torch, groups, k, n, BF16, gen, "NK")
+    out = torch.full((total, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+    bx.grouped_mm(x, w, offsets(torch, counts), out=out)
+    assert error(out, reference(torch, x, w, counts)) <= tolerance(BF16, BF16, k)
+    got = bx.grouped_mm(x, w, offsets(torch, counts), out_dtype=F32)  # a new result
+    assert error(got, reference(torch, x, w, counts)) <= tolerance(BF16, F32, k)
+    # masked: rows past a count stay unwritten
+    m = 300
+    xm = operand(torch, (groups, m, k), BF16, gen)
+    cnt = np.array([0, 1, 64, 128, 129, 300, 256, 255, 3, 199, 200, 130])
+    outm = torch.full((groups, m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+    bx.grouped_mm(xm, w, counts=torch.tensor(cnt, dtype=torch.int32, device="cuda"), out=outm)
+    for g, rows in enumerate(cnt.tolist()):
+        ref = xm[g, :rows].double() @ w[g].double()
+        assert error(outm[g, :rows], ref) <= tolerance(BF16, BF16, k), f"group {g}"
+        assert bool(outm[g, rows:].isnan().all()), f"group {g}: rows past its count were written"
+
+
+def test_staged_store_fp8_and_along_k(torch, staged):
+    gen = torch.Generator(device="cuda").manual_seed(42)
+    groups, total, k, n = 8, 2500, 1040, 640
+    counts = sizes(groups, total, "empty", 7)
+    x = (2 * torch.randn((total, k), device="cuda", generator=gen)).to(torch.float8_e4m3fn)
+    w = (2 * torch.randn((groups, n, k), device="cuda", generator=gen)).to(torch.float8_e4m3fn).transpose(1, 2)
+    sx = torch.rand((total,), device="cuda", generator=gen) + 0.5
+    sw = torch.rand((groups, n), device="cuda", generator=gen) + 0.5
+    got = bx.grouped_mm(x, w, offsets(torch, counts), scale_x=sx, scale_w=sw)
+    assert error(got, reference(torch, x, w, counts, sx, sw)) <= fp8_tolerance(E4M3, BF16, k)
+    m, nn = 264, 392
+    xk = operand(torch, (total, m), BF16, gen).t()
+    wk = operand(torch, (total, nn), BF16, gen)
+    got = bx.grouped_mm(xk, wk, offsets(torch, counts))
+    start = 0
+    for g, rows in enumerate(counts.tolist()):
+        ref = xk[:, start:start + rows].double() @ wk[start:start + rows].double()
+        assert error(got[g], ref) <= tolerance(BF16, BF16, max(rows, 1)), f"group {g}"
+        start += rows
+
+
 # ---- refusals on the device --------------------------------------------------------------------------
 
 

@@ -183,7 +183,7 @@ def test_contiguous_plan_and_maps(fake_device):
     p = plan_of(view((T, K)), w_nk(), CONTIGUOUS)
     assert p.config == hopper.replace(hopper.PINGPONG, bk=64)
     assert p.describe() == ("hopper grouped wgmma+TMA, contiguous groups, 128x128x64, 6 stages, 2 consumers, "
-                            "ping-pong, group 8, x K-major, w K-major")
+                            "ping-pong, group 8, D by direct stores, x K-major, w K-major")
     a, b = fake_device.calls[-2:]
     assert (a.dims, a.box) == ((K, T, 1), (64, 128, 1))  # x: one [total, K] map, rows by offset
     assert (b.dims, b.strides, b.box) == ((K, N, G), (2 * K, 2 * K * N), (64, 128, 1))  # w: a problem per group
@@ -230,6 +230,23 @@ def test_groups_along_k_plan(fake_device):
     assert p.grid == (132, 1, 1)
 
 
+def test_staged_store_plans(fake_device, monkeypatch):
+    monkeypatch.setattr(grouped, "STORE_BY_TMA", True)
+    p = plan_of(view((T, K)), w_nk(), CONTIGUOUS)
+    assert p.config.stages == 6 and p._gemm.shared_memory == 230560 + engine.table_bytes(G) <= 232448
+    assert "whole tiles of D by TMA" in p.describe() and "store_by_tma = true;" in p.source
+    d = fake_device.calls[-1]
+    assert (d.dims, d.box, d.pointer) == ((N, T, 1), (64, 64, 1), 256)  # one [total, N] matrix, a new result
+    many = plan_of(view((40000, K)), w_nk(200), CONTIGUOUS._replace(groups=200, rows=40000, out_shape=(40000, N)))
+    assert many.config.stages == 5, "6 stages, the staging buffers and a table of 200 groups do not fit"
+    p = plan_of(view((G, 48, K)), w_nk(), grouped.Form("masked", G, 48, N, K, (G, 48, N)), F32)
+    d = fake_device.calls[-1]
+    assert (d.dims, d.strides, d.box) == ((N, 48, G), (4 * N, 4 * N * 48), (32, 64, 1)) and p.config.stages == 5
+    out = view((T, N), strides=(N + 1, 1), ptr=PTR + 2**32)  # rows of 1554 bytes: TMA cannot write them
+    p = grouped._plan(view((T, K)), w_nk(), CONTIGUOUS, BF16, NONE, NONE, 0, out).plan
+    assert p.store_d is None and "D by direct stores" in p.describe() and p.config.stages == 6
+
+
 def test_k_zero_maps_a_placeholder(fake_device):
     p = plan_of(view((T, 0)), w_nk(k=0), grouped.Form("contiguous", G, T, N, 0, (T, N)))
     assert all(call.pointer == 256 for call in fake_device.calls[-2:]) and p.k == 0
@@ -238,11 +255,11 @@ def test_k_zero_maps_a_placeholder(fake_device):
 # ---- kernels ----------------------------------------------------------------------------------------------
 
 
-def _checked(source: str, opcode: str) -> None:
+def _checked(source: str, opcode: str, staged: bool = False) -> None:
     compiled = cached_compile(source, engine.KERNEL_NAME, "sm_90a")
     sass = compiled.sass()
     assert compiled.local_memory == 0 and not re.search(r"\b(LDL|STL)\b", sass), "spills"
-    assert opcode in sass and "UTMALDG" in sass and "UTMASTG" not in sass
+    assert opcode in sass and "UTMALDG" in sass and ("UTMASTG" in sass) == staged
 
 
 @pytest.mark.slow
@@ -253,6 +270,16 @@ def test_16bit_kernels_compile(name, a_k_major, b_k_major, c):
     config = hopper.replace(hopper.CONFIGS[name], bk=64)
     _checked(engine.grouped_source(BF16 if c != F16 else F16, BF16 if c != F16 else F16, c, config, a_k_major,
                                    b_k_major), "HGMMA")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("a", "name", "x_mode", "y_mode"), [
+    (BF16, "pingpong", "none", "none"), (E4M3, "wide", "block", "column"), (F16, "narrow", "none", "none"),
+])
+def test_staged_kernels_compile(a, name, x_mode, y_mode):
+    config = hopper.replace(hopper.CONFIGS[name], bk=128 // a.size, promotion=128 if a.size == 1 else 0)
+    _checked(engine.grouped_source(a, a, BF16, config, True, True, x_mode, y_mode, store_by_tma=True),
+             "QGMMA" if a.size == 1 else "HGMMA", staged=True)
 
 
 @pytest.mark.slow

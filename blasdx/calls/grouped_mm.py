@@ -42,6 +42,9 @@ __all__ = ["BLOCK", "Form", "Scale", "form_of", "grouped_mm", "scale_of"]
 
 #: K elements (and w columns) one block scale covers.
 BLOCK = 128
+#: Whether plans store whole tiles of a row-major result through its tensor map (TMA) rather than element pair
+#: by element pair (blasdx.engine.grouped: GroupedPlan's store_by_tma).
+STORE_BY_TMA = False
 _FP8 = (_dt.float8_e4m3, _dt.float8_e5m2)
 _SIXTEEN = (_dt.float16, _dt.bfloat16)
 
@@ -212,16 +215,19 @@ def _key(views: tuple[ArrayView | None, ...], extra: Any) -> tuple[Any, ...]:
         extra,)
 
 
-def _plan(vx: ArrayView, vw: ArrayView, form: Form, c: _dt.DType, sx: Scale, sw: Scale, device_id: int) -> _Call:
+def _plan(vx: ArrayView, vw: ArrayView, form: Form, c: _dt.DType, sx: Scale, sw: Scale, device_id: int,
+          vout: ArrayView | None = None) -> _Call:
     device = _ag._device_info(device_id)
     if device.sm != 90:
         raise DeviceError(f"grouped_mm runs on the Hopper engine (sm_90: H100, H200); device {device_id} is "
                           f"sm_{device.sm}")
     mx, mw = _ag._matrix(vx, "x"), _ag._matrix(vw, "w")
+    d_layout = None if vout is None else (*_hopper.result_strides(vout), vout.ptr)
     if form.layout == "along_k":  # read by the padding copy, with any strides
         route = _hopper.OperandRoute("x", True), _hopper.OperandRoute("w", True)
         plan = _grouped.GroupedPlan(vx.dtype, vw.dtype, c, form.layout, form.groups, form.rows, form.n, form.k,
-                                    *route, (0, 0), (0, 0), vx.ptr, vw.ptr, device.multiprocessors)
+                                    *route, (0, 0), (0, 0), vx.ptr, vw.ptr, device.multiprocessors,
+                                    d_layout=d_layout, store_by_tma=STORE_BY_TMA)
         return _Call(plan, form, c, device_id, sx, sw)
     masked = form.layout == "masked"
     route_a = _hopper.route("x", vx.dtype, vx.ptr, mx.row_major, mx.ld, mx.outer, mx.batch_stride,
@@ -230,7 +236,8 @@ def _plan(vx: ArrayView, vw: ArrayView, form: Form, c: _dt.DType, sx: Scale, sw:
                             form.groups > 1)
     plan = _grouped.GroupedPlan(vx.dtype, vw.dtype, c, form.layout, form.groups, form.rows, form.n, form.k, route_a,
                                 route_b, (mx.ld, mx.batch_stride), (mw.ld, mw.batch_stride), vx.ptr, vw.ptr,
-                                device.multiprocessors, sx.mode, sw.mode)
+                                device.multiprocessors, sx.mode, sw.mode, d_layout=d_layout,
+                                store_by_tma=STORE_BY_TMA)
     return _Call(plan, form, c, device_id, sx, sw)
 
 
@@ -288,13 +295,13 @@ def grouped_mm(x: Any, w: Any, offs: Any = None, *, counts: Any = None, out_dtyp
         spans = _ag._spans((("out", vout), *named))
         _ag._check_overlap(vout, spans[0][1:], spans[1:], tuple(v.ptr for _, v in named))
     views = (vx, vw, voffs, vcounts, vsx, vsw, vout)
-    key = _key(views, (c.name, None if out is None else type(out)))
+    key = _key(views, (c.name, None if out is None else type(out), STORE_BY_TMA))
     call = _CALLS.get(key)
     if call is None:
         names = ("x", "w", "offs", "counts", "scale_x", "scale_w", "out")
         present = [(v, name) for v, name in zip(views, names) if v is not None]
         device_id = _ag._device_of(tuple(v for v, _ in present), tuple(name for _, name in present))
-        call = _plan(vx, vw, form, c, sx, sw, device_id)
+        call = _plan(vx, vw, form, c, sx, sw, device_id, vout)
         if len(_CALLS) > 1024:
             _CALLS.clear()
         _CALLS[key] = call

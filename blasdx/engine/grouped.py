@@ -51,7 +51,7 @@ _SIXTEEN = (_dt.float16, _dt.bfloat16)
 _RESULTS = (_dt.float16, _dt.bfloat16, _dt.float32)
 #: Input types and the result types each takes (8-bit inputs may mix e4m3 and e5m2).
 SERVED = {a: _RESULTS for a in (*_SIXTEEN, *_FP8)}
-_PARAMS = ("map", "map", "u64", "u64", "i32", "i32", "i32", "i32", "i32", "i32", "i32", "i64", "i64", "i64", "u64",
+_PARAMS = ("map", "map", "map", "u64", "u64", "i32", "i32", "i32", "i32", "i32", "i32", "i32", "i64", "i64", "i64", "u64",
            "i64", "i64", "i64", "u64", "i64", "i64", "i64")
 PAD_NAME = "blasdx_grouped_pad"
 _PAD_PARAMS = ("u64", "u64", "u64", "i32", "i32", "i32", "i64", "i64", "i64", "i32")
@@ -81,9 +81,10 @@ def choose_config(a: _dt.DType, rows_per_group: float) -> _hopper.EngineConfig:
 
 
 def grouped_source(a: _dt.DType, b: _dt.DType, c: _dt.DType, config: _hopper.EngineConfig, a_k_major: bool,
-                   b_k_major: bool, x_scaling: str = "none", y_scaling: str = "none", along_k: bool = False) -> str:
+                   b_k_major: bool, x_scaling: str = "none", y_scaling: str = "none", along_k: bool = False,
+                   store_by_tma: bool = False) -> str:
     """kernels/hopper_grouped_gemm.cu instantiated for the types, layouts, tile and scalings (``along_k``: the
-    K-grouped scheduler)."""
+    K-grouped scheduler; ``store_by_tma``: whole tiles stored through D's tensor map)."""
     scheduler = "KGroupScheduler" if along_k else "GroupScheduler"
     return "\n".join([
         *_hopper.type_headers(a, b),
@@ -93,6 +94,7 @@ def grouped_source(a: _dt.DType, b: _dt.DType, c: _dt.DType, config: _hopper.Eng
         f"    using c_type = {_hopper._STORAGE_TYPES[c.name]};",
         f"    using scheduler = blasdx::hopper::{scheduler}<bm, bn, bk, group_m>;",
         f"    static constexpr int x_scaling = {SCALINGS[x_scaling]}, y_scaling = {SCALINGS[y_scaling]};",
+        f"    static constexpr bool store_by_tma = {str(store_by_tma).lower()};",
         "};",
         '#include "hopper_grouped_gemm.cu"',
         "",
@@ -124,7 +126,8 @@ class GroupedPlan:
                  k: int, route_a: _hopper.OperandRoute, route_b: _hopper.OperandRoute,
                  a_geometry: tuple[int, int], b_geometry: tuple[int, int], ptr_a: int, ptr_b: int,
                  multiprocessors: int, x_scaling: str = "none", y_scaling: str = "none",
-                 config: _hopper.EngineConfig | None = None, rows_per_group: float | None = None) -> None:
+                 config: _hopper.EngineConfig | None = None, rows_per_group: float | None = None,
+                 d_layout: tuple[int, int, int, int] | None = None, store_by_tma: bool = False) -> None:
         if k == 0:  # nothing is loaded: maps of one K-major column of 16-byte rows stand in for the operands
             route_a, route_b = _hopper.OperandRoute("x", True), _hopper.OperandRoute("w", True)
             a_geometry, b_geometry = (16 // a.size, rows * 16 // a.size), (16 // b.size, n * 16 // b.size)
@@ -142,7 +145,14 @@ class GroupedPlan:
         if "block" in (x_scaling, y_scaling) and not self.config.promotion:
             raise ValueError("block scales are applied at promotion: they need a configuration that promotes")
         self.multiprocessors = multiprocessors
-        gemm_bytes = self.config.shared_memory(a.size)
+        masked, along_k = layout == "masked", layout == "along_k"
+        self.store_d = self._store_geometry(d_layout) if store_by_tma else None
+        staged = self.store_d is not None
+        if staged and config is None:  # the staging buffers and the table beside the stages: fewer stages if need be
+            while self.config.stages > 2 and (self.config.shared_memory(a.size, True) + table_bytes(groups)
+                                              > SHARED_LIMIT):
+                self.config = replace(self.config, stages=self.config.stages - 1)
+        gemm_bytes = self.config.shared_memory(a.size, staged)
         if gemm_bytes + table_bytes(groups) > SHARED_LIMIT:
             most = (SHARED_LIMIT - gemm_bytes) // 12 - 1
             raise ExecutionError(f"{groups} groups: the group table and the {self.config} tiles' stages take more than "
@@ -150,7 +160,6 @@ class GroupedPlan:
                                  f"{most} groups of these tiles")
         bk = self.config.bk
         kk = max(k, 1)  # K = 0: a map of one (never loaded) column; every group's result is zeros
-        masked, along_k = layout == "masked", layout == "along_k"
         self._pad = None
         if along_k:  # both operands come from K-major padded copies
             if a.size != 2:
@@ -169,13 +178,29 @@ class GroupedPlan:
                      groups * math.ceil(rows / self.config.bm))
         units = tile_rows * math.ceil(n / self.config.bn)
         self.grid = (max(1, min(units, multiprocessors)), 1, 1)
-        source = grouped_source(a, b, c, self.config, route_a.k_major, route_b.k_major, x_scaling, y_scaling, along_k)
+        source = grouped_source(a, b, c, self.config, route_a.k_major, route_b.k_major, x_scaling, y_scaling, along_k,
+                                staged)
         self._gemm = _hopper._Kernel(source, KERNEL_NAME, _hopper.ARCH, _PARAMS, gemm_bytes + table_bytes(groups))
         placeholder = not k or along_k  # no operand yet (the padded copies' scratch is known at the first call)
         self._mapped = [_hopper._SCRATCH_ALIGNMENT if placeholder else ptr_a,
                         _hopper._SCRATCH_ALIGNMENT if placeholder else ptr_b]
         self._maps = [_driver.encode_tiled(t.name, ptr, op.dims, op.strides, op.box, _hopper._SWIZZLE)
                       for t, ptr, op in ((a, self._mapped[0], self.operand_a), (b, self._mapped[1], self.operand_b))]
+        if staged:
+            ptr_d = (d_layout[3] if d_layout is not None else 0) or _hopper._SCRATCH_ALIGNMENT  # a new result: later
+            op = self.store_d
+            self._maps.append(_driver.encode_tiled(c.name, ptr_d, op.dims, op.strides, op.box, _hopper._SWIZZLE))
+            self._mapped.append(ptr_d)
+
+    def _store_geometry(self, d_layout: tuple[int, int, int, int] | None) -> Any:
+        """D's tensor map geometry for the staged store, or None when TMA cannot write D (not row-major, rows or
+        problems not on 16 bytes). ``d_layout``: D's (row, column, group) element strides and address (None: a
+        new C-contiguous result)."""
+        per_group = self.layout != "contiguous" and self.groups > 1
+        if d_layout is None:
+            d_layout = (self.n, 1, self.rows * self.n if per_group else 0, 0)
+        return _hopper._store_geometry(self.c, self.rows, self.n, self.groups if per_group else 1,
+                                       d_layout if per_group else (*d_layout[:2], 0, d_layout[3]))
 
     @property
     def compiled(self) -> Any:
@@ -189,6 +214,7 @@ class GroupedPlan:
     def describe(self) -> str:
         """The path and what it chose: tile, layouts, scales."""
         text = f"hopper grouped wgmma+TMA, {self.layout} groups, {self.config}"
+        text += ", whole tiles of D by TMA" if self.store_d is not None else ", D by direct stores"
         for r in (self.route_a, self.route_b):
             text += f", {r.argument} {'K-major' if r.k_major else 'MN-major'}"
         if self.x_scaling != "none" or self.y_scaling != "none":
@@ -205,8 +231,8 @@ class GroupedPlan:
         group) element strides (contiguous x: group stride 0); ``bounds_ptr`` offs or counts (0: none)."""
         gemm = self._gemm
         with gemm.params.lock:
-            self._point_maps(a_ptr, b_ptr)
-            gemm.fill((None, None, d_ptr, bounds_ptr, LAYOUTS[self.layout], self.groups, self.rows, self.n, self.k,
+            self._point_maps(a_ptr, b_ptr, d_ptr)
+            gemm.fill((None, None, None, d_ptr, bounds_ptr, LAYOUTS[self.layout], self.groups, self.rows, self.n, self.k,
                        int(self.operand_a.batched), int(self.operand_b.batched), *d_strides, *sx, *sy))
             gemm.launch(device_id, self.grid, (self.config.threads, 1, 1), stream)
 
@@ -225,19 +251,22 @@ class GroupedPlan:
             copies.append(target)
         gemm = self._gemm
         with gemm.params.lock:
-            self._point_maps(*copies)
-            gemm.fill((None, None, d_ptr, offs_ptr, LAYOUTS[self.layout], self.groups, self.rows, self.n, self.k,
+            self._point_maps(*copies, d_ptr)
+            gemm.fill((None, None, None, d_ptr, offs_ptr, LAYOUTS[self.layout], self.groups, self.rows, self.n, self.k,
                        0, 0, *d_strides, 0, 0, 0, 0, 0, 0, 0, 0))
             gemm.launch(device_id, self.grid, (self.config.threads, 1, 1), stream)
 
-    def _point_maps(self, a_ptr: int, b_ptr: int) -> None:
+    def _point_maps(self, a_ptr: int, b_ptr: int, d_ptr: int) -> None:
+        """Point the tensor maps at this call's operands (a driver call only on change); without the staged
+        store, D's parameter takes A's map (the kernel does not read it)."""
         if not self.k and self.layout != "along_k":
             a_ptr = b_ptr = _hopper._SCRATCH_ALIGNMENT
         maps, mapped, params = self._maps, self._mapped, self._gemm.params
-        for i, ptr in enumerate((a_ptr, b_ptr)):
+        for i, ptr in enumerate((a_ptr, b_ptr, d_ptr)[:len(maps)]):
             if ptr != mapped[i]:
                 maps[i].replace_address(ptr)
                 mapped[i] = ptr
         if params.maps.get(0) is not maps[0]:
             params.set_map(0, maps[0])
             params.set_map(1, maps[1])
+            params.set_map(2, maps[2] if len(maps) > 2 else maps[0])

@@ -20,6 +20,7 @@ namespace blasdx {
 namespace hopper {
 
 // The pair functor: D = (sx * sy) * acc, as the scalings XS / YS say (SCALE_TENSOR here means none).
+// value() gives the final values (the staged store's functor); operator() also stores them.
 template <class TC, int XS, int YS>
 struct GroupStore {
     TC* d;
@@ -29,21 +30,25 @@ struct GroupStore {
     i64 d_row, d_col, d_group, sx_row, sx_group, sy_col, sy_group;
     bool d_pairs;
 
-    __device__ __forceinline__ void operator()(const Work& w, int row, int col, float v0, float v1) const {
-        const GroupWork& gw = static_cast<const GroupWork&>(w);  // the grouped scheduler's units
-        if (row >= gw.row_end || col >= n) return;
-        const int g = w.batch;
+    __device__ __forceinline__ void value(const Work& w, int row, int col, float& v0, float& v1) const {
+        const i64 g = static_cast<const GroupWork&>(w).group;  // the grouped scheduler's units
         if constexpr (XS == SCALE_VECTOR) {
-            const float f = __ldg(sx + g * sx_group + row * sx_row);
+            const float f = __ldg(sx + g * sx_group + min(row, rows - 1) * sx_row);
             v0 *= f;
             v1 *= f;
         }
         if constexpr (YS == SCALE_VECTOR) {
-            const float* p = sy + g * sy_group + col * sy_col;
-            v0 *= __ldg(p);
-            if (col + 1 < n) v1 *= __ldg(p + sy_col);
+            const float* p = sy + g * sy_group;
+            v0 *= __ldg(p + min(col, n - 1) * sy_col);
+            v1 *= __ldg(p + min(col + 1, n - 1) * sy_col);
         }
-        TC* pd = d + g * d_group + row * d_row + col * d_col;
+    }
+
+    __device__ __forceinline__ void operator()(const Work& w, int row, int col, float v0, float v1) const {
+        const GroupWork& gw = static_cast<const GroupWork&>(w);
+        if (row >= gw.row_end || col >= n) return;
+        value(w, row, col, v0, v1);
+        TC* pd = d + gw.group * d_group + row * d_row + col * d_col;
         if (col + 1 < n && d_pairs) {
             store_pair(pd, v0, v1);
         } else {
@@ -53,7 +58,33 @@ struct GroupStore {
     }
 };
 
-// BlockScales (promotion.cuh) with a stride per group: the unit's group is Work.batch.
+// The tile epilogue with D's tensor map: a consumer tile wholly inside its group's rows goes
+// through shared memory and TMA (StageThroughShared; its box lands at problem Work.batch of the
+// map: 0 for a contiguous D [total, N], the group for D [G, rows, N]); a tile that crosses the
+// group's end (its rows past the end belong to the next group) is stored pair by pair.
+template <class TC, class Store>
+struct GroupStaged {
+    static constexpr int staging_bytes = StageThroughShared<TC, Store>::staging_bytes;
+    StageThroughShared<TC, Store> staged;
+    StoreEachPair<Store> pairs;
+    bool d_per_group;  // D's map has a problem per group (else one matrix of all groups' rows)
+
+    template <class Acc>
+    __device__ __forceinline__ void operator()(const Work& w, const Acc& acc, int row0, int col0, int consumer,
+                                               unsigned char* staging) const {
+        const GroupWork& gw = static_cast<const GroupWork&>(w);
+        if (row0 + 64 * Acc::ATOMS_M <= gw.row_end) {  // the same for the consumer's 128 threads
+            GroupWork at = gw;
+            at.batch = d_per_group ? gw.group : 0;
+            staged(at, acc, row0, col0, consumer, staging);
+        } else {
+            pairs(w, acc, row0, col0, consumer, staging);
+        }
+    }
+    __device__ __forceinline__ void finish(int consumer) const { staged.finish(consumer); }
+};
+
+// BlockScales (promotion.cuh) with a stride per group (the unit's GroupWork::group).
 template <bool X, bool Y>
 struct GroupBlockScales {
     static constexpr bool ACTIVE = X || Y;
@@ -69,7 +100,7 @@ struct GroupBlockScales {
         static_assert(BLOCK % TN == 0, "a promotion chunk lies in one 128-column block of B");
         const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
         const int row = row0 + 16 * warp + lane / 4;
-        const i64 g = w.batch;
+        const i64 g = static_cast<const GroupWork&>(w).group;
 #pragma unroll
         for (int i = 0; i < ATOMS_M; ++i)
 #pragma unroll

@@ -22,9 +22,10 @@
 namespace blasdx {
 namespace hopper {
 
-// A grouped unit: Work plus the end of its group's rows (the epilogue stores rows below it).
-// Work.batch is the group.
+// A grouped unit: Work plus its group and the end of the group's rows (the epilogue stores rows
+// below it). Work.batch is the problem of B's (and a masked A's) map: the group too.
 struct GroupWork : Work {
+    int group;
     int row_end;
 };
 
@@ -144,7 +145,7 @@ struct GroupScheduler {
         const int top = raster * GROUP_M;
         const int in_rows = min(rows - top, GROUP_M);
         const int in_raster = t - raster * span;
-        w.batch = g;
+        w.batch = w.group = g;
         w.split = 0;
         w.m0 = table.start[g] + (top + in_raster % in_rows) * BM;
         w.n0 = (in_raster / in_rows) * BN;
@@ -185,7 +186,7 @@ struct KGroupScheduler {
         const int top = raster * GROUP_M;
         const int in_rows = min(tiles_m - top, GROUP_M);
         const int in_raster = t - raster * span;
-        w.batch = g;
+        w.batch = w.group = g;
         w.split = 0;
         w.m0 = (top + in_raster % in_rows) * BM;
         w.n0 = (in_raster / in_rows) * BN;
