@@ -222,6 +222,22 @@ def test_fp8_row_and_column_scales(torch, pair):
     assert error(got, ref) <= fp8_tolerance(pair[0], BF16, k)
 
 
+def test_fp8_layouts_repacked(torch):
+    """fp8 x M-major and w N-major (wgmma reads K-major only): copied K-major at the call."""
+    gen = torch.Generator(device="cuda").manual_seed(24)
+    groups, total, k, n = 6, 1504, 528, 400
+    counts = sizes(groups, total, "zipf", 8)
+    x = (2 * torch.randn((k, total), device="cuda", generator=gen)).to(torch.float8_e4m3fn).t()
+    w = (2 * torch.randn((groups, k, n), device="cuda", generator=gen)).to(torch.float8_e5m2)
+    sx = torch.rand((total, 1), device="cuda", generator=gen) + 0.5
+    got = bx.grouped_mm(x, w, offsets(torch, counts), scale_x=sx, out_dtype=F32)
+    assert error(got, reference(torch, x, w, counts, sx)) <= fp8_tolerance(E4M3, F32, k)
+    xm = (2 * torch.randn((groups, k, 80), device="cuda", generator=gen)).to(torch.float8_e4m3fn).transpose(1, 2)
+    got = bx.grouped_mm(xm, w)  # batched, both copied
+    ref = torch.stack([xm[g].double() @ w[g].double() for g in range(groups)])
+    assert error(got, ref) <= fp8_tolerance(E4M3, BF16, k)
+
+
 def _block_reference(x, w, counts, sx, sw, torch):
     """float64 of rows of group g times w[g], x dequantized per 1 x 128 block and w per 128 x 128 block."""
     total, k = x.shape

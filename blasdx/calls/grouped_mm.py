@@ -266,8 +266,9 @@ def grouped_mm(x: Any, w: Any, offs: Any = None, *, counts: Any = None, out_dtyp
     (float8_e4m3 / float8_e5m2, any pair) with float32 ``scale_x`` / ``scale_w`` (module
     docstring); results float16, bfloat16 or float32 (default: x's type, bfloat16 for fp8).
     16-bit operands may be row- or column-major (w typically stored [G, N, K] and passed
-    transposed); fp8 operands are read K-major: x row-major, w column-major per group. Runs on
-    sm_90 GPUs.
+    transposed); fp8 operands are read K-major (x row-major, w column-major per group), others
+    are first copied K-major at every call, as are operands whose addresses or strides are not
+    multiples of 16 bytes. Runs on sm_90 GPUs.
     """
     if not isinstance(check_offsets, bool):
         raise ExecutionError(f"check_offsets: expected True or False, got {check_offsets!r}")
@@ -331,8 +332,11 @@ def grouped_mm(x: Any, w: Any, offs: Any = None, *, counts: Any = None, out_dtyp
                 call.plan.run_along_k(call.device_id, handle, (vx.ptr, x_k, x_o), (vw.ptr, w_k, w_o), voffs.ptr,
                                       vout.ptr, (d_row, d_col, d_group))
             else:
-                call.plan.run(call.device_id, handle, vx.ptr, vw.ptr, 0 if bounds is None else bounds.ptr,
-                              vout.ptr, (d_row, d_col, d_group), sxp, swp)
+                plan = call.plan
+                a_ptr = plan.operand_address(call.device_id, handle, "x", vx)
+                b_ptr = plan.operand_address(call.device_id, handle, "w", vw)
+                plan.run(call.device_id, handle, a_ptr, b_ptr, 0 if bounds is None else bounds.ptr, vout.ptr,
+                         (d_row, d_col, d_group), sxp, swp)
     finally:
         if token is not None:
             _devices.leave(token)

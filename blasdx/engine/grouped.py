@@ -118,8 +118,8 @@ class GroupedPlan:
     count, ``n`` / ``k`` the products' N and K. ``a_geometry`` / ``b_geometry`` are
     (ld, batch_stride) in elements: A's row (or column, M-major) stride and, masked, its group
     stride; B's stride between N (or K) lines and between groups. ``route_a`` / ``route_b`` are
-    the operands' routes (blasdx.engine.hopper.route); one that needs a repacked copy is an
-    ExecutionError naming it. ``x_scaling`` / ``y_scaling``: "none", "row" / "column" or "block".
+    the operands' routes (blasdx.engine.hopper.route); one that TMA or the instruction cannot
+    read in place is copied K-major at every call (:meth:`operand_address`). ``x_scaling`` / ``y_scaling``: "none", "row" / "column" or "block".
     """
 
     def __init__(self, a: _dt.DType, b: _dt.DType, c: _dt.DType, layout: str, groups: int, rows: int, n: int,
@@ -131,10 +131,6 @@ class GroupedPlan:
         if k == 0:  # nothing is loaded: maps of one K-major column of 16-byte rows stand in for the operands
             route_a, route_b = _hopper.OperandRoute("x", True), _hopper.OperandRoute("w", True)
             a_geometry, b_geometry = (16 // a.size, rows * 16 // a.size), (16 // b.size, n * 16 // b.size)
-        for r in (route_a, route_b):
-            if r.repack is not None:
-                raise ExecutionError(f"{r.argument}: the grouped engine reads operands in place, and this one cannot "
-                                     f"be read so ({r.repack}); pass a contiguous copy")
         self.a, self.b, self.c = a, b, c
         self.layout, self.groups, self.rows, self.n, self.k = layout, groups, rows, n, k
         self.route_a, self.route_b = route_a, route_b
@@ -160,7 +156,10 @@ class GroupedPlan:
                                  f"{most} groups of these tiles")
         bk = self.config.bk
         kk = max(k, 1)  # K = 0: a map of one (never loaded) column; every group's result is zeros
-        self._pad = None
+        self._pad = self._repack = None
+        if not along_k and (route_a.repack is not None or route_b.repack is not None):
+            self._repack = _hopper._Kernel(_hopper.repack_source(a.size), _hopper.REPACK_NAME, "sm_90",
+                                           _hopper._REPACK_PARAMS)
         if along_k:  # both operands come from K-major padded copies
             if a.size != 2:
                 raise ExecutionError(f"x: the 2D x 2D form (groups along K) takes 16-bit inputs, not {a.name}")
@@ -181,9 +180,10 @@ class GroupedPlan:
         source = grouped_source(a, b, c, self.config, route_a.k_major, route_b.k_major, x_scaling, y_scaling, along_k,
                                 staged)
         self._gemm = _hopper._Kernel(source, KERNEL_NAME, _hopper.ARCH, _PARAMS, gemm_bytes + table_bytes(groups))
-        placeholder = not k or along_k  # no operand yet (the padded copies' scratch is known at the first call)
-        self._mapped = [_hopper._SCRATCH_ALIGNMENT if placeholder else ptr_a,
-                        _hopper._SCRATCH_ALIGNMENT if placeholder else ptr_b]
+        # no operand yet where it is a copy (scratch, known at the first call) or K = 0
+        placeholder = not k or along_k
+        self._mapped = [_hopper._SCRATCH_ALIGNMENT if placeholder or route_a.repack else ptr_a,
+                        _hopper._SCRATCH_ALIGNMENT if placeholder or route_b.repack else ptr_b]
         self._maps = [_driver.encode_tiled(t.name, ptr, op.dims, op.strides, op.box, _hopper._SWIZZLE)
                       for t, ptr, op in ((a, self._mapped[0], self.operand_a), (b, self._mapped[1], self.operand_b))]
         if staged:
@@ -217,12 +217,33 @@ class GroupedPlan:
         text += ", whole tiles of D by TMA" if self.store_d is not None else ", D by direct stores"
         for r in (self.route_a, self.route_b):
             text += f", {r.argument} {'K-major' if r.k_major else 'MN-major'}"
+            text += f" (repacked: {r.repack})" if r.repack else ""
         if self.x_scaling != "none" or self.y_scaling != "none":
             text += f", scales: x per {self.x_scaling}, w per {self.y_scaling}"
         return text
 
     def __repr__(self) -> str:
         return f"GroupedPlan({self.describe()})"
+
+    def operand_address(self, device_id: int, stream: int, slot: str, view: Any) -> int:
+        """The address TMA reads operand ``slot`` ("x" or "w") from: the array itself, or its K-major copy
+        (kernels/repack.cu, every call) where its route says TMA or the instruction cannot read it in place."""
+        x = slot == "x"
+        route_, op = (self.route_a, self.operand_a) if x else (self.route_b, self.operand_b)
+        if route_.repack is None or not self.k:
+            return view.ptr
+        size, rows, problems = (self.a if x else self.b).size, self.rows if x else self.n, op.dims[2]
+        target = _hopper._SCRATCH.get(device_id, stream, None, f"grouped {slot}", op.strides[1] * problems)
+        shape, strides = tuple(view.shape), tuple(view.strides)
+        # the copy's rows are M (x [.., M, K]) or N (w [G, K, N]) and run along K
+        src_row, src_col = (strides[-2], strides[-1]) if x else (strides[-1], strides[-2])
+        src_batch = strides[0] if len(shape) == 3 and shape[0] > 1 else 0
+        grid = (math.ceil(self.k / 32), math.ceil(rows / 32), min(problems, 65535))
+        with self._repack.params.lock:
+            self._repack.fill((view.ptr, target, rows, self.k, src_row, src_col, src_batch, op.strides[0] // size,
+                               op.strides[1] // size, problems))
+            self._repack.launch(device_id, grid, (32, 8, 1), stream)
+        return target
 
     def run(self, device_id: int, stream: int, a_ptr: int, b_ptr: int, bounds_ptr: int, d_ptr: int,
             d_strides: tuple[int, int, int], sx: tuple[int, int, int, int] = (0, 0, 0, 0),
