@@ -200,6 +200,24 @@ def test_groups_along_k(torch, groups, routing):
     assert got.shape == (groups, m, n) and error(got, ref) <= tolerance(BF16, BF16, int(counts.max()))
 
 
+@pytest.mark.parametrize("a", [BF16, E4M3])
+def test_groups_along_n(torch, a):
+    """x [G, M, K] with w [K, total_n] -> [M, total_n]: columns of group g are x[g] times w's same columns."""
+    gen = torch.Generator(device="cuda").manual_seed(33)
+    groups, m, k, total = 6, 200, 256, 1000
+    counts = sizes(groups, total, "empty", 9)
+    x = (2 * torch.randn((groups, m, k), device="cuda", generator=gen)).to(torch_dtype(a))
+    w = (2 * torch.randn((k, total), device="cuda", generator=gen)).to(torch_dtype(a))
+    out = torch.full((m, total), float("nan"), dtype=torch.float32, device="cuda")
+    bx.grouped_mm(x, w, offsets(torch, counts), out=out, out_dtype=F32)
+    start, ref = 0, torch.empty((m, total), dtype=torch.float64, device="cuda")
+    for g, cols in enumerate(counts.tolist()):
+        ref[:, start:start + cols] = x[g].double() @ w[:, start:start + cols].double()
+        start += cols
+    tol = fp8_tolerance(a, F32, k) if a == E4M3 else tolerance(a, F32, k)
+    assert error(out, ref) <= tol
+
+
 # ---- fp8 ---------------------------------------------------------------------------------------------
 
 

@@ -94,6 +94,13 @@ def test_scale_shapes(shape, strides, form, is_x, expected):
     ({"x": view((T, K), dt.float32)}, (r"^x: grouped_mm multiplies float16, bfloat16, float8_e4m3 or float8_e5m2, "
                                         r"not float32")),
     ({"w": w_nk(dtype=F16)}, r"^w: float16 does not match x's bfloat16"),
+    ({"x": view((G, 64, K)), "w": view((K + 1, N))},
+     r"^x: shape \(8, 64, 1040\) and w: shape \(1041, 776\) do not multiply"),
+    ({"x": view((G, 64, K)), "w": view((K, N)), "offs": None}, r"^offs: x \[G, M, K\] with w \[K, total_n\] needs offs"),
+    ({"x": view((G, 64, K)), "w": view((K, N)), "counts": OFFS},
+     r"^counts: the 3D x 2D form \(groups along N\) takes none"),
+    ({"x": view((G, 64, K)), "w": view((K, N)), "out": view((N, 64), ptr=PTR + 2**32)},
+     r"^out: expected shape \(64, 776\) of bfloat16 \(out_dtype\), got \(776, 64\)"),
     ({"w": view((2, 3, K, N))}, r"^w: shape \(2, 3, 1040, 776\): grouped_mm takes w as \[G, K, N\]"),
     ({"w": view((K + 1, N))}, r"^x: shape \(3000, 1040\) and w: shape \(1041, 776\) do not multiply"),
     ({"w": view((K, N)), "counts": OFFS}, r"^counts: the 2D x 2D form \(groups along K\) takes offs"),
@@ -239,7 +246,7 @@ def test_staged_store_plans(fake_device, monkeypatch):
     d = fake_device.calls[-1]
     assert (d.dims, d.strides, d.box) == ((N, 48, G), (4 * N, 4 * N * 48), (32, 64, 1)) and p.config.stages == 5
     out = view((T, N), strides=(N + 1, 1), ptr=PTR + 2**32)  # rows of 1554 bytes: TMA cannot write them
-    p = grouped._plan(view((T, K)), w_nk(), CONTIGUOUS, BF16, NONE, NONE, 0, out).plan
+    p = grouped._plan(view((T, K)), w_nk(), CONTIGUOUS, BF16, NONE, NONE, 0, (N + 1, 1, 0, out.ptr)).plan
     assert p.store_d is None and "D by direct stores" in p.describe() and p.config.stages == 6
 
 
@@ -251,6 +258,25 @@ def test_operands_tma_cannot_read_are_repacked(fake_device):
     assert (b.pointer, b.dims, b.strides) == (256, (K, N, G), (K, K * N))  # the K-major copy, scratch at a call
     p = plan_of(view((T, K), ptr=PTR + 8), w_nk(), CONTIGUOUS)
     assert "x K-major (repacked: TMA needs a 16-byte aligned address" in p.describe()
+
+
+def test_groups_along_n_run_transposed(monkeypatch):
+    """x [G, M, K] with w [K, total_n]: the contiguous form of w^T and x[g]^T into out^T."""
+    planned = []
+
+    class Planned(Exception):
+        pass
+
+    def plan(*args):
+        planned.append(args)
+        raise Planned
+
+    monkeypatch.setattr(grouped, "_plan", plan)
+    with pytest.raises(Planned):
+        bx.grouped_mm(view((G, 64, K)), view((K, N)), OFFS)
+    vx, vw, form, *_, d_layout = planned[0]
+    assert form == grouped.Form("contiguous", G, N, 64, K, (N, 64)) and d_layout == (1, N, 0, 0)
+    assert (vx.shape, vx.strides) == ((N, K), (1, N)) and (vw.shape, vw.strides) == ((G, K, 64), (64 * K, 1, K))
 
 
 def test_k_zero_maps_a_placeholder(fake_device):

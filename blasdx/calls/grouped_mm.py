@@ -9,7 +9,10 @@ PyTorch's ``grouped_mm`` semantics, on the Hopper engine (blasdx.engine.grouped)
 * masked (decode): as batched, with ``counts`` an int32 [G] array of rows per group: only
   rows [0, counts[g]) of group g are computed and written, the rest of out is left as it is;
 * groups along K (2D x 2D, the weight gradient): x [M, total_k], w [total_k, N], ``offs`` the
-  end of each group's K range; result [G, M, N] (16-bit inputs).
+  end of each group's K range; result [G, M, N] (16-bit inputs);
+* groups along N (3D x 2D): x [G, M, K], w [K, total_n], ``offs`` the end column of each
+  group: columns [offs[g - 1], offs[g]) of the result [M, total_n] are x[g] times w's same
+  columns (run as the contiguous form of the transposes; no scales).
 
 Group sizes are read on the device, so a CUDA graph captured once replays with new offsets or
 counts written into the same arrays. fp8 inputs (float8_e4m3 / float8_e5m2) take float32
@@ -216,13 +219,14 @@ def _key(views: tuple[ArrayView | None, ...], extra: Any) -> tuple[Any, ...]:
 
 
 def _plan(vx: ArrayView, vw: ArrayView, form: Form, c: _dt.DType, sx: Scale, sw: Scale, device_id: int,
-          vout: ArrayView | None = None) -> _Call:
+          d_layout: tuple[int, int, int, int] | None = None) -> _Call:
+    """The call's plan; ``d_layout`` is the result's (row, column, group) element strides and address (None: a new
+    C-contiguous one)."""
     device = _ag._device_info(device_id)
     if device.sm != 90:
         raise DeviceError(f"grouped_mm runs on the Hopper engine (sm_90: H100, H200); device {device_id} is "
                           f"sm_{device.sm}")
     mx, mw = _ag._matrix(vx, "x"), _ag._matrix(vw, "w")
-    d_layout = None if vout is None else (*_hopper.result_strides(vout), vout.ptr)
     if form.layout == "along_k":  # read by the padding copy, with any strides
         route = _hopper.OperandRoute("x", True), _hopper.OperandRoute("w", True)
         plan = _grouped.GroupedPlan(vx.dtype, vw.dtype, c, form.layout, form.groups, form.rows, form.n, form.k,
@@ -239,6 +243,36 @@ def _plan(vx: ArrayView, vw: ArrayView, form: Form, c: _dt.DType, sx: Scale, sw:
                                 device.multiprocessors, sx.mode, sw.mode, d_layout=d_layout,
                                 store_by_tma=STORE_BY_TMA)
     return _Call(plan, form, c, device_id, sx, sw)
+
+
+def _transposed(view: ArrayView) -> ArrayView:
+    """The view of the last two dimensions swapped."""
+    return view._replace(shape=(*view.shape[:-2], view.shape[-1], view.shape[-2]),
+                         strides=(*view.strides[:-2], view.strides[-1], view.strides[-2]))
+
+
+def _along_n(vx: ArrayView, vw: ArrayView, voffs: ArrayView | None, vcounts: ArrayView | None,
+             vsx: ArrayView | None, vsw: ArrayView | None, vout: ArrayView | None,
+             c: _dt.DType) -> tuple[ArrayView, ArrayView, ArrayView | None]:
+    """The 3D x 2D form (x [G, M, K], w [K, total_n], groups along N, result [M, total_n]) as the contiguous form
+    of the transposes: result^T [total_n, M] = w^T [total_n, K] times x[g]^T [K, M]. Checks what the swap would
+    hide; returns (x', w', out')."""
+    if voffs is None:
+        raise ExecutionError("offs: x [G, M, K] with w [K, total_n] needs offs, the int32 end column of each group")
+    for name, v in (("counts", vcounts), ("scale_x", vsx), ("scale_w", vsw)):
+        if v is not None:
+            raise ExecutionError(f"{name}: the 3D x 2D form (groups along N) takes none")
+    groups, m, k = vx.shape
+    if vw.shape[0] != k:
+        raise ExecutionError(f"x: shape {tuple(vx.shape)} and w: shape {tuple(vw.shape)} do not multiply "
+                             f"(K = {k} vs {vw.shape[0]})")
+    _check_bounds(voffs, "offs", groups)
+    if vout is not None:
+        if tuple(vout.shape) != (m, vw.shape[1]) or vout.dtype != c:
+            raise ExecutionError(f"out: expected shape {(m, vw.shape[1])} of {c.name} (out_dtype), got "
+                                 f"{tuple(vout.shape)} of {vout.dtype.name}")
+        vout = _transposed(vout)
+    return _transposed(vw), _transposed(vx), vout
 
 
 def _check_offsets(array: Any, argument: str, form: Form, stream: Any) -> None:
@@ -281,6 +315,9 @@ def grouped_mm(x: Any, w: Any, offs: Any = None, *, counts: Any = None, out_dtyp
     vsw = None if scale_w is None else as_array(scale_w, "scale_w", stream=handle, known=known)
     vout = None if out is None else as_array(out, "out", stream=handle, known=known)
     c = _types(vx, vw, out_dtype, (vsx, vsw))
+    along_n = len(vx.shape) == 3 and len(vw.shape) == 2
+    if along_n:  # groups along N: out^T = w^T x[g]^T, the contiguous form on transposed views
+        vx, vw, vout = _along_n(vx, vw, voffs, vcounts, vsx, vsw, vout, c)
     form = form_of(vx, vw, voffs, vcounts)
     sx = scale_of(vsx, "scale_x", form, True)
     sw = scale_of(vsw, "scale_w", form, False)
@@ -296,13 +333,17 @@ def grouped_mm(x: Any, w: Any, offs: Any = None, *, counts: Any = None, out_dtyp
         spans = _ag._spans((("out", vout), *named))
         _ag._check_overlap(vout, spans[0][1:], spans[1:], tuple(v.ptr for _, v in named))
     views = (vx, vw, voffs, vcounts, vsx, vsw, vout)
-    key = _key(views, (c.name, None if out is None else type(out), STORE_BY_TMA))
+    key = _key(views, (c.name, None if out is None else type(out), STORE_BY_TMA, along_n))
     call = _CALLS.get(key)
     if call is None:
         names = ("x", "w", "offs", "counts", "scale_x", "scale_w", "out")
         present = [(v, name) for v, name in zip(views, names) if v is not None]
         device_id = _ag._device_of(tuple(v for v, _ in present), tuple(name for _, name in present))
-        call = _plan(vx, vw, form, c, sx, sw, device_id, vout)
+        if vout is not None:
+            d_layout = (*_hopper.result_strides(vout), vout.ptr)
+        else:  # a new result: C-contiguous (along N: its transpose, column-major)
+            d_layout = (1, form.rows, 0, 0) if along_n else None
+        call = _plan(vx, vw, form, c, sx, sw, device_id, d_layout)
         if len(_CALLS) > 1024:
             _CALLS.clear()
         _CALLS[key] = call
@@ -314,8 +355,11 @@ def grouped_mm(x: Any, w: Any, offs: Any = None, *, counts: Any = None, out_dtyp
     token = _devices.enter(call.device_id)
     try:
         if out is None:
-            out = _ag._allocate(x, form.out_shape, c, call.device_id, handle)
+            shape = form.out_shape[::-1] if along_n else form.out_shape
+            out = _ag._allocate(x, shape, c, call.device_id, handle)
             vout = as_array(out, "out", stream=handle, known=known)
+            if along_n:
+                vout = _transposed(vout)
         if form.rows and form.n:
             core = _arrays.as_core_stream(stream, handle)
             producers = tuple(v.stream for v in views if v is not None and v.stream is not None)
