@@ -81,6 +81,7 @@ _LAZY = {
     "mma": "calls.matmul",
     "tf32": "calls.matmul",
     "scaled_mm": "calls.scaled_mm",
+    "grouped_mm": "calls.grouped_mm",
     "solve_triangular": "calls.solve_triangular",
     "DeviceGemm": "engine.device_gemm",
 }
@@ -96,6 +97,7 @@ __all__ = [
     "to_device", "from_device",
     "compile_kernel", "header", "FusedKernel", "FusionHeader",
     "matmul", "mma", "tf32", "scaled_mm", "solve_triangular",
+    "grouped_mm",
     "Side", "FillMode", "Diag", "BatchesPerBlock", "TrsmDescriptor",
     "__version__",
 ]

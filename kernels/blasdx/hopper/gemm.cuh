@@ -68,6 +68,12 @@ template <class Cfg> struct promotion_of<Cfg, void_t<decltype(Cfg::promotion)>> 
     static constexpr int value = Cfg::promotion;
 };
 
+// Cfg::scheduler when the configuration names one (group_scheduler.cuh), else Default.
+template <class Cfg, class Default, class = void> struct scheduler_of { using type = Default; };
+template <class Cfg, class Default> struct scheduler_of<Cfg, Default, void_t<typename Cfg::scheduler>> {
+    using type = typename Cfg::scheduler;
+};
+
 template <class Cfg>
 struct DeviceGemm {
     static constexpr int BM = Cfg::bm, BN = Cfg::bn, BK = Cfg::bk, STAGES = Cfg::stages;
@@ -95,7 +101,7 @@ struct DeviceGemm {
     using SB = StageOperand<typename Cfg::b_type, BN, BK, Cfg::b_k_major>;
     using Acc = Accumulator<ATOMS_M, BN, typename accumulator_of<Cfg>::type>;
     using Part = Accumulator<1, promotion_width<BN>::value, float>;  // fp8: the tensor cores' sums of one interval
-    using Sched = Scheduler<BM, BN, BK, Cfg::group_m, CLUSTER>;
+    using Sched = typename scheduler_of<Cfg, Scheduler<BM, BN, BK, Cfg::group_m, CLUSTER>>::type;
     using Stages = Ring<STAGES>;
 
     static constexpr int OPERAND_BYTES = SA::BYTES + SB::BYTES;
@@ -177,7 +183,7 @@ struct DeviceGemm {
         RingState<STAGES> at;
         const int rank = CLUSTER > 1 ? int(cluster_rank()) : 0;
         for (int unit = blockIdx.x / CLUSTER; unit < sched.units; unit += gridDim.x / CLUSTER) {
-            const Work w = sched.work(unit, rank);
+            const auto w = sched.work(unit, rank);  // the scheduler's Work (a grouped one carries more)
             const bool has_a = w.m0 < sched.m;  // a cluster's last tile row may lie past M
             for (int step = w.k_begin; step < w.k_end; ++step) {
                 wait(&ring->empty[at.stage], at.parity ^ 1);
@@ -231,7 +237,7 @@ struct DeviceGemm {
         int turn = 0;    // ping-pong: the units of this block alternate between the consumers
         u32 waited = 0;  // turns of this consumer that waited for the other's
         for (int unit = blockIdx.x / CLUSTER; unit < sched.units; unit += gridDim.x / CLUSTER, ++turn) {
-            const Work w = sched.work(unit, rank);
+            const auto w = sched.work(unit, rank);  // the scheduler's Work (a grouped one carries more)
             if (PINGPONG && turn % CONSUMERS != consumer) {
                 at.skip(w.k_end - w.k_begin);  // the other consumer's stages
                 continue;
@@ -337,11 +343,11 @@ struct DeviceGemm {
         acc.zero();
         if constexpr (Scales::ACTIVE) {
             static_assert(BK == Scales::BLOCK, "a stage is one 128-deep K block of the block scales");
-            if (w.k_begin < w.k_end) scales.template load<TN>(now, w.k_begin, w.m0 + row0, w.n0);
+            if (w.k_begin < w.k_end) scales.template load<TN>(now, w, w.k_begin, w.m0 + row0, w.n0);
         }
         for (int step = w.k_begin; step < w.k_end; ++step) {
             if constexpr (Scales::ACTIVE) {
-                if (step + 1 < w.k_end) scales.template load<TN>(next, step + 1, w.m0 + row0, w.n0);
+                if (step + 1 < w.k_end) scales.template load<TN>(next, w, step + 1, w.m0 + row0, w.n0);
             }
             wait(&ring->full[at.stage], at.parity);
             const u32 base = shared_address(stage(smem, at.stage));
