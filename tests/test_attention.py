@@ -1,0 +1,117 @@
+"""CPU tests of the fusion pieces behind examples/flash_attention.py and of the example's kernel.
+
+NVRTC compiles for any architecture without a GPU, and cuobjdump reads the SASS: the row view,
+the bounded (zero-filling) copies with their commit / wait groups, and the register-A chain of two
+wgmma GEMMs compile for sm_80 (mma.sync) and sm_90a (wgmma) to the intended instructions (HMMA /
+HGMMA, LDGSTS) without local memory; misuse stops at compile time with a message that says what
+to change.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+import blasdx as bx
+
+from .attention_kernels import (
+    chain_gemms,
+    compile_chain,
+    compile_row_stats,
+    row_stats_gemm,
+)
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def _example():
+    spec = importlib.util.spec_from_file_location("blasdx_example_flash_attention", EXAMPLES / "flash_attention.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+fa = _example()
+
+
+def opcodes(sass: str, name: str) -> int:
+    return len(re.findall(rf"\b{name}\b", sass))
+
+
+def no_local_memory(kernel: bx.FusedKernel) -> None:
+    sass = kernel.compiled.sass()
+    assert kernel.local_memory == 0
+    assert opcodes(sass, "LDL") == 0 and opcodes(sass, "STL") == 0
+
+
+@pytest.mark.parametrize("d,dtype,causal", [(64, bx.float16, False), (64, bx.float16, True),
+                                            (128, bx.float16, False), (128, bx.bfloat16, True)])
+def test_example_kernel_compiles_to_wgmma(d, dtype, causal) -> None:
+    kernel = fa.build(d, dtype, causal)
+    sass = kernel.compiled.sass()
+    no_local_memory(kernel)
+    # per K/V tile: Q K^T is D / 16 wgmma steps (one m64n128 each), P V 128 / 16 with A in registers
+    assert len(re.findall(r"\bHGMMA\.64x128x16", sass)) == d // 16 + (8 if d == 128 else 0)
+    assert len(re.findall(r"\bHGMMA\.64x64x16", sass)) == (8 if d == 64 else 0)
+    assert opcodes(sass, "LDGSTS") > 0  # K / V tiles stream in with cp.async
+    assert kernel.shared_memory == fa.shared_bytes(d) <= 227 * 1024
+
+
+def test_example_rejects_head_dims() -> None:
+    with pytest.raises(ValueError, match="head_dim=96: this kernel takes 64 or 128"):
+        fa.build(96)
+
+
+@pytest.mark.parametrize("sm,size,threads,mma", [
+    (80, (64, 32, 64), 128, "HMMA"),
+    (90, (64, 32, 64), 128, "HMMA"),
+    ((90, True), (128, 64, 64), 256, "HGMMA"),
+])
+def test_row_view_and_bounded_copies_compile(sm, size, threads, mma) -> None:
+    kernel = compile_row_stats(row_stats_gemm(sm, size=size, threads=threads))
+    sass = kernel.compiled.sass()
+    no_local_memory(kernel)
+    assert opcodes(sass, mma) > 0 or re.search(rf"\b{mma}\.", sass)
+    assert opcodes(sass, "LDGSTS") > 0  # bounded loads stay asynchronous (zero-fill by source size)
+    assert "SHFL.BFLY" in sass          # row reductions across the quad
+
+
+@pytest.mark.parametrize("dtype", [bx.float16, bx.bfloat16])
+@pytest.mark.parametrize("b2_order", [bx.row_major, bx.col_major])
+def test_register_a_chain_compiles_to_wgmma(dtype, b2_order) -> None:
+    kernel = compile_chain(chain_gemms(dtype, b2_order=b2_order))
+    sass = kernel.compiled.sass()
+    no_local_memory(kernel)
+    # G1: 64 / 16 steps of m64n64k16 from shared memory; G2: 64 / 16 steps of m64n128k16, A in registers
+    assert len(re.findall(r"\bHGMMA\.64x64x16", sass)) == 4
+    assert len(re.findall(r"\bHGMMA\.64x128x16", sass)) == 4
+    # P never goes through shared memory: converted to 16-bit pairs in registers (F2FP), no shared
+    # stores (the operands arrive by LDGSTS) and no fragment loads
+    assert "F2FP" in sass
+    assert opcodes(sass, "STS") == 0 and "LDSM" not in sass
+
+
+def test_rows_needs_whole_rows_in_a_warp() -> None:
+    desc = row_stats_gemm(80, size=(64, 64, 64), threads=128)  # 2 x 4 atom warp tiles: 32 of 64 columns
+    with pytest.raises(bx.CompileError, match="every row of C inside one warp"):
+        compile_row_stats(desc)
+
+
+def test_register_a_needs_wgmma() -> None:
+    source = r"""
+    extern "C" __global__ void k(float* o) {
+        G1::accumulator s;
+        G2::accumulator out;
+        G2::execute(G2::a_registers(s), nullptr, out);
+        out.store(o);
+    }"""
+    common = (bx.Precision(bx.float16, bx.float16, bx.float32) + bx.Type.real + bx.Function.MM + bx.SM(80)
+              + bx.Block() + bx.BlockDim(128))
+    gemms = {"G1": bx.Size(64, 32, 64) + common, "G2": bx.Size(64, 32, 32) + common}
+    with pytest.raises(bx.CompileError, match="A from registers runs on wgmma"):
+        bx.compile_kernel(source, "k", gemms)
