@@ -38,7 +38,7 @@ def sdpa_backend(name: str):
     return None if backend is None else (lambda: sdpa_kernel([backend]))
 
 
-def measure(seq: int, d: int, causal: bool, dtype, rows: int) -> dict:
+def measure(seq: int, d: int, causal: bool, dtype, rows: int, simple: bool = False) -> dict:
     import torch
     import torch.nn.functional as F
 
@@ -52,6 +52,9 @@ def measure(seq: int, d: int, causal: bool, dtype, rows: int) -> dict:
     ours, _ = time_ms(lambda: fa.run(kernel, q, k, v, o))
     row = {"s": seq, "d": d, "causal": causal, "dtype": str(dtype), "batch": batch, "heads": heads,
            "blasdx_ms": ours, "registers": kernel.registers}
+    if simple:  # the kernel whose GEMMs complete one after the other, for comparison
+        plain = fa.build(d, dtype, causal, pipelined=False)
+        row["unpipelined_ms"], _ = time_ms(lambda: fa.run(plain, q, k, v, o))
     for name, key in (("FLASH_ATTENTION", "sdpa_ms"), ("CUDNN_ATTENTION", "cudnn_ms")):
         ctx = sdpa_backend(name)
         if ctx is None:
@@ -85,6 +88,7 @@ def main() -> int:
     parser.add_argument("--causal", choices=["both", "yes", "no"], default="both")
     parser.add_argument("--dtype", choices=sorted(fa.DTYPES), default="float16")
     parser.add_argument("--rows", type=int, default=32768, help="query rows per case (batch x heads x S)")
+    parser.add_argument("--unpipelined", action="store_true", help="also time the kernel without async wgmma")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "attention.json")
     args = parser.parse_args()
     import torch
@@ -102,14 +106,14 @@ def main() -> int:
     for seq in args.seq:
         for d in args.head_dim:
             for causal in causals:
-                row = measure(seq, d, causal, dtype, args.rows)
+                row = measure(seq, d, causal, dtype, args.rows, args.unpipelined)
                 rows.append(row)
                 fmt = lambda key, row=row: f"{row[key]:.3f}" if key in row else "-"
                 unf = f"{row['unfused_ms'] / row['blasdx_ms']:.2f}" if "unfused_ms" in row else "-"
                 ratio = f"{row['ratio']:.2f}" if row["ratio"] else "-"
                 print(f"{seq:>6} {d:>4} {causal!s:>6} {row['blasdx_ms']:>10.3f} {row['tflops']:>8.0f} "
-                      f"{fmt('sdpa_ms'):>9} {ratio:>6} {fmt('cudnn_ms'):>9} {fmt('unfused_ms'):>10} {unf:>9}",
-                      flush=True)
+                      f"{fmt('sdpa_ms'):>9} {ratio:>6} {fmt('cudnn_ms'):>9} {fmt('unfused_ms'):>10} {unf:>9}"
+                      + (f"  unpipelined {fmt('unpipelined_ms')}" if "unpipelined_ms" in row else ""), flush=True)
     ratios = [r["ratio"] for r in rows if r["ratio"]]
     if ratios:
         geo = math.exp(sum(math.log(r) for r in ratios) / len(ratios))

@@ -50,53 +50,90 @@ flash_attention(const T* q, const T* k, const T* v, T* o, int seq, float scale_l
     const int last_key = CAUSAL ? min(seq, q0 + BLOCK_M) : seq;
     const int tiles = (last_key + BLOCK_N - 1) / BLOCK_N;
 
-    QK::load_a<D>(q + head + (long long)q0 * D, sQ, seq - q0);  // rows past S are zeros
-    QK::load_b<D>(k + head, sK(0), seq);
-    PV::load_b<D>(v + head, sV(0), seq);
-    QK::copy_commit();
-
     PV::accumulator out;  // O, unnormalised
     auto out_rows = blasdx::rows(out);
     constexpr int R = decltype(out_rows)::count;
     float row_max[R], row_sum[R];
     for (int r = 0; r < R; ++r) row_max[r] = MINUS_INFINITY, row_sum[r] = 0.0f;
-
-    for (int j = 0; j < tiles; ++j) {
-        QK::copy_wait<0>();  // tile j has landed and every warp is done with tile j - 1
-        if (j + 1 < tiles) {  // tile j + 1 streams in over tile j - 1 while tile j is multiplied
-            const int k0 = (j + 1) * BLOCK_N;
-            QK::load_b<D>(k + head + (long long)k0 * D, sK(j + 1), seq - k0);
-            PV::load_b<D>(v + head + (long long)k0 * D, sV(j + 1), seq - k0);
-            QK::copy_commit();
-        }
-        auto scores = QK::execute(sQ, sK(j));
+    // The online softmax of one tile of scores, in place: masked, exponentiated against the running
+    // maximum (P, unnormalised), the row sums carried on; returns how much O must shrink.
+    auto softmax = [&](QK::accumulator& scores, int j, float (&rescale)[R]) {
         auto s = blasdx::rows(scores);
         const int k0 = j * BLOCK_N;
         if (k0 + BLOCK_N > seq || (CAUSAL && k0 + BLOCK_N > q0 + 1)) {  // keys past S, or past the query
             s.transform([&](int r, int col, float x) {
-                const bool keep = k0 + col < seq && (!CAUSAL || k0 + col <= q0 + s.row(r));
-                return keep ? x * scale_log2 : MINUS_INFINITY;
+                return k0 + col < seq && (!CAUSAL || k0 + col <= q0 + s.row(r)) ? x : MINUS_INFINITY;
             });
-        } else {
-            s.transform([&](int, int, float x) { return x * scale_log2; });
         }
-        float tile_max[R], rescale[R];
+        float tile_max[R], shift[R], tile_sum[R];
         s.max(tile_max);
         for (int r = 0; r < R; ++r) {  // the first tile has a key for every row: maxima stay finite
             const float new_max = fmaxf(row_max[r], tile_max[r]);
-            rescale[r] = exp2f(row_max[r] - new_max);
+            rescale[r] = exp2f((row_max[r] - new_max) * scale_log2);
             row_max[r] = new_max;
+            shift[r] = new_max * scale_log2;
         }
-        s.transform([&](int r, int, float x) { return exp2f(x - row_max[r]); });
-        float tile_sum[R];
+        s.transform([&](int r, int, float x) { return exp2f(x * scale_log2 - shift[r]); });
         s.thread_reduce(tile_sum, 0.0f, [](float a, float b) { return a + b; });  // this thread's part
         for (int r = 0; r < R; ++r) row_sum[r] = row_sum[r] * rescale[r] + tile_sum[r];
+    };
+    auto k_tile = [&](int j) { return k + head + (long long)j * BLOCK_N * D; };
+    auto v_tile = [&](int j) { return v + head + (long long)j * BLOCK_N * D; };
+
+#if PIPELINED
+    // Per tile j: Q K^T of tile j + 1 and P V of tile j are issued together; softmax(j + 1) runs while
+    // P V j is on the tensor cores. Copies run ahead: K j + 2 and V j + 1 stream in during tile j.
+    // (No branch around the asynchronous GEMMs inside the loop: ptxas would serialise them.)
+    QK::load_a<D>(q + head + (long long)q0 * D, sQ, seq - q0);  // rows past S are zeros
+    QK::load_b<D>(k_tile(0), sK(0), seq);
+    QK::copy_commit();
+    if (tiles > 1) QK::load_b<D>(k_tile(1), sK(1), seq - BLOCK_N);
+    PV::load_b<D>(v_tile(0), sV(0), seq);
+    QK::copy_commit();
+    QK::copy_wait<1>();  // Q and K 0
+    auto scores = QK::execute(sQ, sK(0));
+    float rescale[R];
+    softmax(scores, 0, rescale);
+    PV::a_registers p(scores);  // P rounded to T, in registers
+    for (int j = 0; j + 1 < tiles; ++j) {
+        QK::copy_wait<0>();  // K j + 1 and V j landed; every warpgroup is done with Q K^T j and P V j - 1
+        if (j + 2 < tiles) QK::load_b<D>(k_tile(j + 2), sK(j + 2), seq - (j + 2) * BLOCK_N);
+        PV::load_b<D>(v_tile(j + 1), sV(j + 1), seq - (j + 1) * BLOCK_N);
+        QK::copy_commit();
+        scores.clear();
+        QK::execute_async(sQ, sK(j + 1), scores);
+        PV::execute_async(p, sV(j), out);  // O += P V
+        QK::wait<1>(scores);               // Q K^T j + 1 is done (groups complete in order), P V j runs on
+        softmax(scores, j + 1, rescale);
+        PV::wait<0>(out, p);
+        out_rows.transform([&](int r, int, float x) { return x * rescale[r]; });
+        p = PV::a_registers(scores);
+    }
+    QK::copy_wait<0>();  // V of the last tile
+    PV::execute(p, sV(tiles - 1), out);
+#else
+    QK::load_a<D>(q + head + (long long)q0 * D, sQ, seq - q0);  // rows past S are zeros
+    QK::load_b<D>(k_tile(0), sK(0), seq);
+    PV::load_b<D>(v_tile(0), sV(0), seq);
+    QK::copy_commit();
+    for (int j = 0; j < tiles; ++j) {
+        QK::copy_wait<0>();  // tile j has landed and every warp is done with tile j - 1
+        if (j + 1 < tiles) {  // tile j + 1 streams in over tile j - 1 while tile j is multiplied
+            QK::load_b<D>(k_tile(j + 1), sK(j + 1), seq - (j + 1) * BLOCK_N);
+            PV::load_b<D>(v_tile(j + 1), sV(j + 1), seq - (j + 1) * BLOCK_N);
+            QK::copy_commit();
+        }
+        auto scores = QK::execute(sQ, sK(j));
+        float rescale[R];
+        softmax(scores, j, rescale);
         out_rows.transform([&](int r, int, float x) { return x * rescale[r]; });
         PV::execute(PV::a_registers(scores), sV(j), out);  // O += P V, P rounded to T in registers
     }
+#endif
 
     out_rows.all_reduce(row_sum, [](float a, float b) { return a + b; });
-    out_rows.transform([&](int r, int, float x) { return x / row_sum[r]; });
+    for (int r = 0; r < R; ++r) row_sum[r] = 1.0f / row_sum[r];
+    out_rows.transform([&](int r, int, float x) { return x * row_sum[r]; });
     __syncthreads();  // every warp is done with the stages: O is staged over them
     T* sO = sK(0);
     out.store(sO, O_LD);
@@ -131,12 +168,15 @@ def shared_bytes(head_dim: int) -> int:
     return 1008 + panel(BLOCK_M) + 2 * (panel(BLOCK_N) + panel(BLOCK_N))
 
 
-def build(head_dim: int = 128, dtype: Any = bx.float16, causal: bool = False) -> bx.FusedKernel:
-    """Compile the kernel for one head dim, element type and masking; cached."""
+def build(head_dim: int = 128, dtype: Any = bx.float16, causal: bool = False, pipelined: bool = True) -> bx.FusedKernel:
+    """Compile the kernel for one head dim, element type and masking; cached. ``pipelined``: softmax of
+    one tile overlaps P V of the one before (asynchronous wgmma), else each GEMM completes in turn."""
     if head_dim not in (64, 128):
         raise ValueError(f"head_dim={head_dim}: this kernel takes 64 or 128")
     nbytes = shared_bytes(head_dim)
-    options = bx.CompileOptions(defines={"CAUSAL": "true" if causal else "false", "SHARED_BYTES": str(nbytes)})
+    # fast math: exp2f is one MUFU.EX2 (no range fix-up), reciprocals approximate (2 ulp)
+    defines = {"CAUSAL": "true" if causal else "false", "SHARED_BYTES": str(nbytes), "PIPELINED": str(int(pipelined))}
+    options = bx.CompileOptions(defines=defines, fast_math=True)
     return bx.compile_kernel(SOURCE, "flash_attention", descriptors(head_dim, dtype), options=options,
                              shared_memory=nbytes)
 

@@ -55,11 +55,21 @@ def test_example_kernel_compiles_to_wgmma(d, dtype, causal) -> None:
     kernel = fa.build(d, dtype, causal)
     sass = kernel.compiled.sass()
     no_local_memory(kernel)
-    # per K/V tile: Q K^T is D / 16 wgmma steps (one m64n128 each), P V 128 / 16 with A in registers
-    assert len(re.findall(r"\bHGMMA\.64x128x16", sass)) == d // 16 + (8 if d == 128 else 0)
-    assert len(re.findall(r"\bHGMMA\.64x64x16", sass)) == (8 if d == 64 else 0)
+    # Q K^T: D / 16 steps of m64n128k16, in the prologue and in the loop; P V: 128 / 16 steps of
+    # m64nDk16 with A in registers, in the loop and in the last tile's tail
+    assert len(re.findall(r"\bHGMMA\.64x128x16", sass)) == 2 * (d // 16) + (16 if d == 128 else 0)
+    assert len(re.findall(r"\bHGMMA\.64x64x16", sass)) == (16 if d == 64 else 0)
     assert opcodes(sass, "LDGSTS") > 0  # K / V tiles stream in with cp.async
+    assert "serialized" not in kernel.compiled.log  # the asynchronous wgmma groups overlap
     assert kernel.shared_memory == fa.shared_bytes(d) <= 227 * 1024
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_example_kernel_without_pipelining(d) -> None:
+    kernel = fa.build(d, bx.float16, True, pipelined=False)
+    sass = kernel.compiled.sass()
+    no_local_memory(kernel)
+    assert len(re.findall(r"\bHGMMA\.64x128x16", sass)) == d // 16 + (8 if d == 128 else 0)
 
 
 def test_example_rejects_head_dims() -> None:

@@ -10,18 +10,19 @@ timeout 15 python3 - > "$LOGS/build.log" 2>&1 <<'PY'
 import sys; sys.path.insert(0, "examples")
 from concurrent.futures import ProcessPoolExecutor
 import blasdx as bx, flash_attention as fa
-CASES = [(d, dt, c) for d in (64, 128) for dt in ("float16", "bfloat16") for c in (False, True)]
+CASES = [(d, dt, c, True) for d in (64, 128) for dt in ("float16", "bfloat16") for c in (False, True)]
+CASES += [(d, "float16", c, False) for d in (64, 128) for c in (False, True)]
 def build(case):
-    d, dt, c = case
-    k = fa.build(d, fa.DTYPES[dt], c)
-    return f"D={d} {dt} causal={c}: {k.registers} registers, {k.local_memory} B local"
+    d, dt, c, pipe = case
+    k = fa.build(d, fa.DTYPES[dt], c, pipe)
+    return f"D={d} {dt} causal={c} pipelined={pipe}: {k.registers} registers, {k.local_memory} B local"
 with ProcessPoolExecutor(8) as pool:
     for line in pool.map(build, CASES): print(line)
 PY
-echo "build rc=$?"; cat "$LOGS/build.log" | tail -9
+echo "build rc=$?"; tail -13 "$LOGS/build.log"
 timeout 27 python3 -m pytest -m gpu -q -x -p no:cacheprovider -n 6 tests/test_gpu_flash_attention.py \
   > "$LOGS/tests.log" 2>&1
 echo "tests rc=$?"; grep -E "passed|failed|Error" "$LOGS/tests.log" | tail -12
-timeout 15 python3 benchmarks/attention.py --seq 1024 4096 --head-dim 64 128 --causal both \
+timeout 15 python3 benchmarks/attention.py --seq 1024 4096 --head-dim 64 128 --causal both --unpipelined \
   --out "$LOGS/attention.json" > "$LOGS/bench.log" 2>&1
 echo "bench rc=$?"; tail -12 "$LOGS/bench.log"

@@ -28,6 +28,7 @@
 //   rows             auto rows = blasdx::rows(acc); rows.count, rows.row(r), rows.transform(f(r, col, v)),
 //                    rows.max(out) / sum(out) / reduce / thread_reduce / all_reduce (accumulator_rows.cuh)
 //   register A       GEMM::a_registers p(other_acc); GEMM::execute(p, sB, acc)  (wgmma; warpgroup_fusion.cuh)
+//   asynchronous     GEMM::execute_async(sA, sB, acc) / (p, sB, acc), GEMM::wait<PENDING>(acc [, p])  (wgmma)
 //
 // Shared-memory matrices use the descriptor's arrangement and leading dimensions
 // (GEMM::lda ...) and start on 16-byte boundaries (slice_shared_memory gives that). sm_90a
@@ -547,9 +548,36 @@ struct Gemm {
     // the tiles this thread's warpgroup computes, built from another GEMM's accumulator
     // (`GEMM::a_registers p(scores);`), and acc += A B with it.
     using a_registers = register_a<Cfg>;
-    __device__ __forceinline__ static void execute(const a_registers& a, const b_value_type* sB, accumulator& acc) {
+    __device__ __forceinline__ static void execute(a_registers& a, const b_value_type* sB, accumulator& acc) {
         static_assert(swizzled, "A from registers runs on wgmma: an sm_90a descriptor whose plan is wgmma");
-        WarpgroupFusion<Cfg>::accumulate(acc.fragment(), a, sB, acc.thread());
+        WarpgroupFusion<Cfg>::template accumulate<true>(acc.fragment(), a, sB, acc.thread());
+    }
+    __device__ __forceinline__ static void execute(a_registers&& a, const b_value_type* sB, accumulator& acc) {
+        execute(a, sB, acc);
+    }
+
+    // -- asynchronous register API (wgmma plans): acc += A B issued as one group of this thread's
+    // warpgroup, returning at once; wait<PENDING>(acc [, a]) waits until at most PENDING groups are
+    // in flight (groups complete in issue order). Until then, leave acc, the register A and the
+    // shared memory the group reads alone; other work (a softmax on another accumulator) overlaps it.
+    __device__ __forceinline__ static void execute_async(const a_value_type* sA, const b_value_type* sB,
+                                                         accumulator& acc) {
+        static_assert(swizzled, "asynchronous execution runs on wgmma: an sm_90a descriptor whose plan is wgmma");
+        WarpgroupFusion<Cfg>::template accumulate<false>(acc.fragment(), sA, sB, acc.thread());
+    }
+    __device__ __forceinline__ static void execute_async(a_registers& a, const b_value_type* sB, accumulator& acc) {
+        static_assert(swizzled, "asynchronous execution runs on wgmma: an sm_90a descriptor whose plan is wgmma");
+        WarpgroupFusion<Cfg>::template accumulate<false>(acc.fragment(), a, sB, acc.thread());
+    }
+    template <int PENDING>
+    __device__ __forceinline__ static void wait(accumulator& acc) {
+        static_assert(swizzled, "asynchronous execution runs on wgmma: an sm_90a descriptor whose plan is wgmma");
+        WarpgroupFusion<Cfg>::template wait<PENDING>(acc.fragment());
+    }
+    template <int PENDING>
+    __device__ __forceinline__ static void wait(accumulator& acc, a_registers& a) {
+        wait<PENDING>(acc);
+        WarpgroupFusion<Cfg>::fence_registers(a);
     }
 
     // A new accumulator holding op(A) op(B).

@@ -63,6 +63,8 @@ struct register_a {
                   "a GEMM with A in registers needs one tile across N per 64 rows (desc.plan.warpgroup_n == n)");
     u32 regs[ITEMS][STEPS][4];
 
+    register_a() = default;  // unset: assign one built from an accumulator before use
+
     // A = the accumulator `source` of GEMM Src (m x k of this GEMM, the same threads), rounded
     // to a_type. Src's tiles must span its N (= this GEMM's k) so that a thread holds whole
     // 16-column K steps of its rows.
@@ -96,24 +98,16 @@ struct WarpgroupFusion {
     static_assert(op::REGISTER_A, "this wgmma type has no register-A form");
 
     // acc += A B for every tile thread tid owns, A in registers, B through its descriptors:
-    // every K step issued back to back (A never changes), one commit, one wait.
-    template <class Fragment>
-    __device__ static void accumulate(Fragment& frag, const register_a<Cfg>& a, const b_type* sB, int tid) {
+    // every K step issued back to back (A never changes) as one group. WAIT: returns once it has
+    // completed; else at once (wait<PENDING>(frag, a) before touching acc or a again).
+    template <bool WAIT, class Fragment>
+    __device__ static void accumulate(Fragment& frag, register_a<Cfg>& a, const b_type* sB, int tid) {
         using shape = typename Fragment::shape;
         constexpr int ALL = shape::ITEMS * W::REGS;
         if (!shape::active(tid)) return;
         reg_type* acc = reinterpret_cast<reg_type*>(frag.regs);
         const u32 b_base = shared_address(sB);
-        u32 words[shape::ITEMS][register_a<Cfg>::STEPS][4];
-#pragma unroll
-        for (int t = 0; t < shape::ITEMS; ++t)
-#pragma unroll
-            for (int s = 0; s < register_a<Cfg>::STEPS; ++s)
-#pragma unroll
-                for (int w = 0; w < 4; ++w) {
-                    words[t][s][w] = a.regs[t][s][w];
-                    wgmma::fence_operand(words[t][s][w]);
-                }
+        fence_registers(a);
 #pragma unroll
         for (int r = 0; r < ALL; ++r) wgmma::fence_operand(acc[r]);
         wgmma::fence();
@@ -122,13 +116,61 @@ struct WarpgroupFusion {
             if (shape::item_exists(tid, t)) {
                 const int n0 = W::tile_n0(shape::tile(tid, t));
 #pragma unroll
-                for (int s = 0; s < register_a<Cfg>::STEPS; ++s) issue(acc + t * W::REGS, words[t][s], b_base, n0, 16 * s);
+                for (int s = 0; s < register_a<Cfg>::STEPS; ++s) issue(acc + t * W::REGS, a.regs[t][s], b_base, n0, 16 * s);
             }
         }
         wgmma::commit();
-        wgmma::wait<0>();
+        if constexpr (WAIT) {
+            wgmma::wait<0>();
+#pragma unroll
+            for (int r = 0; r < ALL; ++r) wgmma::fence_operand(acc[r]);
+        }
+    }
+
+    // acc += A B with A and B in the panels, issued as one group; WAIT as above.
+    template <bool WAIT, class Fragment>
+    __device__ static void accumulate(Fragment& frag, const typename Cfg::a_type* sA, const b_type* sB, int tid) {
+        using shape = typename Fragment::shape;
+        constexpr int ALL = shape::ITEMS * W::REGS;
+        if (!shape::active(tid)) return;
+        reg_type* acc = reinterpret_cast<reg_type*>(frag.regs);
+        const u32 a_base = shared_address(sA), b_base = shared_address(sB);
 #pragma unroll
         for (int r = 0; r < ALL; ++r) wgmma::fence_operand(acc[r]);
+        wgmma::fence();
+#pragma unroll
+        for (int t = 0; t < shape::ITEMS; ++t) {
+            if (shape::item_exists(tid, t)) {
+                const int tile = shape::tile(tid, t);
+                W::issue_tile(acc + t * W::REGS, a_base, b_base, W::tile_m0(tile), W::tile_n0(tile));
+            }
+        }
+        wgmma::commit();
+        if constexpr (WAIT) {
+            wgmma::wait<0>();
+#pragma unroll
+            for (int r = 0; r < ALL; ++r) wgmma::fence_operand(acc[r]);
+        }
+    }
+
+    // Waits until at most PENDING of this warpgroup's wgmma groups are in flight; the registers of
+    // frag (and of a register A, whose values must stay put until their group completes) are read
+    // or changed only after this point.
+    template <int PENDING, class Fragment>
+    __device__ __forceinline__ static void wait(Fragment& frag) {
+        constexpr int ALL = Fragment::shape::ITEMS * W::REGS;
+        reg_type* acc = reinterpret_cast<reg_type*>(frag.regs);
+        wgmma::wait<PENDING>();
+#pragma unroll
+        for (int r = 0; r < ALL; ++r) wgmma::fence_operand(acc[r]);
+    }
+    __device__ __forceinline__ static void fence_registers(register_a<Cfg>& a) {
+#pragma unroll
+        for (int t = 0; t < register_a<Cfg>::ITEMS; ++t)
+#pragma unroll
+            for (int s = 0; s < register_a<Cfg>::STEPS; ++s)
+#pragma unroll
+                for (int w = 0; w < 4; ++w) wgmma::fence_operand(a.regs[t][s][w]);
     }
 
     // Copies of global A / B tiles into the panels, of which only the first `runs` runs exist.
