@@ -38,7 +38,7 @@ def sdpa_backend(name: str):
     return None if backend is None else (lambda: sdpa_kernel([backend]))
 
 
-def measure(seq: int, d: int, causal: bool, dtype, rows: int, simple: bool = False) -> dict:
+def measure(seq: int, d: int, causal: bool, dtype, rows: int, simple: bool = False, other_block_n=()) -> dict:
     import torch
     import torch.nn.functional as F
 
@@ -55,6 +55,10 @@ def measure(seq: int, d: int, causal: bool, dtype, rows: int, simple: bool = Fal
     if simple:  # the kernel whose GEMMs complete one after the other, for comparison
         plain = fa.build(d, dtype, causal, pipelined=False)
         row["unpipelined_ms"], _ = time_ms(lambda: fa.run(plain, q, k, v, o))
+    for block_n in other_block_n:  # the same kernel with other tiles of keys
+        alt = fa.build(d, dtype, causal, block_n=block_n)
+        fa.check(alt, batch, heads, seq, d, dtype, causal, sample=0)
+        row[f"block_n{block_n}_ms"], _ = time_ms(lambda alt=alt: fa.run(alt, q, k, v, o))
     for name, key in (("FLASH_ATTENTION", "sdpa_ms"), ("CUDNN_ATTENTION", "cudnn_ms")):
         ctx = sdpa_backend(name)
         if ctx is None:
@@ -89,6 +93,7 @@ def main() -> int:
     parser.add_argument("--dtype", choices=sorted(fa.DTYPES), default="float16")
     parser.add_argument("--rows", type=int, default=32768, help="query rows per case (batch x heads x S)")
     parser.add_argument("--unpipelined", action="store_true", help="also time the kernel without async wgmma")
+    parser.add_argument("--block-n", type=int, nargs="*", default=[], help="also time these key tiles (64, 128)")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "attention.json")
     args = parser.parse_args()
     import torch
@@ -106,14 +111,15 @@ def main() -> int:
     for seq in args.seq:
         for d in args.head_dim:
             for causal in causals:
-                row = measure(seq, d, causal, dtype, args.rows, args.unpipelined)
+                row = measure(seq, d, causal, dtype, args.rows, args.unpipelined, args.block_n)
                 rows.append(row)
                 fmt = lambda key, row=row: f"{row[key]:.3f}" if key in row else "-"
                 unf = f"{row['unfused_ms'] / row['blasdx_ms']:.2f}" if "unfused_ms" in row else "-"
                 ratio = f"{row['ratio']:.2f}" if row["ratio"] else "-"
                 print(f"{seq:>6} {d:>4} {causal!s:>6} {row['blasdx_ms']:>10.3f} {row['tflops']:>8.0f} "
                       f"{fmt('sdpa_ms'):>9} {ratio:>6} {fmt('cudnn_ms'):>9} {fmt('unfused_ms'):>10} {unf:>9}"
-                      + (f"  unpipelined {fmt('unpipelined_ms')}" if "unpipelined_ms" in row else ""), flush=True)
+                      + "".join(f"  {key[:-3]} {row[key]:.3f}" for key in row
+                                if key.endswith("_ms") and key.startswith(("unpipelined", "block_n"))), flush=True)
     ratios = [r["ratio"] for r in rows if r["ratio"]]
     if ratios:
         geo = math.exp(sum(math.log(r) for r in ratios) / len(ratios))

@@ -36,7 +36,7 @@ static_assert(QK::shared_b_offset + 2 * (K_BYTES + V_BYTES) + QK::shared_memory_
 static_assert(BLOCK_M * O_LD * 2 <= 2 * (K_BYTES + V_BYTES), "O is staged over the K/V stages");
 
 // q, k, v, o: (batch * heads, seq, D); grid (query tiles, batch * heads); scale_log2 = log2(e) / sqrt(D).
-extern "C" __global__ void __launch_bounds__(QK::max_threads_per_block, 1)
+extern "C" __global__ void __launch_bounds__(QK::max_threads_per_block, MIN_BLOCKS)
 flash_attention(const T* q, const T* k, const T* v, T* o, int seq, float scale_log2) {
     extern __shared__ __align__(1024) unsigned char smem[];
     const auto buffers = QK::slice_shared_memory_ab(smem);  // Q, then K0 V0 K1 V1
@@ -146,7 +146,7 @@ BLOCK_M, BLOCK_N, THREADS = 128, 128, 256
 DTYPES = {"float16": bx.float16, "bfloat16": bx.bfloat16}
 
 
-def descriptors(head_dim: int, dtype: Any) -> dict[str, bx.Descriptor]:
+def descriptors(head_dim: int, dtype: Any, block_n: int = BLOCK_N) -> dict[str, bx.Descriptor]:
     """QK: (BLOCK_M x D) x (D x BLOCK_N) scores; PV: (BLOCK_M x BLOCK_N) x (BLOCK_N x D), f32 sums, sm_90a."""
     common = (
         bx.Precision(dtype, dtype, bx.float32)
@@ -157,27 +157,32 @@ def descriptors(head_dim: int, dtype: Any) -> dict[str, bx.Descriptor]:
         + bx.Block()
         + bx.BlockDim(THREADS)
     )
-    qk = bx.Size(BLOCK_M, BLOCK_N, head_dim) + bx.Arrangement(bx.row_major, bx.col_major, bx.row_major) + common
-    pv = bx.Size(BLOCK_M, head_dim, BLOCK_N) + bx.Arrangement(bx.row_major, bx.row_major, bx.row_major) + common
+    qk = bx.Size(BLOCK_M, block_n, head_dim) + bx.Arrangement(bx.row_major, bx.col_major, bx.row_major) + common
+    pv = bx.Size(BLOCK_M, head_dim, block_n) + bx.Arrangement(bx.row_major, bx.row_major, bx.row_major) + common
     return {"QK": qk, "PV": pv}
 
 
-def shared_bytes(head_dim: int) -> int:
+def shared_bytes(head_dim: int, block_n: int = BLOCK_N) -> int:
     """Q's panels and two stages of K and V panels, each on a 1024-byte boundary, plus the slack to find one."""
     panel = lambda rows: -(-rows * head_dim * 2 // 1024) * 1024
-    return 1008 + panel(BLOCK_M) + 2 * (panel(BLOCK_N) + panel(BLOCK_N))
+    return 1008 + panel(BLOCK_M) + 2 * (panel(block_n) + panel(block_n))
 
 
-def build(head_dim: int = 128, dtype: Any = bx.float16, causal: bool = False, pipelined: bool = True) -> bx.FusedKernel:
+def build(head_dim: int = 128, dtype: Any = bx.float16, causal: bool = False, pipelined: bool = True,
+          block_n: int = BLOCK_N, min_blocks: int = 1) -> bx.FusedKernel:
     """Compile the kernel for one head dim, element type and masking; cached. ``pipelined``: softmax of
-    one tile overlaps P V of the one before (asynchronous wgmma), else each GEMM completes in turn."""
+    one tile overlaps P V of the one before (asynchronous wgmma), else each GEMM completes in turn.
+    ``block_n``: keys per tile (64 or 128); ``min_blocks``: blocks per SM the registers must allow."""
     if head_dim not in (64, 128):
         raise ValueError(f"head_dim={head_dim}: this kernel takes 64 or 128")
-    nbytes = shared_bytes(head_dim)
+    if block_n not in (64, 128):
+        raise ValueError(f"block_n={block_n}: this kernel takes 64 or 128")
+    nbytes = shared_bytes(head_dim, block_n)
+    defines = {"CAUSAL": "true" if causal else "false", "SHARED_BYTES": str(nbytes), "PIPELINED": str(int(pipelined)),
+               "MIN_BLOCKS": str(min_blocks)}
     # fast math: exp2f is one MUFU.EX2 (no range fix-up), reciprocals approximate (2 ulp)
-    defines = {"CAUSAL": "true" if causal else "false", "SHARED_BYTES": str(nbytes), "PIPELINED": str(int(pipelined))}
     options = bx.CompileOptions(defines=defines, fast_math=True)
-    return bx.compile_kernel(SOURCE, "flash_attention", descriptors(head_dim, dtype), options=options,
+    return bx.compile_kernel(SOURCE, "flash_attention", descriptors(head_dim, dtype, block_n), options=options,
                              shared_memory=nbytes)
 
 

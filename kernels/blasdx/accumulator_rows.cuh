@@ -115,8 +115,8 @@ class accumulator_rows {
         thread_reduce(out, init, op);
         all_reduce(out, op);
     }
-    __device__ __forceinline__ void max(value_type (&out)[count]) const {
-        reduce(out, lowest(), [](value_type a, value_type b) { return a > b ? a : b; });
+    __device__ __forceinline__ void max(value_type (&out)[count]) const {  // FMNMX for floats
+        reduce(out, lowest(), [](value_type a, value_type b) { return larger(a, b); });
     }
     __device__ __forceinline__ void sum(value_type (&out)[count]) const {
         reduce(out, value_type(0), [](value_type a, value_type b) { return a + b; });
@@ -127,6 +127,9 @@ class accumulator_rows {
     __device__ __forceinline__ static double lowest_of(double) { return __longlong_as_double(0xfff0000000000000ll); }
     __device__ __forceinline__ static int lowest_of(int) { return -2147483647 - 1; }
     __device__ __forceinline__ static value_type lowest() { return lowest_of(value_type{}); }
+    __device__ __forceinline__ static float larger(float a, float b) { return fmaxf(a, b); }
+    __device__ __forceinline__ static double larger(double a, double b) { return fmax(a, b); }
+    __device__ __forceinline__ static int larger(int a, int b) { return a > b ? a : b; }
 
     // f(i, slot, col) for every element i of C this thread holds: straight code once unrolled.
     template <class F> __device__ __forceinline__ void visit(F&& f) const {
