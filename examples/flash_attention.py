@@ -37,7 +37,8 @@ static_assert(BLOCK_M * O_LD * 2 <= 2 * (K_BYTES + V_BYTES), "O is staged over t
 
 // q, k, v, o: (batch * heads, seq, D); grid (query tiles, batch * heads); scale_log2 = log2(e) / sqrt(D).
 extern "C" __global__ void __launch_bounds__(QK::max_threads_per_block, MIN_BLOCKS)
-flash_attention(const T* q, const T* k, const T* v, T* o, int seq, float scale_log2) {
+flash_attention(const QK::a_value_type* q, const QK::b_value_type* k, const PV::b_value_type* v, PV::a_value_type* o,
+                int seq, float scale_log2) {
     extern __shared__ __align__(1024) unsigned char smem[];
     const auto buffers = QK::slice_shared_memory_ab(smem);  // Q, then K0 V0 K1 V1
     T* sQ = buffers.a;
@@ -56,7 +57,7 @@ flash_attention(const T* q, const T* k, const T* v, T* o, int seq, float scale_l
     float row_max[R], row_sum[R];
     for (int r = 0; r < R; ++r) row_max[r] = MINUS_INFINITY, row_sum[r] = 0.0f;
     // The online softmax of one tile of scores, in place: masked, exponentiated against the running
-    // maximum (P, unnormalised), the row sums carried on; returns how much O must shrink.
+    // maximum (P, unnormalised), the row sums carried on; rescale[r]: the factor O's rows shrink by.
     auto softmax = [&](QK::accumulator& scores, int j, float (&rescale)[R]) {
         auto s = blasdx::rows(scores);
         const int k0 = j * BLOCK_N;
@@ -187,8 +188,21 @@ def build(head_dim: int = 128, dtype: Any = bx.float16, causal: bool = False, pi
 
 
 def run(kernel: bx.FusedKernel, q: Any, k: Any, v: Any, o: Any) -> None:
-    """o = softmax(q k^T / sqrt(d)) v for contiguous (batch, heads, S, D) tensors (causal as compiled)."""
-    batch, heads, seq, head_dim = q.shape
+    """o = softmax(q k^T / sqrt(d)) v for contiguous (batch, heads, S, D) tensors (causal as compiled).
+    Shapes and layouts are checked here, element types by the launch, all before anything runs."""
+    head_dim = kernel.gemms["QK"].k
+    shape = tuple(q.shape)
+    if len(shape) != 4 or shape[2] < 1 or shape[3] != head_dim:
+        raise bx.ExecutionError(f"q: shape {shape}, expected (batch, heads, S >= 1, {head_dim}) for this kernel")
+    for name, t in (("k", k), ("v", v), ("o", o)):
+        if tuple(t.shape) != shape:
+            raise bx.ExecutionError(f"{name}: shape {tuple(t.shape)}, expected {shape} (the shape of q)")
+    for name, t in (("q", q), ("k", k), ("v", v), ("o", o)):
+        if not t.is_contiguous():
+            raise bx.ExecutionError(f"{name}: strides {tuple(t.stride())}, expected a contiguous tensor")
+    batch, heads, seq, _ = shape
+    if batch * heads > 65535:
+        raise bx.ExecutionError(f"q: batch x heads = {batch * heads}, at most 65535 (one grid row each)")
     scale_log2 = math.log2(math.e) / math.sqrt(head_dim)
     kernel.launch((-(-seq // BLOCK_M), batch * heads), (q, k, v, o, seq, scale_log2))
 

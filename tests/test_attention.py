@@ -125,3 +125,36 @@ def test_register_a_needs_wgmma() -> None:
     gemms = {"G1": bx.Size(64, 32, 64) + common, "G2": bx.Size(64, 32, 32) + common}
     with pytest.raises(bx.CompileError, match="A from registers runs on wgmma"):
         bx.compile_kernel(source, "k", gemms)
+
+
+class _Tensor:
+    """What run() reads of a tensor: shape, strides, contiguity."""
+
+    def __init__(self, shape, contiguous=True):
+        self.shape = shape
+        self._contiguous = contiguous
+
+    def is_contiguous(self) -> bool:
+        return self._contiguous
+
+    def stride(self):
+        return (1,) * len(self.shape)
+
+
+@pytest.mark.parametrize("q,k,message", [
+    ((2, 3, 17, 32), (2, 3, 17, 32), r"q: shape \(2, 3, 17, 32\), expected \(batch, heads, S >= 1, 64\)"),
+    ((2, 3, 0, 64), (2, 3, 0, 64), r"q: shape \(2, 3, 0, 64\), expected \(batch, heads, S >= 1, 64\)"),
+    ((2, 3, 17, 64), (2, 3, 18, 64), r"k: shape \(2, 3, 18, 64\), expected \(2, 3, 17, 64\) \(the shape of q\)"),
+    ((300, 300, 1, 64), (300, 300, 1, 64), r"q: batch x heads = 90000, at most 65535"),
+])
+def test_run_checks_shapes_before_launch(q, k, message) -> None:
+    kernel = fa.build(64)
+    with pytest.raises(bx.ExecutionError, match=message):
+        fa.run(kernel, _Tensor(q), _Tensor(k), _Tensor(q), _Tensor(q))
+
+
+def test_run_needs_contiguous_tensors() -> None:
+    kernel = fa.build(64)
+    shape = (1, 2, 5, 64)
+    with pytest.raises(bx.ExecutionError, match=r"v: strides \(1, 1, 1, 1\), expected a contiguous tensor"):
+        fa.run(kernel, _Tensor(shape), _Tensor(shape), _Tensor(shape, contiguous=False), _Tensor(shape))
