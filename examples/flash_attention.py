@@ -98,13 +98,13 @@ flash_attention(const QK::a_value_type* q, const QK::b_value_type* k, const PV::
     PV::a_registers p(scores);  // P rounded to T, in registers
     for (int j = 0; j + 1 < tiles; ++j) {
         QK::copy_wait<0>();  // K j + 1 and V j landed; every warpgroup is done with Q K^T j and P V j - 1
-        if (j + 2 < tiles) QK::load_b<D>(k_tile(j + 2), sK(j + 2), seq - (j + 2) * BLOCK_N);
-        PV::load_b<D>(v_tile(j + 1), sV(j + 1), seq - (j + 1) * BLOCK_N);
-        QK::copy_commit();
         scores.clear();
         QK::execute_async(sQ, sK(j + 1), scores);
         PV::execute_async(p, sV(j), out);  // O += P V
-        QK::wait<1>(scores);               // Q K^T j + 1 is done (groups complete in order), P V j runs on
+        if (j + 2 < tiles) QK::load_b<D>(k_tile(j + 2), sK(j + 2), seq - (j + 2) * BLOCK_N);  // over K j
+        PV::load_b<D>(v_tile(j + 1), sV(j + 1), seq - (j + 1) * BLOCK_N);                     // over V j - 1
+        QK::copy_commit();
+        QK::wait<1>(scores);  // Q K^T j + 1 is done (groups complete in order), P V j runs on
         softmax(scores, j + 1, rescale);
         PV::wait<0>(out, p);
         out_rows.transform([&](int r, int, float x) { return x * rescale[r]; });
