@@ -49,23 +49,25 @@ def measure(seq: int, d: int, causal: bool, dtype, rows: int, simple: bool = Fal
     tdtype = getattr(torch, str(dtype))
     q, k, v = (torch.randn((batch, heads, seq, d), device="cuda", dtype=tdtype) for _ in range(3))
     o = torch.empty_like(q)
-    ours, _ = time_ms(lambda: fa.run(kernel, q, k, v, o))
+    flops = 4 * batch * heads * seq * seq * d * (0.5 if causal else 1.0)
+    repeat = max(3, min(20, int(2e12 / flops)))  # calls per graph: a few ms of work per replay at most
+    ours, _ = time_ms(lambda: fa.run(kernel, q, k, v, o), repeat)
     row = {"s": seq, "d": d, "causal": causal, "dtype": str(dtype), "batch": batch, "heads": heads,
            "blasdx_ms": ours, "registers": kernel.registers}
     if simple:  # the kernel whose GEMMs complete one after the other, for comparison
         plain = fa.build(d, dtype, causal, pipelined=False)
-        row["unpipelined_ms"], _ = time_ms(lambda: fa.run(plain, q, k, v, o))
+        row["unpipelined_ms"], _ = time_ms(lambda: fa.run(plain, q, k, v, o), repeat)
     for block_n in other_block_n:  # the same kernel with other tiles of keys
         alt = fa.build(d, dtype, causal, block_n=block_n)
         fa.check(alt, batch, heads, seq, d, dtype, causal, sample=0)
-        row[f"block_n{block_n}_ms"], _ = time_ms(lambda alt=alt: fa.run(alt, q, k, v, o))
+        row[f"block_n{block_n}_ms"], _ = time_ms(lambda alt=alt: fa.run(alt, q, k, v, o), repeat)
     for name, key in (("FLASH_ATTENTION", "sdpa_ms"), ("CUDNN_ATTENTION", "cudnn_ms")):
         ctx = sdpa_backend(name)
         if ctx is None:
             continue
         try:
             with ctx():
-                row[key], _ = time_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+                row[key], _ = time_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal), repeat)
         except RuntimeError as err:  # backend unavailable for this shape or build
             row[key + "_error"] = str(err).splitlines()[0][:200]
     if batch * heads * seq * seq * 4 <= 8 << 30:  # f32 scores of the unfused form
@@ -78,8 +80,7 @@ def measure(seq: int, d: int, causal: bool, dtype, rows: int, simple: bool = Fal
                 s = s.masked_fill(~mask, float("-inf"))
             return torch.matmul(torch.softmax(s, -1), v)
 
-        row["unfused_ms"], _ = time_ms(unfused)
-    flops = 4 * batch * heads * seq * seq * d * (0.5 if causal else 1.0)
+        row["unfused_ms"], _ = time_ms(unfused, repeat)
     row["tflops"] = flops / ours / 1e9
     row["ratio"] = row["sdpa_ms"] / ours if "sdpa_ms" in row else None
     return row
