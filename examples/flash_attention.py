@@ -170,14 +170,17 @@ def shared_bytes(head_dim: int, block_n: int = BLOCK_N) -> int:
 
 
 def build(head_dim: int = 128, dtype: Any = bx.float16, causal: bool = False, pipelined: bool = True,
-          block_n: int = BLOCK_N, min_blocks: int = 1) -> bx.FusedKernel:
+          block_n: int = BLOCK_N, min_blocks: int | None = None) -> bx.FusedKernel:
     """Compile the kernel for one head dim, element type and masking; cached. ``pipelined``: softmax of
     one tile overlaps P V of the one before (asynchronous wgmma), else each GEMM completes in turn.
-    ``block_n``: keys per tile (64 or 128); ``min_blocks``: blocks per SM the registers must allow."""
+    ``block_n``: keys per tile (64 or 128); ``min_blocks``: blocks per SM the registers must allow
+    (default: 2 for D = 64 with 64 keys, whose 120 registers leave room for two, else 1)."""
     if head_dim not in (64, 128):
         raise ValueError(f"head_dim={head_dim}: this kernel takes 64 or 128")
     if block_n not in (64, 128):
         raise ValueError(f"block_n={block_n}: this kernel takes 64 or 128")
+    if min_blocks is None:
+        min_blocks = 2 if (head_dim, block_n) == (64, 64) else 1
     nbytes = shared_bytes(head_dim, block_n)
     defines = {"CAUSAL": "true" if causal else "false", "SHARED_BYTES": str(nbytes), "PIPELINED": str(int(pipelined)),
                "MIN_BLOCKS": str(min_blocks)}

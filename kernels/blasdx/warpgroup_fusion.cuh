@@ -205,11 +205,27 @@ struct WarpgroupFusion {
     __device__ __forceinline__ static void load_panels(unsigned char* dst, const T* src, int runs, int tid) {
         static_assert(VEC % int(sizeof(T)) == 0 && 16 % VEC == 0, "pieces stay inside a 16-byte chunk");
         using layout = wgmma::panels<T, OUTER, INNER, PANEL_BYTES>;
-        if (!takes_part<Cfg::threads>(tid)) return;
-        for_each_piece<OUTER, INNER, VEC / int(sizeof(T)), Cfg::threads>(tid, [&](int r, int c) {
-            const bool in = r < runs;
-            copy_to_shared_or_zero<VEC>(dst + layout::offset(r, c), in ? src + i64(r) * LDG + c : src, in);
-        });
+        constexpr int V = VEC / int(sizeof(T)), PER_ROW = INNER / V, THREADS = Cfg::threads;
+        constexpr int STEP = THREADS / PER_ROW;  // rows one pass of the block covers
+        if (!takes_part<THREADS>(tid)) return;
+        if constexpr (THREADS % PER_ROW == 0 && STEP % 8 == 0 && OUTER % STEP == 0) {
+            // Each thread keeps one column and steps down STEP rows a pass: the swizzle repeats
+            // every 8 rows, so every pass is the first one's addresses plus constants (a tile of K
+            // or V costs one predicate and one copy per piece, not a division and a swizzle each).
+            const int r0 = unsigned(tid) / PER_ROW, c = (unsigned(tid) % PER_ROW) * V;
+            unsigned char* d = dst + layout::offset(r0, c);
+            const T* s = src + i64(r0) * LDG + c;
+#pragma unroll
+            for (int t = 0; t < OUTER / STEP; ++t) {
+                const bool in = r0 + t * STEP < runs;
+                copy_to_shared_or_zero<VEC>(d + t * STEP * PANEL_BYTES, in ? s + i64(t) * STEP * LDG : src, in);
+            }
+        } else {
+            for_each_piece<OUTER, INNER, V, THREADS>(tid, [&](int r, int c) {
+                const bool in = r < runs;
+                copy_to_shared_or_zero<VEC>(dst + layout::offset(r, c), in ? src + i64(r) * LDG + c : src, in);
+            });
+        }
     }
 };
 
