@@ -57,7 +57,9 @@ flash_attention(const QK::a_value_type* q, const QK::b_value_type* k, const PV::
     float row_max[R], row_sum[R];
     for (int r = 0; r < R; ++r) row_max[r] = MINUS_INFINITY, row_sum[r] = 0.0f;
     // The online softmax of one tile of scores, in place: masked, exponentiated against the running
-    // maximum (P, unnormalised), the row sums carried on; rescale[r]: the factor O's rows shrink by.
+    // maximum (P, unnormalised), the row sums carried on. The maximum moves only where a row's grows
+    // past it by more than 8 in log2 units (P stays below 2^8), for all rows of a warp at once, so
+    // most tiles leave O as it is; returns whether O's rows must shrink by rescale[r].
     auto softmax = [&](QK::accumulator& scores, int j, float (&rescale)[R]) {
         auto s = blasdx::rows(scores);
         const int k0 = j * BLOCK_N;
@@ -68,8 +70,11 @@ flash_attention(const QK::a_value_type* q, const QK::b_value_type* k, const PV::
         }
         float tile_max[R], shift[R], tile_sum[R];
         s.max(tile_max);
-        for (int r = 0; r < R; ++r) {  // the first tile has a key for every row: maxima stay finite
-            const float new_max = fmaxf(row_max[r], tile_max[r]);
+        bool grows = false;  // the first tile has a key for every row: it grows them all from -inf
+        for (int r = 0; r < R; ++r) grows |= (tile_max[r] - row_max[r]) * scale_log2 > 8.0f;
+        grows = __any_sync(0xffffffffu, grows);
+        for (int r = 0; r < R; ++r) {
+            const float new_max = grows ? fmaxf(row_max[r], tile_max[r]) : row_max[r];
             rescale[r] = exp2f((row_max[r] - new_max) * scale_log2);
             row_max[r] = new_max;
             shift[r] = new_max * scale_log2;
@@ -77,6 +82,7 @@ flash_attention(const QK::a_value_type* q, const QK::b_value_type* k, const PV::
         s.transform([&](int r, int, float x) { return exp2f(x * scale_log2 - shift[r]); });
         s.thread_reduce(tile_sum, 0.0f, [](float a, float b) { return a + b; });  // this thread's part
         for (int r = 0; r < R; ++r) row_sum[r] = row_sum[r] * rescale[r] + tile_sum[r];
+        return grows;
     };
     auto k_tile = [&](int j) { return k + head + (long long)j * BLOCK_N * D; };
     auto v_tile = [&](int j) { return v + head + (long long)j * BLOCK_N * D; };
@@ -94,7 +100,7 @@ flash_attention(const QK::a_value_type* q, const QK::b_value_type* k, const PV::
     QK::copy_wait<1>();  // Q and K 0
     auto scores = QK::execute(sQ, sK(0));
     float rescale[R];
-    softmax(scores, 0, rescale);
+    softmax(scores, 0, rescale);  // O is still zero
     PV::a_registers p(scores);  // P rounded to T, in registers
     for (int j = 0; j + 1 < tiles; ++j) {
         QK::copy_wait<0>();  // K j + 1 and V j landed; every warpgroup is done with Q K^T j and P V j - 1
@@ -105,9 +111,9 @@ flash_attention(const QK::a_value_type* q, const QK::b_value_type* k, const PV::
         PV::load_b<D>(v_tile(j + 1), sV(j + 1), seq - (j + 1) * BLOCK_N);                     // over V j - 1
         QK::copy_commit();
         QK::wait<1>(scores);  // Q K^T j + 1 is done (groups complete in order), P V j runs on
-        softmax(scores, j + 1, rescale);
+        const bool shrink = softmax(scores, j + 1, rescale);
         PV::wait<0>(out, p);
-        out_rows.transform([&](int r, int, float x) { return x * rescale[r]; });
+        if (shrink) out_rows.transform([&](int r, int, float x) { return x * rescale[r]; });
         p = PV::a_registers(scores);
     }
     QK::copy_wait<0>();  // V of the last tile
@@ -126,8 +132,7 @@ flash_attention(const QK::a_value_type* q, const QK::b_value_type* k, const PV::
         }
         auto scores = QK::execute(sQ, sK(j));
         float rescale[R];
-        softmax(scores, j, rescale);
-        out_rows.transform([&](int r, int, float x) { return x * rescale[r]; });
+        if (softmax(scores, j, rescale)) out_rows.transform([&](int r, int, float x) { return x * rescale[r]; });
         PV::execute(PV::a_registers(scores), sV(j), out);  // O += P V, P rounded to T in registers
     }
 #endif
