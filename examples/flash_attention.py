@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 import blasdx as bx
-from blasdx.reference import assert_close, relative_error, tolerance
+from blasdx.reference import assert_close, tolerance
 
 SOURCE = r"""
 using T = QK::a_value_type;
@@ -252,7 +252,10 @@ def check(kernel: bx.FusedKernel, batch: int, heads: int, seq: int, head_dim: in
         ref = reference(*(flat(t)[pick].float().cpu().numpy() for t in (q, k, v)), causal)
         assert_close(flat(o)[pick].float().cpu().numpy(), ref, tol, what="O")
     expected = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-    diff = relative_error(o.double().cpu().numpy(), expected.double().cpu().numpy())
+    # the normwise relative difference (as blasdx.reference.relative_error), on the GPU: O can be large
+    got, want = o.double(), expected.double()
+    finite = bool(torch.isfinite(got).all())
+    diff = float(torch.linalg.vector_norm(got - want) / torch.linalg.vector_norm(want)) if finite else math.inf
     if not diff <= 2 * tol:  # SDPA rounds P too: both sit within a rounding of the exact result
         raise AssertionError(f"O differs from torch SDPA by {diff:.2e} normwise (S={seq}, D={head_dim}, {dtype}, "
                              f"causal={causal})")
