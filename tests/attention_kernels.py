@@ -5,6 +5,9 @@
   of C through ``blasdx::rows``, C divided by its row sums and stored through a bounded store.
 * CHAIN (sm_90a): O = round16(A B1) B2 with the first product's accumulator turned into the
   second GEMM's register A (``G2::a_registers``), never leaving registers.
+* CHAIN_ASYNC (sm_90a): the same through execute_async / wait, with two groups in flight: P B2
+  (register A) issued before a second A B1, wait<1> for the first, wait<0> for the second
+  (stored to S2, which must equal A B1).
 """
 
 from __future__ import annotations
@@ -59,6 +62,34 @@ chain(const T* a, const T* b1, const T* b2, float* o) {
 """
 
 
+CHAIN_ASYNC = r"""
+using T = G1::a_value_type;
+extern "C" __global__ void __launch_bounds__(G1::max_threads_per_block, 1)
+chain(const T* a, const T* b1, const T* b2, float* o, float* s2_out) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    auto [sA, sB1] = G1::slice_shared_memory_ab(smem);
+    unsigned char* end = reinterpret_cast<unsigned char*>(sB1) + G1::shared_b_bytes;
+    T* sB2 = reinterpret_cast<T*>(end + (1024 - blasdx::shared_address(end) % 1024) % 1024);  // G2's B panels
+    G1::load_a<G1::k>(a, sA);
+    G1::load_b<G1::k>(b1, sB1);
+    G2::load_b<G2::n>(b2, sB2);
+    G1::copy_wait();
+    G1::accumulator s;
+    G1::execute_async(sA, sB1, s);
+    G1::wait<0>(s);
+    G2::a_registers p(s);
+    G2::accumulator out;
+    G1::accumulator s2;
+    G2::execute_async(p, sB2, out);  // older group
+    G1::execute_async(sA, sB1, s2);  // newer group
+    G2::wait<1>(out, p);             // the older one is done
+    out.store(o);
+    G1::wait<0>(s2);
+    s2.store(s2_out);
+}
+"""
+
+
 def row_stats_gemm(sm: int | tuple[int, bool], dtype=bx.float16, size=(64, 32, 64), threads=128) -> bx.Descriptor:
     """Row-major A, column-major B (like Q K^T), f32 sums; a plan whose tiles span N."""
     arch = bx.SM(*sm) if isinstance(sm, tuple) else bx.SM(sm)
@@ -88,5 +119,6 @@ def compile_row_stats(desc: bx.Descriptor) -> bx.FusedKernel:
     return bx.compile_kernel(ROW_STATS, "row_stats", {"GEMM": desc})
 
 
-def compile_chain(gemms: dict[str, bx.Descriptor]) -> bx.FusedKernel:
-    return bx.compile_kernel(CHAIN, "chain", gemms, shared_memory=chain_shared_bytes(gemms))
+def compile_chain(gemms: dict[str, bx.Descriptor], asynchronous: bool = False) -> bx.FusedKernel:
+    return bx.compile_kernel(CHAIN_ASYNC if asynchronous else CHAIN, "chain", gemms,
+                             shared_memory=chain_shared_bytes(gemms))

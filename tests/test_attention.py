@@ -106,6 +106,15 @@ def test_register_a_chain_compiles_to_wgmma(dtype, b2_order) -> None:
     assert opcodes(sass, "STS") == 0 and "LDSM" not in sass
 
 
+def test_async_chain_compiles_without_serialisation() -> None:
+    kernel = compile_chain(chain_gemms(), asynchronous=True)
+    sass = kernel.compiled.sass()
+    no_local_memory(kernel)
+    assert len(re.findall(r"\bHGMMA\.64x64x16", sass)) == 8  # A B1 twice
+    assert len(re.findall(r"\bHGMMA\.64x128x16", sass)) == 4
+    assert "serialized" not in kernel.compiled.log
+
+
 def test_rows_needs_whole_rows_in_a_warp() -> None:
     desc = row_stats_gemm(80, size=(64, 64, 64), threads=128)  # 2 x 4 atom warp tiles: 32 of 64 columns
     with pytest.raises(bx.CompileError, match="every row of C inside one warp"):

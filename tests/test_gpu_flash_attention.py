@@ -149,3 +149,26 @@ def test_register_a_chain(hopper, dtype, b2_order) -> None:
     s = (a.double() @ b1.double().t()).to(tdtype)  # the kernel rounds S once, as here (from f32 sums)
     ref = (s.double() @ b2.double()).cpu().numpy()
     assert_close(o.double().cpu().numpy(), ref, tolerance(dtype, dtype, g1.k), what="O")
+
+
+@pytest.mark.parametrize("dtype", [bx.float16, bx.bfloat16])
+def test_async_chain(hopper, dtype) -> None:
+    """execute_async / wait with two groups in flight: the older (register A) and the newer (A B1 again)."""
+    import torch
+
+    gemms = chain_gemms(dtype)
+    kernel = compile_chain(gemms, asynchronous=True)
+    g1, g2 = gemms["G1"], gemms["G2"]
+    tdtype = getattr(torch, str(dtype))
+    torch.manual_seed(11)
+    a = torch.randn(g1.m, g1.k, device="cuda", dtype=tdtype)
+    b1 = torch.randn(g1.n, g1.k, device="cuda", dtype=tdtype)
+    b2 = torch.randn(g2.k, g2.n, device="cuda", dtype=tdtype)
+    o = torch.full((g2.m, g2.n), float("nan"), device="cuda")
+    s2 = torch.full((g1.m, g1.n), float("nan"), device="cuda")
+    kernel.launch(1, (a, b1, b2, o, s2))
+    torch.cuda.synchronize()
+    exact = a.double() @ b1.double().t()
+    ref = (exact.to(tdtype).double() @ b2.double()).cpu().numpy()
+    assert_close(o.double().cpu().numpy(), ref, tolerance(dtype, dtype, g1.k), what="O")
+    assert_close(s2.double().cpu().numpy(), exact.cpu().numpy(), tolerance(dtype, bx.float32, g1.k), what="S2")
