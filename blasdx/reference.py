@@ -23,6 +23,7 @@ __all__ = [
     "random_operand",
     "reference_gemm",
     "relative_error",
+    "rounding",
     "to_float64",
     "tolerance",
 ]
@@ -32,7 +33,7 @@ _U = {"float16": 2.0**-11, "float32": 2.0**-24, "float64": 2.0**-53, "tfloat32":
 
 def tolerance(
     a: _dt.DType, c: _dt.DType, k: int, accumulator: _dt.DType | None = None, instruction: str | None = None,
-    promotion: int | None = None, scheme: str = "native",
+    promotion: int | None = None, scheme: str = "native", rounding_apart: bool = False,
 ) -> float:
     """Largest allowed error of each element of C, relative to that element's scale.
 
@@ -61,7 +62,9 @@ def tolerance(
       8 * 2^-22 for the parts (what hi and tf32(lo) miss of x is at most 2^-21 |x| per operand,
       and the dropped a_lo b_lo term is at most 2^-22);
     - a float16 C: 2e-3 more for the final rounding (2^-11 relative); a bfloat16 C (the Hopper
-      engine's device API, scaled_mm): 4 * 2^-9 more (2^-9 relative);
+      engine's device API, scaled_mm): 4 * 2^-9 more (2^-9 relative). With ``rounding_apart``
+      these are left out: the caller bounds the final rounding by :func:`rounding` times each
+      element itself (``assert_close(..., rounding=)``), which is what it is relative to;
     - f16 accumulation (f16 x f16 -> f16): 8 * 2^-11 * sqrt(K) + 2e-3, since every partial
       sum is rounded to f16.
     """
@@ -80,13 +83,25 @@ def tolerance(
             base = max(base, 2 * math.ceil(depth / 32) * 2.0**-14)
     else:
         base = max(1e-5, 4 * 2.0**-24 * math.sqrt(k))
-    if c == _dt.bfloat16:
+    if c == _dt.bfloat16 and not rounding_apart:
         base += 4 * 2.0**-9
     if c == _dt.float16:
-        base += 2e-3
+        if not rounding_apart:
+            base += 2e-3
         if accumulator == _dt.float16:
             base += 8 * _U["float16"] * math.sqrt(k)
     return base
+
+
+_ROUNDING = {"float16": 2.0**-11, "bfloat16": 2.0**-8, "float32": 2.0**-24, "float64": 2.0**-53}
+
+
+def rounding(c: _dt.DType, is_complex: bool = False) -> float:
+    """Largest relative error of storing a result in ``c`` (its unit roundoff; 0 for integers, which
+    are exact): the part of an element's error relative to the element itself. A complex value's
+    two parts round apart, sqrt(2) times that of its modulus."""
+    u = _ROUNDING.get(c.name, 0.0)
+    return u * math.sqrt(2) if is_complex else u
 
 
 def _norms(a: np.ndarray, axis: int) -> np.ndarray:
@@ -194,12 +209,13 @@ MARGINS: list[tuple[str, float]] = []
 
 
 def assert_close(got: np.ndarray, ref: np.ndarray, tol: float, what: str = "C",
-                 scale: np.ndarray | None = None) -> None:
+                 scale: np.ndarray | None = None, rounding: float = 0.0) -> None:
     """Raise AssertionError naming ``what`` unless every element of ``got`` is within ``tol`` of ``ref``.
 
-    Element-wise: ``|got - ref| <= tol * scale`` for each element, where ``scale`` is the
-    element's own (:func:`gemm_scale`: |A| |B| + |C|, broadcast against ``ref``), or without
-    one, the largest ``|ref|`` (a bound for the whole array, still checked on every element).
+    Element-wise: ``|got - ref| <= tol * scale + rounding * (|ref| + tol * scale)`` for each
+    element, where ``scale`` is the element's own (:func:`gemm_scale`: |A| |B| + |C|, broadcast
+    against ``ref``), or without one, the largest ``|ref|`` (a bound for the whole array, still
+    checked on every element), and ``rounding`` that of the result's type (:func:`rounding`).
     ``tol`` 0 asks for equality. Where ``ref`` is NaN or infinite ``got`` must be the same;
     elsewhere a NaN or infinity in ``got`` fails. The message counts the elements beyond the
     bound and shows the worst.
@@ -227,6 +243,9 @@ def assert_close(got: np.ndarray, ref: np.ndarray, tol: float, what: str = "C",
     else:
         bound = tol * np.broadcast_to(np.asarray(scale, dtype=np.float64), ref.shape)
         bound = np.where(bound > 0, bound, tol * np.finfo(np.float64).tiny)  # a zero scale: exact zero expected
+    if rounding:
+        with np.errstate(invalid="ignore"):
+            bound = bound + rounding * (np.where(finite, np.abs(ref), 0.0) + bound)
     with np.errstate(invalid="ignore", over="ignore"):
         err = np.abs(wide - ref)
         over = finite & ~(err <= bound)  # NaN in got counts as over

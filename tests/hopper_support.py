@@ -103,9 +103,10 @@ def reference(torch, x, y, acc=None, alpha=1.0, beta=1.0):
     return ref, scale
 
 
-def check(torch, got, ref, scale, tol: float, what: str = "") -> float:
-    """Every element of ``got`` within ``tol`` times its ``scale`` of ``ref`` (equal where tol is 0);
-    the worst error / bound (for measurements)."""
+def check(torch, got, ref, scale, tol: float, what: str = "", rounding: float = 0.0) -> float:
+    """Every element of ``got`` within ``tol`` times its ``scale`` of ``ref``, plus ``rounding`` (the
+    result type's, reference.rounding) times the element itself (equal where tol is 0); the worst
+    error / bound (for measurements)."""
     out = got.to(torch.float64)
     ref = ref.expand(out.shape) if ref.shape != out.shape else ref
     scale = scale.expand(out.shape) if scale.shape != out.shape else scale
@@ -119,6 +120,7 @@ def check(torch, got, ref, scale, tol: float, what: str = "") -> float:
         MARGINS.append((what, 0.0))
         return 0.0
     bound = tol * scale
+    bound = bound + rounding * (ref.abs() + bound)
     bad = ~(err <= bound)
     if bad.any():
         ratio = torch.where(bad, err / bound.clamp_min(1e-300), torch.zeros_like(err))
@@ -131,10 +133,11 @@ def check(torch, got, ref, scale, tol: float, what: str = "") -> float:
     return worst
 
 
-def check_product(torch, got, x, y, tol: float, acc=None, alpha=1.0, beta=1.0, what: str = "") -> float:
+def check_product(torch, got, x, y, tol: float, acc=None, alpha=1.0, beta=1.0, what: str = "",
+                  rounding: float = 0.0) -> float:
     """:func:`check` of ``got`` against alpha * x @ y + beta * acc."""
     ref, scale = reference(torch, x, y, acc, alpha, beta)
-    return check(torch, got, ref, scale, tol, what)
+    return check(torch, got, ref, scale, tol, what, rounding)
 
 
 def _first(torch, mask) -> tuple[int, ...]:

@@ -24,7 +24,7 @@ from blasdx import dtypes as dt
 from blasdx.calls.matmul import call_plan
 from blasdx.engine import hopper
 from blasdx.errors import ExecutionError
-from blasdx.reference import tolerance
+from blasdx.reference import rounding, tolerance
 
 from .gpu_support import poisoned_new_tensors, torch_dtype
 from .hopper_support import (
@@ -132,7 +132,8 @@ def test_int8_split_k(torch, shape):
 
 
 def _fp8_tolerance(a, c, k, promotion):
-    return tolerance(a, c, max(k, 1), dt.float32, "wgmma", promotion)
+    """The promoted wgmma allowance, C's own rounding apart (checks pass rounding(c))."""
+    return tolerance(a, c, max(k, 1), dt.float32, "wgmma", promotion, rounding_apart=True)
 
 
 @pytest.mark.parametrize("size", [1, 17, 255, 1000])
@@ -150,7 +151,7 @@ def test_fp8_every_pair_promoted(torch, pair, c, size):
         assert engine.config.promotion == hopper.PROMOTION
         ref, scale = reference(torch, x, y, acc, 0.5, -1.0)
         check(torch, out, ref, scale, _fp8_tolerance(a, c, k, hopper.PROMOTION),
-              f"{a.name} x {b.name} -> {c.name} {layout} {m}x{n}x{k}")
+              f"{a.name} x {b.name} -> {c.name} {layout} {m}x{n}x{k}", rounding=rounding(c))
 
 
 @pytest.mark.parametrize("a", FP8, ids=lambda t: t.name)
@@ -163,7 +164,8 @@ def test_fp8_matmul_promotes_unless_fast(torch, a):
         fast = bx.matmul(x, y, fast_accumulation=True)
     plan = call_plan(x, y)
     assert plan.kind == "hopper" and plan.kernel.config.promotion == 128, plan.describe()
-    check(torch, got, ref, scale, _fp8_tolerance(a, dt.float16, 2048, 128), f"matmul {a.name}")
+    check(torch, got, ref, scale, _fp8_tolerance(a, dt.float16, 2048, 128), f"matmul {a.name}",
+          rounding=rounding(dt.float16))
     plan = call_plan(x, y, fast_accumulation=True)
     assert plan.kernel.config.promotion == 0, plan.describe()
     check(torch, fast, ref, scale, tolerance(a, dt.float16, 2048, dt.float32, "wgmma"), f"fast matmul {a.name}")
@@ -176,13 +178,15 @@ def test_fp8_batches_and_split_k(torch):
     out = poisoned(torch, (4, 200, 300), dt.float32)
     _engine(torch, x, y, None, out, dt.float32, beta=0)
     ref, scale = reference(torch, x, y)
-    check(torch, out, ref, scale, _fp8_tolerance(dt.float8_e4m3, dt.float32, 1000, 128), "batches")
+    check(torch, out, ref, scale, _fp8_tolerance(dt.float8_e4m3, dt.float32, 1000, 128), "batches",
+          rounding=rounding(dt.float32))
     x, y = _operand(torch, (16, 8192), dt.float8_e4m3, gen), _operand(torch, (8192, 4096), dt.float8_e4m3, gen, "C")
     out = poisoned(torch, (16, 4096), dt.float16)
     engine = _engine(torch, x, y, None, out, dt.float16, beta=0)
     assert engine.splits > 1 and engine.config.promotion == 128, engine.describe()
     ref, scale = reference(torch, x, y)
-    check(torch, out, ref, scale, _fp8_tolerance(dt.float8_e4m3, dt.float16, 8192, 128), "split K")
+    check(torch, out, ref, scale, _fp8_tolerance(dt.float8_e4m3, dt.float16, 8192, 128), "split K",
+          rounding=rounding(dt.float16))
 
 
 DEPTHS = [128, 256, 512, 1024, 2048, 4096, 8192, 16384]
@@ -272,7 +276,7 @@ def test_scaled_mm_every_scaling(torch, x_mode, y_mode, out_dtype):
         assert got.dtype == torch_dtype(out_dtype) and got.shape == (m, n)
         ref, scale = _scaled_reference(torch, x, y, sx, sy, x_mode, y_mode, bias)
         check(torch, got, ref, scale, _fp8_tolerance(pair[0], out_dtype, k, 128),
-              f"x per {x_mode}, y per {y_mode}, {layout}, {out_dtype.name}")
+              f"x per {x_mode}, y per {y_mode}, {layout}, {out_dtype.name}", rounding=rounding(out_dtype))
 
 
 def test_scaled_mm_split_k_fast_and_out(torch):
@@ -286,7 +290,8 @@ def test_scaled_mm_split_k_fast_and_out(torch):
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     assert hopper.choose_config(dt.float8_e4m3, m, n, k, 1, sms)[1] > 1  # the engine splits this K (its tests)
     ref, scale = _scaled_reference(torch, x, y, sx, sy, "block", "block", bias)
-    check(torch, out, ref, scale, _fp8_tolerance(dt.float8_e4m3, dt.bfloat16, k, 128), "split K, bias added once")
+    check(torch, out, ref, scale, _fp8_tolerance(dt.float8_e4m3, dt.bfloat16, k, 128), "split K, bias added once",
+          rounding=rounding(dt.bfloat16))
     # fast accumulation with epilogue scales, into a column-major out
     m = 1000
     x = _operand(torch, (m, k), dt.float8_e4m3, gen)
@@ -311,8 +316,10 @@ def test_scaled_mm_k_zero_and_against_torch(torch):
     ours = bx.scaled_mm(x, y, sx, sy, out_dtype=bx.bfloat16)
     theirs = torch._scaled_mm(x, y, scale_a=sx, scale_b=sy, out_dtype=torch.bfloat16)
     ref, scale = _scaled_reference(torch, x, y, sx, sy, "tensor", "tensor")
-    check(torch, ours, ref, scale, _fp8_tolerance(dt.float8_e4m3, dt.bfloat16, 1024, 128), "scaled_mm")
-    check(torch, theirs, ref, scale, _fp8_tolerance(dt.float8_e4m3, dt.bfloat16, 1024, 128), "torch._scaled_mm")
+    check(torch, ours, ref, scale, _fp8_tolerance(dt.float8_e4m3, dt.bfloat16, 1024, 128), "scaled_mm",
+          rounding=rounding(dt.bfloat16))
+    check(torch, theirs, ref, scale, _fp8_tolerance(dt.float8_e4m3, dt.bfloat16, 1024, 128), "torch._scaled_mm",
+          rounding=rounding(dt.bfloat16))
 
 
 @pytest.mark.parametrize(("bad", "match"), [
