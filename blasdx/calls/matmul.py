@@ -52,7 +52,7 @@ from ..launch import devices as _devices
 from ..run import execute as _execute
 from . import tiled as _tiled
 
-__all__ = ["RESULT_TYPES", "RULES", "TF32", "tf32", "matmul", "mma", "plan_call", "CallPlan"]
+__all__ = ["RESULT_TYPES", "RULES", "TF32", "CallPlan", "call_plan", "matmul", "mma", "plan_call", "tf32"]
 
 #: matmul's result type per input type: the tile libraries' table.
 RESULT_TYPES: dict[_dt.DType, _dt.DType] = {
@@ -1005,3 +1005,22 @@ def _raise_overlap(pout: int, out_span: tuple[int, int], others: tuple[tuple[str
             raise ExecutionError(
                 f"out: its memory overlaps {name}'s, which is read while out is written; pass a separate array"
             )
+
+
+def call_plan(x: Any, y: Any, acc: Any = None, *, out: Any = None, mantissa_bits: int | None = None,
+              fast_accumulation: bool = False) -> CallPlan:
+    """The plan ``matmul(x, y)`` (``acc`` None) or ``mma(x, y, acc, out=out)`` runs with these arguments.
+
+    Computed afresh from the arguments as the calls compute it (nothing cached is read or
+    kept): the path, its kernel and why the Hopper engine was not taken, for one given call.
+    """
+    vx, vy = _view(x, "x", None), _view(y, "y", None)  # type: ignore[arg-type]  # no stream: nothing runs
+    if acc is None:
+        return _plan_matmul(vx, vy, _device_of((vx, vy), ("x", "y")), mantissa_bits, fast_accumulation)
+    vacc = as_array(acc, "acc")
+    vout = None if out is None else as_array(out, "out")
+    in_place = vout is not None and vout.ptr == vacc.ptr and vout.strides == vacc.strides and vout.shape == vacc.shape
+    views = (vx, vy, vacc) if vout is None else (vx, vy, vacc, vout)
+    device_id = _device_of(views, ("x", "y", "acc", "out")[: len(views)])
+    copyable = in_place or _library_copy(acc, acc if out is None else out)
+    return _plan_mma(vx, vy, vacc, vout, device_id, copyable, fast_accumulation, mantissa_bits)
