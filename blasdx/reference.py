@@ -15,8 +15,15 @@ import numpy as np
 
 from . import dtypes as _dt
 
-__all__ = ["reference_gemm", "random_operand", "to_float64", "tolerance", "ozaki_bound", "relative_error",
-           "assert_close"]
+__all__ = [
+    "assert_close",
+    "ozaki_bound",
+    "random_operand",
+    "reference_gemm",
+    "relative_error",
+    "to_float64",
+    "tolerance",
+]
 
 _U = {"float16": 2.0**-11, "float32": 2.0**-24, "float64": 2.0**-53, "tfloat32": 2.0**-10}
 
@@ -49,8 +56,13 @@ def tolerance(
     - a float16 C: 2e-3 more for the final rounding (2^-11 relative); a bfloat16 C (the Hopper
       engine's device API, scaled_mm): 4 * 2^-9 more (2^-9 relative);
     - f16 accumulation (f16 x f16 -> f16): 8 * 2^-11 * sqrt(K) + 2e-3, since every partial
-      sum is rounded to f16.
+      sum is rounded to f16;
+    - complex64 / complex128 (``a`` complex): their parts' bound at depth 2K, since each part of
+      the result is one real dot product of length 2K (blasdx.calls.complex_matmul).
     """
+    if a.is_complex:
+        part = _dt.as_dtype(a.real_name)
+        return tolerance(part, part, 2 * k, accumulator, instruction, promotion, scheme)
     if a.integral:
         return 0.0
     if a == _dt.float64:

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import arrays as _arrays
 from .. import dtypes as _dt
 from ..arrays import ArrayView
 from ..engine import emulation as _emulation
 from ..run import execute as _execute
 from . import matmul as _ag
 
-__all__ = ["GemmStep", "real_step", "view_of"]
+__all__ = ["GemmStep", "allocate", "real_step", "view_of"]
 
 
 def view_of(base: ArrayView, offset: int, shape: tuple[int, ...], strides: tuple[int, ...],
@@ -100,3 +101,19 @@ def _launch_tiled(plan: _ag.CallPlan, vx: ArrayView, vy: ArrayView, cin: ArrayVi
 def scheme_of(dtype: _dt.DType, mantissa_bits: int | None) -> _emulation.Scheme:
     """The products' scheme of a step (matmul's rule, its errors quoting it)."""
     return _ag._resolve_scheme(dtype, mantissa_bits)
+
+
+def allocate(like: Any, shape: tuple[int, ...], dtype: _dt.DType, device_id: int, stream: int) -> Any:
+    """A new C-contiguous array of ``like``'s library, complex types included."""
+    if dtype.is_complex:
+        library = _arrays._library_of(like)
+        if library == "torch":
+            import torch
+
+            return torch.empty(shape, dtype=getattr(torch, dtype.name), device=like.device)
+        if library == "cupy":
+            import cupy
+
+            with cupy.cuda.Device(device_id):
+                return cupy.empty(shape, dtype=dtype.host_dtype)
+    return _ag._allocate(like, shape, dtype, device_id, stream)

@@ -245,20 +245,8 @@ def _placeholder(vb: ArrayView, shape: tuple[int, ...]) -> ArrayView:
     return vb._replace(ptr=_PLACEHOLDER, shape=shape, strides=strides, readonly=False, owner=None, stream=None)
 
 
-def _allocate(like: Any, shape: tuple[int, ...], dtype: _dt.DType, device_id: int, stream: int) -> Any:
-    """A new C-contiguous array of ``like``'s library; complex results too (array_gemm's allocator makes real ones)."""
-    if dtype.is_complex:
-        library = _arrays._library_of(like)
-        if library == "torch":
-            import torch
-
-            return torch.empty(shape, dtype=getattr(torch, dtype.name), device=like.device)
-        if library == "cupy":
-            import cupy
-
-            with cupy.cuda.Device(device_id):
-                return cupy.empty(shape, dtype=dtype.host_dtype)
-    return _ag._allocate(like, shape, dtype, device_id, stream)
+#: A new C-contiguous result of b's library (complex types included).
+_allocate = _steps.allocate
 
 
 _CALLS: dict[tuple[Any, ...], SolvePlan] = {}
