@@ -233,6 +233,12 @@ class BlockedSolve:
 
     # -- running --------------------------------------------------------------------------------
 
+    def on_device(self) -> None:
+        """Load the leaf kernels on the plan's device (DeviceError before anything is allocated or launched)."""
+        for s in self.steps:
+            if isinstance(s, _Leaf):
+                s.kernel.on_device(self.device_id)
+
     def run(self, core: Any, handle: int, a_view: ArrayView, b_view: ArrayView, x_view: ArrayView,
             in_place: bool) -> None:
         """Copy B into X (unless ``in_place``), then the steps, on stream ``handle`` with the device current.

@@ -338,6 +338,8 @@ def solve_triangular(
         _devices.check_stream_device(stream, handle, plan.device_id)
     if plan.kernel is not None:
         plan.kernel.on_device(plan.device_id)  # DeviceError before anything is allocated
+    if plan.blocked is not None:
+        plan.blocked.on_device()
     token = _devices.enter(plan.device_id)  # the call runs on the operands' device
     try:
         if out is None:
