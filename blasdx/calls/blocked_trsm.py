@@ -193,26 +193,36 @@ class BlockedSolve:
         """The block TRSM launches of diagonal block [lo, hi): equal chunks of right-hand sides, and the rest."""
         a, x, size = self.a, self.x, self.dtype.size
         dim, n = hi - lo, x.cols
-        width = self._width(n)
-        count, rest = divmod(n, width)
-        out = []
         a_off = a.offset(lo, lo, size)
-        for first, w, chunks in ((0, width, count), (count * width, rest, 1)):
-            if chunks == 0 or w == 0:
+        last: Exception | None = None
+        for width in self._widths(n):  # the widest that gives the GPU enough blocks, narrower if it does not fit
+            count, rest = divmod(n, width)
+            out = []
+            try:
+                for first, w, chunks in ((0, width, count), (count * width, rest, 1)):
+                    if chunks == 0 or w == 0:
+                        continue
+                    x_off = x.offset(lo, first, size)
+                    kernel = self._leaf_kernel(dim, w, chunks, a_view.ptr + a_off, x_view.ptr + x_off)
+                    out.append(_Leaf(kernel, a_off, x_off, (chunks, w * x.col_stride)))
+            except UnsupportedError as exc:
+                last = exc
                 continue
-            x_off = x.offset(lo, first, size)
-            kernel = self._leaf_kernel(dim, w, chunks, a_view.ptr + a_off, x_view.ptr + x_off)
-            out.append(_Leaf(kernel, a_off, x_off, (chunks, w * x.col_stride)))
-        return out
+            return out
+        raise UnsupportedError(f"a {dim} x {dim} diagonal block does not fit one thread block: {last}")
 
-    def _width(self, n: int) -> int:
-        """Right-hand sides per block: the largest of _WIDTHS giving two blocks per SM (at most n)."""
-        for w in _WIDTHS:
+    def _widths(self, n: int) -> list[int]:
+        """Right-hand sides per block to try: from the largest of _WIDTHS giving two blocks per SM, down."""
+        start = len(_WIDTHS) - 1
+        for i, w in enumerate(_WIDTHS):
             if self.batch * -(-n // w) >= 2 * self._multiprocessors:
-                return min(w, n)
-        return min(_WIDTHS[-1], n)
+                start = i
+                break
+        return sorted({min(w, n) for w in _WIDTHS[start:]} | {min(_WIDTHS[-1], n)}, reverse=True) + \
+            ([1] if n > 1 else [])
 
     def _leaf_kernel(self, dim: int, w: int, chunks: int, a_ptr: int, x_ptr: int) -> TrsmKernel:
+        """The block TRSM kernel of one diagonal block and w right-hand sides per block (UnsupportedError: too big)."""
         a, x = self.a, self.x
         item = self.dtype.size
         step = w * x.col_stride
@@ -225,10 +235,7 @@ class BlockedSolve:
             + Arrangement(row_major if a.row_major else col_major, row_major if x.row_major else col_major)
             + LeadingDimension(a.ld, x.ld) + Alignment(al_a, al_x, al_x) + SM(self.sm) + Block()
         )
-        try:
-            desc.validate()
-        except UnsupportedError as exc:  # LEAF is chosen to fit every supported GPU; say so if it did not
-            raise UnsupportedError(f"a {dim} x {dim} diagonal block with {w} right-hand sides: {exc}") from None
+        desc.validate()
         return kernel_for(desc, OutputLayout(x.row_major, x.ld, al_x))
 
     # -- running --------------------------------------------------------------------------------
