@@ -44,6 +44,31 @@ def host_expand(host_gpu, monkeypatch):  # noqa: F811
             t[0::2, 1::2], t[1::2, 1::2] = b.imag, b.real
 
     monkeypatch.setattr(layouts, "expand", expand)
+
+    def planes(device_id, sm, stream, part, src, dst, rows, cols, src_strides, dst_strides, plane, batch):
+        host_gpu["planes"] = host_gpu.get("planes", 0) + 1
+        real = np.dtype(part.host_dtype)
+        cplx = np.complex64 if real == np.float32 else np.complex128
+        for p in range(batch):
+            b = at(src + p * src_strides[2] * real.itemsize * 2, (rows, cols), src_strides[:2], cplx)
+            for i, values in enumerate((b.real, b.imag, b.real + b.imag)):
+                at(dst + (p * dst_strides[2] + i * plane) * real.itemsize, (rows, cols), dst_strides[:2],
+                   real)[...] = values
+
+    def combine(device_id, sm, stream, part, t, d, rows, cols, ld_t, t_batch, plane, d_strides, batch, alpha, beta,
+                multiprocessors):
+        host_gpu["combine"] = host_gpu.get("combine", 0) + 1
+        real = np.dtype(part.host_dtype)
+        cplx = np.complex64 if real == np.float32 else np.complex128
+        for p in range(batch):
+            t1, t2, t3 = (at(t + (p * t_batch + i * plane) * real.itemsize, (rows, cols), (ld_t, 1), real)
+                          .astype(np.float64) for i in range(3))
+            out = at(d + p * d_strides[2] * 2 * real.itemsize, (rows, cols), d_strides[:2], cplx)
+            value = alpha * ((t1 - t2) + 1j * (t3 - t1 - t2))
+            out[...] = value + (beta * out if beta else 0)
+
+    monkeypatch.setattr(layouts, "planes", planes)
+    monkeypatch.setattr(layouts, "combine", combine)
     scratch = {}
 
     def get(device_id, stream, core, use, nbytes):
@@ -177,3 +202,44 @@ def test_layout_kernels_compile_without_spills(kind, key):
     assert compiled.local_memory == 0
     sass = compiled.sass()
     assert "STS" in sass and "LDS" in sass  # tiles move through shared memory
+
+
+@pytest.mark.parametrize("d_order, batch", [("C", None), ("F", None), ("C", 3)])
+def test_gauss_three_products(host_expand, monkeypatch, d_order, batch):
+    """Large products (here: forced) run as T1 = Ar Br, T2 = Ai Bi, T3 = (Ar + Ai)(Br + Bi)."""
+    monkeypatch.setattr(complex_matmul, "_gauss_serves", lambda x, y, d, device_id: True)
+    rng = np.random.default_rng(11)
+    lead = () if batch is None else (batch,)
+    xh, yh, ah = rand(rng, (*lead, 21, 13), C64), rand(rng, (*lead, 13, 17), C64), rand(rng, (*lead, 21, 17), C64)
+    x, _ = device(xh, order="F")
+    y, _ = device(yh)
+    acc, _ = device(ah, order=d_order, pad=1)
+    assert bx.mma(x, y, acc, out=acc) is acc
+    got = result(acc)
+    assert np.max(np.abs(got - (xh.astype(C128) @ yh + ah))) < 1e-4
+    assert host_expand.get("planes") == 2 and host_expand.get("combine") == 1 and "expand" not in host_expand
+    [call] = complex_matmul._CALLS.values()
+    assert call.step.describe().startswith("complex as three real products (Gauss): ")
+
+
+def test_gauss_runs_large_products_on_the_engine_only(host_expand, monkeypatch):
+    """Only shapes, batches and the device are read."""
+    from blasdx.arrays import ArrayView
+
+    def v(shape):
+        return ArrayView(1 << 20, shape, (shape[-1], 1) if len(shape) == 2 else (shape[1] * shape[2], shape[2], 1),
+                         dt.complex_of(dt.float32), 0, False, None)
+
+    big = complex_matmul.GAUSS_MIN
+    assert not complex_matmul._gauss_serves(v((big, big)), v((big, big)), v((big, big)), 0)  # sm_80 here
+    monkeypatch.setitem(complex_matmul._ag._DEVICES, 0, complex_matmul._ag._DeviceInfo(90, 132))
+    assert complex_matmul._gauss_serves(v((big, big)), v((big, big)), v((big, big)), 0)
+    assert not complex_matmul._gauss_serves(v((big, big - 1)), v((big - 1, big)), v((big, big)), 0)
+    assert not complex_matmul._gauss_serves(v((1, big, big)), v((2, big, big)), v((2, big, big)), 0)
+
+
+@pytest.mark.parametrize("name", [layouts.PLANES_NAME, layouts.COMBINE_NAME])
+@pytest.mark.parametrize("part", [dt.float32, dt.float64])
+def test_gauss_kernels_compile_without_spills(name, part):
+    compiled = cached_compile(layouts.planes_source(part), name, "sm_90")
+    assert compiled.local_memory == 0

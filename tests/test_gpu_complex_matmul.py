@@ -114,3 +114,24 @@ def test_blocked_complex_solve(sm, value, left):
     got = torch_to_host(x, value)
     eta = backward_error(system.exact, got, b_host, left=left)
     assert eta <= residual_bound(part, dim), f"backward error {eta:.2e}"
+
+
+@pytest.mark.parametrize("value", TYPES, ids=lambda v: v.name)
+@pytest.mark.parametrize("batch", [None, 2], ids=["matrix", "batch2"])
+def test_gauss_three_products(sm, value, batch):
+    """Large products on the Hopper engine run as three real products (Gauss), within the same tolerance."""
+    pytest.importorskip("torch")
+    from blasdx.calls import complex_matmul
+
+    rng = np.random.default_rng(26)
+    lead = () if batch is None else (batch,)
+    m, n, k = 560, 530, 520
+    x, xh = operand(rng, value, (*lead, m, k), "F")
+    y, yh = operand(rng, value, (*lead, k, n))
+    acc, ah = operand(rng, value, (*lead, m, n), "F")
+    got = bx.mma(x, y, acc)
+    assert_close(got.cpu().numpy(), reference_gemm(xh, yh, ah, 1, 1), tolerance(value, value, k), "gauss mma")
+    assert_close(bx.matmul(x, y).cpu().numpy(), reference_gemm(xh, yh), tolerance(value, value, k), "gauss matmul")
+    steps = [c.step.describe() for c in complex_matmul._CALLS.values()]
+    if sm == 90:
+        assert any(s.startswith("complex as three real products (Gauss)") for s in steps), steps

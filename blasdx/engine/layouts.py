@@ -21,13 +21,19 @@ from typing import Any
 from .. import dtypes as _dt
 from .hopper import _Kernel
 
-__all__ = ["COPY_NAME", "EXPAND_NAME", "copy", "copy_source", "expand", "expand_source"]
+__all__ = ["COMBINE_NAME", "COPY_NAME", "EXPAND_NAME", "PLANES_NAME", "combine", "copy", "copy_source", "expand",
+           "expand_source", "planes", "planes_source"]
 
 COPY_NAME = "blasdx_repack"
 EXPAND_NAME = "blasdx_complex_expand"
+PLANES_NAME = "blasdx_complex_planes"
+COMBINE_NAME = "blasdx_complex_combine"
 _ELEMENT_TYPES = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int", 8: "unsigned long long", 16: "uint4"}
 _PART_TYPES = {"float32": "float", "float64": "double"}
 _PARAMS = ("u64", "u64", "i32", "i32", "i64", "i64", "i64", "i64", "i64", "i32")
+_PLANES_PARAMS = ("u64", "u64", "i32", "i32", "i64", "i64", "i64", "i64", "i64", "i64", "i32")
+_COMBINE_PARAMS = ("u64", "u64", "i32", "i32", "i64", "i64", "i64", "i64", "i64", "i64", "i32")
+_SCALARS = {"float32": "f32", "float64": "f64"}
 _MAX_GRID = 65535
 _KERNELS: dict[tuple[str, Any, int], _Kernel] = {}
 
@@ -42,12 +48,26 @@ def expand_source(part: _dt.DType) -> str:
     return f'using part_type = {_PART_TYPES[part.name]};\n#include "complex_expand.cu"\n'
 
 
+def planes_source(part: _dt.DType) -> str:
+    """kernels/complex_planes.cu (both kernels) for parts of type ``part`` (float32 or float64)."""
+    return f'using part_type = {_PART_TYPES[part.name]};\n#include "complex_planes.cu"\n'
+
+
 def _kernel(kind: str, key: Any, sm: int) -> _Kernel:
     """The kernel of ``kind`` for ``key`` (item size or part type), compiled for sm_``sm`` at first use."""
     found = _KERNELS.get((kind, key, sm))
     if found is None:
-        source, name = (copy_source(key), COPY_NAME) if kind == "copy" else (expand_source(key), EXPAND_NAME)
-        found = _KERNELS[(kind, key, sm)] = _Kernel(source, name, f"sm_{sm}", _PARAMS)
+        arch = f"sm_{sm}"
+        if kind == "copy":
+            found = _Kernel(copy_source(key), COPY_NAME, arch, _PARAMS)
+        elif kind == "expand":
+            found = _Kernel(expand_source(key), EXPAND_NAME, arch, _PARAMS)
+        elif kind == "planes":
+            found = _Kernel(planes_source(key), PLANES_NAME, arch, _PLANES_PARAMS)
+        else:
+            scalar = _SCALARS[key.name]
+            found = _Kernel(planes_source(key), COMBINE_NAME, arch, _COMBINE_PARAMS + (scalar, scalar))
+        _KERNELS[(kind, key, sm)] = found
     return found
 
 
@@ -86,3 +106,37 @@ def expand(device_id: int, sm: int, stream: int, part: _dt.DType, src: int, dst:
     ``dst_ld`` (>= 2 rows) and ``dst_batch`` are in real elements.
     """
     _launch(_kernel("expand", part, sm), device_id, stream, src, dst, rows, cols, src_strides, dst_ld, dst_batch, batch)
+
+
+def planes(device_id: int, sm: int, stream: int, part: _dt.DType, src: int, dst: int, rows: int, cols: int,
+           src_strides: tuple[int, int, int], dst_strides: tuple[int, int, int], plane: int, batch: int) -> None:
+    """The planes re, im, re + im of complex ``src`` (strides in complex elements), ``plane`` real elements apart.
+
+    One of dst's (row, column) strides must be 1, the other is its leading dimension (a
+    column-major destination is the transposed copy); dst's batch stride in real elements.
+    """
+    s_row, s_col, s_batch = src_strides
+    d_row, d_col, d_batch = dst_strides
+    if d_col != 1 and cols > 1:
+        rows, cols, s_row, s_col, d_row = cols, rows, s_col, s_row, d_col
+    if rows == 0 or cols == 0 or batch == 0:
+        return
+    kernel = _kernel("planes", part, sm)
+    grid = (math.ceil(cols / 32), math.ceil(rows / 32), min(batch, _MAX_GRID))
+    with kernel.params.lock:
+        kernel.fill((src, dst, rows, cols, s_row, s_col, s_batch, max(d_row, 1), d_batch, plane, batch))
+        kernel.launch(device_id, grid, (32, 8, 1), stream)
+
+
+def combine(device_id: int, sm: int, stream: int, part: _dt.DType, t: int, d: int, rows: int, cols: int,
+            ld_t: int, t_batch: int, plane: int, d_strides: tuple[int, int, int], batch: int, alpha: float,
+            beta: float, multiprocessors: int) -> None:
+    """D = alpha ((T1 - T2) + i (T3 - T1 - T2)) + beta D; T row-major planes, D's strides in complex elements."""
+    total = rows * cols * batch
+    if total == 0:
+        return
+    kernel = _kernel("combine", part, sm)
+    grid = (max(1, min(math.ceil(total / 256), 16 * multiprocessors)), 1, 1)
+    with kernel.params.lock:
+        kernel.fill((t, d, rows, cols, ld_t, t_batch, plane, *d_strides, batch, float(alpha), float(beta)))
+        kernel.launch(device_id, grid, (256, 1, 1), stream)
