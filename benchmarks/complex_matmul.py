@@ -1,12 +1,14 @@
 """Complex GEMM: bx.matmul on complex64 / complex128 against torch.matmul (cuBLAS cgemm / zgemm).
 
-    python benchmarks/complex_matmul.py [--sizes 1024 2048 4096 8192] [--types c64 c128] [--json PATH]
+    python benchmarks/complex_matmul.py [--sizes 1024 2048 4096 8192] [--types c64 c128] [--four] [--json PATH]
 
 Square row-major operands of normal random parts, the same for both libraries. Each result is
 checked against the complex128 product of 256 sampled rows (blasdx's within
 blasdx.reference.tolerance for its type) before it is timed: per call, median of CUDA-event
 timings after warm-up. Prints a table (TFLOP/s counts 8 M N K real operations; ratio = torch
 time / blasdx time, above 1: blasdx faster) and writes JSON rows {type, size, ratio, ...}.
+``--four`` also times the four-products path where bx.matmul takes Gauss's three
+(blasdx.calls.complex_matmul.GAUSS_MIN), as "blasdx 4M".
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ def _error(got, x, y, rows) -> float:
     return (torch.linalg.norm(got[rows].to(torch.complex128) - ref) / torch.linalg.norm(ref)).item()
 
 
-def run_case(name: str, size: int, gen) -> dict:
+def run_case(name: str, size: int, gen, four: bool = False) -> dict:
     import torch
 
     value = TYPES[name]
@@ -62,6 +64,19 @@ def run_case(name: str, size: int, gen) -> dict:
             row["check"] = f"wrong result: error {row['blasdx_error']:.2e} > {bound:.1e}"
     except bx.BlasdxError as exc:
         row["check"] = f"error: {type(exc).__name__}: {str(exc).splitlines()[0]}"
+    if four:
+        from blasdx.calls import complex_matmul
+
+        saved, complex_matmul.GAUSS_MIN = complex_matmul.GAUSS_MIN, 1 << 62
+        complex_matmul._CALLS.clear()
+        try:
+            got = bx.matmul(x, y)
+            row["blasdx 4M_error"] = _error(got, x, y, rows)
+            row["blasdx 4M_ms"] = time_ms(lambda: bx.matmul(x, y), 5)
+            row["ratio 4M"] = row["torch_ms"] / row["blasdx 4M_ms"]
+        finally:
+            complex_matmul.GAUSS_MIN = saved
+            complex_matmul._CALLS.clear()
     for who in ("blasdx", "torch"):
         if f"{who}_ms" in row:
             row[f"{who}_tflops"] = row["flops"] / row[f"{who}_ms"] / 1e9
@@ -72,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", nargs="*", type=int, default=[1024, 2048, 4096, 8192])
     parser.add_argument("--types", nargs="*", default=list(TYPES), choices=list(TYPES))
+    parser.add_argument("--four", action="store_true", help="also the four-products path")
     parser.add_argument("--json", default="benchmarks/results/complex_matmul.json")
     args = parser.parse_args(argv)
     sm = cuda_sm()
@@ -85,13 +101,15 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|---|---|---|---|---|")
     for name in args.types:
         for size in args.sizes:
-            r = run_case(name, size, gen)
+            r = run_case(name, size, gen, args.four)
             rows.append(r)
             torch.cuda.empty_cache()
             cells = [name, str(size), f"{r['blasdx_ms']:.3f}" if "blasdx_ms" in r else r.get("check", "n/a"),
                      f"{r.get('blasdx_tflops', 0):.1f}", f"{r.get('blasdx_error', float('nan')):.1e}",
                      f"{r['torch_ms']:.3f}", f"{r['torch_tflops']:.1f}", f"{r['torch_error']:.1e}",
                      f"{r['ratio']:.2f}" if "ratio" in r else "n/a", r.get("plan", "")]
+            if "ratio 4M" in r:
+                cells[-1] += f" (4M: {r['blasdx 4M_ms']:.3f} ms, {r['ratio 4M']:.2f}x, error {r['blasdx 4M_error']:.1e})"
             print("| " + " | ".join(cells) + " |", flush=True)
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)

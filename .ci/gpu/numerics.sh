@@ -21,7 +21,7 @@ wait $p2; echo "complex matmul tests: rc=$?"; tail -3 "$LOGS/complex_matmul.log"
 wait $p3; echo "3xtf32 accuracy: rc=$?"; grep -h "^K" "$LOGS/emulated_f32_accuracy.log" | cut -c1-200
 grep -h "^FAILED\|^E  " "$LOGS"/blocked_trsm.log "$LOGS"/complex_matmul.log | head -12
 t=$(left); if [ "$t" -gt 5 ]; then
-  timeout $(( t / 2 )) python3 benchmarks/complex_matmul.py --sizes 4096 \
+  timeout $(( t / 2 )) python3 benchmarks/complex_matmul.py --sizes 4096 --four \
     --json "$LOGS/complex_matmul.json" >"$LOGS/complex_matmul_bench.log" 2>&1
   echo "complex matmul bench: rc=$?"; grep -h "^| c" "$LOGS/complex_matmul_bench.log" | cut -c1-220
 fi
