@@ -66,8 +66,13 @@ def tolerance(
       these are left out: the caller bounds the final rounding by :func:`rounding` times each
       element itself (``assert_close(..., rounding=)``), which is what it is relative to;
     - f16 accumulation (f16 x f16 -> f16): 8 * 2^-11 * sqrt(K) + 2e-3, since every partial
-      sum is rounded to f16.
+      sum is rounded to f16;
+    - complex64 / complex128 (``a`` complex): their parts' bound at depth 2K, since each part of
+      the result is one real dot product of length 2K (blasdx.calls.complex_matmul).
     """
+    if a.is_complex:
+        part = _dt.as_dtype(a.real_name)
+        return tolerance(part, part, 2 * k, accumulator, instruction, promotion, scheme)
     if a.integral:
         return 0.0
     if a == _dt.float64:

@@ -82,6 +82,9 @@ RULES = {
 }
 
 _FP8 = (_dt.float8_e4m3, _dt.float8_e5m2)
+#: The calls complex inputs go to ("matmul", "mma"): blasdx.calls.complex_matmul installs them when the
+#: package loads (it builds on this module, which therefore does not import it).
+COMPLEX_CALLS: dict[str, Any] = {}
 _TORCH_NAMES = {
     "float16": "float16", "bfloat16": "bfloat16", "float32": "float32", "float64": "float64",
     "float8_e4m3": "float8_e4m3fn", "float8_e5m2": "float8_e5m2", "int32": "int32",
@@ -659,6 +662,8 @@ def matmul(x: Any, y: Any, *, stream: Any = None, dtype: Any = None, mantissa_bi
     vx, vy = _view(x, "x", handle, known), _view(y, "y", handle, known)
     if fast_accumulation and vx.dtype not in _FP8:
         raise ExecutionError(f"fast_accumulation=True with {vx.dtype.name} inputs; {_rule('fast')}")
+    if vx.dtype.is_complex:
+        return COMPLEX_CALLS["matmul"](x, y, vx, vy, handle, known, stream, mantissa_bits)
     key = _key(vx, vy, None, ("matmul", mantissa_bits, fast_accumulation))
     plan = _CALLS.get(key)
     if plan is None:
@@ -719,6 +724,8 @@ def mma(x: Any, y: Any, acc: Any, *, out: Any = None, fast_accumulation: bool = 
         raise ExecutionError(f"fast_accumulation=True with {vx.dtype.name} inputs; {_rule('fast')}")
     vout = None if out is None else as_array(out, "out", stream=handle, known=known)
     given_out = out is not None
+    if vx.dtype.is_complex:
+        return COMPLEX_CALLS["mma"](x, y, acc, out, vx, vy, vacc, vout, handle, known, stream, mantissa_bits)
     in_place = vout is not None and vout.ptr == vacc.ptr and vout.strides == vacc.strides and vout.shape == vacc.shape
     out_key = None if vout is None else (vout.dtype.name, vout.shape, vout.strides, vout.ptr & 15, in_place,
                                          type(out))
