@@ -143,7 +143,7 @@ def test_repacked_operands_are_k_major_and_padded(encoder):
     map_a = encoder.calls[0]
     assert map_a.dims == (201, 300, 1) and map_a.strides == (2 * 208, 2 * 208 * 300) and map_a.pointer == 256
     encoder.calls.clear()
-    p = plan(view((640, 960), dt.tfloat32), view((960, 800), dt.tfloat32))  # row-major B is N-major
+    p = plan(view((8192, 960), dt.tfloat32), view((960, 800), dt.tfloat32))  # row-major B is N-major; deep M
     assert "y K-major (repacked: tfloat32 wgmma reads K-major operands only)" in p.describe()
     assert encoder.calls[1].dims == (960, 800, 1) and encoder.calls[1].box == (32, p.kernel.config.bn, 1)
 
@@ -195,7 +195,7 @@ def test_parameter_block_points_at_its_slots():
     assert ctypes.c_uint64.from_address(block.pointers[1]).value == 0xDEAD0000
     assert ctypes.c_int32.from_address(block.pointers[2]).value == -7
     assert ctypes.c_float.from_address(block.pointers[3]).value == 0.5
-    assert len(hopper._GEMM_PARAMS) == 21 and hopper._GEMM_PARAMS[:3] == ("map", "map", "map")
+    assert len(hopper._GEMM_PARAMS) == 22 and hopper._GEMM_PARAMS[:3] == ("map", "map", "map")
 
 
 # ---- the kernels compile for sm_90a and use the intended instructions ---------------------------------
@@ -294,7 +294,7 @@ def test_describe_call_and_cli(capsys):
     assert "D by TMA, x K-major, y MN-major" in text
     assert main(["matmul", "tf32", "16x8192x8192"]) == 0
     out = capsys.readouterr().out
-    assert "4 K splits" in out and "y K-major (repacked: tfloat32 wgmma reads K-major operands only)" in out
+    assert "K splits" in out and "y MN-major (transposed in shared memory)" in out
     assert main(["matmul", "int8", "4096x4096x4096"]) == 0
     assert "hopper wgmma+TMA" in capsys.readouterr().out
     with pytest.raises(ValueError, match="the engine runs bfloat16 -> float32"):
