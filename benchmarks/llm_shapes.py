@@ -351,13 +351,12 @@ SWEEP_SHAPES = [
     ("decode", 16, 4096, 4096, "nk"), ("decode", 16, 28672, 4096, "nk"), ("decode", 64, 4096, 14336, "nk"),
     ("decode", 128, 8192, 8192, "nk"),
     ("small", 512, 4096, 4096, "nk"), ("small", 2048, 4096, 4096, "nk"), ("small", 2048, 2112, 7168, "nk"),
-    ("mid", 2048, 28672, 4096, "nk"), ("large", 8192, 8192, 8192, "nk"),
-    ("decode kn", 16, 4096, 4096, "kn"), ("small kn", 2048, 4096, 4096, "kn"),
+    ("mid", 2048, 28672, 4096, "nk"),
 ]
 SWEEP_CONFIGS = [
     ("narrow", {}), ("narrow", {"bn": 128, "stages": 8}), ("narrow", {"bn": 64, "stages": 10}),
     ("pingpong", {}), ("pingpong", {"bm": 64, "bn": 256, "stages": 4}), ("pingpong", {"bm": 64, "bn": 128, "stages": 8}),
-    ("wide", {}), ("wide clusters", {}), ("pingpong", {"cluster": 2}), ("square", {}),
+    ("wide", {}), ("pingpong", {"cluster": 2}),
 ]
 SWEEP_SPLITS = (1, 2, 4, 8, 16)
 
