@@ -383,8 +383,8 @@ def warm(cases: list[Case], workers: int) -> None:
 #: shape classes (M x N x K, layout) and the configurations tried on each: base name, changes
 SWEEP_SHAPES = [
     ("decode", 16, 4096, 4096, "nk"), ("decode", 16, 28672, 4096, "nk"), ("decode", 64, 4096, 14336, "nk"),
-    ("decode", 128, 8192, 8192, "nk"),
-    ("small", 512, 4096, 4096, "nk"), ("small", 2048, 4096, 4096, "nk"), ("small", 2048, 2112, 7168, "nk"),
+    ("decode", 128, 8192, 8192, "nk"), ("small", 512, 2112, 7168, "nk"), ("small", 512, 6144, 4096, "nk"),
+    ("small", 1024, 1024, 1024, "nk"), ("mid", 2048, 2112, 7168, "nk"), ("mid", 2048, 4096, 4096, "nk"),
     ("mid", 2048, 28672, 4096, "nk"),
 ]
 SWEEP_CONFIGS = [
