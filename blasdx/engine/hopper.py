@@ -208,7 +208,7 @@ def choose_config(a: _dt.DType, m: int, n: int, k: int, batch: int, multiprocess
     else:
         config = WIDE if a in _FP8 else PINGPONG
     config = replace(config, bk=bk, promotion=promotion)
-    return config, split_count(config, m, n, k, batch, multiprocessors)
+    return config, balanced_splits(config, m, n, k, batch, multiprocessors)
 
 
 #: B's MN-major tile is transposed in shared memory (instead of repacking B in global memory) when
@@ -246,14 +246,55 @@ def place_transposition(config: EngineConfig, splits: int, route_b: OperandRoute
         route_b = OperandRoute(route_b.argument, False, transpose=True)
         config = fit_transposed(config, b.size, staged_store and splits == 1)
         if forced is None:
-            splits = split_count(config, m, n, k, batch, multiprocessors)
+            splits = balanced_splits(config, m, n, k, batch, multiprocessors)
             config = fit_transposed(config, b.size, staged_store and splits == 1)
         return config, splits, route_b
     return (replace(config, transpose_b=False) if config.transpose_b else config), splits, route_b
 
 
+#: The wgmma engine's splits finish inside the GEMM (splitk.cuh): a split's partial sums cost about this
+#: many of its K steps (written by each split, read back by the last one, through L2) ...
+SPLIT_COST_STEPS = 2
+#: ... and each split covers at least this many K steps.
+MIN_STEPS_PER_FIXUP_SPLIT = 4
+#: A split count is taken over fewer splits only when its estimate is this much lower.
+SPLIT_GAIN = 0.8
+
+
+def balanced_splits(config: EngineConfig, m: int, n: int, k: int, batch: int, multiprocessors: int) -> int:
+    """K splits that balance the work over the SMs: the count whose estimated time is lowest.
+
+    The persistent grid runs ceil(units / SMs) rounds of units (units: tiles x splits, of
+    clusters), each ceil(steps / splits) K steps long plus, when split, SPLIT_COST_STEPS for the
+    exchange of partial sums. Too few tiles leave SMs idle, a last partial round wastes the
+    rest of a wave (wave quantisation): splits fill both. Each split is at least
+    MIN_STEPS_PER_FIXUP_SPLIT deep; a count replaces a smaller one only when its estimate is
+    below SPLIT_GAIN times the smaller one's.
+    """
+    slots = max(1, multiprocessors // config.cluster)
+    tiles = batch * math.ceil(math.ceil(m / config.bm) / config.cluster) * math.ceil(n / config.bn)
+    steps = math.ceil(k / config.bk)
+
+    def estimate(splits: int) -> int:
+        chunk = math.ceil(steps / splits)
+        return math.ceil(tiles * math.ceil(steps / chunk) / slots) * (chunk + (SPLIT_COST_STEPS if splits > 1 else 0))
+
+    best, best_cost = 1, estimate(1)
+    for splits in range(2, MAX_SPLITS + 1):
+        chunk = math.ceil(steps / splits)
+        if chunk < MIN_STEPS_PER_FIXUP_SPLIT:
+            break
+        if math.ceil(steps / chunk) != splits:  # the same chunks as a smaller count
+            continue
+        cost = estimate(splits)
+        if cost < SPLIT_GAIN * best_cost:
+            best, best_cost = splits, cost
+    return best
+
+
 def split_count(config: EngineConfig, m: int, n: int, k: int, batch: int, multiprocessors: int) -> int:
-    """K splits that bring the work units up to the SM count, each at least MIN_STEPS_PER_SPLIT deep."""
+    """K splits that bring the work units up to the SM count, each at least MIN_STEPS_PER_SPLIT deep (the
+    wide path's rule: its splits are added up by a second kernel)."""
     units = batch * math.ceil(m / config.bm) * math.ceil(n / config.bn)
     steps = math.ceil(k / config.bk)
     if units >= multiprocessors or steps < 2 * MIN_STEPS_PER_SPLIT:
