@@ -395,9 +395,37 @@ SWEEP_CONFIGS = [
 SWEEP_SPLITS = (1, 2, 4, 8, 16)
 
 
-def sweep(gen, shapes=SWEEP_SHAPES, configs=SWEEP_CONFIGS, split_counts=SWEEP_SPLITS, deadline: float = 1e9,
-          dtype: str = "bf16") -> list[dict]:
-    """GPU time of each candidate configuration and split count per shape (bf16, checked first)."""
+def _sweep_operands(torch, kind: str, m: int, n: int, k: int, layout: str, gen):
+    """(x, y, engine input type, result type, torch's call) of a sweep shape of type ``kind``."""
+    from blasdx.calls.matmul import RESULT_TYPES
+
+    if kind == "e4m3":
+        x = (2 * torch.randn(m, k, device="cuda", generator=gen)).to(torch.float8_e4m3fn)
+        y = _weight(torch, k, n, layout, torch.float8_e4m3fn, gen, 2.0)
+        y_col = y if layout == "nk" else y.t().contiguous().t()
+        one = torch.ones((), device="cuda")
+        return x, y, dt.float8_e4m3, dt.float16, lambda: torch._scaled_mm(x, y_col, scale_a=one, scale_b=one,
+                                                                        out_dtype=torch.float16)
+    tdt = {"bf16": torch.bfloat16, "f16": torch.float16, "tf32": torch.float32}[kind]
+    a = {"bf16": dt.bfloat16, "f16": dt.float16, "tf32": dt.tfloat32}[kind]
+    x = torch.randn(m, k, device="cuda", generator=gen).to(tdt)
+    y = _weight(torch, k, n, layout, tdt, gen)
+
+    def theirs():
+        torch.backends.cuda.matmul.allow_tf32 = kind == "tf32"
+        return torch.matmul(x, y)
+
+    return x, y, a, RESULT_TYPES[a], theirs
+
+
+def sweep(gen, shapes=SWEEP_SHAPES, configs=SWEEP_CONFIGS, split_counts=SWEEP_SPLITS,
+          deadline: float = 1e9) -> list[dict]:
+    """GPU time of each candidate configuration and split count per shape (results checked first).
+
+    A shape is (class, M, N, K, layout[, type]) with type bf16 (default), f16, tf32 or e4m3 (f16
+    results, promoted every 128 K); a configuration is (base, changes) of blasdx/engine/hopper.py's
+    CONFIGS, ``transpose_b`` among the changes forcing B's transposition in shared memory on or off.
+    """
     import dataclasses
 
     import torch
@@ -406,35 +434,40 @@ def sweep(gen, shapes=SWEEP_SHAPES, configs=SWEEP_CONFIGS, split_counts=SWEEP_SP
     from blasdx.calls import matmul as array_gemm
     from blasdx.engine import hopper
 
-    a = dt.bfloat16 if dtype == "bf16" else dt.float16
-    result = array_gemm.RESULT_TYPES[a]
     device = array_gemm._device_info(torch.cuda.current_device())
     jobs = []
     rows = []
-    for cls, m, n, k, layout in shapes:
-        tdt = torch.bfloat16 if dtype == "bf16" else torch.float16
-        x = torch.randn(m, k, device="cuda", generator=gen).to(tdt)
-        y = _weight(torch, k, n, layout, tdt, gen)
-        check = _checker(torch, x, y, a, result, gen)
-        vx, vy = arrays.as_array(x, "x"), arrays.as_array(y, "y")
+    competitors = []
+    for shape in shapes:
+        cls, m, n, k, layout = shape[:5]
+        kind = shape[5] if len(shape) > 5 else "bf16"
+        x, y, a, result, theirs = _sweep_operands(torch, kind, m, n, k, layout, gen)
+        competitors.append((cls, m, n, k, layout, kind, theirs))
+        check = _checker(torch, x, y, a, result, gen, promotion=128 if a.size == 1 else None)
+        vx, vy = arrays.as_array(x, "x")._replace(dtype=a), arrays.as_array(y, "y")._replace(dtype=a)
         mx, my = array_gemm._matrix(vx, "x"), array_gemm._matrix(vy, "y")
-        out = torch.empty((m, n), device="cuda", dtype=torch.float32 if result == dt.float32 else tdt)
+        out = torch.empty((m, n), device="cuda", dtype={dt.float32: torch.float32, dt.float16: torch.float16}[result])
         vout = arrays.as_array(out, "out")
-        default = hopper.choose_config(a, m, n, k, 1, device.multiprocessors)
+        promotion = hopper.promotion_of(a)
+        default = hopper.choose_config(a, m, n, k, 1, device.multiprocessors, promotion=promotion)
         for base, changes in configs:
-            config = dataclasses.replace(hopper.CONFIGS[base], bk=128 // a.size, **changes)
+            if "only" in changes and kind not in changes["only"]:
+                continue
+            changes = {key: value for key, value in changes.items() if key != "only"}
+            config = dataclasses.replace(hopper.CONFIGS[base], bk=128 // a.size, promotion=promotion, **changes)
             for splits in split_counts:
                 steps = math.ceil(k / config.bk)
                 units = math.ceil(m / config.bm) * math.ceil(n / config.bn)
                 if splits > 1 and (steps < 2 * splits or units >= device.multiprocessors * (2 if splits == 2 else 1)):
                     continue  # splits only where the tiles leave SMs idle
-                entry = {"class": cls, "shape": [m, n, k], "layout": layout, "config": str(config), "splits": splits,
-                         "default": (config, splits) == default}
+                entry = {"class": cls, "type": kind, "shape": [m, n, k], "layout": layout, "config": str(config),
+                         "splits": splits, "default": (config, splits) == default}
                 try:
                     engine, reason = array_gemm._engine_plan(vx, vy, mx, my, result, m, n, k, 1, device, vout,
                                                              config, splits)
                     if engine is None:
                         raise RuntimeError(reason)
+                    entry["plan"] = engine.describe()
                     jobs.append((entry, engine, out, vx, vy, vout, check))
                 except Exception as exc:
                     entry["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
@@ -448,6 +481,9 @@ def sweep(gen, shapes=SWEEP_SHAPES, configs=SWEEP_CONFIGS, split_counts=SWEEP_SP
 
     with ThreadPoolExecutor(16) as pool:
         list(pool.map(compiled, jobs))
+    for cls, m, n, k, layout, kind, theirs in competitors:  # torch first: its figure is the yardstick
+        rows.append({"class": cls, "type": kind, "shape": [m, n, k], "layout": layout, "config": "torch",
+                     "gpu_ms": gpu_ms(theirs, call_ms(theirs, 3, 1))})
     for entry, engine, out, vx, vy, vout, check in jobs:
         if time.monotonic() > deadline:
             entry["error"] = "skipped: out of time"
@@ -469,21 +505,17 @@ def sweep(gen, shapes=SWEEP_SHAPES, configs=SWEEP_CONFIGS, split_counts=SWEEP_SP
         except Exception as exc:
             entry["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
         shown = f"{entry['gpu_ms'] * 1e3:8.1f} us" if "gpu_ms" in entry else entry["error"]
-        print(f"  sweep {entry['class']:9s} {'x'.join(map(str, entry['shape']))} {entry['layout']} "
+        print(f"  sweep {entry['type']} {entry['class']:9s} {'x'.join(map(str, entry['shape']))} {entry['layout']} "
               f"{entry['config']} x{entry['splits']}: {shown}{' (rule)' if entry['default'] else ''}", flush=True)
-    # the torch figure per shape, same timing
-    for cls, m, n, k, layout in shapes:
-        tdt = torch.bfloat16 if dtype == "bf16" else torch.float16
-        x = torch.randn(m, k, device="cuda", generator=gen).to(tdt)
-        y = _weight(torch, k, n, layout, tdt, gen)
-        call = lambda x=x, y=y: torch.matmul(x, y)
-        ms = gpu_ms(call, call_ms(call, 3, 1))
-        rows.append({"class": cls, "shape": [m, n, k], "layout": layout, "config": "torch", "gpu_ms": ms})
+    for cls, m, n, k, layout, kind, _ in competitors:
+        torch_ms = next(r["gpu_ms"] for r in rows if r["config"] == "torch" and r["shape"] == [m, n, k]
+                        and r["layout"] == layout and r["type"] == kind)
         best = min((r for r in rows if r.get("shape") == [m, n, k] and r.get("layout") == layout and "gpu_ms" in r
-                    and r["config"] != "torch"), key=lambda r: r["gpu_ms"], default=None)
+                    and r.get("type") == kind and r["config"] != "torch"), key=lambda r: r["gpu_ms"], default=None)
         if best is not None:
-            print(f"  best {cls:9s} {m}x{n}x{k} {layout}: {best['config']} x{best['splits']} "
-                  f"{best['gpu_ms'] * 1e3:.1f} us, torch {ms * 1e3:.1f} us ({ms / best['gpu_ms']:.2f}x)", flush=True)
+            print(f"  best {kind} {cls:9s} {m}x{n}x{k} {layout}: {best['config']} x{best['splits']} "
+                  f"{best['gpu_ms'] * 1e3:.1f} us, torch {torch_ms * 1e3:.1f} us ({torch_ms / best['gpu_ms']:.2f}x)",
+                  flush=True)
     return rows
 
 
