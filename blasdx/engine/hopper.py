@@ -549,8 +549,18 @@ class EnginePlan:
         self.a, self.b, self.c = a, b, c
         self.m, self.n, self.k, self.batch = m, n, k, batch
         self.route_a, self.route_b = route_a, route_b
-        chosen, chosen_splits = choose_config(a, m, n, k, batch, multiprocessors, scheme,
-                                              promotion_of(a, fast_accumulation))
+        self.routes_given = (route_a, route_b)  # before B's transposition is placed (bx.tune's key)
+        promotion = promotion_of(a, fast_accumulation)
+        chosen, chosen_splits = choose_config(a, m, n, k, batch, multiprocessors, scheme, promotion)
+        if config is None and splits is None and scheme == "native":  # a configuration bx.tune kept wins
+            from .tuning import TUNED, key_of
+
+            tuned = TUNED.get(key_of(a, b, c, m, n, k, batch, multiprocessors, route_a, route_b, promotion))
+            if tuned is not None:
+                try:
+                    config, splits = EngineConfig(**tuned[0]), tuned[1]
+                except TypeError:  # fields of another version of EngineConfig: the rule
+                    pass
         self.config = config or chosen
         self.splits = splits if splits is not None else (chosen_splits if config is None else 1)
         staged_guess = d_layout is None or _store_geometry(c, m, n, batch, d_layout) is not None
