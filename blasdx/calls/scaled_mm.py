@@ -39,7 +39,7 @@ OUT_DTYPES = (_dt.float16, _dt.bfloat16, _dt.float32)
 _FP8 = (_dt.float8_e4m3, _dt.float8_e5m2)
 KERNEL_NAME = "blasdx_hopper_scaled_mm"
 _CODES = {"tensor": 0, "row": 1, "column": 1, "block": 2}  # scaling.cuh's Scaling
-_PARAMS = ("map", "map", "map", "u64", "u64", "i32", "i32", "i32", "i32", "u64", "i64", "i64", "u64", "i64", "i64",
+_PARAMS = ("map", "map", "map", "u64", "u64", "u64", "i32", "i32", "i32", "i32", "u64", "i64", "i64", "u64", "i64", "i64",
            "u64", "i64", "i64")
 
 
@@ -137,19 +137,15 @@ class ScaledPlan(_hopper.EnginePlan):
             sy_row, sy_col = _strides(sy)
             d_row, d_col, _ = _hopper.result_strides(d)
             bias_ptr = 0 if bias is None else bias.ptr
-            split = self.splits > 1
+            counters = self._counters(scratch) if self.splits > 1 else 0
             gemm = self._gemm
             with gemm.params.lock:
                 self._point_maps(a_ptr, b_ptr, d.ptr)
-                gemm.fill((None, None, None, 0 if split else d.ptr, workspace, self.m, self.n, self.k, self.splits,
-                           sx.ptr, sx_row, sx_col, sy.ptr, sy_row, sy_col, 0 if split else bias_ptr, d_row, d_col))
+                gemm.fill((None, None, None, d.ptr, workspace, counters, self.m, self.n, self.k, self.splits, sx.ptr,
+                           sx_row, sx_col, sy.ptr, sy_row, sy_col, bias_ptr, d_row, d_col))
                 if not self._grid_checked:
                     self._fit_grid(device_id)
                 gemm.launch(device_id, self.grid, (self.config.threads, 1, 1), stream, self.config.cluster)
-            if split:  # the reduction adds the bias once, as its C repeated down the rows
-                _hopper.reduce_splits(self._reduce, device_id, stream, workspace, self.splits, bias_ptr, (0, 1, 0),
-                                      d.ptr, (d_row, d_col, 0), self.m, self.n, 1, self.multiprocessors, 1.0,
-                                      0.0 if bias is None else 1.0)
 
 
 def _strides(view: ArrayView) -> tuple[int, int]:

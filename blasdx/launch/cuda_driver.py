@@ -65,6 +65,8 @@ def _libcuda() -> Any:
             lib.cuMemAllocAsync.restype = ctypes.c_int
             lib.cuMemFreeAsync.argtypes = [ctypes.c_uint64, p]
             lib.cuMemFreeAsync.restype = ctypes.c_int
+            lib.cuMemsetD32Async.argtypes = [ctypes.c_uint64, ctypes.c_uint, ctypes.c_size_t, p]
+            lib.cuMemsetD32Async.restype = ctypes.c_int
             lib.cuKernelGetFunction.argtypes = [p, p]
             lib.cuKernelGetFunction.restype = ctypes.c_int
             lib.cuOccupancyMaxActiveClusters.argtypes = [p, p, p]
@@ -267,6 +269,14 @@ def allocate_async(nbytes: int, stream: int) -> int:
     if code:
         raise DeviceError(f"cuMemAllocAsync of {nbytes} bytes failed: {_error_name(lib, code)}")
     return pointer.value
+
+
+def zero_async(pointer: int, words: int, stream: int) -> None:
+    """cuMemsetD32Async: ``words`` 32-bit words at ``pointer`` set to zero, ordered on ``stream``."""
+    lib = _libcuda()
+    code = lib.cuMemsetD32Async(pointer, 0, words, stream)
+    if code:
+        raise DeviceError(f"cuMemsetD32Async({pointer:#x}, {words} words) failed: {_error_name(lib, code)}")
 
 
 def free_async(pointer: int, stream: int) -> None:

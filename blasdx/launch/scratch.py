@@ -41,8 +41,9 @@ class ScratchPool:
         self._buffers: dict[tuple[int, int, str], tuple[int, int]] = {}  # -> (address, bytes)
         self._lock = threading.Lock()
 
-    def get(self, device_id: int, stream: int, use: str, nbytes: int) -> int:
-        """The address of at least ``nbytes`` of device memory for ``use`` on ``stream`` (not capturing)."""
+    def get(self, device_id: int, stream: int, use: str, nbytes: int, zero: bool = False) -> int:
+        """The address of at least ``nbytes`` of device memory for ``use`` on ``stream`` (not capturing);
+        ``zero``: zeroed when allocated (the kernels that use such a buffer leave it zero when they are done)."""
         key = (device_id, stream, use)
         found = self._buffers.get(key)
         if found is not None and found[1] >= nbytes:
@@ -62,6 +63,8 @@ class ScratchPool:
                     pass
             size = max(256, 1 << (nbytes - 1).bit_length())  # powers of two: few regrowths
             address = _driver.allocate_async(size, stream)
+            if zero:
+                _driver.zero_async(address, size // 4, stream)
             self._buffers[key] = (address, size)
             return address
 
@@ -89,11 +92,15 @@ class CallScratch:
         self.capturing = capturing
         self._owned: list[int] = []
 
-    def get(self, use: str, nbytes: int) -> int:
-        """The address of at least ``nbytes`` of device memory for ``use`` during this call."""
+    def get(self, use: str, nbytes: int, zero: bool = False) -> int:
+        """The address of at least ``nbytes`` of device memory for ``use`` during this call (``zero``: as
+        :meth:`ScratchPool.get`'s; a capturing call's own buffer is zeroed by the graph at every replay)."""
         if not self.capturing:
-            return POOL.get(self.device_id, self.stream, use, nbytes)
-        address = _driver.allocate_async(max(256, nbytes), self.stream)
+            return POOL.get(self.device_id, self.stream, use, nbytes, zero)
+        size = max(256, (nbytes + 3) // 4 * 4)
+        address = _driver.allocate_async(size, self.stream)
+        if zero:
+            _driver.zero_async(address, size // 4, self.stream)
         self._owned.append(address)
         return address
 
