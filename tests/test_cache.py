@@ -417,7 +417,7 @@ def test_precompile_reports_every_failure():
 def test_precompile_mixed_failures_raise_the_base_error(monkeypatch):
     import importlib
 
-    pc = importlib.import_module("blasdx.precompile")  # the attribute blasdx.precompile is the function
+    pc = importlib.import_module("blasdx.run.precompile")  # the attribute blasdx.precompile is the function
 
     def fake(desc, options):
         raise CompileError("nvrtc broke") if desc == GEMM else DescriptorError("bad")
