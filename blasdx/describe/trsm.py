@@ -55,6 +55,9 @@ class TrsmDescriptor(Descriptor):
 
     __slots__ = ()
 
+    #: A and B: a TRSM has no C.
+    _MATRICES = 2
+
     # -- value semantics ----------------------------------------------------------------------
 
     @cached_property
@@ -137,6 +140,7 @@ class TrsmDescriptor(Descriptor):
 
     @property
     def k(self) -> int:
+        """A TRSM has no K: DescriptorError (Size(M, N) gives B's extents)."""
         raise DescriptorError("k: a TRSM has no K; Size(M, N) gives B's extents and A is M x M (left) or N x N")
 
     @property
@@ -151,14 +155,17 @@ class TrsmDescriptor(Descriptor):
 
     @property
     def b_dim(self) -> tuple[int, int]:
+        """Extents of B (and of the solution X that overwrites it): (M, N)."""
         return (self.m, self.n)
 
     @property
     def c_dim(self) -> tuple[int, int]:
+        """A TRSM has no C: DescriptorError."""
         raise _no_c("c_dim")
 
     @property
     def c_value_type(self) -> _dt.DType:
+        """A TRSM has no C: DescriptorError."""
         raise _no_c("c_value_type")
 
     @property
@@ -173,37 +180,14 @@ class TrsmDescriptor(Descriptor):
 
     @property
     def _min_leading_dimension(self) -> tuple[int, int]:
+        """Tight (lda, ldb): A's extent, and N or M by B's order."""
         b_inner = self.n if self.arrangement.b is row_major else self.m
         return (self._dim, b_inner)
 
     @property
-    def leading_dimension(self) -> tuple[int, int]:
-        """(lda, ldb): LeadingDimension(lda, ldb) when given, else tight (A's extent; N or M by B's order)."""
-        ld = self._get(LeadingDimension)
-        if ld is not None:
-            return (ld.lda, ld.ldb)
-        return self._min_leading_dimension
-
-    @property
     def ldc(self) -> int:
+        """A TRSM has no C: DescriptorError."""
         raise _no_c("ldc")
-
-    @property
-    def element_sizes(self) -> tuple[int, int]:
-        """Bytes of one A and one B element (complex counts both parts)."""
-        return (self.a_value_type.size, self.b_value_type.size)
-
-    @property
-    def alignment(self) -> tuple[int, int]:
-        """Byte alignment of the A and B pointers: Alignment's a and b, else one element."""
-        al = self._get(Alignment)
-        if al is not None:
-            return (al.a, al.b)
-        return self.element_sizes
-
-    @property
-    def suggested_alignment(self) -> tuple[int, int]:
-        return (16, 16)
 
     @property
     def a_size(self) -> int:
@@ -212,11 +196,13 @@ class TrsmDescriptor(Descriptor):
 
     @property
     def b_size(self) -> int:
+        """Elements B spans with its leading dimension."""
         b_outer = self.m if self.arrangement.b is row_major else self.n
         return self.ldb * b_outer
 
     @property
     def c_size(self) -> int:
+        """A TRSM has no C: DescriptorError."""
         raise _no_c("c_size")
 
     @property
@@ -228,6 +214,7 @@ class TrsmDescriptor(Descriptor):
 
     @property
     def shared_memory_size_ab(self) -> int:
+        """A GEMM trait: DescriptorError (a TRSM's shared_memory_size holds A and B)."""
         raise DescriptorError("shared_memory_size_ab: a GEMM trait; a TRSM needs shared_memory_size (A and B)")
 
     @property
@@ -236,15 +223,8 @@ class TrsmDescriptor(Descriptor):
         return (self.plan.smem_a.leading_dimension, self.plan.smem_b.leading_dimension)
 
     @property
-    def suggested_smem_layout_a(self) -> _h.SmemLayout:
-        return self.plan.smem_a
-
-    @property
-    def suggested_smem_layout_b(self) -> _h.SmemLayout:
-        return self.plan.smem_b
-
-    @property
     def suggested_smem_layout_c(self) -> _h.SmemLayout:
+        """A TRSM has no C: DescriptorError."""
         raise _no_c("suggested_smem_layout_c")
 
     # -- the resolved solve ---------------------------------------------------------------------
@@ -432,6 +412,7 @@ class TrsmDescriptor(Descriptor):
 
 
 def _no_c(trait: str) -> DescriptorError:
+    """The error of a C trait asked of a TRSM."""
     return DescriptorError(f"{trait}: a TRSM has no C matrix; B holds the solution (b_dim, b_value_type, ldb ...)")
 
 
