@@ -82,3 +82,28 @@ def test_the_layer_page_draws_every_layer_in_order():
 def test_the_readme_says_how_to_build_the_docs():
     readme = (REPO / "README.md").read_text()
     assert "python -m sphinx -W -b html docs docs/_build" in readme
+
+
+def _cited_result_files() -> tuple[set[str], list[tuple[str, str]]]:
+    """Files under benchmarks/results/ that the docs and README name, and the names that match no file."""
+    results = REPO / "benchmarks" / "results"
+    files = {p.relative_to(results).as_posix() for p in results.rglob("*") if p.is_file()}
+    cited: set[str] = set()
+    unresolved = []
+    for page in [*sorted(DOCS.glob("*.md")), REPO / "README.md"]:
+        for match in re.finditer(r"[\w./*-]+\.(?:json|png)\b", page.read_text()):
+            name = match.group(0).split("benchmarks/results/")[-1]
+            hits = {f for f in files if Path(f).match(name) and ("/" in name) == ("/" in f)}
+            if not hits:
+                unresolved.append((page.name, match.group(0)))
+            cited |= hits
+    return cited, unresolved
+
+
+def test_every_result_file_is_cited_and_every_citation_exists():
+    """benchmarks/results/ holds what the pages cite (current tables; experiment rounds under history/)."""
+    cited, unresolved = _cited_result_files()
+    results = REPO / "benchmarks" / "results"
+    files = {p.relative_to(results).as_posix() for p in results.rglob("*") if p.is_file()}
+    assert unresolved == []
+    assert sorted(files - cited) == []
