@@ -10,9 +10,10 @@ reads as one straight line:
    loads it);
 2. the **store** (:mod:`blasdx.compile.store`: in process, then on disk) for a hit;
 3. on a miss, **NVRTC** (:func:`blasdx.compile.nvrtc.compile_source`), and the result back
-   to the store.
+   to the store. The cubin holds every kernel of the source, so asking for another kernel of
+   a source compiled in this process reads it from that cubin instead of compiling again.
 
-Threads of one process compiling the same key wait on a per-key lock, so NVRTC runs once;
+Threads of one process compiling the same source wait on a per-source lock, so NVRTC runs once;
 separate processes may both compile (no lock files to go stale), and the store's atomic
 ``os.replace`` leaves one valid entry. The store's environment variables
 (``BLASDX_CACHE_DIR``, ``BLASDX_CACHE=0``) and maintenance (:func:`cache_info`,
@@ -150,12 +151,19 @@ def cached_compile(
     hit = _store.find(key)
     if hit is not None:
         return hit
-    with _store.lock_for(key):
+    program = _key(source, "", arch, options, tree)  # the cubin, whichever of its kernels is asked for
+    with _store.lock_for(program):
         hit = _store.find(key, source)
         if hit is not None:
             return hit
-        stats.compiles += 1
-        compiled = _nvrtc.compile_source(source, kernel_name, arch, options, tree=tree, failed_dir=_store.failed_dir())
+        sibling = _store.find_program(program)
+        if sibling is not None:  # another kernel of this source: read from the cubin already made
+            compiled = _nvrtc.kernel_of(sibling.cubin, kernel_name, arch, source, sibling.log)
+        else:
+            stats.compiles += 1
+            failed = _store.failed_dir()
+            compiled = _nvrtc.compile_source(source, kernel_name, arch, options, tree=tree, failed_dir=failed)
+            _store.keep_program(program, compiled)
         _store.keep(key, compiled)
         return compiled
 

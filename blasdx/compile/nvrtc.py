@@ -39,6 +39,7 @@ __all__ = [
     "check_arch",
     "check_kernel_name",
     "compile_source",
+    "kernel_of",
     "load_nvrtc",
     "nvrtc_identity",
     "nvrtc_version",
@@ -435,18 +436,26 @@ def compile_source(
         cubin, log = _nvrtc(source, "cubin", program_options)
     except Exception as exc:
         raise _compile_error(exc, source, kernel_name, arch, include, options, failed_dir) from None
-    cubin = bytes(cubin)
+    compiled = kernel_of(bytes(cubin), kernel_name, arch, source, log)
+    folder = _dump_folder()
+    if folder is not None:
+        _dump(folder, compiled, options, include)
+    return compiled
+
+def kernel_of(cubin: bytes, kernel_name: str, arch: str, source: str, log: str = "") -> CompiledKernel:
+    """The kernel ``kernel_name`` of a cubin NVRTC made from ``source`` (any of the kernels the source defines).
+
+    Raises:
+        CompileError: the cubin has no kernel of that name.
+    """
     try:
         resources = resource_usage(cubin, kernel_name)
     except ValueError as exc:
         raise CompileError(
             f"{exc}; is {kernel_name} declared extern \"C\" __global__ in the source?", source=source
         ) from None
-    compiled = CompiledKernel(cubin, kernel_name, arch, source, resources, log)
-    folder = _dump_folder()
-    if folder is not None:
-        _dump(folder, compiled, options, include)
-    return compiled
+    return CompiledKernel(cubin, kernel_name, arch, source, resources, log)
+
 
 def _compile_error(
     exc: BaseException,

@@ -4,7 +4,9 @@ A store, not a compiler: it never generates source or runs NVRTC, and it does no
 what a key hashes (:func:`blasdx.compile.cache.cache_key` does). It answers "have you got
 this key?" and keeps what it is given.
 
-* **In process**: ``key -> CompiledKernel`` for any source, and ``(options, descriptor) ->
+* **In process**: ``key -> CompiledKernel`` for any source; ``program key -> CompiledKernel``
+  (the cubin of a source, whichever of its kernels was asked for first), so that the other
+  kernels of one source need no second compile; and ``(options, descriptor) ->
   CompiledKernel`` so that a second ``compile()`` of an equal descriptor returns the very
   same object without hashing its source again.
 * **On disk**: one file per key, ``<root>/<key[:2]>/<key>.bdx``, holding the cubin *and*
@@ -59,8 +61,10 @@ __all__ = [
     "failed_dir",
     "find",
     "find_descriptor",
+    "find_program",
     "keep",
     "keep_descriptor",
+    "keep_program",
     "lock_for",
     "stats",
 ]
@@ -278,6 +282,7 @@ def failed_dir() -> Path | None:
 # ---------------------------------------------------------------------------------------------
 
 _by_key: dict[str, CompiledKernel] = {}
+_by_program: dict[str, CompiledKernel] = {}
 _by_descriptor: dict[Any, dict[Any, CompiledKernel]] = {}
 _locks: dict[str, threading.Lock] = {}
 _locks_guard = threading.Lock()
@@ -317,6 +322,20 @@ def keep(key: str, compiled: CompiledKernel) -> None:
     if level:
         level.put(key, compiled)
     _by_key[key] = compiled
+
+
+def find_program(key: str) -> CompiledKernel | None:
+    """A kernel of the program (source, arch, options, kernels folder) of ``key`` compiled in this process, or None.
+
+    Its cubin holds every kernel of the source, so another kernel of the same source is read
+    from it instead of compiling the source again.
+    """
+    return _by_program.get(key)
+
+
+def keep_program(key: str, compiled: CompiledKernel) -> None:
+    """Remember the cubin of a freshly compiled program under its key."""
+    _by_program[key] = compiled
 
 
 def find_descriptor(options: Any, desc: Any) -> CompiledKernel | None:
@@ -377,6 +396,7 @@ def cache_info() -> CacheInfo:
 def clear_memory() -> None:
     """Forget every kernel held in this process (the disk level is untouched)."""
     _by_key.clear()
+    _by_program.clear()
     _by_descriptor.clear()
 
 
