@@ -115,26 +115,14 @@ def _key(source: str, kernel_name: str, arch: str, options: CompileOptions, tree
     return _store.digest(parts, source)
 
 
-def cache_key(
-    source: str,
-    kernel_name: str,
-    arch: str,
-    options: CompileOptions = DEFAULT_OPTIONS,
-    *,
-    kernels: Path | None = None,
-) -> str:
+def cache_key(source: str, kernel_name: str, arch: str, options: CompileOptions = DEFAULT_OPTIONS, *,
+              kernels: Path | None = None) -> str:
     """sha256 (hex) of everything that decides the cubin."""
     return _key(source, kernel_name, arch, options, _headers.kernel_tree(kernels))
 
 
-def cached_compile(
-    source: str,
-    kernel_name: str,
-    arch: str,
-    options: CompileOptions = DEFAULT_OPTIONS,
-    *,
-    kernels: Path | None = None,
-) -> CompiledKernel:
+def cached_compile(source: str, kernel_name: str, arch: str, options: CompileOptions = DEFAULT_OPTIONS, *,
+                   kernels: Path | None = None) -> CompiledKernel:
     """Compile ``source`` for ``arch``: the store's kernel when it has the key, else NVRTC's, then kept.
 
     ``kernels`` is the templates folder that is on the include path and in the key

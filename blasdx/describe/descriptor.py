@@ -22,27 +22,9 @@ from . import operators as _operators
 from . import schemes as _schemes
 from .backend import runtime as _runtime  # source / compile / execute: the one way up
 from .operators import (
-    DEFAULT_ARRANGEMENT,
-    SM,
-    TRSM_OPERATORS,
-    Alignment,
-    Arrangement,
-    BatchesPerBlock,
-    Block,
-    BlockDim,
-    Diag,
-    FillMode,
-    Function,
-    LeadingDimension,
-    MantissaBits,
-    Operator,
-    Precision,
-    Side,
-    Size,
-    TransposeMode,
-    Type,
-    Workload,
-    row_major,
+    DEFAULT_ARRANGEMENT, SM, TRSM_OPERATORS, Alignment, Arrangement, BatchesPerBlock, Block, BlockDim, Diag,
+    FillMode, Function, LeadingDimension, MantissaBits, Operator, Precision, Side, Size, TransposeMode, Type,
+    Workload, row_major,
 )
 
 if TYPE_CHECKING:  # pragma: no cover

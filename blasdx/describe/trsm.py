@@ -22,23 +22,8 @@ from ..plan import trsm as _plan
 from .backend import runtime
 from .descriptor import FUNCTION_CLASSES, Descriptor
 from .operators import (
-    SM,
-    Alignment,
-    Arrangement,
-    BatchesPerBlock,
-    Block,
-    BlockDim,
-    Diag,
-    FillMode,
-    Function,
-    LeadingDimension,
-    MantissaBits,
-    Precision,
-    Side,
-    Size,
-    TransposeMode,
-    Type,
-    row_major,
+    SM, Alignment, Arrangement, BatchesPerBlock, Block, BlockDim, Diag, FillMode, Function, LeadingDimension,
+    MantissaBits, Precision, Side, Size, TransposeMode, Type, row_major,
 )
 
 __all__ = ["TrsmDescriptor", "supported_types"]
@@ -48,6 +33,15 @@ def supported_types() -> str:
     """The TRSM type table, for messages."""
     names = ", ".join(t.name for t in _plan.TRSM_TYPES)
     return f"{names} (real or complex), computed in their own precision"
+
+
+def _no_c_trait(trait: str) -> property:
+    """A C trait of the GEMM descriptor, which a TRSM answers with DescriptorError (it has no C)."""
+
+    def fail(self: Any) -> Any:
+        raise DescriptorError(f"{trait}: a TRSM has no C matrix; B holds the solution (b_dim, b_value_type, ldb ...)")
+
+    return property(fail, doc="A TRSM has no C: DescriptorError.")
 
 
 class TrsmDescriptor(Descriptor):
@@ -158,15 +152,9 @@ class TrsmDescriptor(Descriptor):
         """Extents of B (and of the solution X that overwrites it): (M, N)."""
         return (self.m, self.n)
 
-    @property
-    def c_dim(self) -> tuple[int, int]:
-        """A TRSM has no C: DescriptorError."""
-        raise _no_c("c_dim")
+    c_dim = _no_c_trait("c_dim")
 
-    @property
-    def c_value_type(self) -> _dt.DType:
-        """A TRSM has no C: DescriptorError."""
-        raise _no_c("c_value_type")
+    c_value_type = _no_c_trait("c_value_type")
 
     @property
     def scalar_type(self) -> _dt.DType:
@@ -184,10 +172,7 @@ class TrsmDescriptor(Descriptor):
         b_inner = self.n if self.arrangement.b is row_major else self.m
         return (self._dim, b_inner)
 
-    @property
-    def ldc(self) -> int:
-        """A TRSM has no C: DescriptorError."""
-        raise _no_c("ldc")
+    ldc = _no_c_trait("ldc")
 
     @property
     def a_size(self) -> int:
@@ -200,10 +185,7 @@ class TrsmDescriptor(Descriptor):
         b_outer = self.m if self.arrangement.b is row_major else self.n
         return self.ldb * b_outer
 
-    @property
-    def c_size(self) -> int:
-        """A TRSM has no C: DescriptorError."""
-        raise _no_c("c_size")
+    c_size = _no_c_trait("c_size")
 
     @property
     def shared_memory_size(self) -> int:
@@ -222,10 +204,7 @@ class TrsmDescriptor(Descriptor):
         """Padded (lda, ldb) free of bank conflicts: the batched kernel's own layout."""
         return (self.plan.smem_a.leading_dimension, self.plan.smem_b.leading_dimension)
 
-    @property
-    def suggested_smem_layout_c(self) -> _h.SmemLayout:
-        """A TRSM has no C: DescriptorError."""
-        raise _no_c("suggested_smem_layout_c")
+    suggested_smem_layout_c = _no_c_trait("suggested_smem_layout_c")
 
     # -- the resolved solve ---------------------------------------------------------------------
 
@@ -411,9 +390,6 @@ class TrsmDescriptor(Descriptor):
         return runtime().execute_trsm(self, a, b, alpha=alpha, stream=stream)
 
 
-def _no_c(trait: str) -> DescriptorError:
-    """The error of a C trait asked of a TRSM."""
-    return DescriptorError(f"{trait}: a TRSM has no C matrix; B holds the solution (b_dim, b_value_type, ldb ...)")
 
 
 FUNCTION_CLASSES[Function.TRSM] = TrsmDescriptor
