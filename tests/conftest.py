@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -67,6 +68,21 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if folder is not None:
         shutil.rmtree(folder, ignore_errors=True)
         os.environ.pop("BLASDX_CACHE_DIR", None)
+
+
+@pytest.fixture
+def fresh_cache(tmp_path, monkeypatch) -> Path:
+    """A test of its own kernel cache: an empty cache folder (returned), nothing in memory, zeroed counters."""
+    from blasdx.compile import cache
+
+    root = tmp_path / "cache"
+    monkeypatch.setenv("BLASDX_CACHE_DIR", str(root))
+    monkeypatch.delenv("BLASDX_CACHE", raising=False)
+    monkeypatch.delenv("BLASDX_DUMP", raising=False)
+    cache.clear_memory_cache()
+    cache.stats.reset()
+    yield root
+    cache.clear_memory_cache()
 
 
 @pytest.fixture

@@ -31,16 +31,9 @@ TINY = 'extern "C" __global__ void tiny(int* x) {{ x[threadIdx.x] = {value}; }}\
 
 
 @pytest.fixture(autouse=True)
-def cache_root(tmp_path, monkeypatch) -> Path:
-    """Every test gets its own cache folder, an empty in-process cache and zeroed counters."""
-    root = tmp_path / "cache"
-    monkeypatch.setenv("BLASDX_CACHE_DIR", str(root))
-    monkeypatch.delenv("BLASDX_CACHE", raising=False)
-    monkeypatch.delenv("BLASDX_DUMP", raising=False)
-    cache.clear_memory_cache()
-    cache.stats.reset()
-    yield root
-    cache.clear_memory_cache()
+def cache_root(fresh_cache) -> Path:
+    """Every test gets its own cache folder, an empty in-process cache and zeroed counters (conftest)."""
+    return fresh_cache
 
 
 def _entries(root: Path) -> list[Path]:

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from blasdx.compile import cache
 from blasdx import compile as cc
 from blasdx.__main__ import main, parse_descriptor
 
@@ -18,14 +17,9 @@ EXPR = "Size(64,64,64) + Precision(float16, float16, float32) + Function.MM + SM
 
 
 @pytest.fixture(autouse=True)
-def cache_root(tmp_path, monkeypatch) -> Path:
-    root = tmp_path / "cache"
-    monkeypatch.setenv("BLASDX_CACHE_DIR", str(root))
-    monkeypatch.delenv("BLASDX_CACHE", raising=False)
-    cache.clear_memory_cache()
-    cache.stats.reset()
-    yield root
-    cache.clear_memory_cache()
+def cache_root(fresh_cache) -> Path:
+    """Every test gets its own cache folder and an empty in-process cache (conftest)."""
+    return fresh_cache
 
 
 def test_describe_prints_every_trait(capsys):

@@ -35,6 +35,23 @@ def supported_types() -> str:
     return f"{names} (real or complex), computed in their own precision"
 
 
+def _check_at_least(name: str, value: int, size: Size, known: tuple[int, str, str] | None,
+                    either: tuple[tuple[int, str, str], tuple[int, str, str]]) -> None:
+    """A leading dimension at least its minimum: ``known`` (extent, its letter, why) when the operators
+    decide it, else the smaller of ``either`` (extent, letter, the operator that would choose it)."""
+    if known is not None:
+        extent, letter, why = known
+        if value < extent:
+            raise DescriptorError(
+                f"LeadingDimension: {name}={value} is smaller than {letter}={extent}, {why} in {size!r}"
+            )
+    elif value < min(extent for extent, _, _ in either):
+        (e1, l1, w1), (e2, l2, w2) = either
+        raise DescriptorError(
+            f"LeadingDimension: {name}={value} is smaller than both {l1}={e1} ({w1}) and {l2}={e2} ({w2}) of {size!r}"
+        )
+
+
 def _no_c_trait(trait: str) -> property:
     """A C trait of the GEMM descriptor, which a TRSM answers with DescriptorError (it has no C)."""
 
@@ -343,31 +360,14 @@ class TrsmDescriptor(Descriptor):
             return
         side_known = self.has(Side) or assume_defaults
         order_known = self.has(Arrangement) or assume_defaults
-        if side_known:
-            dim, what = (size.m, "M") if self.side is Side.left else (size.n, "N")
-            if ld.lda < dim:
-                raise DescriptorError(
-                    f"LeadingDimension: lda={ld.lda} is smaller than {what}={dim}, the extent of the square A of "
-                    f"{self.side!r} in {size!r}"
-                )
-        elif ld.lda < min(size.m, size.n):
-            raise DescriptorError(
-                f"LeadingDimension: lda={ld.lda} is smaller than both M={size.m} (Side.left) and N={size.n} "
-                f"(Side.right) of {size!r}"
-            )
-        if order_known:
-            row = self.arrangement.b is row_major
-            what, minimum = ("N", size.n) if row else ("M", size.m)
-            if ld.ldb < minimum:
-                raise DescriptorError(
-                    f"LeadingDimension: ldb={ld.ldb} is smaller than {what}={minimum}, the minimum for "
-                    f"{'row_major' if row else 'col_major'} B in {size!r}"
-                )
-        elif ld.ldb < min(size.m, size.n):
-            raise DescriptorError(
-                f"LeadingDimension: ldb={ld.ldb} is smaller than both N={size.n} (row_major B) and M={size.m} "
-                f"(col_major B) of {size!r}"
-            )
+        left = self.side is Side.left
+        side = (size.m, "M") if left else (size.n, "N")
+        _check_at_least("lda", ld.lda, size, (*side, f"the extent of the square A of {self.side!r}") if side_known
+                        else None, ((size.m, "M", "Side.left"), (size.n, "N", "Side.right")))
+        row = self.arrangement.b is row_major
+        order = (size.n, "N") if row else (size.m, "M")
+        _check_at_least("ldb", ld.ldb, size, (*order, f"the minimum for {'row_major' if row else 'col_major'} B")
+                        if order_known else None, ((size.n, "N", "row_major B"), (size.m, "M", "col_major B")))
 
     def _check_trsm_alignment(self, assume_defaults: bool) -> None:
         al = self._get(Alignment)
