@@ -59,7 +59,7 @@ def tolerance(
       only about 2^-24 * sqrt(K / P);
     - float32 as three tf32 products (``scheme`` "3xtf32", blasdx.engine.emulation): float32's bound
       (each stage's tensor-core sum is added into the accumulator with rounded f32 adds) plus
-      8 * 2^-22 for the parts (what hi and tf32(lo) miss of x is at most 2^-21 |x| per operand,
+      8 * 2^-22 for the parts (what hi and tf32(lo) miss of x is at most 2^-21 ``|x|`` per operand,
       and the dropped a_lo b_lo term is at most 2^-22);
     - a float16 C: 2e-3 more for the final rounding (2^-11 relative); a bfloat16 C (the Hopper
       engine's device API, scaled_mm): 4 * 2^-9 more (2^-9 relative). With ``rounding_apart``
@@ -117,13 +117,13 @@ def _norms(a: np.ndarray, axis: int) -> np.ndarray:
 
 
 def ozaki_bound(x: np.ndarray, y: np.ndarray, norm: float) -> np.ndarray:
-    """Elementwise bound on |x @ y computed as int8 residue products (blasdx.engine.ozaki) - the exact x @ y|.
+    """Elementwise bound on ``|x @ y (as int8 residue products, blasdx.engine.ozaki) - x @ y (exact)|``.
 
     Row i of x is scaled by the largest 2^s_i that keeps its 2-norm within T = ``norm`` (the
     kernels aim a hair lower, ozaki.NORM_MARGIN) and rounded to integers, so each element moves by
     at most d_i = 2^(-s_i - 1) < ||x_i|| / (T NORM_MARGIN); column j of y by g_j likewise. The
     rounded operands' product is recovered exactly, so the error is that of the rounding,
-    d_i sum_k |y_kj| + g_j sum_k |x_ik| + K d_i g_j, plus the float64 roundings of putting the
+    ``d_i sum_k |y_kj| + g_j sum_k |x_ik| + K d_i g_j``, plus the float64 roundings of putting the
     product back together: 4 * 2^-53 of the result and 2^-80 ||x_i|| ||y_j|| for the sum of
     fractions (whose error is about 2^-85 of M, with M < 8 T^2 and 2^-s_i < 2 ||x_i|| / T).
     """
