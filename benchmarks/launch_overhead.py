@@ -232,17 +232,25 @@ def measure_other_calls(calls: int, rounds: int) -> dict[str, list[dict[str, Any
     return found
 
 
+class _NoLaunch:
+    """Stands in for a kernel's launch: what a call costs the host without the driver's launch."""
+
+    def launch(self, *args: Any) -> None:
+        pass
+
+
 def measure_pieces(desc: bx.Descriptor, calls: int, rounds: int) -> dict[str, float]:
     """Host cost of the pieces a call is made of (us per call): where the time of a call goes.
 
-    PyTorch attribute reads, torch's allocation, the driver queries a call makes, and one
-    launch of ``desc``'s packed kernel through ctypes and through cuda.bindings.
+    PyTorch attribute reads, torch's allocation, the driver queries a call makes, one launch
+    of ``desc``'s packed kernel (through ctypes and cuda.bindings, by its CUkernel and by its
+    CUfunction), and whole calls with the driver's launch left out.
     """
     try:
         import torch
     except Exception:
         return {}
-    from blasdx.arrays import as_array
+    from blasdx.arrays import as_array, keys
     from blasdx.launch import cuda_driver
 
     x = torch.randn(32, 32, device="cuda:0", dtype=torch.float16)
@@ -252,26 +260,58 @@ def measure_pieces(desc: bx.Descriptor, calls: int, rounds: int) -> dict[str, fl
     plan = ex.plan_for(desc)
     ready = ex.prepare(desc, a, b, c)
     handle, args = ready.launch.stream, ready.args
-    packed = plan.on_device(0).packed
+    device_plan = plan.on_device(0)
+    packed = device_plan.packed
     buffers = packed.buffers()
     lib = cuda_driver._libcuda()
-    function = int(packed._function)
+    kernel = int(packed._function)
     block = packed.block
     drv = devices.driver()
+    err, function = drv.cuKernelGetFunction(drv.CUkernel(kernel))
+    by_function = drv.CUfunction(int(function)) if not err else packed._function
+    stream = cuda_driver.stream_object(handle)
     raw_stream = torch._C._cuda_getCurrentRawStream
     pieces = {
         "torch.empty 32x32 f16": lambda: torch.empty((32, 32), dtype=torch.float16, device=x.device),
         "tensor.data_ptr()": x.data_ptr,
         "tensor.shape + stride()": lambda: (x.shape, x.stride()),
+        "keys.read(tensor)": lambda: keys.read(x),
         "torch raw current stream": lambda: raw_stream(0),
         "as_array(tensor)": lambda: as_array(x, "x", stream=handle),
         "cuCtxGetDevice (cuda.bindings)": drv.cuCtxGetDevice,
-        "cuStreamIsCapturing (ctypes)": lambda: cuda_driver.is_capturing(handle),
-        "launch, ctypes cuLaunchKernel": lambda: lib.cuLaunchKernel(function, 1, 1, 1, *block, packed.shared_memory,
+        "cuStreamIsCapturing (cuda.bindings)": lambda: cuda_driver.is_capturing(handle),
+        "launch, ctypes cuLaunchKernel": lambda: lib.cuLaunchKernel(kernel, 1, 1, 1, *block, packed.shared_memory,
                                                                     handle, buffers.address, None),
         "launch, cuda.bindings cuLaunchKernel": lambda: packed.launch(1, 1, handle, *args),
+        "launch, cuda.bindings, CUfunction": lambda: drv.cuLaunchKernel(by_function, 1, 1, 1, *block,
+                                                                         packed.shared_memory, stream,
+                                                                         buffers.address, 0),
+        "launch, cuda.bindings, CUkernel, no packing": lambda: drv.cuLaunchKernel(packed._function, 1, 1, 1, *block,
+                                                                                   packed.shared_memory, stream,
+                                                                                   buffers.address, 0),
     }
-    return {name: per_call(fn, calls, rounds, sync) * 1e6 for name, fn in pieces.items()}
+    found = {name: per_call(fn, calls, rounds, sync) * 1e6 for name, fn in pieces.items()}
+    # whole calls with the driver's launch left out: what blasdx itself costs
+    device_plan.packed = _NoLaunch()
+    try:
+        found["execute (torch), no launch"] = per_call(lambda: desc.execute(a, b, c), calls, rounds, sync) * 1e6
+    finally:
+        device_plan.packed = packed
+    launch = cuda_driver.launch
+    cuda_driver.launch = lambda *args, **kwargs: None  # the engine's launches
+    try:
+        for s in (256, 512):
+            xs = torch.randn(s, s, device="cuda:0", dtype=torch.float16)
+            acc = torch.randn(s, s, device="cuda:0", dtype=torch.float16)
+            out = torch.empty_like(acc)
+            bx.matmul(xs, xs)
+            bx.mma(xs, xs, acc, out=out)
+            found[f"bx.matmul {s}^3, no launch"] = per_call(lambda: bx.matmul(xs, xs), calls, rounds, sync) * 1e6
+            found[f"bx.mma(out=) {s}^3, no launch"] = per_call(lambda: bx.mma(xs, xs, acc, out=out), calls, rounds,
+                                                               sync) * 1e6
+    finally:
+        cuda_driver.launch = launch
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:

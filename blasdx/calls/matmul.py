@@ -737,9 +737,7 @@ def mma(x: Any, y: Any, acc: Any, *, out: Any = None, fast_accumulation: bool = 
         if vout is not None:
             views, names = views + (vout,), names + ("out",)
         device_id = _device_of(views, names)
-        # the one-block kernel computes in place: it needs acc copied into out first, which
-        # PyTorch / CuPy do; other arrays go to the multi-block kernel (reads acc, writes out)
-        copyable = in_place or _library_copy(acc, acc if out is None else out)
+        copyable = _one_block_allowed(acc, out, vacc, in_place, device_id)
         plan = _cached_plan(key, lambda: _plan_mma(vx, vy, vacc, vout, device_id, copyable, fast_accumulation,
                                                    mantissa_bits))
     if vout is not None:
@@ -765,6 +763,26 @@ def mma(x: Any, y: Any, acc: Any, *, out: Any = None, fast_accumulation: bool = 
     if stream is None and mantissa_bits is None and not fast_accumulation:
         _bind_mma(x, y, acc, out if given_out else None, plan, vx, vy, vacc, vout, in_place)
     return out
+
+
+def _one_block_allowed(acc: Any, out: Any, vacc: ArrayView, in_place: bool, device_id: int) -> bool:
+    """Whether an mma may run on the one-block kernel, which computes in place.
+
+    In place (out is acc) it may. Otherwise acc must first be copied into the result, which
+    PyTorch / CuPy do: for a new result always, and into a given ``out`` only when the
+    problems fill the GPU (a second launch pays off there); else the multi-block kernel or
+    the engine reads acc and writes out in one launch, the host's cost of one call.
+    """
+    if in_place:
+        return True
+    if not _library_copy(acc, acc if out is None else out):
+        return False
+    return out is None or _problems(vacc) >= _device_info(device_id).multiprocessors
+
+
+def _problems(view: ArrayView) -> int:
+    """How many matrices a [M, N] or [batch, M, N] array holds (0 for a malformed rank: the checks say why)."""
+    return view.shape[0] if len(view.shape) == 3 else 1
 
 
 def _library_copy(acc: Any, out: Any) -> bool:
@@ -1029,5 +1047,5 @@ def call_plan(x: Any, y: Any, acc: Any = None, *, out: Any = None, mantissa_bits
     in_place = vout is not None and vout.ptr == vacc.ptr and vout.strides == vacc.strides and vout.shape == vacc.shape
     views = (vx, vy, vacc) if vout is None else (vx, vy, vacc, vout)
     device_id = _device_of(views, ("x", "y", "acc", "out")[: len(views)])
-    copyable = in_place or _library_copy(acc, acc if out is None else out)
+    copyable = _one_block_allowed(acc, out, vacc, in_place, device_id)
     return _plan_mma(vx, vy, vacc, vout, device_id, copyable, fast_accumulation, mantissa_bits)
