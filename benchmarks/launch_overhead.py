@@ -290,6 +290,18 @@ def measure_pieces(desc: bx.Descriptor, calls: int, rounds: int) -> dict[str, fl
                                                                                    packed.shared_memory, stream,
                                                                                    buffers.address, 0),
     }
+    side = torch.cuda.Stream()  # a stream of its own: no legacy-stream ordering for the driver to keep
+    side_handle = side.cuda_stream
+    side_stream = cuda_driver.stream_object(side_handle)
+    from cuda.core import launch as core_launch
+
+    from blasdx.arrays import core_stream
+
+    pieces["launch, cuda.bindings, CUfunction, own stream"] = lambda: drv.cuLaunchKernel(
+        by_function, 1, 1, 1, *block, packed.shared_memory, side_stream, buffers.address, 0)
+    pieces["launch, cuda.core (bare)"] = lambda: core_launch(ready.stream, ready.config, ready.kernel, *args)
+    pieces["launch, cuda.core (bare), own stream"] = lambda: core_launch(core_stream(side_handle), ready.config,
+                                                                         ready.kernel, *args)
     found = {name: per_call(fn, calls, rounds, sync) * 1e6 for name, fn in pieces.items()}
     # whole calls with the driver's launch left out: what blasdx itself costs
     device_plan.packed = _NoLaunch()

@@ -42,7 +42,8 @@ class DeviceArray:
     a later ``execute`` on another stream) orders itself after it.
     """
 
-    __slots__ = ("_buffer", "_shape", "_strides", "_dtype", "_device_id", "_ptr", "_stream", "_view", "__weakref__")
+    __slots__ = ("_buffer", "_shape", "_strides", "_dtype", "_device_id", "_ptr", "_stream", "_view", "_key",
+                 "__weakref__")
 
     def __init__(
         self,
@@ -84,6 +85,8 @@ class DeviceArray:
         self._ptr = ptr
         self._stream: int | None = None
         self._view = ArrayView(ptr, shape, element_strides, array_dtype(npd), device_id, False, self, None)
+        # what the array is, for the calls' hot path (blasdx.arrays.keys): fixed for its life
+        self._key = (self._view.dtype.name, shape, element_strides, device_id)
 
     @classmethod
     def from_buffer(
