@@ -897,7 +897,8 @@ class _Bound:
     """What every call of one kind does once its arrays are known to be of that kind: no reading of views,
     no checks that depend on dtypes, shapes and strides, no plan look-up. Holds no array."""
 
-    __slots__ = ("plan", "device_id", "stream_of", "allocate", "pointer_of", "rests", "block", "empty", "overlap")
+    __slots__ = ("plan", "device_id", "stream_of", "allocate", "pointer_of", "rests", "block", "empty", "overlap",
+                 "engine", "beta")
 
     def __init__(self, plan: CallPlan, stream_of: Any, allocate: Any, pointer_of: Any,
                  rests: tuple[tuple[Any, ...] | None, ...], block: tuple[Any, ...] | None = None,
@@ -911,6 +912,9 @@ class _Bound:
         self.block = block  # matmul on one block per problem: (device plan, batch, arguments after C, C's alignment)
         self.empty = plan.batch == 0 or plan.m == 0 or plan.n == 0
         self.overlap = overlap  # (out's span, the others' spans) when out must be checked against them
+        # the Hopper engine's plan, run directly (its launch reads pointers, strides and shapes of the views)
+        self.engine = plan.kernel if plan.kind == "hopper" else None
+        self.beta = float(plan.beta)
 
     def matmul(self, px: int, py: int) -> Any:
         """``x @ y`` into a new array: allocate, launch."""
@@ -926,8 +930,12 @@ class _Bound:
                     block[0].launch(block[1], handle, (px, py, pout, *block[2]))
                 else:
                     rx, ry, _, ro = self.rests
-                    _run(self.plan, _new_view(ArrayView, (px, *rx)), _new_view(ArrayView, (py, *ry)), None, None, out,
-                         _new_view(ArrayView, (pout, *ro)), None, handle)
+                    vx, vy = _new_view(ArrayView, (px, *rx)), _new_view(ArrayView, (py, *ry))
+                    vout = _new_view(ArrayView, (pout, *ro))
+                    if self.engine is not None:
+                        self.engine.run(device, None, handle, vx, vy, None, vout, 1.0, 0.0)
+                    else:
+                        _run(self.plan, vx, vy, None, None, out, vout, None, handle)
         finally:
             if token is not None:
                 _devices.leave(token)
@@ -947,8 +955,12 @@ class _Bound:
             if out is None:
                 out = self.allocate(handle)
                 pout = self.pointer_of(out)
-            _run(self.plan, _new_view(ArrayView, (px, *rx)), _new_view(ArrayView, (py, *ry)), acc,
-                 _new_view(ArrayView, (pacc, *racc)), out, _new_view(ArrayView, (pout, *ro)), None, handle)
+            vx, vy = _new_view(ArrayView, (px, *rx)), _new_view(ArrayView, (py, *ry))
+            vacc, vout = _new_view(ArrayView, (pacc, *racc)), _new_view(ArrayView, (pout, *ro))
+            if self.engine is not None and not self.empty:
+                self.engine.run(device, None, handle, vx, vy, vacc, vout, 1.0, self.beta)
+            else:
+                _run(self.plan, vx, vy, acc, vacc, out, vout, None, handle)
         finally:
             if token is not None:
                 _devices.leave(token)
