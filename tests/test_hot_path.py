@@ -168,3 +168,13 @@ def test_torch_tensors_are_bound_on_their_current_stream(gpu, monkeypatch):
     cpu = torch.Tensor((64, 32), (1, 64), name="float32", itemsize=4, ptr=C_PTR, cuda=False)
     with pytest.raises(ExecutionError, match=r"c: torch.Tensor of shape \(64, 32\) is in host memory"):
         F16.execute(*tensors()[:2], cpu)
+    # stream= torch's current stream: bound; another stream: the full path, which waits for torch's
+    F16.execute(*tensors(8192), stream=0x5000)
+    assert gpu.launches[-1].slots[:3] == (A_PTR + 8192, B_PTR + 8192, C_PTR + 8192) and gpu.waits == []
+    gpu.stream(0x6000, 0)
+    F16.execute(*tensors(), stream=0x6000)
+    assert gpu.launches[-1].stream == 0x6000 and gpu.waits == [(0x5000, 0)]
+    gpu.stream(0x7000, 1)
+    with pytest.raises(ExecutionError, match="stream: handle 0x5000 belongs to device 1"):
+        gpu.streams[0x5000] = 1
+        F16.execute(*tensors(), stream=0x5000)

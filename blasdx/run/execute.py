@@ -48,7 +48,7 @@ from ..arrays import (
     resolve_stream,
 )
 from ..arrays import keys as _keys
-from ..arrays.streams import as_core_stream, wait_for_producers
+from ..arrays.streams import as_core_stream, stream_handle, wait_for_producers
 from ..arrays.view import byte_span
 from ..describe.operators import Block, Function, row_major
 from ..errors import DescriptorError, DeviceError, ExecutionError
@@ -744,24 +744,23 @@ def execute(desc: Descriptor, a: Any, b: Any, c: Any, *, alpha: Any = 1, beta: A
     or an int handle, of the arrays' device. Every check runs before anything is
     launched; with ``beta == 0`` C is never read.
 
-    A call without ``stream=`` whose arrays are PyTorch, CuPy or blasdx arrays of a kind
-    (dtype, shape, strides, device) that has run before takes the bound path
-    (:class:`BoundLayout`): the pointers, alpha and beta are checked and the kernel launched.
+    A call whose arrays are PyTorch, CuPy or blasdx arrays of a kind (dtype, shape, strides,
+    device) that has run before, on their library's current stream (``stream`` None or that
+    stream), takes the bound path (:class:`BoundLayout`): the pointers, alpha and beta are
+    checked and the kernel launched.
     """
     plan = _PLANS_BY_ID.get(id(desc))
     if plan is None or plan.desc is not desc:
         plan = plan_for(desc)
-    if stream is None:
-        ra = _read(a)
-        if ra is not None:
-            rb, rc = _read(b), _read(c)
-            if rb is not None and rc is not None:
-                bound = plan._bound.get((ra[0], rb[0], rc[0]))
-                if bound is not None and bound.run(plan, a, b, c, ra[1], rb[1], rc[1], alpha, beta):
-                    return c
-    known: dict[int, int] = {}
-    return _run(plan, a, b, c, alpha, beta, stream, resolve_stream(stream, (c, a, b), known=known), known,
-                stream is None)
+    known: dict[int, int] = {}  # the libraries' current streams asked during this call
+    ra = _read(a)
+    if ra is not None:
+        rb, rc = _read(b), _read(c)
+        if rb is not None and rc is not None:
+            bound = plan._bound.get((ra[0], rb[0], rc[0]))
+            if bound is not None and bound.run(plan, a, b, c, ra[1], rb[1], rc[1], alpha, beta, stream, known):
+                return c
+    return _run(plan, a, b, c, alpha, beta, stream, resolve_stream(stream, (c, a, b), known=known), known, True)
 
 
 class BoundLayout:
@@ -770,20 +769,25 @@ class BoundLayout:
     strides, the byte extents, the device plan and where the stream comes from. Holds no array.
     """
 
-    __slots__ = ("device_id", "device_plan", "batch", "strides", "extents", "stream_of")
+    __slots__ = ("device_id", "device_plan", "batch", "strides", "extents", "stream_of", "known_slot")
 
     def __init__(self, device_id: int, device_plan: DevicePlan, batch: int, strides: tuple[Any, ...],
-                 extents: tuple[int, ...], stream_of: Any) -> None:
+                 extents: tuple[int, ...], stream_of: Any, known_slot: int | None) -> None:
         self.device_id = device_id
         self.device_plan = device_plan
         self.batch = batch
         self.strides = strides
         self.extents = extents
         self.stream_of = stream_of
+        self.known_slot = known_slot  # where the library's stream goes in a call's ``known`` (None: blasdx's)
 
     def run(self, plan: ExecutionPlan, a: Any, b: Any, c: Any, pa: int, pb: int, pc: int, alpha: Any,
-            beta: Any) -> bool:
-        """Check the pointers and scalars and launch; False (nothing done) when the full path must decide."""
+            beta: Any, stream: Any = None, known: dict[int, int] | None = None) -> bool:
+        """Check the pointers and scalars and launch; False (nothing done) when the full path must decide.
+
+        ``stream`` is what the user passed: None (the arrays' library stream), or a stream of the
+        arrays' device that is the library's current one there (any other needs the full path's
+        ordering after the library's stream, which then finds the stream asked here in ``known``)."""
         al_a, al_b, al_c = plan._alignments
         if pa % al_a or pb % al_b or pc % al_c:
             return False
@@ -797,6 +801,12 @@ class BoundLayout:
         scalars = last[2] if alpha is last[0] and beta is last[1] else plan._scalars_of(alpha, beta)
         device = self.device_id
         handle = self.stream_of(device)
+        if stream is not None:
+            if stream_handle(stream) != handle:
+                if known is not None and self.known_slot is not None:
+                    known[self.known_slot] = handle
+                return False
+            check_stream_device(stream, handle, device)
         blasdx_c = type(c) is DeviceArray
         if blasdx_c or type(a) is DeviceArray or type(b) is DeviceArray:
             for x in (a, b, c):  # blasdx arrays written on another stream: the full path orders after it
@@ -815,7 +825,7 @@ class BoundLayout:
 
 
 def _bind(plan: ExecutionPlan, a: Any, b: Any, c: Any, launch: Launch, device: int, device_plan: DevicePlan) -> None:
-    """After a full call without ``stream=``: bind the kind of its arrays (when each has a key)."""
+    """After a full call: bind the kind of its arrays (when each has a key)."""
     ra, rb, rc = _read(a), _read(b), _read(c)
     if ra is None or rb is None or rc is None:
         return
@@ -828,8 +838,10 @@ def _bind(plan: ExecutionPlan, a: Any, b: Any, c: Any, launch: Launch, device: i
     first = next((x for x in (c, a, b) if _library_of(x) is not None), c)  # whose stream resolve_stream takes
     if len(plan._bound) > 64:
         plan._bound.clear()
+    library = _library_of(first)
+    slot = None if library is None else device if library == "torch" else ~device  # resolve_stream's slots
     plan._bound[(ra[0], rb[0], rc[0])] = BoundLayout(device, device_plan, batch, strides, extents,
-                                                     _keys.library_stream(first))
+                                                     _keys.library_stream(first), slot)
 
 
 def execute_on(desc: Descriptor, a: Any, b: Any, c: Any, alpha: Any, beta: Any, handle: int) -> Any:
