@@ -230,3 +230,21 @@ def test_mma_with_out_allocates_nothing(torch):
         assert torch.cuda.memory_stats()["allocation.all.allocated"] == before + 10, (m, n, k)
         assert scratch.POOL.held() == held
         del results
+
+
+def test_execute_bound_with_and_without_stream(torch):
+    """execute() of one kind: no stream, torch's current stream and a side stream all give the product."""
+    sm = require_gpu()
+    desc = (bx.Size(32, 32, 32) + bx.Precision(bx.float16, bx.float16, bx.float32) + bx.Function.MM
+            + bx.SM(min(sm, 90)) + bx.Block())
+    a = torch.randn(64, 32, 32, device="cuda", dtype=torch.float16)
+    b = torch.randn(64, 32, 32, device="cuda", dtype=torch.float16).transpose(1, 2)
+    ref = a.double() @ b.double()
+    side = torch.cuda.Stream()
+    for stream in (None, torch.cuda.current_stream(), None, side, torch.cuda.current_stream().cuda_stream):
+        c = torch.full((64, 32, 32), float("nan"), device="cuda").transpose(1, 2)
+        if stream is side:
+            side.wait_stream(torch.cuda.current_stream())
+        desc.execute(a, b, c, stream=stream)
+        torch.cuda.synchronize()
+        assert _error(torch, c, ref) <= tolerance(dt.float16, dt.float32, 32), stream
