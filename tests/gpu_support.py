@@ -156,7 +156,9 @@ def side_stream():
     import torch
     from cuda.core import Device, StreamOptions
 
-    core = Device(torch.cuda.current_device()).create_stream(options=StreamOptions(nonblocking=True))
+    device = Device(torch.cuda.current_device())
+    device.set_current()  # cuda.core creates streams in the current context (the primary one, torch's too)
+    core = device.create_stream(options=StreamOptions(nonblocking=True))
     _STREAMS.append(core)
     return torch.cuda.ExternalStream(int(core.handle))
 
