@@ -61,6 +61,14 @@ MUTANTS = [
          "tests/test_gpu_hopper.py::test_repacked_operands"),
     ),
     Mutant(
+        "hopper-last-row-unwritten",
+        "Hopper engine, direct stores of D: the last row of the result is never written",
+        (("kernels/blasdx/hopper/epilogue.cuh",
+          "        if (row >= m || col >= n) return;\n        value(w, row, col, v0, v1);\n",
+          "        if (row >= m - 1 || col >= n) return;\n        value(w, row, col, v0, v1);\n"),),
+        ("tests/test_gpu_hopper.py::test_repacked_operands",),
+    ),
+    Mutant(
         "scaled-mm-row-scale",
         "scaled_mm epilogue: row 7 of x takes row 8's scale factor",
         (("kernels/blasdx/hopper/scaling.cuh",
