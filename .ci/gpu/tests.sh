@@ -17,7 +17,7 @@ left() { echo $(( BUDGET - ($(date +%s) - start) )); }
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader > "$LOGS/gpu.txt" 2>&1
 
 # 1. mutation check, in the background
-timeout $(( BUDGET - 20 )) python3 tests/mutations/run.py --logs "$LOGS" --budget $(( BUDGET - 24 )) --jobs 9 \
+timeout $(( BUDGET - 20 )) python3 tests/mutations/run.py --logs "$LOGS" --budget $(( BUDGET - 24 )) --jobs 10 \
   > "$LOGS/mutations.txt" 2>&1 &
 mutations=$!
 

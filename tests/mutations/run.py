@@ -69,6 +69,15 @@ MUTANTS = [
         ("tests/test_gpu_hopper.py::test_repacked_operands",),
     ),
     Mutant(
+        "block-skipped-k-chunk",
+        "batched block GEMM taking K in chunks: the last chunk (the K tail) is copied but never multiplied",
+        (("kernels/batched_gemm.cu",
+          "    if constexpr (I + 1 < k_chunks<C>) multiply_k_chunks<C, I + 1>(acc, stage);\n",
+          "    if constexpr (I + 2 < k_chunks<C>) multiply_k_chunks<C, I + 1>(acc, stage);\n"),),
+        ("tests/test_gpu_gemm.py::test_k_in_chunks[float16xfloat16-float32-100x100x100-rrr]",
+         "tests/test_gpu_gemm.py::test_k_in_chunks[float16xfloat16-float32-33x40x50-ccc]"),
+    ),
+    Mutant(
         "scaled-mm-row-scale",
         "scaled_mm epilogue: row 7 of x takes row 8's scale factor",
         (("kernels/blasdx/hopper/scaling.cuh",
