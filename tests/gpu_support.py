@@ -146,6 +146,23 @@ def strided_operand(host: np.ndarray, value: dt.DType, row_major: bool, ld: int)
 BUSY_CYCLES = 50_000_000
 
 
+_STREAMS: list[Any] = []  # the cuda.core streams behind side_stream()'s torch streams, kept alive
+
+
+def side_stream():
+    """A torch stream over a new non-blocking CUDA stream (cuda.core's default): neither it nor the
+    legacy default stream waits for the other, so work launched on any other stream is unordered
+    with its work (torch.cuda.Stream() may give a blocking stream, which the legacy stream orders)."""
+    import torch
+    from cuda.core import Device, StreamOptions
+
+    device = Device(torch.cuda.current_device())
+    device.set_current()  # cuda.core creates streams in the current context (the primary one, torch's too)
+    core = device.create_stream(options=StreamOptions(nonblocking=True))
+    _STREAMS.append(core)
+    return torch.cuda.ExternalStream(int(core.handle))
+
+
 @contextlib.contextmanager
 def poisoned_new_tensors():
     """Within, every torch.empty on the GPU (the outputs bx.matmul allocates among them) is filled

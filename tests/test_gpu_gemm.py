@@ -36,6 +36,7 @@ from .gpu_support import (
     guarded_operand,
     largest_square,
     require_gpu,
+    side_stream,
     stable_seed,
     strided_operand,
     torch_to_host,
@@ -378,7 +379,7 @@ def test_torch_stream_orders_work(sm):
     torch = pytest.importorskip("torch")
     desc = gemm_descriptor(dt.find_combination(dt.bfloat16, dt.bfloat16, dt.float32, False), (64, 64, 64), sm,
                            (R, C, C))
-    s = torch.cuda.Stream()
+    s = side_stream()
     with torch.cuda.stream(s):
         a = torch.randn(8, 64, 64, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(8, 64, 64, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
@@ -403,7 +404,7 @@ def test_default_stream_uses_torch_current_stream(sm):
     fresh = torch.randn(16, 16, device="cuda", dtype=torch.float64)
     c = torch.full((16, 16), float("nan"), device="cuda", dtype=torch.float64)
     torch.cuda.synchronize()
-    s = torch.cuda.Stream()
+    s = side_stream()
     with torch.cuda.stream(s):  # torch's current stream, busy: execute() without stream= must queue there
         torch.cuda._sleep(BUSY_CYCLES)
         a.copy_(fresh)  # the GEMM must read these values, not a's old ones

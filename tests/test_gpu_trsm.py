@@ -35,6 +35,7 @@ from .gpu_support import (
     BUSY_CYCLES,
     host_to_torch,
     require_gpu,
+    side_stream,
     stable_seed,
     strided_operand,
     torch_to_host,
@@ -247,7 +248,7 @@ def test_torch_stream_orders_work(sm):
     fresh = host_to_torch(b_host, dt.float64)
     b = torch.full_like(fresh, float("nan"))
     torch.cuda.synchronize()
-    stream = torch.cuda.Stream()
+    stream = side_stream()
     with torch.cuda.stream(stream):
         torch.cuda._sleep(BUSY_CYCLES)  # the stream busy: a solve launched elsewhere would read B's NaN
         b.copy_(fresh)  # queued on the stream before the solve, which must see it

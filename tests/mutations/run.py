@@ -41,6 +41,10 @@ class Mutant:
     tests: tuple[str, ...]
 
 
+#: "The wrong stream": a stream of torch's pool on the current device, alive for the process, never
+#: ordered with the call's (the legacy default stream was not used: launches there were ordered on the GPU).
+WRONG = '__import__("torch").cuda.Stream().cuda_stream'
+
 MUTANTS = [
     Mutant(
         "hopper-tile-edge-element",
@@ -59,6 +63,23 @@ MUTANTS = [
           "        steps = k / BK;\n"),),
         ("tests/test_gpu_hopper.py::test_alpha_beta_and_strided_c_d",
          "tests/test_gpu_hopper.py::test_repacked_operands"),
+    ),
+    Mutant(
+        "hopper-last-row-unwritten",
+        "Hopper engine, direct stores of D: the last row of the result is never written",
+        (("kernels/blasdx/hopper/epilogue.cuh",
+          "        if (row >= m || col >= n) return;\n        value(w, row, col, v0, v1);\n",
+          "        if (row >= m - 1 || col >= n) return;\n        value(w, row, col, v0, v1);\n"),),
+        ("tests/test_gpu_hopper.py::test_repacked_operands",),
+    ),
+    Mutant(
+        "block-skipped-k-chunk",
+        "batched block GEMM taking K in chunks: the last chunk (the K tail) is copied but never multiplied",
+        (("kernels/batched_gemm.cu",
+          "    if constexpr (I + 1 < k_chunks<C>) multiply_k_chunks<C, I + 1>(acc, stage);\n",
+          "    if constexpr (I + 2 < k_chunks<C>) multiply_k_chunks<C, I + 1>(acc, stage);\n"),),
+        ("tests/test_gpu_gemm.py::test_k_in_chunks[float16xfloat16-float32-100x100x100-rrr]",
+         "tests/test_gpu_gemm.py::test_k_in_chunks[float16xfloat16-float32-33x40x50-ccc]"),
     ),
     Mutant(
         "scaled-mm-row-scale",
@@ -86,21 +107,36 @@ MUTANTS = [
     ),
     Mutant(
         "execute-wrong-stream",
-        "Descriptor.execute launches on the legacy default stream instead of the resolved one",
+        "Descriptor.execute launches on another stream (a new one from torch's pool) instead of the resolved one",
         (("blasdx/run/execute.py",
           "        device_plan.launch(batch, handle, launch[4])\n",
-          "        device_plan.launch(batch, 1, launch[4])  # CU_STREAM_LEGACY\n"),),
+          f"        device_plan.launch(batch, {WRONG}, launch[4])\n"),),
         ("tests/test_gpu_gemm.py::test_torch_stream_orders_work",
-         "tests/test_gpu_gemm.py::test_default_stream_uses_torch_current_stream"),
+         "tests/test_gpu_gemm.py::test_default_stream_uses_torch_current_stream",
+         "tests/test_gpu_gemm.py::test_cupy_arrays_and_cupy_stream"),
     ),
     Mutant(
         "matmul-wrong-stream",
-        "bx.matmul / bx.mma run the Hopper engine on the legacy default stream instead of the call's",
+        "bx.matmul / bx.mma launch every path (Hopper engine, multi-block, one block) on another stream",
         (("blasdx/calls/matmul.py",
           "            plan.kernel.run(plan.device_id, core, handle, x_view, y_view, vacc, vout, 1.0, float(plan.beta))\n",
-          ("            plan.kernel.run(plan.device_id, _arrays.as_core_stream(None, 1), 1, x_view, y_view, vacc, vout, 1.0,"
-           " float(plan.beta))\n")),),
+          ("            plan.kernel.run(plan.device_id, *(lambda h: (_arrays.as_core_stream(None, h), h))("
+           f"{WRONG}), x_view, y_view, vacc, vout, 1.0, float(plan.beta))\n")),
+         ("blasdx/calls/matmul.py",
+          "            _launch_tiled(plan, x_view, y_view, vacc, vout, handle)\n",
+          f"            _launch_tiled(plan, x_view, y_view, vacc, vout, {WRONG})\n"),
+         ("blasdx/calls/matmul.py",
+          "        _execute.execute_on(plan.desc, x_view, y_view, vout, 1, plan.beta, handle)\n",
+          f"        _execute.execute_on(plan.desc, x_view, y_view, vout, 1, plan.beta, {WRONG})\n")),
         ("tests/test_gpu_hopper.py::test_streams_and_repeat_calls",),
+    ),
+    Mutant(
+        "trsm-wrong-stream",
+        "Descriptor.execute of a TRSM launches on another stream instead of the resolved one",
+        (("blasdx/run/trsm.py",
+          "        kernel.launch(core, device, (va.ptr, vb.ptr, vb.ptr)",
+          f"        kernel.launch(as_core_stream(None, {WRONG}), device, (va.ptr, vb.ptr, vb.ptr)"),),
+        ("tests/test_gpu_trsm.py::test_torch_stream_orders_work",),
     ),
 ]
 
@@ -173,15 +209,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=float, default=300.0, help="seconds for the whole check")
     parser.add_argument("--jobs", type=int, default=7)
     parser.add_argument("--only", nargs="*", default=None, help="mutant names to run (default: all)")
+    parser.add_argument("--no-baseline", action="store_true",
+                        help="skip the unmodified copy (the caller runs --print-tests on the tree itself)")
+    parser.add_argument("--print-tests", action="store_true", help="print the union of the mutants' tests and exit")
     args = parser.parse_args(argv)
     args.logs.mkdir(parents=True, exist_ok=True)
     mutants = [m for m in MUTANTS if args.only is None or m.name in args.only]
     baseline = Mutant("baseline", "the tree as it is", (), ())
     union = tuple(dict.fromkeys(t for m in mutants for t in m.tests))
-    jobs = [(baseline, union)] + [(m, m.tests) for m in mutants]
+    if args.print_tests:
+        print(" ".join(union))
+        return 0
+    jobs = ([] if args.no_baseline else [(baseline, union)]) + [(m, m.tests) for m in mutants]
     timeout = max(args.budget - 5, 10)
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
         outcomes = list(pool.map(lambda job: run_one(job[0], job[1], timeout, args.logs), jobs))
+    if args.no_baseline:
+        outcomes.insert(0, Outcome("baseline", returncode=0, note="run by the caller on the tree itself"))
     base, results = outcomes[0], outcomes[1:]
     table = ["| mutant | what | caught by |", "|---|---|---|"]
     for mutant, outcome in zip(mutants, results):
