@@ -69,25 +69,6 @@ def host_expand(host_gpu, monkeypatch):  # noqa: F811
 
     monkeypatch.setattr(layouts, "planes", planes)
     monkeypatch.setattr(layouts, "combine", combine)
-    buffers = {}
-
-    class Scratch:  # the call's scratch: host buffers the fakes can reach
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return None
-
-        def get(self, use, nbytes, zero=False):
-            buf = buffers.get(use)
-            if buf is None or buf.nbytes < nbytes + 256:
-                from .test_blocked_trsm import _BUFFERS
-
-                buf = buffers[use] = np.zeros(nbytes + 256, np.uint8)
-                _BUFFERS.append(buf)
-            return buf.ctypes.data + (-buf.ctypes.data) % 256
-
-    monkeypatch.setattr(complex_matmul._scratch, "call_scratch", lambda device_id, stream: Scratch())
     monkeypatch.setattr(complex_matmul._steps, "allocate", lambda like, shape, dtype, device_id, stream: device(
         np.full(shape, np.nan, dtype=dtype.host_dtype))[0])
     complex_matmul._CALLS.clear()
