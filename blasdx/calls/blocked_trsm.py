@@ -66,6 +66,8 @@ __all__ = ["LEAF", "BlockedSolve", "plan_blocked", "split_point"]
 #: Largest diagonal block (unknowns) the block TRSM kernel solves, per element type: A's
 #: leaf takes 64 KB of shared memory (32 KB for 16-byte elements), leaving room for B.
 LEAF = {"float32": 128, "float64": 64, "complex64": 64, "complex128": 64}
+#: The same for the inverse mode, whose inversions may split the identity's columns over blocks.
+INVERSE_LEAF = {"float32": 128, "float64": 128, "complex64": 128, "complex128": 64}
 #: Right-hand sides per block of a leaf solve, tried largest first: the largest that still
 #: gives the GPU two blocks per SM.
 _WIDTHS = (128, 64, 32, 16)
@@ -93,6 +95,7 @@ class _Inverse(NamedTuple):
     """A_ii^-1 of diagonal blocks into the inverse buffer: ``count`` leaves of ``dim`` from ``first``."""
 
     kernel: TrsmKernel
+    chunks: int  # blocks per diagonal block: the identity's columns split in equal groups
     first: int  # unknown where the first block starts
     dim: int
     count: int  # blocks in one launch (A unbatched or shared), else 1 launch per block over A's batch
@@ -179,9 +182,11 @@ class BlockedSolve:
         self._multiprocessors = multiprocessors
         self._mantissa_bits = mantissa_bits
         self._gemms: dict[Any, _steps.GemmStep] = {}
-        self.leaf = LEAF[dtype.name]
+        self.leaf = INVERSE_LEAF[dtype.name] if INVERT_DIAGONAL else LEAF[dtype.name]
         self.inverses: list[_Inverse] = []
         self.inverse = INVERT_DIAGONAL and self._plan_inverses(a_view)
+        if not self.inverse:
+            self.leaf = LEAF[dtype.name]
         if self.inverse:
             self._plan_work()
             self._walk_inverse(0, a.rows, a_view, x_view)
@@ -229,10 +234,10 @@ class BlockedSolve:
                     continue
                 step = dim * (a.row_stride + a.col_stride)
                 launches_one = per_leaf == 1
-                kernel = self._inverse_kernel(dim, a_view.ptr + a.offset(first, first, size),
-                                              step if launches_one else a.batch_stride, count if launches_one
-                                              else per_leaf)
-                self.inverses.append(_Inverse(kernel, first, dim, count, offset))
+                kernel, chunks = self._inverse_kernel(dim, a_view.ptr + a.offset(first, first, size),
+                                                      step if launches_one else a.batch_stride,
+                                                      count if launches_one else per_leaf)
+                self.inverses.append(_Inverse(kernel, chunks, first, dim, count, offset))
                 offset += count * per_leaf * dim * dim * size
         except UnsupportedError:
             self.inverses = []
@@ -240,21 +245,34 @@ class BlockedSolve:
         self._inverse_bytes = offset
         return True
 
-    def _inverse_kernel(self, dim: int, a_ptr: int, a_stride: int, batch: int) -> TrsmKernel:
-        """The block TRSM of A_ii Z = I (B: a dim x dim identity with ld = leaf) writing Z row-major, ld = dim."""
+    def _inverse_kernel(self, dim: int, a_ptr: int, a_stride: int, batch: int) -> tuple[TrsmKernel, int]:
+        """The block TRSM of A_ii Z = I (B: a dim x dim identity with ld = leaf) writing Z row-major, ld = dim,
+        and the chunks its columns are split into: the fewest whose block fits (UnsupportedError: none)."""
         a = self.a
         item = self.dtype.size
         al_a = _tiled.copy_width(a_ptr, item, 0, 1, a_stride, batch)
-        al_out = _tiled.copy_width(_PLACEHOLDER, item, 0, 1, dim * dim, batch)
-        desc = (
-            Size(dim, dim) + Precision(self.real) + (Type.complex if self.dtype.is_complex else Type.real)
-            + Function.TRSM + Side.left + (FillMode.lower if self.lower else FillMode.upper)
-            + (Diag.unit if self.unit else Diag.non_unit)
-            + Arrangement(row_major if a.row_major else col_major, row_major)
-            + LeadingDimension(a.ld, self.leaf) + Alignment(al_a, 16, 16) + SM(self.sm) + Block()
-        )
-        desc.validate()
-        return kernel_for(desc, OutputLayout(True, dim, al_out))
+        last: Exception | None = None
+        for chunks in (1, 2, 4, 8):
+            if dim % chunks:
+                continue
+            width = dim // chunks
+            al_out = _tiled.copy_width(_PLACEHOLDER, item, width, chunks, dim * dim, batch)
+            desc = (
+                Size(dim, width) + Precision(self.real) + (Type.complex if self.dtype.is_complex else Type.real)
+                + Function.TRSM + Side.left + (FillMode.lower if self.lower else FillMode.upper)
+                + (Diag.unit if self.unit else Diag.non_unit)
+                + Arrangement(row_major if a.row_major else col_major, row_major)
+                + LeadingDimension(a.ld, self.leaf)
+                + Alignment(al_a, _tiled.copy_width(_PLACEHOLDER, item, width, chunks, 0, 1), al_out) + SM(self.sm)
+                + Block()
+            )
+            try:
+                desc.validate()
+            except UnsupportedError as exc:
+                last = exc
+                continue
+            return kernel_for(desc, OutputLayout(True, dim, al_out)), chunks
+        raise UnsupportedError(f"a {dim} x {dim} diagonal block does not fit one thread block: {last}")
 
     def _plan_work(self) -> None:
         """W: B's copy that the updates work on, row-major (the normalised left solve's rows), rows 32-byte aligned."""
@@ -441,16 +459,18 @@ class BlockedSolve:
                 alpha = inv.kernel.alpha(1)
                 a_ptr = a_view.ptr + a.offset(inv.first, inv.first, size)
                 square = inv.dim * inv.dim
+                width = inv.dim // inv.chunks  # chunk c: the identity's and the inverse's columns from c * width
+                chunks = (inv.chunks, width, width)
                 if per == 1:  # one launch: the blocks down the diagonal are the batch
                     step = inv.dim * (a.row_stride + a.col_stride)
                     inv.kernel.launch(core, self.device_id, (a_ptr, identity, inv_ptr + inv.inv_offset), alpha,
-                                      (step, 0, square), (1, 0, 0), inv.count)
+                                      (step, 0, square), chunks, inv.count)
                     continue
                 for i in range(inv.count):  # A batched: one launch per block over A's problems
                     offset = a.offset(i * inv.dim, i * inv.dim, size)
                     inv.kernel.launch(core, self.device_id,
                                       (a_ptr + offset, identity, inv_ptr + inv.inv_offset + i * per * square * size),
-                                      alpha, (a.batch_stride, 0, square), (1, 0, 0), per)
+                                      alpha, (a.batch_stride, 0, square), chunks, per)
             for s in self.steps:
                 if isinstance(s, _Product):
                     vi = a_view._replace(ptr=inv_ptr + s.inv_offset, shape=s.inv_shape, strides=s.inv_strides,
