@@ -252,9 +252,11 @@ class BlockedSolve:
         item = self.dtype.size
         al_a = _tiled.copy_width(a_ptr, item, 0, 1, a_stride, batch)
         last: Exception | None = None
-        for chunks in (1, 2, 4, 8):
-            if dim % chunks:
-                continue
+        # the fewest chunks that give every SM a block (the blocks substitute one column each per thread), more
+        # where fewer do not fit
+        counts = [c for c in (1, 2, 4, 8) if dim % c == 0]
+        wanted = next((c for c in counts if batch * c >= self._multiprocessors), counts[-1])
+        for chunks in [c for c in counts if c >= wanted]:
             width = dim // chunks
             al_out = _tiled.copy_width(_PLACEHOLDER, item, width, chunks, dim * dim, batch)
             desc = (
