@@ -16,13 +16,13 @@ import numpy as np
 import pytest
 
 import blasdx as bx
+from blasdx import arrays as arrays_module
 from blasdx.calls import blocked_trsm as blocked
 from blasdx.calls import gemm_steps as steps
 from blasdx.calls import matmul as array_gemm
 from blasdx.calls import solve_triangular as array_trsm
 from blasdx.engine import layouts
 from blasdx.errors import ExecutionError
-from blasdx import arrays as arrays_module
 from blasdx.launch import devices
 from blasdx.launch import scratch as scratch_module
 from blasdx.run import trsm as trsm_run

@@ -37,7 +37,7 @@ from ..describe.schemes import (
 )
 from .ozaki import MAX_K, residues_for
 
-__all__ = ["Scheme", "NATIVE_BITS", "ENGINE_3XTF32_BITS", "resolve", "engine_runs_3xtf32"]
+__all__ = ["ENGINE_3XTF32_BITS", "NATIVE_BITS", "Scheme", "engine_runs_3xtf32", "resolve"]
 
 #: Mantissa bits the Hopper engine's 3xtf32 keeps (see the module's text); asked for more, the engine
 #: runs native float32 products.
