@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import blasdx as bx
+from blasdx import arrays as arrays_module
 from blasdx.calls import blocked_trsm as blocked
 from blasdx.calls import gemm_steps as steps
 from blasdx.calls import matmul as array_gemm
@@ -23,6 +24,7 @@ from blasdx.calls import solve_triangular as array_trsm
 from blasdx.engine import layouts
 from blasdx.errors import ExecutionError
 from blasdx.launch import devices
+from blasdx.launch import scratch as scratch_module
 from blasdx.run import trsm as trsm_run
 
 from .test_execute_validation import Fake
@@ -36,7 +38,7 @@ def _memory(ptr: int, itemsize: int) -> tuple[np.ndarray, int]:
         base = buf.ctypes.data
         if base <= ptr < base + buf.nbytes:
             assert (ptr - base) % itemsize == 0
-            return buf.view(np.uint8), ptr - base
+            return buf.reshape(-1).view(np.uint8), ptr - base
     raise AssertionError(f"pointer {ptr:#x} is in no buffer")
 
 
@@ -65,9 +67,10 @@ def device(host: np.ndarray, order: str = "C", pad: int = 0) -> tuple[Fake, np.n
     return Fake(shape, host.dtype, strides, buf.ctypes.data), view
 
 
-@pytest.fixture(autouse=True)
-def host_gpu(monkeypatch):
-    """An sm_80 device whose copies, TRSM launches and GEMM steps run in numpy on registered buffers."""
+@pytest.fixture(autouse=True, params=[True, False], ids=["inverses", "substitution"])
+def host_gpu(monkeypatch, request):
+    """An sm_80 device whose copies, TRSM launches and GEMM steps run in numpy on registered buffers; the
+    diagonal blocks by their inverses and by substitution (blasdx.calls.blocked_trsm.INVERT_DIAGONAL)."""
     _BUFFERS.clear()
     counts = {"copy": 0, "leaf": 0, "gemm": 0}
 
@@ -81,11 +84,12 @@ def host_gpu(monkeypatch):
     def leaf(self, stream, device_id, pointers, alpha, strides, chunks, batch):
         counts["leaf"] += 1
         desc = self.desc
-        assert desc.side is bx.Side.left and pointers[1] == pointers[2]
+        assert desc.side is bx.Side.left
         m, w = desc.size
         npd = np.dtype(desc.b_value_type.numpy)
-        lda, _ldb = desc.leading_dimension
+        lda, ldb = desc.leading_dimension
         a_strides = (lda, 1) if desc.arrangement.a is bx.row_major else (1, lda)
+        b_strides = (ldb, 1) if desc.arrangement.b is bx.row_major else (1, ldb)
         x_strides = (self.out.ld, 1) if self.out.row_major else (1, self.out.ld)
         lower, unit = desc.fill_mode is bx.FillMode.lower, desc.diag is bx.Diag.unit
         for p, c in itertools.product(range(batch), range(chunks[0])):
@@ -93,9 +97,36 @@ def host_gpu(monkeypatch):
             a = np.tril(a) if lower else np.triu(a)
             if unit:
                 np.fill_diagonal(a, 1)
-            x = at(pointers[1] + (p * strides[1] + c * chunks[1]) * npd.itemsize, (m, w), x_strides, npd)
-            x[...] = np.linalg.solve(a, x.astype(np.complex128)).astype(npd) if npd.kind == "c" else \
-                np.linalg.solve(a.real, x.astype(np.float64)).astype(npd)
+            b = at(pointers[1] + (p * strides[1] + c * chunks[1]) * npd.itemsize, (m, w), b_strides, npd)
+            x = at(pointers[2] + (p * strides[2] + c * chunks[2]) * npd.itemsize, (m, w), x_strides, npd)
+            x[...] = np.linalg.solve(a, b.astype(np.complex128)).astype(npd) if npd.kind == "c" else \
+                np.linalg.solve(a.real, b.astype(np.float64)).astype(npd)
+
+    buffers = {}
+
+    class Scratch:  # the call's scratch: host buffers the fakes can reach
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return None
+
+        def get(self, use, nbytes, zero=False):
+            buf = buffers.get(use)
+            if buf is None or buf.nbytes < nbytes + 256:
+                buf = buffers[use] = np.full(nbytes + 256, 0xFF, np.uint8)  # NaN-like garbage
+                _BUFFERS.append(buf)
+            return buf.ctypes.data + (-buf.ctypes.data) % 256
+
+    class Held:
+        def __init__(self, host):
+            self.host = host
+            _BUFFERS.append(host)
+            self.ptr = host.ctypes.data
+
+    monkeypatch.setattr(scratch_module, "call_scratch", lambda device_id, stream: Scratch())
+    monkeypatch.setattr(arrays_module, "to_device", lambda array, device=None, stream=None: Held(np.array(array)))
+    blocked._IDENTITY.clear()
 
     def gemm(self, core, handle, x, y, d, alpha, beta):
         counts["gemm"] += 1
@@ -112,12 +143,14 @@ def host_gpu(monkeypatch):
     monkeypatch.setattr(trsm_run.TrsmKernel, "launch", leaf)
     monkeypatch.setattr(steps.GemmStep, "run", gemm)
     monkeypatch.setattr(layouts, "copy", copy)
+    monkeypatch.setattr(blocked, "INVERT_DIAGONAL", request.param)
     monkeypatch.setattr(array_trsm, "_allocate", lambda like, shape, dtype, device_id, stream: device(
         np.full(shape, np.nan, dtype=dtype.host_dtype))[0])
     monkeypatch.setitem(array_gemm._DEVICES, 0, array_gemm._DeviceInfo(80, 108))
     array_trsm._CALLS.clear()
     yield counts
     _BUFFERS.clear()
+    blocked._IDENTITY.clear()
 
 
 _ITEM = {4: np.float32, 8: np.float64, 16: np.complex128}
@@ -169,7 +202,10 @@ def test_steps_solve_every_variant(host_gpu, left, lower, unit, dtype):
     x = bx.solve_triangular(a, b, lower=lower, left=left, unit_diagonal=unit)
     plan = array_trsm.solve_plan(a, b, lower=lower, left=left, unit_diagonal=unit)
     assert plan.blocked is not None
-    assert host_gpu["leaf"] >= plan.blocked.leaves and host_gpu["gemm"] == plan.blocked.updates
+    if plan.blocked.inverse:  # inversion launches, then a GEMM per leaf and per update
+        assert host_gpu["leaf"] >= 1 and host_gpu["gemm"] == plan.blocked.leaves + plan.blocked.updates
+    else:
+        assert host_gpu["leaf"] >= plan.blocked.leaves and host_gpu["gemm"] == plan.blocked.updates
     got, ref = result(x), solve64(exact, b_host, left, unit)
     tol = 1e-4 if dtype == np.float32 else 1e-11
     assert np.max(np.abs(got - ref)) / np.max(np.abs(ref)) < tol
@@ -190,7 +226,8 @@ def test_steps_broadcast_transposed_a_padded_b_and_out(host_gpu):
     same, _ = device(b_host)
     host_gpu["copy"] = 0
     assert bx.solve_triangular(a, same, lower=True, left=False, out=same) is same
-    assert host_gpu["copy"] == 0  # in place: nothing to copy
+    inverse = array_trsm.solve_plan(a, same, lower=True, left=False, out=same).blocked.inverse
+    assert host_gpu["copy"] == (1 if inverse else 0)  # in place: nothing to copy, except B into the work array
     assert np.max(np.abs(result(same) - ref)) < 1e-12
 
 
@@ -209,9 +246,11 @@ def test_plan_shape(host_gpu):
     a = Fake((1000, 1000), np.float64, (1000, 1), 0x7F10_0000_0000)
     b = Fake((1000, 512), np.float64, (512, 1), 0x7F20_0000_0000)
     plan = array_trsm.solve_plan(a, b, lower=True)
-    assert plan.kernel is None and plan.blocked.leaf == blocked.LEAF["float64"]
-    assert plan.blocked.leaves == 16 and plan.blocked.updates == 15
-    assert plan.describe().startswith("blocked TRSM, K = 1000, leaves of 64: 16 block-TRSM launches, 15 GEMM updates")
+    leaf = (blocked.INVERSE_LEAF if blocked.INVERT_DIAGONAL else blocked.LEAF)["float64"]
+    assert plan.kernel is None and plan.blocked.leaf == leaf
+    assert plan.blocked.leaves == -(-1000 // leaf) and plan.blocked.updates == plan.blocked.leaves - 1
+    assert plan.describe().startswith(f"blocked TRSM, K = 1000, leaves of {leaf}")
+    assert plan.blocked.inverse == blocked.INVERT_DIAGONAL
     small = array_trsm.solve_plan(Fake((64, 64), np.float64, (64, 1), 0x7F10_0000_0000), b[:64] if False else
                                   Fake((64, 8), np.float64, (8, 1), 0x7F20_0000_0000), lower=True)
     assert small.blocked is None and small.describe().startswith("one block TRSM per problem")

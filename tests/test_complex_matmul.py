@@ -69,18 +69,6 @@ def host_expand(host_gpu, monkeypatch):  # noqa: F811
 
     monkeypatch.setattr(layouts, "planes", planes)
     monkeypatch.setattr(layouts, "combine", combine)
-    scratch = {}
-
-    def get(device_id, stream, core, use, nbytes):
-        buf = scratch.get(use)
-        if buf is None or buf.nbytes < nbytes:
-            from .test_blocked_trsm import _BUFFERS
-
-            buf = scratch[use] = np.zeros(nbytes + 256, np.uint8)
-            _BUFFERS.append(buf)
-        return buf.ctypes.data + (-buf.ctypes.data) % 256
-
-    monkeypatch.setattr(complex_matmul._hopper._SCRATCH, "get", get)
     monkeypatch.setattr(complex_matmul._steps, "allocate", lambda like, shape, dtype, device_id, stream: device(
         np.full(shape, np.nan, dtype=dtype.host_dtype))[0])
     complex_matmul._CALLS.clear()

@@ -24,7 +24,9 @@ from .test_hopper import SMS, col, view
     (dt.float32, None, "native", 1, 23),
     (dt.float32, 1, "tf32", 1, 10),
     (dt.float32, 10, "tf32", 1, 10),
-    (dt.float32, 11, "3xtf32", 3, 23),
+    (dt.float32, 11, "3xtf32", 3, 21),
+    (dt.float32, 21, "3xtf32", 3, 21),
+    (dt.float32, 22, "3xtf32", 3, 23),
     (dt.float32, 23, "3xtf32", 3, 23),
     (dt.float16, 10, "native", 1, 10),
     (dt.bfloat16, 7, "native", 1, 7),
@@ -62,10 +64,10 @@ def _plan(x, y, bits, sm=90):
 
 
 def test_3xtf32_takes_the_engine_with_the_split_configuration(encoder):
-    plan = _plan(view((4096, 4096), dt.float32), view((4096, 4096), dt.float32), 23)
+    plan = _plan(view((4096, 4096), dt.float32), view((4096, 4096), dt.float32), 21)
     assert plan.kind == "hopper" and plan.kernel.config.split_tf32
     text = plan.describe()
-    assert "3xtf32 (3 products, 23 bits)" in text and "3xtf32 split" in text
+    assert "3xtf32 (3 products, 21 bits)" in text and "3xtf32 split" in text
     assert "y K-major (repacked: float32 wgmma reads K-major operands only)" in text
     assert plan.kernel.config.shared_memory(4, staged_store=True) <= 232448
 
@@ -74,10 +76,19 @@ def test_3xtf32_takes_the_engine_with_the_split_configuration(encoder):
 def test_3xtf32_small_problems_take_the_one_block_kernel(sm):
     plan = _plan(view((64, 64), dt.float32), col((64, 64), dt.float32), 20, sm=sm)
     assert plan.kind == "block" and plan.scheme.name == "3xtf32"
-    assert plan.desc.scheme.name == "3xtf32" and plan.desc.mantissa_bits == 23
+    assert plan.desc.scheme.name == "3xtf32" and plan.desc.mantissa_bits == 21
     assert plan.desc.instruction == "mma.sync.m16n8k8"
     batched = _plan(view((200, 32, 32), dt.float32), view((200, 32, 32), dt.float32), 12, sm=sm)
     assert batched.kind == "block" and batched.desc.scheme.name == "3xtf32"
+
+
+@pytest.mark.parametrize("bits", [22, 23])
+def test_more_bits_than_the_engines_3xtf32_keeps_run_native_float32_on_the_engine(encoder, bits):
+    plan = _plan(view((4096, 4096), dt.float32), view((4096, 4096), dt.float32), bits)
+    assert plan.kind == "hopper" and "FFMA" in plan.describe() and plan.scheme.name == "native"
+    assert "3xtf32 not run (the engine's keeps 21 bits, 23 asked)" in plan.describe()
+    small = _plan(view((64, 64), dt.float32), col((64, 64), dt.float32), bits)  # the one-block kernel keeps 23
+    assert small.kind == "block" and small.desc.scheme.name == "3xtf32"
 
 
 def test_3xtf32_before_sm80_runs_the_block_kernel_on_ffma():

@@ -61,8 +61,8 @@ def test_matmul_keeps_float32_accuracy(torch, layout, size):
     m, n, k = size, size + (3 if size > 1 else 0), size + (5 if size > 1 else 0)
     x, y = _random(torch, (m, k), gen, layout[0]), _random(torch, (k, n), gen, layout[1])
     with poisoned_new_tensors():  # the result matmul allocates starts as NaN
-        got = bx.matmul(x, y, mantissa_bits=23)
-    plan = call_plan(x, y, mantissa_bits=23)
+        got = bx.matmul(x, y, mantissa_bits=21)
+    plan = call_plan(x, y, mantissa_bits=21)
     # one output tile: the one-block kernel's mma.sync split (MantissaBits); else the engine's
     assert (plan.kind == "hopper" and plan.kernel.config.split_tf32) or (
         plan.kind == "block" and plan.desc.scheme.name == "3xtf32"), plan.describe()
@@ -72,7 +72,7 @@ def test_matmul_keeps_float32_accuracy(torch, layout, size):
 def test_split_beats_plain_tf32_by_orders_of_magnitude(torch):
     gen = torch.Generator(device="cuda").manual_seed(5)
     x, y = _random(torch, (512, 1024), gen), _random(torch, (1024, 384), gen)
-    got = bx.matmul(x, y, mantissa_bits=23)
+    got = bx.matmul(x, y, mantissa_bits=21)
     _check(torch, got, x, y, 1024, what="3xtf32")
     split = _error(torch, got, x, y)
     plain = _error(torch, bx.matmul(bx.tf32(x), bx.tf32(y)), x, y)
@@ -88,8 +88,8 @@ def test_mma_batched_broadcast_into_out(torch, broadcast):
     y = _random(torch, (1 if broadcast == "y" else batch, k, n), gen, "C")
     acc = _random(torch, (batch, m, n), gen)
     out = torch.full((batch, m, n), float("nan"), device="cuda")
-    bx.mma(x, y, acc, out=out, mantissa_bits=23)
-    assert call_plan(x, y, acc, out=out, mantissa_bits=23).kernel.config.split_tf32
+    bx.mma(x, y, acc, out=out, mantissa_bits=21)
+    assert call_plan(x, y, acc, out=out, mantissa_bits=21).kernel.config.split_tf32
     _check(torch, out, x, y, k, acc, what=f"mma, broadcast {broadcast}")
 
 
@@ -98,7 +98,7 @@ def test_wide_dynamic_range(torch):
     gen = torch.Generator(device="cuda").manual_seed(13)
     x, y = _random(torch, (640, 768), gen, scale_range=30), _random(torch, (768, 320), gen, scale_range=30)
     with poisoned_new_tensors():
-        got = bx.matmul(x, y, mantissa_bits=23)
+        got = bx.matmul(x, y, mantissa_bits=21)
     _check(torch, got, x, y, 768, what="wide dynamic range")
 
 
@@ -110,7 +110,7 @@ def test_infinities_and_nan_stay_non_finite(torch):
     x[3, 5] = float("inf")
     y[7, 9] = float("nan")
     y[5, 20] = 0.5  # exact in tf32: its low part is 0, so inf * 0 makes element (3, 20) NaN
-    got = bx.matmul(x, y, mantissa_bits=23)
+    got = bx.matmul(x, y, mantissa_bits=21)
     ref = torch.matmul(x.double(), y.double())
     assert torch.equal(torch.isfinite(got), torch.isfinite(ref))
     assert not (torch.isnan(ref) & ~torch.isnan(got)).any()
@@ -140,7 +140,7 @@ def test_split_k_shapes(torch):
     gen = torch.Generator(device="cuda").manual_seed(21)
     x, y = _random(torch, (64, 8192), gen), _random(torch, (8192, 640), gen, "C")
     with poisoned_new_tensors():
-        got = bx.matmul(x, y, mantissa_bits=23)
-    plan = call_plan(x, y, mantissa_bits=23)
+        got = bx.matmul(x, y, mantissa_bits=21)
+    plan = call_plan(x, y, mantissa_bits=21)
     assert plan.kernel.splits > 1, plan.describe()
     _check(torch, got, x, y, 8192, what="split K")

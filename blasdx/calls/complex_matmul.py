@@ -33,10 +33,10 @@ from typing import Any, NamedTuple
 from .. import arrays as _arrays
 from .. import dtypes as _dt
 from ..arrays import ArrayView, DeviceArray, as_array
-from ..engine import hopper as _hopper
 from ..engine import layouts as _layouts
 from ..errors import ExecutionError
 from ..launch import devices as _devices
+from ..launch import scratch as _scratch
 from . import gemm_steps as _steps
 from . import matmul as _ag
 
@@ -147,22 +147,22 @@ class ComplexStep:
         x, y, d = self._oriented(x, y, d)
         if self.m == 0 or self.n == 0:
             return
-        scratch = _hopper._SCRATCH
-        x_ptr = 0
-        if self.pack_x:
-            problems = self.batch_x or 1
-            x_ptr = scratch.get(self.device_id, handle, core, "complex x", self.item * self.m * self.k * problems)
-            _, bs = _batch(x)
-            _layouts.copy(self.device_id, self.sm, handle, self.item, x.ptr, x_ptr, self.m, self.k,
-                          (x.strides[-2], x.strides[-1], bs), (self.k, 1, self.m * self.k), problems)
-        problems = self.batch_y or 1
-        part = self.part.size
-        y_ptr = scratch.get(self.device_id, handle, core, "complex y", part * self.ld_y * 2 * self.n * problems)
-        _, bs = _batch(y)
-        _layouts.expand(self.device_id, self.sm, handle, self.part, y.ptr, y_ptr, self.k, self.n,
-                        (y.strides[-2], y.strides[-1], bs), self.ld_y, self.ld_y * 2 * self.n, problems)
-        xr, yr, dr = self._real_views(x, y, d, x_ptr, y_ptr)
-        self.real.run(core, handle, xr, yr, dr, alpha, beta)
+        with _scratch.call_scratch(self.device_id, handle) as scratch:  # capture-safe (CUDA graphs)
+            x_ptr = 0
+            if self.pack_x:
+                problems = self.batch_x or 1
+                x_ptr = scratch.get("complex x", self.item * self.m * self.k * problems)
+                _, bs = _batch(x)
+                _layouts.copy(self.device_id, self.sm, handle, self.item, x.ptr, x_ptr, self.m, self.k,
+                              (x.strides[-2], x.strides[-1], bs), (self.k, 1, self.m * self.k), problems)
+            problems = self.batch_y or 1
+            part = self.part.size
+            y_ptr = scratch.get("complex y", part * self.ld_y * 2 * self.n * problems)
+            _, bs = _batch(y)
+            _layouts.expand(self.device_id, self.sm, handle, self.part, y.ptr, y_ptr, self.k, self.n,
+                            (y.strides[-2], y.strides[-1], bs), self.ld_y, self.ld_y * 2 * self.n, problems)
+            xr, yr, dr = self._real_views(x, y, d, x_ptr, y_ptr)
+            self.real.run(core, handle, xr, yr, dr, alpha, beta)
 
 
 class GaussStep:
@@ -218,23 +218,25 @@ class GaussStep:
     def run(self, core: Any, handle: int, x: ArrayView, y: ArrayView, d: ArrayView, alpha: float,
             beta: float) -> None:
         """Planes of x and y, the batched real product, the combination into d; stream ``handle``."""
-        scratch, size, p = _hopper._SCRATCH, self.part.size, self.problems
+        size, p = self.part.size, self.problems
         nx, ny, nt = self._sizes()
-        x_ptr = scratch.get(self.device_id, handle, core, "gauss x", size * nx)
-        y_ptr = scratch.get(self.device_id, handle, core, "gauss y", size * ny)
-        t_ptr = scratch.get(self.device_id, handle, core, "gauss t", size * nt)
         m, n, k = self.m, self.n, self.k
-        _, xb = _batch(x)
-        _layouts.planes(self.device_id, self.sm, handle, self.part, x.ptr, x_ptr, m, k,
-                        (x.strides[-2], x.strides[-1], xb), (self.ld_x, 1, m * self.ld_x), nx // 3, p)
-        _, yb = _batch(y)
-        _layouts.planes(self.device_id, self.sm, handle, self.part, y.ptr, y_ptr, k, n,
-                        (y.strides[-2], y.strides[-1], yb), (1, self.ld_y, n * self.ld_y), ny // 3, p)
-        xv, yv, tv = self._views(x, x_ptr, y_ptr, t_ptr)
-        self.real.run(core, handle, xv, yv, tv, 1.0, 0.0)
-        _, db = _batch(d)
-        _layouts.combine(self.device_id, self.sm, handle, self.part, t_ptr, d.ptr, m, n, self.ld_t, m * self.ld_t,
-                         nt // 3, (d.strides[-2], d.strides[-1], db), p, alpha, beta, self.multiprocessors)
+        with _scratch.call_scratch(self.device_id, handle) as scratch:  # capture-safe (CUDA graphs)
+            x_ptr = scratch.get("gauss x", size * nx)
+            y_ptr = scratch.get("gauss y", size * ny)
+            t_ptr = scratch.get("gauss t", size * nt)
+            _, xb = _batch(x)
+            _layouts.planes(self.device_id, self.sm, handle, self.part, x.ptr, x_ptr, m, k,
+                            (x.strides[-2], x.strides[-1], xb), (self.ld_x, 1, m * self.ld_x), nx // 3, p)
+            _, yb = _batch(y)
+            _layouts.planes(self.device_id, self.sm, handle, self.part, y.ptr, y_ptr, k, n,
+                            (y.strides[-2], y.strides[-1], yb), (1, self.ld_y, n * self.ld_y), ny // 3, p)
+            xv, yv, tv = self._views(x, x_ptr, y_ptr, t_ptr)
+            self.real.run(core, handle, xv, yv, tv, 1.0, 0.0)
+            _, db = _batch(d)
+            _layouts.combine(self.device_id, self.sm, handle, self.part, t_ptr, d.ptr, m, n, self.ld_t,
+                             m * self.ld_t, nt // 3, (d.strides[-2], d.strides[-1], db), p, alpha, beta,
+                             self.multiprocessors)
 
 
 def _gauss_serves(x: ArrayView, y: ArrayView, d: ArrayView, device_id: int) -> bool:

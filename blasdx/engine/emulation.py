@@ -6,9 +6,15 @@ keeps at least that many.
 
 * float32 inputs: up to 10 bits, one tf32 product (as ``bx.tf32``); up to 23 bits (all of
   float32's), three tf32 products of operands split into high and low parts
-  (``3xtf32``: a_hi b_hi + a_hi b_lo + a_lo b_hi, f32 sums; kernels/blasdx/hopper/precision.cuh).
-  It runs on the Hopper engine; where the engine does not run, the native float32 kernel
-  keeps the bits at CUDA-core speed.
+  (``3xtf32``: a_hi b_hi + a_hi b_lo + a_lo b_hi, f32 sums; kernels/blasdx/split_tf32.cuh).
+  The parts keep 21 bits of each operand (hi and lo rounded to tf32: at most 2^-22 |x| is
+  lost). The one-block kernel adds each 8-deep step's products into f32 registers with
+  rounded adds and keeps float32's accuracy; the Hopper engine lets the tensor cores sum two
+  32-deep stages before it rounds, and their f32 sums truncate, which costs about two bits
+  (measured on H200: a normwise error of 3.7e-7, about 2^-21.4, flat in K, against 0.6-3.2e-7
+  for torch float32 at K = 16-16384). So the engine runs 3xtf32 for at most
+  :data:`ENGINE_3XTF32_BITS` bits and native float32 (FFMA) for more, and the plan says so;
+  where the engine does not run, the native float32 kernel keeps the bits at CUDA-core speed.
 * float64 inputs: 1-52 bits run as exact int8 products of scaled residues on the Hopper
   engine (``ozaki``, blasdx.engine.ozaki): the bits are kept relative to the largest element of each
   row of x / column of y, and the number of int8 products grows with the bits and with K.
@@ -31,7 +37,11 @@ from ..describe.schemes import (
 )
 from .ozaki import MAX_K, residues_for
 
-__all__ = ["Scheme", "NATIVE_BITS", "resolve"]
+__all__ = ["ENGINE_3XTF32_BITS", "NATIVE_BITS", "Scheme", "engine_runs_3xtf32", "resolve"]
+
+#: Mantissa bits the Hopper engine's 3xtf32 keeps (see the module's text); asked for more, the engine
+#: runs native float32 products.
+ENGINE_3XTF32_BITS = 21
 
 
 def resolve(dtype: _dt.DType, mantissa_bits: int | None, k: int | None = None) -> Scheme:
@@ -44,8 +54,16 @@ def resolve(dtype: _dt.DType, mantissa_bits: int | None, k: int | None = None) -
         return native_scheme(dtype)
     native = check_requirement(dtype, mantissa_bits)
     if dtype == _dt.float32:
-        return Scheme("tf32", 1, TF32_BITS) if mantissa_bits <= TF32_BITS else Scheme("3xtf32", 3, native)
+        if mantissa_bits <= TF32_BITS:
+            return Scheme("tf32", 1, TF32_BITS)
+        # what every path of the scheme keeps: 21 bits, or all 23 where only the one-block kernel runs it
+        return Scheme("3xtf32", 3, ENGINE_3XTF32_BITS if mantissa_bits <= ENGINE_3XTF32_BITS else native)
     if dtype == _dt.float64:
         depth = MAX_K if k is None else min(max(k, 1), MAX_K)
         return Scheme("ozaki", residues_for(mantissa_bits, depth).count, mantissa_bits)
     return Scheme("native", 1, native)
+
+
+def engine_runs_3xtf32(scheme: Scheme) -> bool:
+    """Whether the Hopper engine's 3xtf32 keeps the bits ``scheme`` (a "3xtf32" one) promises."""
+    return scheme.name == "3xtf32" and scheme.mantissa_bits <= ENGINE_3XTF32_BITS
