@@ -37,7 +37,8 @@ grep -E "^FAILED|^E  |ERROR|error:" "$logs/test_gpu_numba.log" | head -16 | cut 
 
 # 2. the same Numba kernel with blasdx and with nvmath.device (short case list, stops at its budget)
 bench=$(( $(left) * 60 / 100 - 10 ))
-timeout "$(( bench + 15 ))" python3 benchmarks/numba_gemm.py --quick --budget "$bench" --json "$logs/numba_gemm.json" \
+timeout "$(( bench + 15 ))" python3 benchmarks/numba_gemm.py --quick --compile-times first --budget "$bench" \
+  --json "$logs/numba_gemm.json" \
   > "$logs/numba_gemm.log" 2>&1
 echo "=== benchmarks/numba_gemm.py exit $? ($((SECONDS - start)) s)"; cut -c1-200 "$logs/numba_gemm.log" | tail -n 16
 
