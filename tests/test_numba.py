@@ -175,7 +175,8 @@ def test_traits_are_compile_time_constants():
         for i in range(desc.fragment_size):
             scratch[i] = i
         shared[0] = scratch[desc.fragment_size - 1]
-        out[0] = desc.m + desc.n + desc.k + desc.lda + desc.shared_memory_size + desc.max_threads_per_block
+        out[0] = desc.m + desc.n + desc.k + desc.lda + desc.shared_memory_size + desc.shared_memory_size_ab \
+            + desc.max_threads_per_block
         out[1] = shared[0] + desc.block_dim[0]
 
     compile_kernel(kernel, (types.float32[::1],), 80)
