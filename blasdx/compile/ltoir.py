@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import cache as _cache
 from . import nvrtc as _nvrtc
+from . import store as _store
 from .headers import include_dirs_for, kernel_tree
 from .lto import Ltoir
 from .nvrtc import DEFAULT_OPTIONS, CompileOptions
@@ -63,7 +64,7 @@ class LtoirCache:
             return _decode(data, key)
         except (ValueError, KeyError, TypeError, struct.error) as exc:
             _cache.stats.count("corrupt_entries")
-            _cache._warn("blasdx cache: discarding corrupt entry %s (%s); it will be rebuilt", path, exc)
+            _store._warn("blasdx cache: discarding corrupt entry %s (%s); it will be rebuilt", path, exc)
             _unlink(path)
             return None
 
@@ -83,7 +84,7 @@ class LtoirCache:
                 _unlink(Path(tmp))
                 raise
         except OSError as exc:
-            _cache._warn("blasdx cache: cannot write %s (%s); continuing without disk cache", path, exc)
+            _store._warn("blasdx cache: cannot write %s (%s); continuing without disk cache", path, exc)
             return None
         _cache.stats.count("disk_writes")
         return path
