@@ -297,6 +297,9 @@ def run_case(case: str, size, kind: str, sm: int, sms: int, repeats: int, rng, c
     row["blasdx_ms"], row["blasdx_tflops"] = ms, flops / ms / 1e9
     if moved:
         row["blasdx_gbps"] = moved / ms / 1e6
+    print(f"  blasdx {case} {row['size']} {kind}: {row['blasdx_tflops']:.1f} TFLOP/s, first / warm compile "
+          f"{row.get('blasdx_first_compile_s', float('nan')):.2f} / {row.get('blasdx_warm_compile_s', float('nan')):.2f} s",
+          flush=True)
     if kind == "batched":  # the same problem with C staged in shared memory and stored coalesced
         kernel = blasdx_kernel(G, "batched-shared")
         ops.poison()
@@ -310,12 +313,15 @@ def run_case(case: str, size, kind: str, sm: int, sms: int, repeats: int, rng, c
     try:
         from numba import cuda
 
+        print(f"  nvmath {case} {row['size']} {kind}: building the Matmul and its kernel ...", flush=True)
         start = time.perf_counter()  # the first compile counts nvmath's Matmul build (libmathdx) too
         MM = nvmath_gemm(case, size, sm)  # noqa: N806
         smem, threads = nvmath_shared_memory(MM), MM.block_dim
         first = nvmath_kernel(MM, kind)
         first[blocks, threads, 0, smem](*check_args)
         cuda.synchronize()
+        print(f"  nvmath {case} {row['size']} {kind}: first kernel built and run in "
+              f"{time.perf_counter() - start:.2f} s", flush=True)
         if compile_times:
             row["nvmath_first_compile_s"] = time.perf_counter() - start
             row["nvmath_warm_compile_s"] = first_launch_seconds(lambda: nvmath_kernel(MM, kind), blocks, threads,
@@ -326,6 +332,7 @@ def run_case(case: str, size, kind: str, sm: int, sms: int, repeats: int, rng, c
         ops.check(min(reps, CHECK_REPEATS), kind, case, f"nvmath {case} {kind}")
         ms = time_kernel(kernel, blocks, threads, smem, args, 3 if kind == "batched" else 2)
         row["nvmath_ms"], row["nvmath_tflops"] = ms, flops / ms / 1e9
+        print(f"  nvmath {case} {row['size']} {kind}: {row['nvmath_tflops']:.1f} TFLOP/s", flush=True)
         row["nvmath_block_dim"] = list(threads)
         if moved:
             row["nvmath_gbps"] = moved / ms / 1e6
