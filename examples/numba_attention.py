@@ -82,11 +82,12 @@ def make_kernel(S_GEMM: bx.Descriptor, O_GEMM: bx.Descriptor, scale: float):
 
 
 def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """float64 attention with P rounded to float16 before the second product, as the kernel stores it."""
     q, k, v = (x.astype(np.float64) for x in (q, k, v))
     s = q @ k.transpose(0, 2, 1) / math.sqrt(q.shape[-1])
     p = np.exp(s - s.max(axis=-1, keepdims=True))
     p /= p.sum(axis=-1, keepdims=True)
-    return p @ v
+    return p.astype(np.float16).astype(np.float64) @ v
 
 
 def main() -> int:
@@ -114,8 +115,9 @@ def main() -> int:
     kernel[heads, O_GEMM.block_dim, 0, shared](cuda.to_device(q), cuda.to_device(k), cuda.to_device(v), out)
     cuda.synchronize()
     got = out.copy_to_host()
-    # P is rounded to float16 before the second GEMM: allow that rounding on top of the GEMMs'
-    assert_close(got, reference(q, k, v), 2 * tolerance(bx.float16, bx.float32, args.seq))
+    # P is rounded to float16 in both; where the kernel's float32 softmax and the float64 one round an
+    # element of P to neighbouring float16 values, the results differ by up to one float16 ulp of P (2^-11)
+    assert_close(got, reference(q, k, v), tolerance(bx.float16, bx.float32, args.seq) + 2.0**-11)
     print(f"{heads} heads of seq {args.seq}, dim {args.dim}: checked against the float64 reference: OK")
     return 0
 

@@ -63,7 +63,7 @@ def register_api_kernel(GEMM, positions=False):
     ra, rb, rc = (o.name == "row_major" for o in (GEMM.arrangement.a, GEMM.arrangement.b, GEMM.arrangement.c))
 
     def kernel(a, b, c, alpha, beta):
-        sA, sB, _ = GEMM.shared_memory()
+        sA, sB = GEMM.shared_memory_ab()
         p = cuda.blockIdx.x
         GEMM.load_a(a[p] if ra else a[p].T, sA)
         GEMM.load_b(b[p] if rb else b[p].T, sB)
@@ -75,7 +75,7 @@ def register_api_kernel(GEMM, positions=False):
         GEMM.fragment_axpby(alpha, acc, beta, c[p] if rc else c[p].T)
 
     def diagonal(a, b, c, alpha, beta):
-        sA, sB, _ = GEMM.shared_memory()
+        sA, sB = GEMM.shared_memory_ab()
         p = cuda.blockIdx.x
         GEMM.load_a(a[p] if ra else a[p].T, sA)
         GEMM.load_b(b[p] if rb else b[p].T, sB)
@@ -89,7 +89,7 @@ def register_api_kernel(GEMM, positions=False):
         GEMM.fragment_axpby(alpha, acc, beta, c[p] if rc else c[p].T)
 
     def diagonal_by_index(a, b, c, alpha, beta):
-        sA, sB, _ = GEMM.shared_memory()
+        sA, sB = GEMM.shared_memory_ab()
         p = cuda.blockIdx.x
         GEMM.load_a(a[p] if ra else a[p].T, sA)
         GEMM.load_b(b[p] if rb else b[p].T, sB)
@@ -175,7 +175,8 @@ def test_traits_are_compile_time_constants():
         for i in range(desc.fragment_size):
             scratch[i] = i
         shared[0] = scratch[desc.fragment_size - 1]
-        out[0] = desc.m + desc.n + desc.k + desc.lda + desc.shared_memory_size + desc.max_threads_per_block
+        out[0] = desc.m + desc.n + desc.k + desc.lda + desc.shared_memory_size + desc.shared_memory_size_ab \
+            + desc.max_threads_per_block
         out[1] = shared[0] + desc.block_dim[0]
 
     compile_kernel(kernel, (types.float32[::1],), 80)

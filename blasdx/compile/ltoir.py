@@ -63,7 +63,7 @@ class LtoirCache:
         try:
             return _decode(data, key)
         except (ValueError, KeyError, TypeError, struct.error) as exc:
-            _cache.stats.count("corrupt_entries")
+            _store.stats.count("corrupt_entries")
             _store._warn("blasdx cache: discarding corrupt entry %s (%s); it will be rebuilt", path, exc)
             _unlink(path)
             return None
@@ -86,7 +86,7 @@ class LtoirCache:
         except OSError as exc:
             _store._warn("blasdx cache: cannot write %s (%s); continuing without disk cache", path, exc)
             return None
-        _cache.stats.count("disk_writes")
+        _store.stats.count("disk_writes")
         return path
 
     def entries(self) -> list[Path]:
@@ -151,14 +151,14 @@ def compile_ltoir(source: str, name: str, arch: str, options: CompileOptions = D
     key = ltoir_key(source, name, arch, options)
     hit = _memory.get(key)
     if hit is not None:
-        _cache.stats.count("memory_hits")
+        _store.stats.count("memory_hits")
         return hit
     with _lock_for(key):
         hit = _memory.get(key)
         if hit is None:
             hit = _memory[key] = _from_disk_or_compile(key, source, name, arch, options)
         else:
-            _cache.stats.count("memory_hits")
+            _store.stats.count("memory_hits")
         return hit
 
 
@@ -166,10 +166,10 @@ def _from_disk_or_compile(key: str, source: str, name: str, arch: str, options: 
     disk = LtoirCache(_cache.cache_dir()) if _cache.cache_enabled() else None
     found = disk.get(key) if disk else None
     if found is not None:
-        _cache.stats.count("disk_hits")
+        _store.stats.count("disk_hits")
         data, header = found
         return Ltoir(data, header["arch"], header["name"], source, header["log"])
-    _cache.stats.count("compiles")
+    _cache.stats.compiles += 1
     ltoir = _nvrtc_ltoir(source, name, arch, options, disk.root / "failed" if disk else None)
     if disk:
         disk.put(key, ltoir)

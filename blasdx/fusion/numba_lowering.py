@@ -130,6 +130,7 @@ def _check_shape(context: Any, builder: ir.IRBuilder, ty: Any, value: ir.Value, 
 
 
 @lower("blasdx.Gemm.shared_memory", GemmType, types.VarArg(types.Any))
+@lower("blasdx.Gemm.shared_memory_ab", GemmType, types.VarArg(types.Any))
 def _lower_shared_memory(context: Any, builder: ir.IRBuilder, sig: Any, args: list) -> ir.Value:
     gemm = sig.args[0]
     info = gemm.info
@@ -149,7 +150,7 @@ def _lower_shared_memory(context: Any, builder: ir.IRBuilder, sig: Any, args: li
     slots = [cgutils.alloca_once(builder, _I8P) for _ in range(3)]
     _call(context, builder, gemm, "slice_shared_memory", _VOID, [base, *slots])
     buffers = []
-    for role, slot, ty in zip("abc", slots, sig.return_type.types):
+    for role, slot, ty in zip("abc", slots, sig.return_type.types):  # A and B only for shared_memory_ab
         itemsize = context.get_abi_sizeof(context.get_data_type(ty.dtype))
         if ty.ndim == 1:
             panels = {"a": info.desc.m * info.desc.k, "b": info.desc.k * info.desc.n}[role]

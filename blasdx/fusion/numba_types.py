@@ -217,7 +217,8 @@ def _check_buffer(gemm: GemmType, method: str, name: str, value: Any, role: str)
     """``value`` must be this GEMM's shared buffer ``role``."""
     if isinstance(value, SharedBuffer) and value.info.desc == gemm.desc and value.role == role:
         return
-    made = f"GEMM.shared_memory()[{'abc'.index(role)}]"
+    made = f"GEMM.shared_memory()[{'abc'.index(role)}]" + (f" or GEMM.shared_memory_ab()[{'ab'.index(role)}]"
+                                                            if role != "c" else "")
     if isinstance(value, SharedBuffer):
         other = "another GEMM's" if value.info.desc != gemm.desc else f"the {value.role.upper()} buffer"
         _fail(method, f"{name} is {other} shared buffer ({value}); pass this GEMM's {role.upper()} buffer, {made}")
@@ -281,17 +282,18 @@ def _no_keywords(method: str, kws: dict) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def _shared_memory(gemm: GemmType, args: tuple) -> Any:
-    if len(args) > 1:
-        _fail("shared_memory", f"takes (offset=0), got {len(args)} arguments")
-    if args and not isinstance(args[0], types.Integer):
-        _fail("shared_memory", f"offset is the byte offset into dynamic shared memory (an int), got {args[0]}")
-    if args and isinstance(args[0], types.IntegerLiteral) and args[0].literal_value % 16:
-        _fail("shared_memory", f"offset={args[0].literal_value} is not a multiple of 16 bytes; the buffers start "
-                               "on 16-byte boundaries (round it up, and launch with that much more)")
-    info = gemm.info
-    result = types.Tuple([info.buffer_type(r) for r in "abc"])
-    return signature(result, *args)
+def _shared(method: str, roles: str) -> Any:
+    def typer(gemm: GemmType, args: tuple) -> Any:
+        if len(args) > 1:
+            _fail(method, f"takes (offset=0), got {len(args)} arguments")
+        if args and not isinstance(args[0], types.Integer):
+            _fail(method, f"offset is the byte offset into dynamic shared memory (an int), got {args[0]}")
+        if args and isinstance(args[0], types.IntegerLiteral) and args[0].literal_value % 16:
+            _fail(method, f"offset={args[0].literal_value} is not a multiple of 16 bytes; the buffers start "
+                          "on 16-byte boundaries (round it up, and launch with that much more)")
+        return signature(types.Tuple([gemm.info.buffer_type(r) for r in roles]), *args)
+
+    return typer
 
 
 def _copy(role: str, to_shared: bool) -> Any:
@@ -374,7 +376,8 @@ def _fragment_axpby(gemm: GemmType, args: tuple) -> Any:
 
 #: method name -> typer(gemm, args) -> signature
 METHODS = {
-    "shared_memory": _shared_memory,
+    "shared_memory": _shared("shared_memory", "abc"),
+    "shared_memory_ab": _shared("shared_memory_ab", "ab"),
     "load_a": _copy("a", True),
     "load_b": _copy("b", True),
     "load_c": _copy("c", True),
@@ -402,6 +405,7 @@ CONSTANTS = {
     "b_size": lambda info: info.desc.b_size,
     "c_size": lambda info: info.desc.c_size,
     "shared_memory_size": lambda info: info.desc.shared_memory_size,
+    "shared_memory_size_ab": lambda info: info.desc.shared_memory_size_ab,
     "max_threads_per_block": lambda info: info.desc.max_threads_per_block,
     "fragment_size": lambda info: info.fragment_size,
 }

@@ -86,7 +86,9 @@ template <class G> __device__ __forceinline__ void accumulate(const void* a, con
     auto* f = static_cast<fragment_value_t<G>*>(fragment);
     typename G::accumulator acc;
     fragment_load<G>(acc, f);
-    G::execute(static_cast<const typename G::a_value_type*>(a), static_cast<const typename G::b_value_type*>(b), acc);
+    // the template-id call names the pointer overload only (A-from-registers overloads take part otherwise)
+    G::template execute<identity, identity>(static_cast<const typename G::a_value_type*>(a),
+                                            static_cast<const typename G::b_value_type*>(b), acc);
     fragment_store<G>(acc, f);
 }
 
