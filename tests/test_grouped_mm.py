@@ -119,7 +119,9 @@ def test_scale_shapes(shape, strides, form, is_x, expected):
     ({"scale_x": view((T,), F32)}, r"^scale_x: scales are for fp8 inputs; bfloat16 products take none"),
     ({"out_dtype": dt.int32}, r"^out_dtype: grouped_mm writes float16, bfloat16, float32, not int32"),
     ({"out_dtype": "float7"}, r"^out_dtype: 'float7' is not an element type"),
-    ({"out": view((T, N), F32)}, (r"^out: expected shape \(3000, 776\) of bfloat16 \(out_dtype\), got \(3000, 776\) of "
+    ({"out": view((T, N), dt.float64, ptr=PTR + 2**32)},
+     r"^out: grouped_mm writes float16, bfloat16, float32, not float64"),
+    ({"out": view((T, N), F32), "out_dtype": BF16}, (r"^out: expected shape \(3000, 776\) of bfloat16 \(out_dtype\), got \(3000, 776\) of "
                                   r"float32")),
     ({"out": view((T, N), readonly=True, ptr=PTR + 2**32)}, r"^out: the array is read-only"),
     ({"out": view((T, N), ptr=PTR)}, r"^out: its memory overlaps x's"),
@@ -190,7 +192,9 @@ def test_contiguous_plan_and_maps(fake_device):
     a, b = fake_device.calls[-2:]
     assert (a.dims, a.box) == ((K, T, 1), (64, 128, 1))  # x: one [total, K] map, rows by offset
     assert (b.dims, b.strides, b.box) == ((K, N, G), (2 * K, 2 * K * N), (64, 128, 1))  # w: a problem per group
-    assert p.grid == (132, 1, 1) and not p.operand_a.batched and p.operand_b.batched
+    assert p.grid == (132, 1, 1) and not p.operand_a.batched and p.operand_b.batched and p.row_align == 1
+    # an M-major x: its TMA boxes start on 16 bytes along M, so tiles start on 8-row boundaries
+    assert plan_of(view((T, K), strides=(1, T)), w_nk(), CONTIGUOUS).row_align == 8
     src = p.source
     assert "using scheduler = blasdx::hopper::GroupScheduler<bm, bn, bk, group_m>;" in src
     assert p._gemm.shared_memory == p.config.shared_memory(2) + engine.table_bytes(G) and engine.table_bytes(G) == 112

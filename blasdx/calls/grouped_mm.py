@@ -176,7 +176,9 @@ def scale_of(view: ArrayView | None, argument: str, form: Form, is_x: bool) -> S
     raise ExecutionError(f"{argument}: shape {shape} covers its operand in none of the supported ways: {allowed}")
 
 
-def _types(vx: ArrayView, vw: ArrayView, out_dtype: Any, scales: tuple[Any, Any]) -> _dt.DType:
+def _types(vx: ArrayView, vw: ArrayView, out_dtype: Any, scales: tuple[Any, Any],
+           vout: ArrayView | None = None) -> _dt.DType:
+    """The result type: ``out_dtype``, else out's type when out is given, else x's (bfloat16 for fp8)."""
     a, b = vx.dtype, vw.dtype
     if a in _SIXTEEN:
         if b != a:
@@ -189,6 +191,11 @@ def _types(vx: ArrayView, vw: ArrayView, out_dtype: Any, scales: tuple[Any, Any]
             raise ExecutionError(f"w: {b.name} with fp8 x; fp8 products take float8_e4m3 / float8_e5m2 w")
     else:
         raise ExecutionError(f"x: grouped_mm multiplies float16, bfloat16, float8_e4m3 or float8_e5m2, not {a.name}")
+    if out_dtype is None and vout is not None:
+        if vout.dtype not in _grouped.SERVED[a]:
+            raise ExecutionError(f"out: grouped_mm writes {', '.join(d.name for d in _grouped.SERVED[a])}, not "
+                                 f"{vout.dtype.name}")
+        return vout.dtype
     if out_dtype is None:
         return a if a in _SIXTEEN else _dt.bfloat16
     try:
@@ -298,7 +305,8 @@ def grouped_mm(x: Any, w: Any, offs: Any = None, *, counts: Any = None, out_dtyp
     give [total, N]; x [G, M, K] with w [G, K, N] gives [G, M, N] (with ``counts``, int32 [G],
     only the first counts[g] rows of group g). float16 / bfloat16 inputs (one type) or fp8
     (float8_e4m3 / float8_e5m2, any pair) with float32 ``scale_x`` / ``scale_w`` (module
-    docstring); results float16, bfloat16 or float32 (default: x's type, bfloat16 for fp8).
+    docstring); results float16, bfloat16 or float32 (default: out's type when out is given, else
+    x's type, bfloat16 for fp8).
     16-bit operands may be row- or column-major (w typically stored [G, N, K] and passed
     transposed); fp8 operands are read K-major (x row-major, w column-major per group), others
     are first copied K-major at every call, as are operands whose addresses or strides are not
@@ -314,7 +322,7 @@ def grouped_mm(x: Any, w: Any, offs: Any = None, *, counts: Any = None, out_dtyp
     vsx = None if scale_x is None else as_array(scale_x, "scale_x", stream=handle, known=known)
     vsw = None if scale_w is None else as_array(scale_w, "scale_w", stream=handle, known=known)
     vout = None if out is None else as_array(out, "out", stream=handle, known=known)
-    c = _types(vx, vw, out_dtype, (vsx, vsw))
+    c = _types(vx, vw, out_dtype, (vsx, vsw), vout)
     along_n = len(vx.shape) == 3 and len(vw.shape) == 2
     if along_n:  # groups along N: out^T = w^T x[g]^T, the contiguous form on transposed views
         vx, vw, vout = _along_n(vx, vw, voffs, vcounts, vsx, vsw, vout, c)

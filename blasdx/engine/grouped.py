@@ -51,7 +51,7 @@ _SIXTEEN = (_dt.float16, _dt.bfloat16)
 _RESULTS = (_dt.float16, _dt.bfloat16, _dt.float32)
 #: Input types and the result types each takes (8-bit inputs may mix e4m3 and e5m2).
 SERVED = {a: _RESULTS for a in (*_SIXTEEN, *_FP8)}
-_PARAMS = ("map", "map", "map", "u64", "u64", "i32", "i32", "i32", "i32", "i32", "i32", "i32", "i64", "i64", "i64", "u64",
+_PARAMS = ("map", "map", "map", "u64", "u64", "i32", "i32", "i32", "i32", "i32", "i32", "i32", "i32", "i64", "i64", "i64", "u64",
            "i64", "i64", "i64", "u64", "i64", "i64", "i64")
 PAD_NAME = "blasdx_grouped_pad"
 _PAD_PARAMS = ("u64", "u64", "u64", "i32", "i32", "i32", "i64", "i64", "i64", "i32")
@@ -156,6 +156,8 @@ class GroupedPlan:
                                  f"{most} groups of these tiles")
         bk = self.config.bk
         kk = max(k, 1)  # K = 0: a map of one (never loaded) column; every group's result is zeros
+        # an M-major A in the contiguous layout: TMA boxes start on 16-byte aligned rows (the inner coordinate)
+        self.row_align = 16 // a.size if layout == "contiguous" and not route_a.k_major else 1
         self._pad = self._repack = None
         if not along_k and (route_a.repack is not None or route_b.repack is not None):
             self._repack = _hopper._Kernel(_hopper.repack_source(a.size), _hopper.REPACK_NAME, "sm_90",
@@ -172,8 +174,8 @@ class GroupedPlan:
                                           a_geometry[1], self.config.bm, bk)
         self.operand_b = _hopper._operand(route_b, b, n, kk, b_geometry[0], 1 if along_k else groups, b_geometry[1],
                                           self.config.bn, bk)
-        # an upper bound of the units: every group's rows plus one partial tile row each
-        tile_rows = ((math.ceil(rows / self.config.bm) + groups) if layout == "contiguous" else
+        # an upper bound of the units: every group's rows plus two partial tile rows each (its first may start above)
+        tile_rows = ((math.ceil(rows / self.config.bm) + 2 * groups) if layout == "contiguous" else
                      groups * math.ceil(rows / self.config.bm))
         units = tile_rows * math.ceil(n / self.config.bn)
         self.grid = (max(1, min(units, multiprocessors)), 1, 1)
@@ -253,7 +255,8 @@ class GroupedPlan:
         gemm = self._gemm
         with gemm.params.lock:
             self._point_maps(a_ptr, b_ptr, d_ptr)
-            gemm.fill((None, None, None, d_ptr, bounds_ptr, LAYOUTS[self.layout], self.groups, self.rows, self.n, self.k,
+            gemm.fill((None, None, None, d_ptr, bounds_ptr, LAYOUTS[self.layout], self.row_align, self.groups,
+                       self.rows, self.n, self.k,
                        int(self.operand_a.batched), int(self.operand_b.batched), *d_strides, *sx, *sy))
             gemm.launch(device_id, self.grid, (self.config.threads, 1, 1), stream)
 
@@ -273,7 +276,8 @@ class GroupedPlan:
         gemm = self._gemm
         with gemm.params.lock:
             self._point_maps(*copies, d_ptr)
-            gemm.fill((None, None, None, d_ptr, offs_ptr, LAYOUTS[self.layout], self.groups, self.rows, self.n, self.k,
+            gemm.fill((None, None, None, d_ptr, offs_ptr, LAYOUTS[self.layout], 1, self.groups, self.rows, self.n,
+                       self.k,
                        0, 0, *d_strides, 0, 0, 0, 0, 0, 0, 0, 0))
             gemm.launch(device_id, self.grid, (self.config.threads, 1, 1), stream)
 

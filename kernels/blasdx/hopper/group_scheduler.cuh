@@ -22,11 +22,10 @@
 namespace blasdx {
 namespace hopper {
 
-// A grouped unit: Work plus its group and the end of the group's rows (the epilogue stores rows
-// below it). Work.batch is the problem of B's (and a masked A's) map: the group too.
+// A grouped unit: Work plus its group and the group's rows (the epilogue stores those only). Work.batch is the problem of B's (and a masked A's) map: the group too.
 struct GroupWork : Work {
     int group;
-    int row_end;
+    int row_begin, row_end;  // the group's rows [row_begin, row_end); a tile may start above row_begin
 };
 
 enum GroupLayout : int {
@@ -48,9 +47,11 @@ struct GroupTable {
     // Every thread of the block takes part (THREADS of them); the table is complete on return.
     // `bounds` is offs (contiguous) or counts (masked; null: every group `rows` rows); `rows` is
     // A's row extent: total rows (contiguous) or max_m (masked). Contiguous ends are clamped to
-    // [0, rows] and made non-decreasing (a running maximum), so groups never overlap.
+    // [0, rows] and made non-decreasing (a running maximum), so groups never overlap. A group's
+    // tile rows start at its first row rounded down to `align` rows (a power of two: TMA reads
+    // an M-major A's boxes from 16-byte aligned rows only), the rows above it the previous group's.
     template <int BM, int THREADS>
-    __device__ __forceinline__ void build(int layout, const int* bounds, int groups, int rows) const {
+    __device__ __forceinline__ void build(int layout, const int* bounds, int groups, int rows, int align = 1) const {
         const bool contiguous = layout == GROUPS_CONTIGUOUS;
         for (int g = threadIdx.x; g < groups; g += THREADS) {
             end[g] = bounds != nullptr ? min(max(__ldg(bounds + g), 0), rows) : rows;
@@ -60,7 +61,8 @@ struct GroupTable {
         __syncthreads();
         for (int g = threadIdx.x; g < groups; g += THREADS) {
             start[g] = contiguous && g > 0 ? end[g - 1] : 0;
-            first[g] = (end[g] - start[g] + BM - 1) / BM;  // this group's tile rows, summed below
+            const int origin = start[g] & -align;  // this group's tile rows, summed below
+            first[g] = end[g] > start[g] ? (end[g] - origin + BM - 1) / BM : 0;
         }
         __syncthreads();
         if (threadIdx.x < 32) {
@@ -123,10 +125,11 @@ struct GroupScheduler {
     static constexpr bool ALONG_K = false;
     GroupTable table;
     int m;  // rows of A's map that exist (the producer loads A's tile below it)
-    int groups, tiles_n, steps, units;
+    int groups, tiles_n, steps, units, align;
 
-    __device__ __forceinline__ GroupScheduler(const GroupTable& table_, int groups_, int rows, int n, int k)
-        : table(table_), m(rows), groups(groups_) {
+    __device__ __forceinline__ GroupScheduler(const GroupTable& table_, int groups_, int rows, int n, int k,
+                                              int align_ = 1)
+        : table(table_), m(rows), groups(groups_), align(align_) {
         tiles_n = (n + BN - 1) / BN;
         steps = (k + BK - 1) / BK;
         units = table.first[groups] * tiles_n;
@@ -147,10 +150,11 @@ struct GroupScheduler {
         const int in_raster = t - raster * span;
         w.batch = w.group = g;
         w.split = 0;
-        w.m0 = table.start[g] + (top + in_raster % in_rows) * BM;
+        w.m0 = (table.start[g] & -align) + (top + in_raster % in_rows) * BM;
         w.n0 = (in_raster / in_rows) * BN;
         w.k_begin = 0;
         w.k_end = steps;
+        w.row_begin = table.start[g];
         w.row_end = table.end[g];
         return w;
     }
@@ -169,7 +173,8 @@ struct KGroupScheduler {
     int m;
     int groups, tiles_m, tiles_n, tiles, units;
 
-    __device__ __forceinline__ KGroupScheduler(const GroupTable& table_, int groups_, int rows, int n, int /*k*/)
+    __device__ __forceinline__ KGroupScheduler(const GroupTable& table_, int groups_, int rows, int n, int /*k*/,
+                                               int /*align*/ = 1)
         : table(table_), m(rows), groups(groups_) {
         tiles_m = (rows + BM - 1) / BM;
         tiles_n = (n + BN - 1) / BN;
@@ -192,6 +197,7 @@ struct KGroupScheduler {
         w.n0 = (in_raster / in_rows) * BN;
         w.k_begin = table.first[g];
         w.k_end = table.first[g + 1];
+        w.row_begin = 0;
         w.row_end = m;
         return w;
     }
