@@ -82,6 +82,7 @@ _LAZY = {
     "tf32": "calls.matmul",
     "scaled_mm": "calls.scaled_mm",
     "grouped_mm": "calls.grouped_mm",
+    "tune": "calls.tune",
     "solve_triangular": "calls.solve_triangular",
     "DeviceGemm": "engine.device_gemm",
 }
@@ -96,7 +97,7 @@ __all__ = [
     "CompiledKernel", "CompileOptions", "precompile",
     "to_device", "from_device",
     "compile_kernel", "header", "FusedKernel", "FusionHeader",
-    "matmul", "mma", "tf32", "scaled_mm", "solve_triangular",
+    "matmul", "mma", "tf32", "scaled_mm", "tune", "solve_triangular",
     "grouped_mm",
     "Side", "FillMode", "Diag", "BatchesPerBlock", "TrsmDescriptor",
     "__version__",

@@ -235,7 +235,7 @@ class GroupedPlan:
         if route_.repack is None or not self.k:
             return view.ptr
         size, rows, problems = (self.a if x else self.b).size, self.rows if x else self.n, op.dims[2]
-        target = _hopper._SCRATCH.get(device_id, stream, None, f"grouped {slot}", op.strides[1] * problems)
+        target = _hopper._SCRATCH.get(device_id, stream, f"grouped {slot}", op.strides[1] * problems)
         shape, strides = tuple(view.shape), tuple(view.strides)
         # the copy's rows are M (x [.., M, K]) or N (w [G, K, N]) and run along K
         src_row, src_col = (strides[-2], strides[-1]) if x else (strides[-1], strides[-2])
@@ -267,7 +267,7 @@ class GroupedPlan:
         size, kp = self.a.size, self.k_padded
         copies = []
         for slot, (ptr, k_stride, o_stride), other in (("grouped x", x, self.rows), ("grouped w", w, self.n)):
-            target = _hopper._SCRATCH.get(device_id, stream, None, slot, max(other, 1) * kp * size)
+            target = _hopper._SCRATCH.get(device_id, stream, slot, max(other, 1) * kp * size)
             tiles = math.ceil(kp / 32) * math.ceil(other / 32)
             with self._pad.params.lock:
                 self._pad.fill((ptr, target, offs_ptr, self.groups, self.k, other, k_stride, o_stride, kp, kp))
