@@ -39,6 +39,7 @@ from ..engine import grouped as _grouped
 from ..engine import hopper as _hopper
 from ..errors import DeviceError, ExecutionError
 from ..launch import devices as _devices
+from ..launch import scratch as _scratch
 from . import matmul as _ag
 
 __all__ = ["BLOCK", "Form", "Scale", "form_of", "grouped_mm", "scale_of"]
@@ -378,17 +379,18 @@ def grouped_mm(x: Any, w: Any, offs: Any = None, *, counts: Any = None, out_dtyp
                 d_group = 0
             sxp = (0, 0, 0, 0) if vsx is None else (vsx.ptr, sx.row, sx.col, sx.group)
             swp = (0, 0, 0, 0) if vsw is None else (vsw.ptr, sw.row, sw.col, sw.group)
-            if form.layout == "along_k":
-                x_k, x_o = vx.strides[1], vx.strides[0]
-                w_k, w_o = vw.strides[0], vw.strides[1]
-                call.plan.run_along_k(call.device_id, handle, (vx.ptr, x_k, x_o), (vw.ptr, w_k, w_o), voffs.ptr,
-                                      vout.ptr, (d_row, d_col, d_group))
-            else:
-                plan = call.plan
-                a_ptr = plan.operand_address(call.device_id, handle, "x", vx)
-                b_ptr = plan.operand_address(call.device_id, handle, "w", vw)
-                plan.run(call.device_id, handle, a_ptr, b_ptr, 0 if bounds is None else bounds.ptr, vout.ptr,
-                         (d_row, d_col, d_group), sxp, swp)
+            plan = call.plan
+            with _scratch.call_scratch(call.device_id, handle) if plan.needs_scratch else _hopper._NO_SCRATCH as scratch:
+                if form.layout == "along_k":
+                    x_k, x_o = vx.strides[1], vx.strides[0]
+                    w_k, w_o = vw.strides[0], vw.strides[1]
+                    plan.run_along_k(call.device_id, handle, (vx.ptr, x_k, x_o), (vw.ptr, w_k, w_o), voffs.ptr,
+                                     vout.ptr, (d_row, d_col, d_group), scratch)
+                else:
+                    a_ptr = plan.operand_address(call.device_id, handle, "x", vx, scratch)
+                    b_ptr = plan.operand_address(call.device_id, handle, "w", vw, scratch)
+                    plan.run(call.device_id, handle, a_ptr, b_ptr, 0 if bounds is None else bounds.ptr, vout.ptr,
+                             (d_row, d_col, d_group), sxp, swp)
     finally:
         if token is not None:
             _devices.leave(token)

@@ -227,15 +227,21 @@ class GroupedPlan:
     def __repr__(self) -> str:
         return f"GroupedPlan({self.describe()})"
 
-    def operand_address(self, device_id: int, stream: int, slot: str, view: Any) -> int:
+    @property
+    def needs_scratch(self) -> bool:
+        """Whether a call copies an operand into scratch memory (a repacked operand, or the K-padded copies)."""
+        return self._repack is not None or self._pad is not None
+
+    def operand_address(self, device_id: int, stream: int, slot: str, view: Any, scratch: Any = None) -> int:
         """The address TMA reads operand ``slot`` ("x" or "w") from: the array itself, or its K-major copy
-        (kernels/repack.cu, every call) where its route says TMA or the instruction cannot read it in place."""
+        (kernels/repack.cu, every call, into ``scratch``: blasdx.launch.scratch's call scratch) where its route says
+        TMA or the instruction cannot read it in place."""
         x = slot == "x"
         route_, op = (self.route_a, self.operand_a) if x else (self.route_b, self.operand_b)
         if route_.repack is None or not self.k:
             return view.ptr
         size, rows, problems = (self.a if x else self.b).size, self.rows if x else self.n, op.dims[2]
-        target = _hopper._SCRATCH.get(device_id, stream, f"grouped {slot}", op.strides[1] * problems)
+        target = scratch.get(f"grouped {slot}", op.strides[1] * problems)
         shape, strides = tuple(view.shape), tuple(view.strides)
         # the copy's rows are M (x [.., M, K]) or N (w [G, K, N]) and run along K
         src_row, src_col = (strides[-2], strides[-1]) if x else (strides[-1], strides[-2])
@@ -261,13 +267,14 @@ class GroupedPlan:
             gemm.launch(device_id, self.grid, (self.config.threads, 1, 1), stream)
 
     def run_along_k(self, device_id: int, stream: int, x: tuple[int, int, int], w: tuple[int, int, int],
-                    offs_ptr: int, d_ptr: int, d_strides: tuple[int, int, int]) -> None:
+                    offs_ptr: int, d_ptr: int, d_strides: tuple[int, int, int], scratch: Any) -> None:
         """The 2D x 2D form: x and w as (address, K stride, other stride) in elements, copied with each group's K
-        range padded to whole steps (kernels/grouped_pad.cu), then the K-grouped GEMM into D [G, M, N]."""
+        range padded to whole steps (kernels/grouped_pad.cu) into ``scratch`` (the call's), then the K-grouped GEMM
+        into D [G, M, N]."""
         size, kp = self.a.size, self.k_padded
         copies = []
         for slot, (ptr, k_stride, o_stride), other in (("grouped x", x, self.rows), ("grouped w", w, self.n)):
-            target = _hopper._SCRATCH.get(device_id, stream, slot, max(other, 1) * kp * size)
+            target = scratch.get(slot, max(other, 1) * kp * size)
             tiles = math.ceil(kp / 32) * math.ceil(other / 32)
             with self._pad.params.lock:
                 self._pad.fill((ptr, target, offs_ptr, self.groups, self.k, other, k_stride, o_stride, kp, kp))
