@@ -214,7 +214,7 @@ def bench_fp8(model: str, shape: int, tokens: int, routing: str) -> list[dict]:
     return [contiguous, masked]
 
 
-SWEEP = ("pingpong", "wide")  # each with direct stores and with whole tiles by TMA
+SWEEP = ("pingpong", "wide", "wide clusters")  # each with direct stores and with whole tiles by TMA
 
 
 def sweep_bf16(model: str, shape: int, tokens: int, routing: str) -> dict:
@@ -241,7 +241,7 @@ def sweep_bf16(model: str, shape: int, tokens: int, routing: str) -> dict:
     row = {"model": model, "k": k, "n": n, "tokens": tokens, "routing": routing, "chosen": str(base.config)}
     for name, staged in [(name, staged) for name in SWEEP for staged in (False, True)]:
         config = hopper.replace(hopper.CONFIGS[name], bk=64)
-        if staged and name in ("pingpong", "wide", "square"):
+        if staged and name in ("pingpong", "wide", "square", "wide clusters"):
             config = hopper.replace(config, stages=config.stages - 1)  # the staging buffers and the table fit
         plan = engine.GroupedPlan(vx.dtype, vw.dtype, vx.dtype, "contiguous", experts, rows, n, k, base.route_a,
                                   base.route_b, (k, 0), (k, n * k), x.data_ptr(), w.data_ptr(),

@@ -39,7 +39,7 @@ __device__ __forceinline__ E epilogue_of(const TensorMap* map_d, const Store& st
     }
 }
 
-static_assert(Engine::CLUSTER == 1, "a grouped launch runs without clusters (adjacent tiles may be other groups')");
+static_assert(Engine::CLUSTER == Engine::Sched::CLUSTER, "the scheduler's clusters are the engine's");
 static_assert(Engine::PROMOTION > 0 || (XS != SCALE_BLOCK && YS != SCALE_BLOCK),
               "block scales are applied at promotion: a configuration without promotion takes none");
 
@@ -60,8 +60,8 @@ extern "C" __global__ void __launch_bounds__(blasdx::hopper::Engine::THREADS, 1)
     // the group table after the GEMM's shared memory (the host adds GroupTable::bytes(groups))
     const GroupTable table(reinterpret_cast<int*>(smem + Engine::shared_bytes<Epilogue>()), groups);
     // groups along M: row ranges in tile rows; along K: K ranges (of k) in K steps
-    table.build<Engine::Sched::GRAIN, Engine::THREADS>(layout, bounds, groups, Engine::Sched::ALONG_K ? k : rows,
-                                                       row_align);
+    table.build<Engine::Sched::GRAIN, Engine::THREADS, Engine::Sched::CLUSTER>(
+        layout, bounds, groups, Engine::Sched::ALONG_K ? k : rows, row_align);
     const Engine::Sched sched(table, groups, rows, n, k, row_align);
     const Store store{d, sx, sy, n, rows, d_row, d_col, d_group, sx_row, sx_group, sy_col, sy_group,
                       pairs_aligned(d, d_row, d_col, d_group)};

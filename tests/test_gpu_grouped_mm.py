@@ -359,6 +359,33 @@ def test_staged_store_fp8_and_along_k(torch, staged):
         start += rows
 
 
+def test_clusters_of_one_group(torch):
+    """A configuration with clusters of 2 (w's tile multicast to a pair of tile rows of one group)."""
+    from blasdx.arrays import as_array
+    from blasdx.calls import grouped_mm as grouped
+    from blasdx.engine import grouped as engine
+    from blasdx.engine import hopper
+
+    gen = torch.Generator(device="cuda").manual_seed(43)
+    groups, total, k, n = 10, 5000, 520, 776
+    counts = sizes(groups, total, "zipf", 10)
+    x = operand(torch, (total, k), BF16, gen)
+    w = weights(torch, groups, k, n, BF16, gen, "NK")
+    offs = offsets(torch, counts)
+    vx, vw, voffs = as_array(x, "x"), as_array(w, "w"), as_array(offs, "offs")
+    form = grouped.form_of(vx, vw, voffs, None)
+    base = grouped._plan(vx, vw, form, BF16, grouped.Scale("none"), grouped.Scale("none"), 0).plan
+    for staged in (False, True):
+        config = hopper.replace(hopper.WIDE_CLUSTERS, bk=64, stages=3 if staged else 4)
+        plan = engine.GroupedPlan(BF16, BF16, BF16, "contiguous", groups, total, n, k, base.route_a, base.route_b,
+                                  (k, 0), (k, n * k), x.data_ptr(), w.data_ptr(), base.multiprocessors,
+                                  config=config, d_layout=None, store_by_tma=staged)
+        out = torch.full((total, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+        plan.run(0, torch.cuda.current_stream().cuda_stream, x.data_ptr(), w.data_ptr(), offs.data_ptr(),
+                 out.data_ptr(), (n, 1, 0))
+        assert error(out, reference(torch, x, w, counts)) <= tolerance(BF16, BF16, k), f"staged {staged}"
+
+
 # ---- refusals on the device --------------------------------------------------------------------------
 
 

@@ -48,8 +48,9 @@ using namespace blasdx::hopper;
 constexpr int THREADS = 64, BM = 128, BN = 256, BK = 64, GROUP_M = 8;
 
 int main() {
-    int along_k, layout, groups, rows, n, k, has_bounds, align;
-    if (std::scanf("%d %d %d %d %d %d %d %d", &along_k, &layout, &groups, &rows, &n, &k, &has_bounds, &align) != 8) {
+    int along_k, layout, groups, rows, n, k, has_bounds, align, cluster;
+    if (std::scanf("%d %d %d %d %d %d %d %d %d", &along_k, &layout, &groups, &rows, &n, &k, &has_bounds, &align,
+                   &cluster) != 9) {
         return 2;
     }
     std::vector<int> bounds(groups);
@@ -66,6 +67,8 @@ int main() {
             const int* b = has_bounds ? bounds.data() : nullptr;
             if (along_k) {
                 table.build<BK, THREADS>(layout, b, groups, k);
+            } else if (cluster == 2) {
+                table.build<BM, THREADS, 2>(layout, b, groups, rows, align);
             } else {
                 table.build<BM, THREADS>(layout, b, groups, rows, align);
             }
@@ -75,15 +78,17 @@ int main() {
     for (int g = 0; g <= groups; ++g) std::printf("%d %d %d\n", g < groups ? table.start[g] : 0,
                                                   g < groups ? table.end[g] : 0, table.first[g]);
     auto list = [&](const auto& sched) {
-        std::printf("%d\n", sched.units);
-        for (int u = 0; u < sched.units; ++u) {
-            const GroupWork w = sched.work(u);
+        std::printf("%d\n", sched.units * cluster);
+        for (int u = 0; u < sched.units * cluster; ++u) {
+            const GroupWork w = sched.work(u / cluster, u % cluster);
             std::printf("%d %d %d %d %d %d %d %d\n", w.batch, w.m0, w.n0, w.k_begin, w.k_end, w.row_end, w.group,
                         w.row_begin);
         }
     };
     if (along_k) {
         list(KGroupScheduler<BM, BN, BK, GROUP_M>(table, groups, rows, n, k));
+    } else if (cluster == 2) {
+        list(GroupScheduler<BM, BN, BK, GROUP_M, 2>(table, groups, rows, n, k, align));
     } else {
         list(GroupScheduler<BM, BN, BK, GROUP_M>(table, groups, rows, n, k, align));
     }
@@ -108,12 +113,12 @@ def harness(tmp_path_factory):
     return exe
 
 
-def run(exe, along_k: bool, layout: int, rows: int, n: int, k: int, bounds,
-        align: int = 1) -> tuple[np.ndarray, np.ndarray]:
+def run(exe, along_k: bool, layout: int, rows: int, n: int, k: int, bounds, align: int = 1,
+        cluster: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """(table rows (start, end, first) per group plus the total, units (group, m0, n0, k_begin, k_end, row_end,
     group, row_begin))."""
     groups = len(bounds) if bounds is not None else 1
-    text = f"{int(along_k)} {layout} {groups} {rows} {n} {k} {int(bounds is not None)} {align}\n"
+    text = f"{int(along_k)} {layout} {groups} {rows} {n} {k} {int(bounds is not None)} {align} {cluster}\n"
     text += " ".join(str(int(b)) for b in (bounds if bounds is not None else [0]))
     done = subprocess.run([str(exe)], input=text, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
@@ -179,6 +184,25 @@ def test_contiguous_m_major_origins(harness, name):
     rows = max(bounds[-1], 1) if name != "out of order" else 100
     _, units = run(harness, False, 0, rows, 600, 512, bounds, align=8)
     check_rows_covered(units, expected_ranges(bounds, rows), 600, align=8)
+
+
+@pytest.mark.parametrize("name", ["uniform", "empty groups", "many"])
+def test_contiguous_clusters(harness, name):
+    """Clusters of 2 tile rows of one group: every row covered once, the pair's second tile past the group's end
+    (when its rows run out) stores nothing."""
+    bounds = ROUTINGS[name]
+    rows, n = bounds[-1], 600
+    _, units = run(harness, False, 0, rows, n, 512, bounds, align=1, cluster=2)
+    ranges = expected_ranges(bounds, rows)
+    assert len(units) % 2 == 0
+    tiles_n = math.ceil(n / BN)
+    want = sum(2 * math.ceil(math.ceil((e - s) / BM) / 2) * tiles_n for s, e in ranges if e > s)
+    assert len(units) == want
+    pairs = units.reshape(-1, 2, 8)
+    assert np.all(pairs[:, 0, 0] == pairs[:, 1, 0]) and np.all(pairs[:, 1, 1] == pairs[:, 0, 1] + BM)
+    assert np.all(pairs[:, 0, 2] == pairs[:, 1, 2]), "the blocks of a cluster share w's tile"
+    inside = units[units[:, 1] < units[:, 5]]  # tiles with rows to store
+    check_rows_covered(inside, ranges, n)
 
 
 def test_masked_and_batched(harness):

@@ -319,6 +319,24 @@ def test_staged_kernels_compile(a, name, x_mode, y_mode):
 
 
 @pytest.mark.slow
+def test_cluster_kernel_compiles():
+    config = hopper.replace(hopper.WIDE_CLUSTERS, bk=64)
+    _checked(engine.grouped_source(BF16, BF16, BF16, config, True, True), "HGMMA")
+
+
+def test_cluster_plan(fake_device):
+    config = hopper.replace(hopper.WIDE_CLUSTERS, bk=64)
+    p = engine.GroupedPlan(BF16, BF16, BF16, "contiguous", G, T, N, K, hopper.OperandRoute("x", True),
+                           hopper.OperandRoute("w", True), (K, 0), (K, N * K), PTR, PTR + 2**30, 132, config=config)
+    b = fake_device.calls[-1]
+    assert b.box == (64, 128, 1), "each block of the pair loads half of w's tile"
+    assert p.grid[0] % 2 == 0 and not p._grid_checked and "cluster_m = 2" in p.source
+    with pytest.raises(ValueError, match="groups along K run without clusters"):
+        engine.GroupedPlan(BF16, BF16, BF16, "along_k", G, 300, N, K, hopper.OperandRoute("x", True),
+                           hopper.OperandRoute("w", True), (0, 0), (0, 0), PTR, PTR, 132, config=config)
+
+
+@pytest.mark.slow
 def test_groups_along_k_kernels_compile():
     config = hopper.replace(hopper.PINGPONG, bk=64)
     _checked(engine.grouped_source(BF16, BF16, F32, config, True, True, along_k=True), "HGMMA")

@@ -69,7 +69,7 @@ def choose_config(a: _dt.DType, rows_per_group: float) -> _hopper.EngineConfig:
     Groups of at most 64 rows (decode) take `narrow` 64 x 256 tiles; larger ones the tiles the
     single GEMM takes at its size: `pingpong` 128 x 128 for 16-bit inputs, `wide` 128 x 256 for
     fp8 (promotion every 128 K). No clusters: vertically adjacent tiles may belong to groups with
-    different B.
+    different w (a configuration given with clusters pairs tile rows of one group only).
     """
     if rows_per_group <= 64:
         base = _hopper.NARROW
@@ -92,7 +92,7 @@ def grouped_source(a: _dt.DType, b: _dt.DType, c: _dt.DType, config: _hopper.Eng
         "struct GroupedConfig {",
         *_hopper.config_members(a, b, config, a_k_major, b_k_major),
         f"    using c_type = {_hopper._STORAGE_TYPES[c.name]};",
-        f"    using scheduler = blasdx::hopper::{scheduler}<bm, bn, bk, group_m>;",
+        f"    using scheduler = blasdx::hopper::{scheduler}<bm, bn, bk, group_m, cluster_m>;",
         f"    static constexpr int x_scaling = {SCALINGS[x_scaling]}, y_scaling = {SCALINGS[y_scaling]};",
         f"    static constexpr bool store_by_tma = {str(store_by_tma).lower()};",
         "};",
@@ -172,13 +172,19 @@ class GroupedPlan:
             self._pad = _hopper._Kernel(pad_source(a.size, bk), PAD_NAME, "sm_90", _PAD_PARAMS, table_bytes(groups))
         self.operand_a = _hopper._operand(route_a, a, rows, kk, a_geometry[0], groups if masked else 1,
                                           a_geometry[1], self.config.bm, bk)
+        cluster = self.config.cluster
+        if cluster > 1 and along_k:
+            raise ValueError("groups along K run without clusters")
         self.operand_b = _hopper._operand(route_b, b, n, kk, b_geometry[0], 1 if along_k else groups, b_geometry[1],
-                                          self.config.bn, bk)
+                                          self.config.bn // cluster, bk)
         # an upper bound of the units: every group's rows plus two partial tile rows each (its first may start above)
         tile_rows = ((math.ceil(rows / self.config.bm) + 2 * groups) if layout == "contiguous" else
                      groups * math.ceil(rows / self.config.bm))
-        units = tile_rows * math.ceil(n / self.config.bn)
-        self.grid = (max(1, min(units, multiprocessors)), 1, 1)
+        units = math.ceil(tile_rows / cluster) + (groups if cluster > 1 else 0)  # of clusters
+        units *= math.ceil(n / self.config.bn)
+        # clusters: as many as run at once, read off the device at the first run (an SM's pair may be missing)
+        self.grid = (cluster * max(1, min(units, multiprocessors // cluster)), 1, 1)
+        self._grid_checked = cluster == 1
         source = grouped_source(a, b, c, self.config, route_a.k_major, route_b.k_major, x_scaling, y_scaling, along_k,
                                 staged)
         self._gemm = _hopper._Kernel(source, KERNEL_NAME, _hopper.ARCH, _PARAMS, gemm_bytes + table_bytes(groups))
@@ -264,7 +270,9 @@ class GroupedPlan:
             gemm.fill((None, None, None, d_ptr, bounds_ptr, LAYOUTS[self.layout], self.row_align, self.groups,
                        self.rows, self.n, self.k,
                        int(self.operand_a.batched), int(self.operand_b.batched), *d_strides, *sx, *sy))
-            gemm.launch(device_id, self.grid, (self.config.threads, 1, 1), stream)
+            if not self._grid_checked:
+                self._fit_grid(device_id)
+            gemm.launch(device_id, self.grid, (self.config.threads, 1, 1), stream, self.config.cluster)
 
     def run_along_k(self, device_id: int, stream: int, x: tuple[int, int, int], w: tuple[int, int, int],
                     offs_ptr: int, d_ptr: int, d_strides: tuple[int, int, int], scratch: Any) -> None:
@@ -286,7 +294,18 @@ class GroupedPlan:
             gemm.fill((None, None, None, d_ptr, offs_ptr, LAYOUTS[self.layout], 1, self.groups, self.rows, self.n,
                        self.k,
                        0, 0, *d_strides, 0, 0, 0, 0, 0, 0, 0, 0))
-            gemm.launch(device_id, self.grid, (self.config.threads, 1, 1), stream)
+            if not self._grid_checked:
+                self._fit_grid(device_id)
+            gemm.launch(device_id, self.grid, (self.config.threads, 1, 1), stream, self.config.cluster)
+
+    def _fit_grid(self, device_id: int) -> None:
+        """A persistent grid of clusters no larger than the device runs at once."""
+        cluster = self.config.cluster
+        fits = _driver.max_active_clusters(self._gemm.function(device_id), (self.config.threads, 1, 1),
+                                           self._gemm.shared_memory, cluster)
+        if fits:
+            self.grid = (cluster * max(1, min(self.grid[0] // cluster, fits)), 1, 1)
+        self._grid_checked = True
 
     def _point_maps(self, a_ptr: int, b_ptr: int, d_ptr: int) -> None:
         """Point the tensor maps at this call's operands (a driver call only on change); without the staged

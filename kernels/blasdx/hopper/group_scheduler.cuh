@@ -50,7 +50,8 @@ struct GroupTable {
     // [0, rows] and made non-decreasing (a running maximum), so groups never overlap. A group's
     // tile rows start at its first row rounded down to `align` rows (a power of two: TMA reads
     // an M-major A's boxes from 16-byte aligned rows only), the rows above it the previous group's.
-    template <int BM, int THREADS>
+    // With CLUSTER > 1, first[] counts clusters of CLUSTER tile rows (a group's last may be short).
+    template <int BM, int THREADS, int CLUSTER = 1>
     __device__ __forceinline__ void build(int layout, const int* bounds, int groups, int rows, int align = 1) const {
         const bool contiguous = layout == GROUPS_CONTIGUOUS;
         for (int g = threadIdx.x; g < groups; g += THREADS) {
@@ -62,7 +63,7 @@ struct GroupTable {
         for (int g = threadIdx.x; g < groups; g += THREADS) {
             start[g] = contiguous && g > 0 ? end[g - 1] : 0;
             const int origin = start[g] & -align;  // this group's tile rows, summed below
-            first[g] = end[g] > start[g] ? (end[g] - origin + BM - 1) / BM : 0;
+            first[g] = end[g] > start[g] ? ((end[g] - origin + BM - 1) / BM + CLUSTER - 1) / CLUSTER : 0;
         }
         __syncthreads();
         if (threadIdx.x < 32) {
@@ -118,10 +119,14 @@ __device__ __forceinline__ int group_holding(const int* first, int groups, int r
     return lo;
 }
 
-// Groups along M (contiguous or masked layouts): the table is built in tile rows (GRAIN = BM).
-template <int BM, int BN, int BK, int GROUP_M>
+// Groups along M (contiguous or masked layouts): the table is built in tile rows (GRAIN = BM), or
+// in clusters of CLUSTER_M tile rows of one group (the blocks of a cluster share B's tile: a
+// cluster never spans two groups; block `rank` takes tile row CLUSTER_M * i + rank, which may lie
+// past the group's end: its rows are loaded and never stored).
+template <int BM, int BN, int BK, int GROUP_M, int CLUSTER_M = 1>
 struct GroupScheduler {
     static constexpr int GRAIN = BM;
+    static constexpr int CLUSTER = CLUSTER_M;
     static constexpr bool ALONG_K = false;
     GroupTable table;
     int m;  // rows of A's map that exist (the producer loads A's tile below it)
@@ -137,7 +142,7 @@ struct GroupScheduler {
 
     __device__ __forceinline__ int group_of(int r) const { return group_holding(table.first, groups, r); }
 
-    __device__ __forceinline__ GroupWork work(int unit, int /*rank*/ = 0) const {
+    __device__ __forceinline__ GroupWork work(int unit, int rank = 0) const {
         GroupWork w;
         const int g = group_of(unit / tiles_n);
         const int first_row = table.first[g];
@@ -150,7 +155,7 @@ struct GroupScheduler {
         const int in_raster = t - raster * span;
         w.batch = w.group = g;
         w.split = 0;
-        w.m0 = (table.start[g] & -align) + (top + in_raster % in_rows) * BM;
+        w.m0 = (table.start[g] & -align) + ((top + in_raster % in_rows) * CLUSTER_M + rank) * BM;
         w.n0 = (in_raster / in_rows) * BN;
         w.k_begin = 0;
         w.k_end = steps;
@@ -165,9 +170,11 @@ struct GroupScheduler {
 // groups' K ranges are padded with zeros to whole BK steps (grouped_pad.cu), so a group's K steps
 // are [first[g], first[g + 1]) of the table built in K steps (GRAIN = BK) and no step mixes two
 // groups. Every group has all M x N tiles (an empty one stores zeros).
-template <int BM, int BN, int BK, int GROUP_M>
+template <int BM, int BN, int BK, int GROUP_M, int CLUSTER_M = 1>
 struct KGroupScheduler {
+    static_assert(CLUSTER_M == 1, "groups along K run without clusters");
     static constexpr int GRAIN = BK;
+    static constexpr int CLUSTER = 1;
     static constexpr bool ALONG_K = true;
     GroupTable table;
     int m;
