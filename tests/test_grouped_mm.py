@@ -196,7 +196,7 @@ def test_contiguous_plan_and_maps(fake_device):
     # an M-major x: its TMA boxes start on 16 bytes along M, so tiles start on 8-row boundaries
     assert plan_of(view((T, K), strides=(1, T)), w_nk(), CONTIGUOUS).row_align == 8
     src = p.source
-    assert "using scheduler = blasdx::hopper::GroupScheduler<bm, bn, bk, group_m>;" in src
+    assert "using scheduler = blasdx::hopper::GroupScheduler<bm, bn, bk, group_m, cluster_m>;" in src
     assert p._gemm.shared_memory == p.config.shared_memory(2) + engine.table_bytes(G) and engine.table_bytes(G) == 112
     assert "static constexpr int x_scaling = 0, y_scaling = 0;" in src
 
