@@ -328,6 +328,9 @@ def grouped_mm(x: Any, w: Any, offs: Any = None, *, counts: Any = None, out_dtyp
     if along_n:  # groups along N: out^T = w^T x[g]^T, the contiguous form on transposed views
         vx, vw, vout = _along_n(vx, vw, voffs, vcounts, vsx, vsw, vout, c)
     form = form_of(vx, vw, voffs, vcounts)
+    if form.layout == "along_k":
+        raise ExecutionError("x, w: the 2D x 2D form (groups along K) is not enabled: its results were wrong on the "
+                             "GPU; pass each group's product separately")
     sx = scale_of(vsx, "scale_x", form, True)
     sw = scale_of(vsw, "scale_w", form, False)
     if vout is not None:
