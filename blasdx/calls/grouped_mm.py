@@ -9,7 +9,8 @@ PyTorch's ``grouped_mm`` semantics, on the Hopper engine (blasdx.engine.grouped)
 * masked (decode): as batched, with ``counts`` an int32 [G] array of rows per group: only
   rows [0, counts[g]) of group g are computed and written, the rest of out is left as it is;
 * groups along K (2D x 2D, the weight gradient): x [M, total_k], w [total_k, N], ``offs`` the
-  end of each group's K range; result [G, M, N] (16-bit inputs);
+  end of each group's K range; result [G, M, N]: checked, then refused (not enabled: its
+  results were wrong on the GPU);
 * groups along N (3D x 2D): x [G, M, K], w [K, total_n], ``offs`` the end column of each
   group: columns [offs[g - 1], offs[g]) of the result [M, total_n] are x[g] times w's same
   columns (run as the contiguous form of the transposes; no scales).
