@@ -44,9 +44,9 @@ MODELS = {  # name: (experts, experts per token, [(K, N), ...])
     "Mixtral-8x7B": (8, 2, [(4096, 14336), (14336, 4096)]),
 }
 QUICK = [("DeepSeek-V3", 0, 4096, "uniform"), ("Qwen3-30B-A3B", 0, 4096, "zipf"), ("Mixtral-8x7B", 1, 4096, "uniform")]
-#: A mid-sized list: every model's two shapes at 4096 tokens (uniform and skewed) and 16384 (uniform).
-MEDIUM = [(m, s, t, r) for m in ("DeepSeek-V3", "Qwen3-30B-A3B", "Mixtral-8x7B") for s in (0, 1)
-          for t, r in ((4096, "uniform"), (4096, "zipf"), (16384, "uniform"))]
+#: A mid-sized list: every model's two shapes at 4096 tokens uniform, 16384 skewed, 4096 skewed.
+MEDIUM = [(m, s, t, r) for t, r in ((4096, "uniform"), (16384, "zipf"), (4096, "zipf"))
+          for m in ("DeepSeek-V3", "Qwen3-30B-A3B", "Mixtral-8x7B") for s in (0, 1)]
 
 
 def group_sizes(experts: int, rows: int, routing: str, seed: int = 0) -> np.ndarray:
@@ -214,7 +214,7 @@ def bench_fp8(model: str, shape: int, tokens: int, routing: str) -> list[dict]:
     return [contiguous, masked]
 
 
-SWEEP = ("pingpong", "wide", "square", "narrow")  # each with direct stores and with whole tiles by TMA
+SWEEP = ("pingpong", "wide", "wide clusters")  # each with direct stores and with whole tiles by TMA
 
 
 def sweep_bf16(model: str, shape: int, tokens: int, routing: str) -> dict:
@@ -241,7 +241,7 @@ def sweep_bf16(model: str, shape: int, tokens: int, routing: str) -> dict:
     row = {"model": model, "k": k, "n": n, "tokens": tokens, "routing": routing, "chosen": str(base.config)}
     for name, staged in [(name, staged) for name in SWEEP for staged in (False, True)]:
         config = hopper.replace(hopper.CONFIGS[name], bk=64)
-        if staged and name in ("pingpong", "wide", "square"):
+        if staged and name in ("pingpong", "wide", "square", "wide clusters"):
             config = hopper.replace(config, stages=config.stages - 1)  # the staging buffers and the table fit
         plan = engine.GroupedPlan(vx.dtype, vw.dtype, vx.dtype, "contiguous", experts, rows, n, k, base.route_a,
                                   base.route_b, (k, 0), (k, n * k), x.data_ptr(), w.data_ptr(),
@@ -283,11 +283,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="a short case list (one shape per model, 4096 tokens)")
     parser.add_argument("--medium", action="store_true", help="both shapes per model, 4096 and 16384 tokens")
+    parser.add_argument("--tokens", type=int, nargs="*", default=[512, 4096, 16384, 65536])
     parser.add_argument("--fp8-tokens", type=int, nargs="*", default=None,
                         help="token counts of the fp8 cases (default: those of the bf16 cases)")
-    parser.add_argument("--tokens", type=int, nargs="*", default=[512, 4096, 16384, 65536])
+    parser.add_argument("--no-bf16", action="store_true")
     parser.add_argument("--no-fp8", action="store_true")
     parser.add_argument("--sweep", action="store_true", help="also time every tile configuration (bf16)")
+    parser.add_argument("--sweep-only", action="store_true", help="only the tile configurations (bf16)")
     parser.add_argument("--json", default=str(Path(__file__).parent / "results" / "grouped_mm.json"))
     args = parser.parse_args()
     import torch
@@ -303,19 +305,34 @@ def main() -> None:
     else:
         cases = [(m, s, t, r) for m in MODELS for s in range(2) for t in args.tokens for r in ("uniform", "zipf")]
     rows: list[dict] = []
-    for model, shape, tokens, routing in cases:
-        rows.append(bench_bf16(model, shape, tokens, routing))
-        _print(rows[-1:])
-        torch.cuda.empty_cache()
-    if not args.no_fp8:
+    sweeps: list[dict] = []
+    path = Path(args.json)
+    path.parent.mkdir(parents=True, exist_ok=True)
+
+    def save() -> None:  # after every case: a run cut short keeps what it measured
+        path.write_text(json.dumps({"date": str(date.today()), "device": torch.cuda.get_device_name(),
+                                    "torch": torch.__version__, "rows": rows, "sweep": sweeps}, indent=1))
+
+    if args.sweep or args.sweep_only:
+        for case in cases:
+            sweeps.append(sweep_bf16(*case))
+            save()
+            torch.cuda.empty_cache()
+    if not args.no_fp8 and not args.sweep_only:
         fp8_cases = [(m, s, t, r) for m, s, t, r in cases if m == "DeepSeek-V3"]
         if args.fp8_tokens is not None:
-            fp8_cases = [("DeepSeek-V3", s, t, "uniform") for s in (0, 1) for t in args.fp8_tokens]
+            fp8_cases = [("DeepSeek-V3", s, t, "uniform") for t in args.fp8_tokens for s in (0, 1)]
         for case in fp8_cases:
             rows.extend(bench_fp8(*case))
             _print(rows[-2:])
+            save()
             torch.cuda.empty_cache()
-    sweeps = [sweep_bf16(*case) for case in cases] if args.sweep else []
+    if not args.no_bf16 and not args.sweep_only:
+        for model, shape, tokens, routing in cases:
+            rows.append(bench_bf16(model, shape, tokens, routing))
+            _print(rows[-1:])
+            save()
+            torch.cuda.empty_cache()
     print()
     _print(rows)
     bf16 = [r["ratio"] for r in rows if r["dtype"] == "bf16" and "ratio" in r]
@@ -324,10 +341,7 @@ def main() -> None:
     loops = [r["loop_ratio"] for r in rows if "loop_ratio" in r]
     if loops:
         print(f"bf16 against a loop of torch.matmul: geomean {math.exp(np.mean(np.log(loops))):.3f}")
-    path = Path(args.json)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"date": str(date.today()), "device": torch.cuda.get_device_name(),
-                                "torch": torch.__version__, "rows": rows, "sweep": sweeps}, indent=1))
+    save()
     print(f"wrote {path}")
 
 

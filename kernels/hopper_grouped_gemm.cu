@@ -12,8 +12,10 @@
 // tiles wholly inside their group's rows are stored through shared memory with D's map
 // (row-major D: (N, total, 1) contiguous, (N, rows, G) otherwise; box {128 / sizeof(c_type),
 // 64, 1}), the others element pair by pair (GroupStaged); without it, every tile pair by pair. `bounds` is offs (int32 cumulative end rows, contiguous) or
-// counts (int32 rows per group, masked; null: max_m each). Rows past a group's end are not
-// stored (the masked layout leaves them as they were). Strides are in elements.
+// counts (int32 rows per group, masked; null: max_m each). Rows outside a group are not
+// stored (the masked layout leaves them as they were). `row_align` (rows, a power of two):
+// tiles of a group start at its first row rounded down to it (an M-major A's TMA boxes start
+// on 16 bytes). Strides are in elements.
 #include "blasdx/hopper/gemm.cuh"
 #include "blasdx/hopper/group_epilogue.cuh"
 
@@ -37,7 +39,7 @@ __device__ __forceinline__ E epilogue_of(const TensorMap* map_d, const Store& st
     }
 }
 
-static_assert(Engine::CLUSTER == 1, "a grouped launch runs without clusters (adjacent tiles may be other groups')");
+static_assert(Engine::CLUSTER == Engine::Sched::CLUSTER, "the scheduler's clusters are the engine's");
 static_assert(Engine::PROMOTION > 0 || (XS != SCALE_BLOCK && YS != SCALE_BLOCK),
               "block scales are applied at promotion: a configuration without promotion takes none");
 
@@ -48,7 +50,8 @@ extern "C" __global__ void __launch_bounds__(blasdx::hopper::Engine::THREADS, 1)
     blasdx_hopper_grouped_gemm(const __grid_constant__ blasdx::hopper::TensorMap map_a,
                                const __grid_constant__ blasdx::hopper::TensorMap map_b,
                                const __grid_constant__ blasdx::hopper::TensorMap map_d, blasdx::hopper::TC* d,
-                               const int* bounds, int layout, int groups, int rows, int n, int k, int batched_a,
+                               const int* bounds, int layout, int row_align, int groups, int rows, int n, int k,
+                               int batched_a,
                                int batched_b, blasdx::i64 d_row, blasdx::i64 d_col, blasdx::i64 d_group,
                                const float* sx, blasdx::i64 sx_row, blasdx::i64 sx_col, blasdx::i64 sx_group,
                                const float* sy, blasdx::i64 sy_row, blasdx::i64 sy_col, blasdx::i64 sy_group) {
@@ -57,8 +60,9 @@ extern "C" __global__ void __launch_bounds__(blasdx::hopper::Engine::THREADS, 1)
     // the group table after the GEMM's shared memory (the host adds GroupTable::bytes(groups))
     const GroupTable table(reinterpret_cast<int*>(smem + Engine::shared_bytes<Epilogue>()), groups);
     // groups along M: row ranges in tile rows; along K: K ranges (of k) in K steps
-    table.build<Engine::Sched::GRAIN, Engine::THREADS>(layout, bounds, groups, Engine::Sched::ALONG_K ? k : rows);
-    const Engine::Sched sched(table, groups, rows, n, k);
+    table.build<Engine::Sched::GRAIN, Engine::THREADS, Engine::Sched::CLUSTER>(
+        layout, bounds, groups, Engine::Sched::ALONG_K ? k : rows, row_align);
+    const Engine::Sched sched(table, groups, rows, n, k, row_align);
     const Store store{d, sx, sy, n, rows, d_row, d_col, d_group, sx_row, sx_group, sy_col, sy_group,
                       pairs_aligned(d, d_row, d_col, d_group)};
     const Blocks blocks{sx, sy, sx_row, sx_col, sx_group, sy_row, sy_col, sy_group, rows, n};

@@ -180,24 +180,13 @@ def test_graph_replay_with_new_offsets(torch):
         assert error(out, reference(torch, x, w, counts)) <= tolerance(BF16, BF16, k), routing
 
 
-@pytest.mark.parametrize(("groups", "routing"), [(1, "uniform"), (8, "zipf"), (8, "empty"), (64, "zipf")])
-def test_groups_along_k(torch, groups, routing):
-    """The weight-gradient form: x [M, total_k] (dY^T, M-major) with w [total_k, N] -> [G, M, N]."""
-    gen = torch.Generator(device="cuda").manual_seed(31 + groups)
-    total, m, n = 5000, 264, 392
-    counts = sizes(groups, total, routing, groups)
-    x = operand(torch, (total, m), BF16, gen).t()
-    w = operand(torch, (total, n), BF16, gen)
-    out = torch.full((groups, m, n), float("nan"), dtype=torch.float32, device="cuda")
-    bx.grouped_mm(x, w, offsets(torch, counts), out=out)
-    start = 0
-    ref = torch.empty((groups, m, n), dtype=torch.float64, device="cuda")
-    for g, rows in enumerate(counts.tolist()):
-        ref[g] = x[:, start:start + rows].double() @ w[start:start + rows].double()
-        start += rows
-    assert error(out, ref) <= tolerance(BF16, F32, int(counts.max())), routing
-    got = bx.grouped_mm(x.contiguous(), w, offsets(torch, counts))  # K-major x, bf16 result
-    assert got.shape == (groups, m, n) and error(got, ref) <= tolerance(BF16, BF16, int(counts.max()))
+def test_groups_along_k_refused(torch):
+    """The 2D x 2D form is refused before any launch (its K-padded path gave wrong results on the GPU)."""
+    x = torch.randn((264, 500), device="cuda").bfloat16()
+    w = torch.randn((500, 392), device="cuda").bfloat16()
+    offs = torch.tensor([100, 500], dtype=torch.int32, device="cuda")
+    with pytest.raises(ExecutionError, match=r"^x, w: the 2D x 2D form \(groups along K\) is not enabled"):
+        bx.grouped_mm(x, w, offs)
 
 
 @pytest.mark.parametrize("a", [BF16, E4M3])
@@ -308,9 +297,9 @@ def staged():
     from blasdx.calls import grouped_mm as grouped
 
     grouped._CALLS.clear()
-    grouped.STORE_BY_TMA = True
+    before, grouped.STORE_BY_TMA = grouped.STORE_BY_TMA, True
     yield
-    grouped.STORE_BY_TMA = False
+    grouped.STORE_BY_TMA = before
     grouped._CALLS.clear()
 
 
@@ -338,7 +327,7 @@ def test_staged_store(torch, staged):
         assert bool(outm[g, rows:].isnan().all()), f"group {g}: rows past its count were written"
 
 
-def test_staged_store_fp8_and_along_k(torch, staged):
+def test_staged_store_fp8(torch, staged):
     gen = torch.Generator(device="cuda").manual_seed(42)
     groups, total, k, n = 8, 2500, 1040, 640
     counts = sizes(groups, total, "empty", 7)
@@ -348,15 +337,33 @@ def test_staged_store_fp8_and_along_k(torch, staged):
     sw = torch.rand((groups, n), device="cuda", generator=gen) + 0.5
     got = bx.grouped_mm(x, w, offsets(torch, counts), scale_x=sx, scale_w=sw)
     assert error(got, reference(torch, x, w, counts, sx, sw)) <= fp8_tolerance(E4M3, BF16, k)
-    m, nn = 264, 392
-    xk = operand(torch, (total, m), BF16, gen).t()
-    wk = operand(torch, (total, nn), BF16, gen)
-    got = bx.grouped_mm(xk, wk, offsets(torch, counts))
-    start = 0
-    for g, rows in enumerate(counts.tolist()):
-        ref = xk[:, start:start + rows].double() @ wk[start:start + rows].double()
-        assert error(got[g], ref) <= tolerance(BF16, BF16, max(rows, 1)), f"group {g}"
-        start += rows
+
+
+def test_clusters_of_one_group(torch):
+    """A configuration with clusters of 2 (w's tile multicast to a pair of tile rows of one group)."""
+    from blasdx.arrays import as_array
+    from blasdx.calls import grouped_mm as grouped
+    from blasdx.engine import grouped as engine
+    from blasdx.engine import hopper
+
+    gen = torch.Generator(device="cuda").manual_seed(43)
+    groups, total, k, n = 10, 5000, 520, 776
+    counts = sizes(groups, total, "zipf", 10)
+    x = operand(torch, (total, k), BF16, gen)
+    w = weights(torch, groups, k, n, BF16, gen, "NK")
+    offs = offsets(torch, counts)
+    vx, vw, voffs = as_array(x, "x"), as_array(w, "w"), as_array(offs, "offs")
+    form = grouped.form_of(vx, vw, voffs, None)
+    base = grouped._plan(vx, vw, form, BF16, grouped.Scale("none"), grouped.Scale("none"), 0).plan
+    for staged in (False, True):
+        config = hopper.replace(hopper.WIDE_CLUSTERS, bk=64, stages=3 if staged else 4)
+        plan = engine.GroupedPlan(BF16, BF16, BF16, "contiguous", groups, total, n, k, base.route_a, base.route_b,
+                                  (k, 0), (k, n * k), x.data_ptr(), w.data_ptr(), base.multiprocessors,
+                                  config=config, d_layout=None, store_by_tma=staged)
+        out = torch.full((total, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+        plan.run(0, torch.cuda.current_stream().cuda_stream, x.data_ptr(), w.data_ptr(), offs.data_ptr(),
+                 out.data_ptr(), (n, 1, 0))
+        assert error(out, reference(torch, x, w, counts)) <= tolerance(BF16, BF16, k), f"staged {staged}"
 
 
 # ---- refusals on the device --------------------------------------------------------------------------

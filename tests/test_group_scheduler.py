@@ -48,8 +48,11 @@ using namespace blasdx::hopper;
 constexpr int THREADS = 64, BM = 128, BN = 256, BK = 64, GROUP_M = 8;
 
 int main() {
-    int along_k, layout, groups, rows, n, k, has_bounds;
-    if (std::scanf("%d %d %d %d %d %d %d", &along_k, &layout, &groups, &rows, &n, &k, &has_bounds) != 7) return 2;
+    int along_k, layout, groups, rows, n, k, has_bounds, align, cluster;
+    if (std::scanf("%d %d %d %d %d %d %d %d %d", &along_k, &layout, &groups, &rows, &n, &k, &has_bounds, &align,
+                   &cluster) != 9) {
+        return 2;
+    }
     std::vector<int> bounds(groups);
     for (int& b : bounds) std::scanf("%d", &b);
     std::vector<int> storage(3 * groups + 1);
@@ -64,8 +67,10 @@ int main() {
             const int* b = has_bounds ? bounds.data() : nullptr;
             if (along_k) {
                 table.build<BK, THREADS>(layout, b, groups, k);
+            } else if (cluster == 2) {
+                table.build<BM, THREADS, 2>(layout, b, groups, rows, align);
             } else {
-                table.build<BM, THREADS>(layout, b, groups, rows);
+                table.build<BM, THREADS>(layout, b, groups, rows, align);
             }
         });
     }
@@ -73,16 +78,19 @@ int main() {
     for (int g = 0; g <= groups; ++g) std::printf("%d %d %d\n", g < groups ? table.start[g] : 0,
                                                   g < groups ? table.end[g] : 0, table.first[g]);
     auto list = [&](const auto& sched) {
-        std::printf("%d\n", sched.units);
-        for (int u = 0; u < sched.units; ++u) {
-            const GroupWork w = sched.work(u);
-            std::printf("%d %d %d %d %d %d\n", w.batch, w.m0, w.n0, w.k_begin, w.k_end, w.row_end);
+        std::printf("%d\n", sched.units * cluster);
+        for (int u = 0; u < sched.units * cluster; ++u) {
+            const GroupWork w = sched.work(u / cluster, u % cluster);
+            std::printf("%d %d %d %d %d %d %d %d\n", w.batch, w.m0, w.n0, w.k_begin, w.k_end, w.row_end, w.group,
+                        w.row_begin);
         }
     };
     if (along_k) {
         list(KGroupScheduler<BM, BN, BK, GROUP_M>(table, groups, rows, n, k));
+    } else if (cluster == 2) {
+        list(GroupScheduler<BM, BN, BK, GROUP_M, 2>(table, groups, rows, n, k, align));
     } else {
-        list(GroupScheduler<BM, BN, BK, GROUP_M>(table, groups, rows, n, k));
+        list(GroupScheduler<BM, BN, BK, GROUP_M>(table, groups, rows, n, k, align));
     }
     return 0;
 }
@@ -105,10 +113,12 @@ def harness(tmp_path_factory):
     return exe
 
 
-def run(exe, along_k: bool, layout: int, rows: int, n: int, k: int, bounds) -> tuple[np.ndarray, np.ndarray]:
-    """(table rows (start, end, first) per group plus the total, units (group, m0, n0, k_begin, k_end, row_end))."""
+def run(exe, along_k: bool, layout: int, rows: int, n: int, k: int, bounds, align: int = 1,
+        cluster: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """(table rows (start, end, first) per group plus the total, units (group, m0, n0, k_begin, k_end, row_end,
+    group, row_begin))."""
     groups = len(bounds) if bounds is not None else 1
-    text = f"{int(along_k)} {layout} {groups} {rows} {n} {k} {int(bounds is not None)}\n"
+    text = f"{int(along_k)} {layout} {groups} {rows} {n} {k} {int(bounds is not None)} {align} {cluster}\n"
     text += " ".join(str(int(b)) for b in (bounds if bounds is not None else [0]))
     done = subprocess.run([str(exe)], input=text, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
@@ -116,7 +126,7 @@ def run(exe, along_k: bool, layout: int, rows: int, n: int, k: int, bounds) -> t
     table = np.array([[int(v) for v in line.split()] for line in lines[:groups + 1]])
     count = int(lines[groups + 1])
     units = np.array([[int(v) for v in line.split()] for line in lines[groups + 2:groups + 2 + count]])
-    return table, units.reshape(-1, 6)
+    return table, units.reshape(-1, 8)
 
 
 def expected_ranges(bounds, rows: int) -> list[tuple[int, int]]:
@@ -126,18 +136,24 @@ def expected_ranges(bounds, rows: int) -> list[tuple[int, int]]:
     return list(zip(starts.tolist(), ends.tolist()))
 
 
-def check_rows_covered(units, ranges, n: int) -> None:
-    """Every (row, column tile) of every group is in exactly one unit, and no unit lies outside its group."""
+def check_rows_covered(units, ranges, n: int, align: int = 1) -> None:
+    """Every (row, column tile) of every group is in exactly one unit, and no unit lies outside its group; tiles
+    start at the group's first row rounded down to ``align``."""
     tiles_n = math.ceil(n / BN)
     seen: dict[tuple[int, int, int], int] = {}
-    for g, m0, n0, _, _, row_end in units.tolist():
+    covered: dict[int, set[int]] = {}
+    for g, m0, n0, _, _, row_end, group, row_begin in units.tolist():
         start, end = ranges[g]
-        assert row_end == end and start <= m0 < end and n0 % BN == 0 and n0 < n
-        assert (m0 - start) % BM == 0, "tile rows start at the group's first row"
+        origin = start - start % align
+        assert group == g and (row_begin, row_end) == (start, end) and origin <= m0 < end and n0 % BN == 0
+        assert n0 < n and (m0 - origin) % BM == 0 and m0 % align == 0, "tile rows start at the group's origin"
         seen[(g, m0, n0)] = seen.get((g, m0, n0), 0) + 1
+        covered.setdefault(g, set()).update(range(max(m0, start), min(m0 + BM, end)))
     assert all(v == 1 for v in seen.values()), "a tile taken twice"
-    want = sum(math.ceil((e - s) / BM) * tiles_n for s, e in ranges)
+    want = sum(math.ceil((e - (s - s % align)) / BM) * tiles_n for s, e in ranges if e > s)
     assert len(units) == want == len(seen)
+    for g, (s, e) in enumerate(ranges):
+        assert covered.get(g, set()) == set(range(s, e)), f"group {g}'s rows"
 
 
 ROUTINGS = {
@@ -159,6 +175,34 @@ def test_contiguous(harness, name):
     assert [tuple(r) for r in table[:-1, :2].tolist()] == ranges
     check_rows_covered(units, ranges, n)
     assert np.all(units[:, 3] == 0) and np.all(units[:, 4] == math.ceil(512 / BK))
+
+
+@pytest.mark.parametrize("name", ["uniform", "many", "out of order"])
+def test_contiguous_m_major_origins(harness, name):
+    """An M-major A: tiles start on 8-row (16-byte) boundaries, the rows above the group's first masked."""
+    bounds = ROUTINGS[name]
+    rows = max(bounds[-1], 1) if name != "out of order" else 100
+    _, units = run(harness, False, 0, rows, 600, 512, bounds, align=8)
+    check_rows_covered(units, expected_ranges(bounds, rows), 600, align=8)
+
+
+@pytest.mark.parametrize("name", ["uniform", "empty groups", "many"])
+def test_contiguous_clusters(harness, name):
+    """Clusters of 2 tile rows of one group: every row covered once, the pair's second tile past the group's end
+    (when its rows run out) stores nothing."""
+    bounds = ROUTINGS[name]
+    rows, n = bounds[-1], 600
+    _, units = run(harness, False, 0, rows, n, 512, bounds, align=1, cluster=2)
+    ranges = expected_ranges(bounds, rows)
+    assert len(units) % 2 == 0
+    tiles_n = math.ceil(n / BN)
+    want = sum(2 * math.ceil(math.ceil((e - s) / BM) / 2) * tiles_n for s, e in ranges if e > s)
+    assert len(units) == want
+    pairs = units.reshape(-1, 2, 8)
+    assert np.all(pairs[:, 0, 0] == pairs[:, 1, 0]) and np.all(pairs[:, 1, 1] == pairs[:, 0, 1] + BM)
+    assert np.all(pairs[:, 0, 2] == pairs[:, 1, 2]), "the blocks of a cluster share w's tile"
+    inside = units[units[:, 1] < units[:, 5]]  # tiles with rows to store
+    check_rows_covered(inside, ranges, n)
 
 
 def test_masked_and_batched(harness):

@@ -54,6 +54,7 @@ def fake_device(monkeypatch):
     monkeypatch.setattr(array_gemm, "_device_info", lambda device_id: array_gemm._DeviceInfo(90, 132))
     encoder = FakeEncoder()
     monkeypatch.setattr(cuda_driver, "encode_tiled", encoder)
+    monkeypatch.setattr(grouped, "STORE_BY_TMA", False)  # the plans below store pair by pair unless a test says
     grouped._CALLS.clear()
     yield encoder
     grouped._CALLS.clear()
@@ -119,7 +120,9 @@ def test_scale_shapes(shape, strides, form, is_x, expected):
     ({"scale_x": view((T,), F32)}, r"^scale_x: scales are for fp8 inputs; bfloat16 products take none"),
     ({"out_dtype": dt.int32}, r"^out_dtype: grouped_mm writes float16, bfloat16, float32, not int32"),
     ({"out_dtype": "float7"}, r"^out_dtype: 'float7' is not an element type"),
-    ({"out": view((T, N), F32)}, (r"^out: expected shape \(3000, 776\) of bfloat16 \(out_dtype\), got \(3000, 776\) of "
+    ({"out": view((T, N), dt.float64, ptr=PTR + 2**32)},
+     r"^out: grouped_mm writes float16, bfloat16, float32, not float64"),
+    ({"out": view((T, N), F32), "out_dtype": BF16}, (r"^out: expected shape \(3000, 776\) of bfloat16 \(out_dtype\), got \(3000, 776\) of "
                                   r"float32")),
     ({"out": view((T, N), readonly=True, ptr=PTR + 2**32)}, r"^out: the array is read-only"),
     ({"out": view((T, N), ptr=PTR)}, r"^out: its memory overlaps x's"),
@@ -184,15 +187,17 @@ def plan_of(x, w, form, c=BF16, sx=NONE, sw=NONE):
 
 def test_contiguous_plan_and_maps(fake_device):
     p = plan_of(view((T, K)), w_nk(), CONTIGUOUS)
-    assert p.config == hopper.replace(hopper.PINGPONG, bk=64)
-    assert p.describe() == ("hopper grouped wgmma+TMA, contiguous groups, 128x128x64, 6 stages, 2 consumers, "
-                            "ping-pong, group 8, D by direct stores, x K-major, w K-major")
+    assert p.config == hopper.replace(hopper.WIDE, bk=64)
+    assert p.describe() == ("hopper grouped wgmma+TMA, contiguous groups, 128x256x64, 4 stages, 2 consumers, "
+                            "group 8, D by direct stores, x K-major, w K-major")
     a, b = fake_device.calls[-2:]
     assert (a.dims, a.box) == ((K, T, 1), (64, 128, 1))  # x: one [total, K] map, rows by offset
-    assert (b.dims, b.strides, b.box) == ((K, N, G), (2 * K, 2 * K * N), (64, 128, 1))  # w: a problem per group
-    assert p.grid == (132, 1, 1) and not p.operand_a.batched and p.operand_b.batched
+    assert (b.dims, b.strides, b.box) == ((K, N, G), (2 * K, 2 * K * N), (64, 256, 1))  # w: a problem per group
+    assert p.grid == (132, 1, 1) and not p.operand_a.batched and p.operand_b.batched and p.row_align == 1
+    # an M-major x: its TMA boxes start on 16 bytes along M, so tiles start on 8-row boundaries
+    assert plan_of(view((T, K), strides=(1, T)), w_nk(), CONTIGUOUS).row_align == 8
     src = p.source
-    assert "using scheduler = blasdx::hopper::GroupScheduler<bm, bn, bk, group_m>;" in src
+    assert "using scheduler = blasdx::hopper::GroupScheduler<bm, bn, bk, group_m, cluster_m>;" in src
     assert p._gemm.shared_memory == p.config.shared_memory(2) + engine.table_bytes(G) and engine.table_bytes(G) == 112
     assert "static constexpr int x_scaling = 0, y_scaling = 0;" in src
 
@@ -229,25 +234,25 @@ def test_groups_along_k_plan(fake_device):
     assert p.k_padded == kp and p._pad is not None and "KGroupScheduler" in p.source
     a, b = fake_device.calls[-2:]
     assert (a.dims, a.strides, a.pointer) == ((kp, 300, 1), (2 * kp, 2 * kp * 300), 256)  # the padded copies
-    assert (b.dims, b.box) == ((kp, N, 1), (64, 128, 1)) and not p.operand_b.batched
-    assert p.grid == (132, 1, 1)
+    assert (b.dims, b.box) == ((kp, N, 1), (64, 256, 1)) and not p.operand_b.batched
+    assert p.grid == (96, 1, 1)  # 8 groups x 3 x 4 tiles
 
 
 def test_staged_store_plans(fake_device, monkeypatch):
     monkeypatch.setattr(grouped, "STORE_BY_TMA", True)
     p = plan_of(view((T, K)), w_nk(), CONTIGUOUS)
-    assert p.config.stages == 6 and p._gemm.shared_memory == 230560 + engine.table_bytes(G) <= 232448
+    assert p.config.stages == 4 and p._gemm.shared_memory == 230512 + engine.table_bytes(G) <= 232448
     assert "whole tiles of D by TMA" in p.describe() and "store_by_tma = true;" in p.source
     d = fake_device.calls[-1]
     assert (d.dims, d.box, d.pointer) == ((N, T, 1), (64, 64, 1), 256)  # one [total, N] matrix, a new result
     many = plan_of(view((40000, K)), w_nk(200), CONTIGUOUS._replace(groups=200, rows=40000, out_shape=(40000, N)))
-    assert many.config.stages == 5, "6 stages, the staging buffers and a table of 200 groups do not fit"
+    assert many.config.stages == 3, "4 stages, the staging buffers and a table of 200 groups do not fit"
     p = plan_of(view((G, 48, K)), w_nk(), grouped.Form("masked", G, 48, N, K, (G, 48, N)), F32)
     d = fake_device.calls[-1]
     assert (d.dims, d.strides, d.box) == ((N, 48, G), (4 * N, 4 * N * 48), (32, 64, 1)) and p.config.stages == 5
     out = view((T, N), strides=(N + 1, 1), ptr=PTR + 2**32)  # rows of 1554 bytes: TMA cannot write them
     p = grouped._plan(view((T, K)), w_nk(), CONTIGUOUS, BF16, NONE, NONE, 0, (N + 1, 1, 0, out.ptr)).plan
-    assert p.store_d is None and "D by direct stores" in p.describe() and p.config.stages == 6
+    assert p.store_d is None and "D by direct stores" in p.describe() and p.config.stages == 4
 
 
 def test_operands_tma_cannot_read_are_repacked(fake_device):
@@ -312,6 +317,24 @@ def test_staged_kernels_compile(a, name, x_mode, y_mode):
     config = hopper.replace(hopper.CONFIGS[name], bk=128 // a.size, promotion=128 if a.size == 1 else 0)
     _checked(engine.grouped_source(a, a, BF16, config, True, True, x_mode, y_mode, store_by_tma=True),
              "QGMMA" if a.size == 1 else "HGMMA", staged=True)
+
+
+@pytest.mark.slow
+def test_cluster_kernel_compiles():
+    config = hopper.replace(hopper.WIDE_CLUSTERS, bk=64)
+    _checked(engine.grouped_source(BF16, BF16, BF16, config, True, True), "HGMMA")
+
+
+def test_cluster_plan(fake_device):
+    config = hopper.replace(hopper.WIDE_CLUSTERS, bk=64)
+    p = engine.GroupedPlan(BF16, BF16, BF16, "contiguous", G, T, N, K, hopper.OperandRoute("x", True),
+                           hopper.OperandRoute("w", True), (K, 0), (K, N * K), PTR, PTR + 2**30, 132, config=config)
+    b = fake_device.calls[-1]
+    assert b.box == (64, 128, 1), "each block of the pair loads half of w's tile"
+    assert p.grid[0] % 2 == 0 and not p._grid_checked and "cluster_m = 2" in p.source
+    with pytest.raises(ValueError, match="groups along K run without clusters"):
+        engine.GroupedPlan(BF16, BF16, BF16, "along_k", G, 300, N, K, hopper.OperandRoute("x", True),
+                           hopper.OperandRoute("w", True), (0, 0), (0, 0), PTR, PTR, 132, config=config)
 
 
 @pytest.mark.slow

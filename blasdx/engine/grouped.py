@@ -51,7 +51,7 @@ _SIXTEEN = (_dt.float16, _dt.bfloat16)
 _RESULTS = (_dt.float16, _dt.bfloat16, _dt.float32)
 #: Input types and the result types each takes (8-bit inputs may mix e4m3 and e5m2).
 SERVED = {a: _RESULTS for a in (*_SIXTEEN, *_FP8)}
-_PARAMS = ("map", "map", "map", "u64", "u64", "i32", "i32", "i32", "i32", "i32", "i32", "i32", "i64", "i64", "i64", "u64",
+_PARAMS = ("map", "map", "map", "u64", "u64", "i32", "i32", "i32", "i32", "i32", "i32", "i32", "i32", "i64", "i64", "i64", "u64",
            "i64", "i64", "i64", "u64", "i64", "i64", "i64")
 PAD_NAME = "blasdx_grouped_pad"
 _PAD_PARAMS = ("u64", "u64", "u64", "i32", "i32", "i32", "i64", "i64", "i64", "i32")
@@ -67,16 +67,14 @@ def choose_config(a: _dt.DType, rows_per_group: float) -> _hopper.EngineConfig:
     """The tile configuration for groups of about ``rows_per_group`` rows.
 
     Groups of at most 64 rows (decode) take `narrow` 64 x 256 tiles; larger ones the tiles the
-    single GEMM takes at its size: `pingpong` 128 x 128 for 16-bit inputs, `wide` 128 x 256 for
-    fp8 (promotion every 128 K). No clusters: vertically adjacent tiles may belong to groups with
-    different B.
+    single GEMM takes at its size: `wide` 128 x 256 (fp8: promotion every 128 K; 16-bit: wide beat
+    ping-pong on DeepSeek-V3, Qwen3 and Mixtral shapes with the staged store). No clusters: vertically adjacent tiles may belong to groups with
+    different w (a configuration given with clusters pairs tile rows of one group only).
     """
     if rows_per_group <= 64:
         base = _hopper.NARROW
-    elif a in _FP8:
+    else:  # measured with the staged store (H200, bf16): wide 455 / 466 / 667 against ping-pong 453 / 461 / 617
         base = _hopper.WIDE
-    else:
-        base = _hopper.PINGPONG
     return replace(base, bk=128 // a.size, promotion=_hopper.PROMOTION if a in _FP8 else 0)
 
 
@@ -92,7 +90,7 @@ def grouped_source(a: _dt.DType, b: _dt.DType, c: _dt.DType, config: _hopper.Eng
         "struct GroupedConfig {",
         *_hopper.config_members(a, b, config, a_k_major, b_k_major),
         f"    using c_type = {_hopper._STORAGE_TYPES[c.name]};",
-        f"    using scheduler = blasdx::hopper::{scheduler}<bm, bn, bk, group_m>;",
+        f"    using scheduler = blasdx::hopper::{scheduler}<bm, bn, bk, group_m, cluster_m>;",
         f"    static constexpr int x_scaling = {SCALINGS[x_scaling]}, y_scaling = {SCALINGS[y_scaling]};",
         f"    static constexpr bool store_by_tma = {str(store_by_tma).lower()};",
         "};",
@@ -156,6 +154,8 @@ class GroupedPlan:
                                  f"{most} groups of these tiles")
         bk = self.config.bk
         kk = max(k, 1)  # K = 0: a map of one (never loaded) column; every group's result is zeros
+        # an M-major A in the contiguous layout: TMA boxes start on 16-byte aligned rows (the inner coordinate)
+        self.row_align = 16 // a.size if layout == "contiguous" and not route_a.k_major else 1
         self._pad = self._repack = None
         if not along_k and (route_a.repack is not None or route_b.repack is not None):
             self._repack = _hopper._Kernel(_hopper.repack_source(a.size), _hopper.REPACK_NAME, "sm_90",
@@ -170,13 +170,19 @@ class GroupedPlan:
             self._pad = _hopper._Kernel(pad_source(a.size, bk), PAD_NAME, "sm_90", _PAD_PARAMS, table_bytes(groups))
         self.operand_a = _hopper._operand(route_a, a, rows, kk, a_geometry[0], groups if masked else 1,
                                           a_geometry[1], self.config.bm, bk)
+        cluster = self.config.cluster
+        if cluster > 1 and along_k:
+            raise ValueError("groups along K run without clusters")
         self.operand_b = _hopper._operand(route_b, b, n, kk, b_geometry[0], 1 if along_k else groups, b_geometry[1],
-                                          self.config.bn, bk)
-        # an upper bound of the units: every group's rows plus one partial tile row each
-        tile_rows = ((math.ceil(rows / self.config.bm) + groups) if layout == "contiguous" else
+                                          self.config.bn // cluster, bk)
+        # an upper bound of the units: every group's rows plus two partial tile rows each (its first may start above)
+        tile_rows = ((math.ceil(rows / self.config.bm) + 2 * groups) if layout == "contiguous" else
                      groups * math.ceil(rows / self.config.bm))
-        units = tile_rows * math.ceil(n / self.config.bn)
-        self.grid = (max(1, min(units, multiprocessors)), 1, 1)
+        units = math.ceil(tile_rows / cluster) + (groups if cluster > 1 else 0)  # of clusters
+        units *= math.ceil(n / self.config.bn)
+        # clusters: as many as run at once, read off the device at the first run (an SM's pair may be missing)
+        self.grid = (cluster * max(1, min(units, multiprocessors // cluster)), 1, 1)
+        self._grid_checked = cluster == 1
         source = grouped_source(a, b, c, self.config, route_a.k_major, route_b.k_major, x_scaling, y_scaling, along_k,
                                 staged)
         self._gemm = _hopper._Kernel(source, KERNEL_NAME, _hopper.ARCH, _PARAMS, gemm_bytes + table_bytes(groups))
@@ -225,15 +231,21 @@ class GroupedPlan:
     def __repr__(self) -> str:
         return f"GroupedPlan({self.describe()})"
 
-    def operand_address(self, device_id: int, stream: int, slot: str, view: Any) -> int:
+    @property
+    def needs_scratch(self) -> bool:
+        """Whether a call copies an operand into scratch memory (a repacked operand, or the K-padded copies)."""
+        return self._repack is not None or self._pad is not None
+
+    def operand_address(self, device_id: int, stream: int, slot: str, view: Any, scratch: Any = None) -> int:
         """The address TMA reads operand ``slot`` ("x" or "w") from: the array itself, or its K-major copy
-        (kernels/repack.cu, every call) where its route says TMA or the instruction cannot read it in place."""
+        (kernels/repack.cu, every call, into ``scratch``: blasdx.launch.scratch's call scratch) where its route says
+        TMA or the instruction cannot read it in place."""
         x = slot == "x"
         route_, op = (self.route_a, self.operand_a) if x else (self.route_b, self.operand_b)
         if route_.repack is None or not self.k:
             return view.ptr
         size, rows, problems = (self.a if x else self.b).size, self.rows if x else self.n, op.dims[2]
-        target = _hopper._SCRATCH.get(device_id, stream, f"grouped {slot}", op.strides[1] * problems)
+        target = scratch.get(f"grouped {slot}", op.strides[1] * problems)
         shape, strides = tuple(view.shape), tuple(view.strides)
         # the copy's rows are M (x [.., M, K]) or N (w [G, K, N]) and run along K
         src_row, src_col = (strides[-2], strides[-1]) if x else (strides[-1], strides[-2])
@@ -253,18 +265,22 @@ class GroupedPlan:
         gemm = self._gemm
         with gemm.params.lock:
             self._point_maps(a_ptr, b_ptr, d_ptr)
-            gemm.fill((None, None, None, d_ptr, bounds_ptr, LAYOUTS[self.layout], self.groups, self.rows, self.n, self.k,
+            gemm.fill((None, None, None, d_ptr, bounds_ptr, LAYOUTS[self.layout], self.row_align, self.groups,
+                       self.rows, self.n, self.k,
                        int(self.operand_a.batched), int(self.operand_b.batched), *d_strides, *sx, *sy))
-            gemm.launch(device_id, self.grid, (self.config.threads, 1, 1), stream)
+            if not self._grid_checked:
+                self._fit_grid(device_id)
+            gemm.launch(device_id, self.grid, (self.config.threads, 1, 1), stream, self.config.cluster)
 
     def run_along_k(self, device_id: int, stream: int, x: tuple[int, int, int], w: tuple[int, int, int],
-                    offs_ptr: int, d_ptr: int, d_strides: tuple[int, int, int]) -> None:
+                    offs_ptr: int, d_ptr: int, d_strides: tuple[int, int, int], scratch: Any) -> None:
         """The 2D x 2D form: x and w as (address, K stride, other stride) in elements, copied with each group's K
-        range padded to whole steps (kernels/grouped_pad.cu), then the K-grouped GEMM into D [G, M, N]."""
+        range padded to whole steps (kernels/grouped_pad.cu) into ``scratch`` (the call's), then the K-grouped GEMM
+        into D [G, M, N]."""
         size, kp = self.a.size, self.k_padded
         copies = []
         for slot, (ptr, k_stride, o_stride), other in (("grouped x", x, self.rows), ("grouped w", w, self.n)):
-            target = _hopper._SCRATCH.get(device_id, stream, slot, max(other, 1) * kp * size)
+            target = scratch.get(slot, max(other, 1) * kp * size)
             tiles = math.ceil(kp / 32) * math.ceil(other / 32)
             with self._pad.params.lock:
                 self._pad.fill((ptr, target, offs_ptr, self.groups, self.k, other, k_stride, o_stride, kp, kp))
@@ -273,9 +289,21 @@ class GroupedPlan:
         gemm = self._gemm
         with gemm.params.lock:
             self._point_maps(*copies, d_ptr)
-            gemm.fill((None, None, None, d_ptr, offs_ptr, LAYOUTS[self.layout], self.groups, self.rows, self.n, self.k,
+            gemm.fill((None, None, None, d_ptr, offs_ptr, LAYOUTS[self.layout], 1, self.groups, self.rows, self.n,
+                       self.k,
                        0, 0, *d_strides, 0, 0, 0, 0, 0, 0, 0, 0))
-            gemm.launch(device_id, self.grid, (self.config.threads, 1, 1), stream)
+            if not self._grid_checked:
+                self._fit_grid(device_id)
+            gemm.launch(device_id, self.grid, (self.config.threads, 1, 1), stream, self.config.cluster)
+
+    def _fit_grid(self, device_id: int) -> None:
+        """A persistent grid of clusters no larger than the device runs at once."""
+        cluster = self.config.cluster
+        fits = _driver.max_active_clusters(self._gemm.function(device_id), (self.config.threads, 1, 1),
+                                           self._gemm.shared_memory, cluster)
+        if fits:
+            self.grid = (cluster * max(1, min(self.grid[0] // cluster, fits)), 1, 1)
+        self._grid_checked = True
 
     def _point_maps(self, a_ptr: int, b_ptr: int, d_ptr: int) -> None:
         """Point the tensor maps at this call's operands (a driver call only on change); without the staged

@@ -46,7 +46,7 @@ struct GroupStore {
 
     __device__ __forceinline__ void operator()(const Work& w, int row, int col, float v0, float v1) const {
         const GroupWork& gw = static_cast<const GroupWork&>(w);
-        if (row >= gw.row_end || col >= n) return;
+        if (row < gw.row_begin || row >= gw.row_end || col >= n) return;
         value(w, row, col, v0, v1);
         TC* pd = d + gw.group * d_group + row * d_row + col * d_col;
         if (col + 1 < n && d_pairs) {
@@ -61,7 +61,7 @@ struct GroupStore {
 // The tile epilogue with D's tensor map: a consumer tile wholly inside its group's rows goes
 // through shared memory and TMA (StageThroughShared; its box lands at problem Work.batch of the
 // map: 0 for a contiguous D [total, N], the group for D [G, rows, N]); a tile that crosses the
-// group's end (its rows past the end belong to the next group) is stored pair by pair.
+// group's first or last row (the rows beyond belong to other groups) is stored pair by pair.
 template <class TC, class Store>
 struct GroupStaged {
     static constexpr int staging_bytes = StageThroughShared<TC, Store>::staging_bytes;
@@ -73,7 +73,8 @@ struct GroupStaged {
     __device__ __forceinline__ void operator()(const Work& w, const Acc& acc, int row0, int col0, int consumer,
                                                unsigned char* staging) const {
         const GroupWork& gw = static_cast<const GroupWork&>(w);
-        if (row0 + 64 * Acc::ATOMS_M <= gw.row_end) {  // the same for the consumer's 128 threads
+        // the same for the consumer's 128 threads
+        if (row0 >= gw.row_begin && row0 + 64 * Acc::ATOMS_M <= gw.row_end) {
             GroupWork at = gw;
             at.batch = d_per_group ? gw.group : 0;
             staged(at, acc, row0, col0, consumer, staging);

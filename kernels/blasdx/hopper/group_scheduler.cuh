@@ -22,11 +22,10 @@
 namespace blasdx {
 namespace hopper {
 
-// A grouped unit: Work plus its group and the end of the group's rows (the epilogue stores rows
-// below it). Work.batch is the problem of B's (and a masked A's) map: the group too.
+// A grouped unit: Work plus its group and the group's rows (the epilogue stores those only). Work.batch is the problem of B's (and a masked A's) map: the group too.
 struct GroupWork : Work {
     int group;
-    int row_end;
+    int row_begin, row_end;  // the group's rows [row_begin, row_end); a tile may start above row_begin
 };
 
 enum GroupLayout : int {
@@ -48,9 +47,12 @@ struct GroupTable {
     // Every thread of the block takes part (THREADS of them); the table is complete on return.
     // `bounds` is offs (contiguous) or counts (masked; null: every group `rows` rows); `rows` is
     // A's row extent: total rows (contiguous) or max_m (masked). Contiguous ends are clamped to
-    // [0, rows] and made non-decreasing (a running maximum), so groups never overlap.
-    template <int BM, int THREADS>
-    __device__ __forceinline__ void build(int layout, const int* bounds, int groups, int rows) const {
+    // [0, rows] and made non-decreasing (a running maximum), so groups never overlap. A group's
+    // tile rows start at its first row rounded down to `align` rows (a power of two: TMA reads
+    // an M-major A's boxes from 16-byte aligned rows only), the rows above it the previous group's.
+    // With CLUSTER > 1, first[] counts clusters of CLUSTER tile rows (a group's last may be short).
+    template <int BM, int THREADS, int CLUSTER = 1>
+    __device__ __forceinline__ void build(int layout, const int* bounds, int groups, int rows, int align = 1) const {
         const bool contiguous = layout == GROUPS_CONTIGUOUS;
         for (int g = threadIdx.x; g < groups; g += THREADS) {
             end[g] = bounds != nullptr ? min(max(__ldg(bounds + g), 0), rows) : rows;
@@ -60,7 +62,8 @@ struct GroupTable {
         __syncthreads();
         for (int g = threadIdx.x; g < groups; g += THREADS) {
             start[g] = contiguous && g > 0 ? end[g - 1] : 0;
-            first[g] = (end[g] - start[g] + BM - 1) / BM;  // this group's tile rows, summed below
+            const int origin = start[g] & -align;  // this group's tile rows, summed below
+            first[g] = end[g] > start[g] ? ((end[g] - origin + BM - 1) / BM + CLUSTER - 1) / CLUSTER : 0;
         }
         __syncthreads();
         if (threadIdx.x < 32) {
@@ -116,17 +119,22 @@ __device__ __forceinline__ int group_holding(const int* first, int groups, int r
     return lo;
 }
 
-// Groups along M (contiguous or masked layouts): the table is built in tile rows (GRAIN = BM).
-template <int BM, int BN, int BK, int GROUP_M>
+// Groups along M (contiguous or masked layouts): the table is built in tile rows (GRAIN = BM), or
+// in clusters of CLUSTER_M tile rows of one group (the blocks of a cluster share B's tile: a
+// cluster never spans two groups; block `rank` takes tile row CLUSTER_M * i + rank, which may lie
+// past the group's end: its rows are loaded and never stored).
+template <int BM, int BN, int BK, int GROUP_M, int CLUSTER_M = 1>
 struct GroupScheduler {
     static constexpr int GRAIN = BM;
+    static constexpr int CLUSTER = CLUSTER_M;
     static constexpr bool ALONG_K = false;
     GroupTable table;
     int m;  // rows of A's map that exist (the producer loads A's tile below it)
-    int groups, tiles_n, steps, units;
+    int groups, tiles_n, steps, units, align;
 
-    __device__ __forceinline__ GroupScheduler(const GroupTable& table_, int groups_, int rows, int n, int k)
-        : table(table_), m(rows), groups(groups_) {
+    __device__ __forceinline__ GroupScheduler(const GroupTable& table_, int groups_, int rows, int n, int k,
+                                              int align_ = 1)
+        : table(table_), m(rows), groups(groups_), align(align_) {
         tiles_n = (n + BN - 1) / BN;
         steps = (k + BK - 1) / BK;
         units = table.first[groups] * tiles_n;
@@ -134,7 +142,7 @@ struct GroupScheduler {
 
     __device__ __forceinline__ int group_of(int r) const { return group_holding(table.first, groups, r); }
 
-    __device__ __forceinline__ GroupWork work(int unit, int /*rank*/ = 0) const {
+    __device__ __forceinline__ GroupWork work(int unit, int rank = 0) const {
         GroupWork w;
         const int g = group_of(unit / tiles_n);
         const int first_row = table.first[g];
@@ -147,10 +155,11 @@ struct GroupScheduler {
         const int in_raster = t - raster * span;
         w.batch = w.group = g;
         w.split = 0;
-        w.m0 = table.start[g] + (top + in_raster % in_rows) * BM;
+        w.m0 = (table.start[g] & -align) + ((top + in_raster % in_rows) * CLUSTER_M + rank) * BM;
         w.n0 = (in_raster / in_rows) * BN;
         w.k_begin = 0;
         w.k_end = steps;
+        w.row_begin = table.start[g];
         w.row_end = table.end[g];
         return w;
     }
@@ -161,15 +170,18 @@ struct GroupScheduler {
 // groups' K ranges are padded with zeros to whole BK steps (grouped_pad.cu), so a group's K steps
 // are [first[g], first[g + 1]) of the table built in K steps (GRAIN = BK) and no step mixes two
 // groups. Every group has all M x N tiles (an empty one stores zeros).
-template <int BM, int BN, int BK, int GROUP_M>
+template <int BM, int BN, int BK, int GROUP_M, int CLUSTER_M = 1>
 struct KGroupScheduler {
+    static_assert(CLUSTER_M == 1, "groups along K run without clusters");
     static constexpr int GRAIN = BK;
+    static constexpr int CLUSTER = 1;
     static constexpr bool ALONG_K = true;
     GroupTable table;
     int m;
     int groups, tiles_m, tiles_n, tiles, units;
 
-    __device__ __forceinline__ KGroupScheduler(const GroupTable& table_, int groups_, int rows, int n, int /*k*/)
+    __device__ __forceinline__ KGroupScheduler(const GroupTable& table_, int groups_, int rows, int n, int /*k*/,
+                                               int /*align*/ = 1)
         : table(table_), m(rows), groups(groups_) {
         tiles_m = (rows + BM - 1) / BM;
         tiles_n = (n + BN - 1) / BN;
@@ -192,6 +204,7 @@ struct KGroupScheduler {
         w.n0 = (in_raster / in_rows) * BN;
         w.k_begin = table.first[g];
         w.k_end = table.first[g + 1];
+        w.row_begin = 0;
         w.row_end = m;
         return w;
     }
