@@ -44,7 +44,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from batched import cuda_sm
+from batched import cuda_sm, pyplot
 
 import blasdx as bx
 from blasdx import dtypes as dt
@@ -540,6 +540,25 @@ def sweep(gen, shapes=SWEEP_SHAPES, configs=SWEEP_CONFIGS, split_counts=SWEEP_SP
 # ---------------------------------------------------------------------------------------------
 
 
+def plot(rows: list[dict], path: Path) -> None:
+    """GPU-time ratio (torch / blasdx) per case, a bar each, grouped by type; the goal of 1.0 marked."""
+    plt = pyplot()
+    rows = [r for r in rows if "ratio" in r]
+    if plt is None or not rows:
+        return
+    labels = [f"{r['dtype']} {'x'.join(map(str, r['shape']))} {r['layout']}" for r in rows]
+    fig, ax = plt.subplots(figsize=(max(8, len(rows) * 0.22), 5))
+    colors = {t: f"C{i}" for i, t in enumerate(sorted({r["dtype"] for r in rows}))}
+    ax.bar(range(len(rows)), [r["ratio"] for r in rows], color=[colors[r["dtype"]] for r in rows])
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks(range(len(rows)), labels, rotation=90, fontsize=6)
+    ax.set_ylabel("torch GPU time / blasdx GPU time")
+    ax.set_title("LLM layer shapes (M x N x K, weight nk or kn): above 1, blasdx is faster")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(f"plot: {path}")
+
+
 def geomeans(rows: list[dict]) -> dict[str, float]:
     """Geometric mean of the GPU-time ratios (torch / blasdx) per type."""
     out = {}
@@ -618,6 +637,7 @@ def main() -> int:
     print("\ngeomean GPU-time ratio (torch / blasdx): "
           + ", ".join(f"{t} {v:.2f}x" for t, v in result["geomean"].items()))
     print(f"JSON: {out} ({time.monotonic() - begin:.0f} s)")
+    plot(result["rows"], out.with_suffix(".png"))
     return 0
 
 
