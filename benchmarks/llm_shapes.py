@@ -44,7 +44,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from batched import cuda_sm
+from batched import cuda_sm, pyplot
 
 import blasdx as bx
 from blasdx import dtypes as dt
@@ -74,6 +74,14 @@ QUICK = {
     "fp8-tensor": ([("llama3-8b", 4096, 4096), ("llama3-8b", 14336, 4096)], (16, 128, 2048), ("nk",)),
     "fp8-block": ([("llama3-8b", 4096, 4096)], (128, 2048), ("nk",)),
 }
+#: --core: the 16-bit classes in depth (decode to large prefill, narrow and wide N, deep K), tf32 and fp8 skinny
+CORE = {
+    "bf16": ([("llama3-8b", 4096, 4096), ("llama3-8b", 4096, 28672), ("llama3-8b", 14336, 4096),
+              ("deepseek-v3", 7168, 2112)], (16, 128, 512, 2048, 8192), ("nk", "kn")),
+    "tf32": ([("llama3-8b", 4096, 4096), ("llama3-8b", 14336, 4096)], (16, 128, 2048), ("nk", "kn")),
+    "e4m3": ([("llama3-8b", 4096, 4096), ("llama3-70b", 28672, 8192)], (16, 128, 2048), ("nk", "kn")),
+    "fp8-tensor": ([("llama3-8b", 4096, 4096)], (16, 128, 2048), ("nk",)),
+}
 
 TARGET_REPLAY_MS = 2.0  # GPU time per graph replay the call count aims at
 MAX_GRAPH_CALLS = 50
@@ -96,14 +104,18 @@ class Case:
         return f"{self.dtype} {self.model} {self.m}x{self.n}x{self.k} {self.layout}"
 
 
-def suite(types: list[str], ms: list[int] | None, layouts: list[str], quick: bool) -> list[Case]:
-    """The cases to run, in order: type by type, shape by shape, M ascending."""
+def suite(types: list[str], ms: list[int] | None, layouts: list[str], quick: bool | dict,
+          kn: list[tuple[int, int]] | None = None) -> list[Case]:
+    """The cases to run, in order: type by type, shape by shape, M ascending; ``kn`` keeps only those K x N."""
     cases = []
+    preset = QUICK if quick is True else quick or None
     for t in types:
-        if quick:
-            if t == "f16" or t not in QUICK and t not in ("f32", "f64", "fp8-row"):
+        if preset is CORE and t not in CORE:
+            continue
+        if preset:
+            if t == "f16" or t not in preset and t not in ("f32", "f64", "fp8-row"):
                 continue
-            shapes, t_ms, t_layouts = QUICK.get(t, (SLOW_SHAPES[:1], (16, 2048), ("nk", "kn")))
+            shapes, t_ms, t_layouts = preset.get(t, (SLOW_SHAPES[:1], (16, 2048), ("nk", "kn")))
         elif t in ("f32", "f64"):
             shapes, t_ms, t_layouts = SLOW_SHAPES, SLOW_MS, LAYOUTS
         else:
@@ -111,7 +123,11 @@ def suite(types: list[str], ms: list[int] | None, layouts: list[str], quick: boo
             t_ms, t_layouts = MS, LAYOUTS
         if t.startswith("fp8-"):
             t_layouts = ("nk",)  # torch's scaled calls need a column-major y
+        seen = set()
         for model, k, n in shapes:
+            if (kn is not None and (k, n) not in kn) or (k, n) in seen:
+                continue  # a weight shape two models share runs once
+            seen.add((k, n))
             for m in (ms or t_ms):
                 for layout in t_layouts:
                     if layout in layouts:
@@ -524,6 +540,25 @@ def sweep(gen, shapes=SWEEP_SHAPES, configs=SWEEP_CONFIGS, split_counts=SWEEP_SP
 # ---------------------------------------------------------------------------------------------
 
 
+def plot(rows: list[dict], path: Path) -> None:
+    """GPU-time ratio (torch / blasdx) per case, a bar each, grouped by type; the goal of 1.0 marked."""
+    plt = pyplot()
+    rows = [r for r in rows if "ratio" in r]
+    if plt is None or not rows:
+        return
+    labels = [f"{r['dtype']} {'x'.join(map(str, r['shape']))} {r['layout']}" for r in rows]
+    fig, ax = plt.subplots(figsize=(max(8, len(rows) * 0.22), 5))
+    colors = {t: f"C{i}" for i, t in enumerate(sorted({r["dtype"] for r in rows}))}
+    ax.bar(range(len(rows)), [r["ratio"] for r in rows], color=[colors[r["dtype"]] for r in rows])
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks(range(len(rows)), labels, rotation=90, fontsize=6)
+    ax.set_ylabel("torch GPU time / blasdx GPU time")
+    ax.set_title("LLM layer shapes (M x N x K, weight nk or kn): above 1, blasdx is faster")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(f"plot: {path}")
+
+
 def geomeans(rows: list[dict]) -> dict[str, float]:
     """Geometric mean of the GPU-time ratios (torch / blasdx) per type."""
     out = {}
@@ -537,9 +572,11 @@ def geomeans(rows: list[dict]) -> dict[str, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a few shapes per class (bf16, tf32, fp8, f32, f64)")
+    parser.add_argument("--core", action="store_true", help="bf16 in depth, tf32 and fp8 skinny (CORE)")
     parser.add_argument("--types", nargs="*", default=list(TYPES), choices=list(TYPES))
     parser.add_argument("--ms", nargs="*", type=int, default=None, help="M values (default: the suite's)")
     parser.add_argument("--layouts", nargs="*", default=list(LAYOUTS), choices=list(LAYOUTS))
+    parser.add_argument("--kn", nargs="*", default=None, metavar="KxN", help="only these weight shapes (K x N)")
     parser.add_argument("--sweep", action="store_true", help="time the engine's candidate configurations first")
     parser.add_argument("--no-suite", action="store_true", help="only the sweep")
     parser.add_argument("--budget", type=float, default=1e9, help="seconds: stop starting new cases after this")
@@ -566,7 +603,8 @@ def main() -> int:
         result["geomean"] = geomeans(result["rows"])
         out.write_text(json.dumps(result, indent=1))
 
-    cases = [] if args.no_suite else suite(args.types, args.ms, args.layouts, args.quick)
+    kn = None if args.kn is None else [tuple(int(v) for v in text.lower().split("x")) for text in args.kn]
+    cases = [] if args.no_suite else suite(args.types, args.ms, args.layouts, CORE if args.core else args.quick, kn)
     if cases and sm == 90:
         t0 = time.monotonic()
         warm(cases, args.workers)
@@ -599,6 +637,7 @@ def main() -> int:
     print("\ngeomean GPU-time ratio (torch / blasdx): "
           + ", ".join(f"{t} {v:.2f}x" for t, v in result["geomean"].items()))
     print(f"JSON: {out} ({time.monotonic() - begin:.0f} s)")
+    plot(result["rows"], out.with_suffix(".png"))
     return 0
 
 

@@ -8,10 +8,10 @@
 // zero fill outside; a broadcast operand has batch extent 1 (batched_a / batched_b = 0).
 // With store_by_tma, D is written through shared memory with its own map (row-major D,
 // box {128 / sizeof(c_type), 64, 1}); otherwise every element pair is stored directly with
-// D's strides. With splits > 1 (direct stores only) the splits of a tile exchange their
-// partial sums (of the accumulator's type: f32, or s32 for integers) through `workspace` and
-// the last one to finish stores D (blasdx/hopper/splitk.cuh); `counters` (one int per tile,
-// consumer and warp) are zero between launches. C is read only when beta != 0. Strides are in
+// D's strides. With splits > 1 (direct stores only) the splits of a tile add their partial
+// sums (of the accumulator's type: f32, or s32 for integers) into `workspace` and the last one
+// to finish stores D (blasdx/hopper/splitk.cuh); `workspace` (a tile's sums) and `counters`
+// (one int per tile, consumer and warp) are zero between launches. C is read only when beta != 0. Strides are in
 // elements.
 #include "blasdx/hopper/gemm.cuh"
 #include "blasdx/hopper/splitk.cuh"

@@ -7,7 +7,7 @@
 // Expects the prelude to define `ScaledConfig` (gemm.cuh's members plus c_type, store_by_tma,
 // x_scaling, y_scaling). A and B come as rank-3 tensor maps (batch extent 1), K-major, or B
 // MN-major when the configuration transposes it in shared memory. With splits > 1 (direct stores
-// only) the splits of a tile exchange their partial sums (block-scaled already, if at all) through
+// only) the splits of a tile add their partial sums (block-scaled already, if at all) into
 // `workspace` and the last one applies the other scales and the bias and stores D
 // (blasdx/hopper/splitk.cuh; `counters` are zero between launches). Scale strides are in elements: sx_row / sx_col for
 // X's scale (its [M, 1] or [M, ceil(K / 128)] matrix), sy_row / sy_col for Y's ([1, N] or

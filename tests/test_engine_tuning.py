@@ -76,3 +76,5 @@ def test_plans_take_a_tuned_configuration(encoder, tmp_path, monkeypatch):
 def test_tune_checks_its_arguments():
     with pytest.raises(bx.ExecutionError, match="repeats: expected a positive int, got 0"):
         bx.tune(None, None, repeats=0)
+    with pytest.raises(bx.ExecutionError, match=r"candidates: expected \(name, changes\) pairs"):
+        bx.tune(None, None, candidates=[("no such", {})])

@@ -33,8 +33,8 @@ def test_tune_keeps_the_fastest_and_calls_take_it(torch, tmp_path, monkeypatch):
     gen = torch.Generator(device="cuda").manual_seed(8)
     x = torch.randn(96, 3072, device="cuda", generator=gen).to(torch.bfloat16)
     w = torch.randn(1536, 3072, device="cuda", generator=gen).to(torch.bfloat16).t()  # a linear layer's weight
-    found = bx.tune(x, w, repeats=5)
-    assert len(found.timings) > 8 and found.best_ms <= found.rule_ms and found.speedup >= 1.0
+    found = bx.tune(x, w, candidates=[("narrow", {"bn": 128, "stages": 8}), ("pingpong", {})], repeats=5)
+    assert len(found.timings) > 4 and found.best_ms <= found.rule_ms and found.speedup >= 1.0
     assert all(ms > 0 for _, ms in found.timings)
     entries = list(table._load().values())
     assert (found.best == found.rule) == (not entries), (found.best, entries)

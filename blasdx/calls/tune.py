@@ -57,17 +57,26 @@ class TuneResult:
         return self.rule_ms / self.best_ms
 
 
-def tune(x: Any, y: Any, *, repeats: int = 20, keep: bool = True, stream: Any = None) -> TuneResult:
+def tune(x: Any, y: Any, *, candidates: Any = None, repeats: int = 20, keep: bool = True,
+         stream: Any = None) -> TuneResult:
     """Time the engine's candidates for ``x @ y`` on this GPU and keep the fastest for later calls.
 
     x is [M, K] or [batch, M, K], y is [K, N] or [batch, K, N] of a type the Hopper engine runs
-    (f16, bf16, tf32-marked float32, fp8, int8), as for ``bx.matmul``. ``repeats`` launches
+    (f16, bf16, tf32-marked float32, fp8, int8), as for ``bx.matmul``. ``candidates`` is a list of
+    (base name of blasdx.engine.hopper.CONFIGS, {field: value} changes), default CANDIDATES; each is
+    tried with the split counts of SPLITS. ``repeats`` launches
     are timed per candidate; ``keep=False`` measures without recording the winner. The arrays'
     contents are only read; results go to a scratch array. Raises ExecutionError for arrays
     the engine does not run (another type, or a GPU other than sm_90).
     """
     if not isinstance(repeats, int) or repeats < 1:
         raise ExecutionError(f"repeats: expected a positive int, got {repeats!r}")
+    candidates = CANDIDATES if candidates is None else list(candidates)
+    for entry in candidates:
+        if not (isinstance(entry, tuple) and len(entry) == 2 and entry[0] in _hopper.CONFIGS
+                and isinstance(entry[1], dict)):
+            raise ExecutionError(f"candidates: expected (name, changes) pairs with a name of "
+                                 f"{sorted(_hopper.CONFIGS)}, got {entry!r}")
     handle = resolve_stream(stream, (_ag._unwrap(x), _ag._unwrap(y)))
     vx, vy = _ag._view(x, "x", handle), _ag._view(y, "y", handle)
     mx, my = _ag._matrix(vx, "x"), _ag._matrix(vy, "y")
@@ -86,14 +95,15 @@ def tune(x: Any, y: Any, *, repeats: int = 20, keep: bool = True, stream: Any = 
         raise ExecutionError(f"tune: nothing to time in a {m} x {n} x {k} product")
     token = _devices.enter(device_id)
     try:
-        return _tune(x, vx, vy, mx, my, result, m, n, k, batch, device, device_id, handle, stream, repeats, keep)
+        return _tune(x, vx, vy, mx, my, result, m, n, k, batch, device, device_id, handle, stream, repeats, keep,
+                     candidates)
     finally:
         if token is not None:
             _devices.leave(token)
 
 
 def _tune(x: Any, vx: Any, vy: Any, mx: Any, my: Any, result: Any, m: int, n: int, k: int, batch: int, device: Any,
-          device_id: int, handle: int, stream: Any, repeats: int, keep: bool) -> TuneResult:
+          device_id: int, handle: int, stream: Any, repeats: int, keep: bool, candidates: list) -> TuneResult:
     core = _arrays.as_core_stream(stream, handle)
     shape = (batch, m, n) if batch > 1 or mx.batch is not None or my.batch is not None else (m, n)
     out = _ag._allocate(_ag._unwrap(x), shape, result, device_id, handle)
@@ -121,15 +131,15 @@ def _tune(x: Any, vx: Any, vy: Any, mx: Any, my: Any, result: Any, m: int, n: in
     timings: list[tuple[str, float]] = [(rule.describe(), rule_ms)]
     best: tuple[float, Any, int] = (rule_ms, rule.config, rule.splits)
     steps_of = math.ceil(k / (128 // a.size))
-    candidates = []
-    for base, changes in CANDIDATES:
+    plans = []
+    for base, changes in candidates:
         config = dataclasses.replace(_hopper.CONFIGS[base], bk=128 // a.size, promotion=_hopper.promotion_of(a),
                                      **changes)
         for splits in SPLITS:
             if splits > 1 and math.ceil(steps_of / splits) < _hopper.MIN_STEPS_PER_FIXUP_SPLIT:
                 break
             try:
-                candidates.append(plan_of(config, splits))
+                plans.append(plan_of(config, splits))
             except Exception as exc:  # noqa: BLE001  (a candidate TMA or the scheduler refuses is skipped)
                 timings.append((f"{config} x{splits}: {type(exc).__name__}", math.inf))
 
@@ -140,8 +150,8 @@ def _tune(x: Any, vx: Any, vy: Any, mx: Any, my: Any, result: Any, m: int, n: in
             return exc
 
     with ThreadPoolExecutor(max(1, min(16, os.cpu_count() or 1))) as pool:  # NVRTC releases the GIL
-        list(pool.map(compiled, candidates))
-    for engine in candidates:
+        list(pool.map(compiled, plans))
+    for engine in plans:
         try:
             run(engine)
         except Exception as exc:  # noqa: BLE001  (a candidate that does not fit this GPU is skipped)

@@ -671,12 +671,11 @@ class EnginePlan:
         a_ptr = self._prepare(a, self.route_a, self.operand_a, self.m, "a", device_id, scratch, stream)
         b_ptr = self._prepare(b, self.route_b, self.operand_b, self.n, "b", device_id, scratch, stream)
         workspace = 0
-        if self.splits > 1:  # f32 or int32 partial sums: whole tiles (the GEMM's fragments), at least [split][M][N]
+        if self.splits > 1:  # the splits' f32 or int32 sums of whole tiles (splitk.cuh), zero between launches
             cfg = self.config
             tiles_m = math.ceil(math.ceil(self.m / cfg.bm) / cfg.cluster) * cfg.cluster
             tiles = self.batch * tiles_m * math.ceil(self.n / cfg.bn)
-            nbytes = 4 * self.splits * max(tiles * cfg.bm * cfg.bn, self.batch * self.m * self.n)
-            workspace = scratch.get("splits", nbytes)
+            workspace = scratch.get("split sums", 4 * tiles * cfg.bm * cfg.bn, zero=True)
         return a_ptr, b_ptr, workspace
 
     def _counters(self, scratch: Any) -> int:

@@ -1,14 +1,17 @@
-// Split K finished inside the GEMM: the last split of a tile to arrive adds the others' partial
-// sums and runs the tile epilogue, so no second kernel reads the partial sums back.
+// Split K finished inside the GEMM: every split adds its partial sums into the tile's sums in a
+// workspace, and the last split of the tile to arrive reads the total and runs the tile epilogue,
+// so no second kernel reads partial sums back.
 //
 // Each warp of a consumer owns the same fragment of its tile in every split (wgmma's
-// accumulator layout does not depend on K). A split's warp writes its fragment to its slot of
-// the workspace (register-major, lane-minor: every store of the warp is one 128-byte line),
-// makes it visible device-wide, and counts itself in the slot's counter. The warp that brings
-// the counter to `splits` resets it to zero (counters are zero between launches: the host
-// zeroes them once when it allocates them), reads every split's fragment back in split order
-// (its own from registers: the sum does not depend on which split came last) and hands the
-// total to the inner epilogue. Nothing waits: a split that arrives early is done.
+// accumulator layout does not depend on K). A split's warp adds its fragment into its slot of
+// the workspace with reductions that return nothing (red.global.add: issued back to back,
+// register-major and lane-minor, so every instruction of the warp is one 128-byte line), makes
+// them visible device-wide and counts itself in the slot's counter. The warp that brings the
+// counter to `splits` resets it, reads the total (one pass of independent loads), sets the slot
+// back to zero and hands the total to the inner epilogue. Slots and counters are zero between
+// launches (the host zeroes them when it allocates them; each launch leaves them so). Nothing
+// waits: a split that arrives early is done. Floating-point totals are added in arrival order,
+// so their last bits may differ from run to run; integer totals are exact.
 //
 // Warps decide on their own, so the inner epilogue must not synchronise a warpgroup (the
 // direct-store StoreEachPair; not the TMA-store StageThroughShared). Warps whose rows all lie
@@ -27,7 +30,7 @@ template <class Inner, class V, int BM, int BN, int PARTS>
 struct SplitKFixup {
     static constexpr int staging_bytes = Inner::staging_bytes;
     Inner inner;
-    V* workspace;   // slots x splits fragments
+    V* workspace;   // a fragment per slot, zero between launches
     int* counters;  // one per slot, zero between launches
     int m, splits, tiles_m, tiles_n;
 
@@ -43,13 +46,12 @@ struct SplitKFixup {
         if (row0 + 16 * warp >= m) return;  // the warp's first row is past M, and so are all its others
         const int tile = (w.batch * tiles_m + w.m0 / BM) * tiles_n + w.n0 / BN;
         const int slot = (tile * PARTS + (PARTS > 1 ? consumer : 0)) * 4 + warp;
-        V* fragments = workspace + i64(slot) * splits * FRAGMENT + lane;
-        V* mine = fragments + i64(w.split) * FRAGMENT;
+        V* sums = workspace + i64(slot) * FRAGMENT + lane;
 #pragma unroll
         for (int i = 0; i < Acc::ATOMS_M; ++i)
 #pragma unroll
-            for (int j = 0; j < REGS; ++j) __stcg(mine + (i * REGS + j) * 32, acc.r[i][j]);
-        __threadfence();  // the fragment is visible device-wide before the count says it is there
+            for (int j = 0; j < REGS; ++j) atomicAdd(sums + (i * REGS + j) * 32, acc.r[i][j]);  // a reduction
+        __threadfence();  // the additions are visible device-wide before the count says they are there
         __syncwarp();
         int last = 0;
         if (lane == 0) {
@@ -57,17 +59,15 @@ struct SplitKFixup {
             if (last) counters[slot] = 0;  // every split has counted: ready for the next launch
         }
         if (!__shfl_sync(0xffffffffu, last, 0)) return;
-        __threadfence();  // the other splits' fragments are read after their counts were seen
+        __threadfence();  // the other splits' additions are read after their counts were seen
 #pragma unroll
         for (int i = 0; i < Acc::ATOMS_M; ++i)
 #pragma unroll
-            for (int j = 0; j < REGS; ++j) {
-                V total = V(0);
-                for (int s = 0; s < splits; ++s) {
-                    total += s == w.split ? acc.r[i][j] : __ldcg(fragments + i64(s) * FRAGMENT + (i * REGS + j) * 32);
-                }
-                acc.r[i][j] = total;
-            }
+            for (int j = 0; j < REGS; ++j) acc.r[i][j] = __ldcg(sums + (i * REGS + j) * 32);
+#pragma unroll
+        for (int i = 0; i < Acc::ATOMS_M; ++i)
+#pragma unroll
+            for (int j = 0; j < REGS; ++j) __stcg(sums + (i * REGS + j) * 32, V(0));  // zero for the next launch
         inner(w, acc, row0, col0, consumer, staging);
     }
 
