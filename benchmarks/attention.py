@@ -38,7 +38,7 @@ def sdpa_backend(name: str):
     return None if backend is None else (lambda: sdpa_kernel([backend]))
 
 
-def measure(seq: int, d: int, causal: bool, dtype, rows: int, simple: bool = False, other_block_n=()) -> dict:
+def measure(seq: int, d: int, causal: bool, dtype, rows: int, variants=()) -> dict:
     import torch
     import torch.nn.functional as F
 
@@ -53,14 +53,11 @@ def measure(seq: int, d: int, causal: bool, dtype, rows: int, simple: bool = Fal
     repeat = max(3, min(20, int(2e12 / flops)))  # calls per graph: a few ms of work per replay at most
     ours, _ = time_ms(lambda: fa.run(kernel, q, k, v, o), repeat)
     row = {"s": seq, "d": d, "causal": causal, "dtype": str(dtype), "batch": batch, "heads": heads,
-           "blasdx_ms": ours, "registers": kernel.registers}
-    if simple:  # the kernel whose GEMMs complete one after the other, for comparison
-        plain = fa.build(d, dtype, causal, pipelined=False)
-        row["unpipelined_ms"], _ = time_ms(lambda: fa.run(plain, q, k, v, o), repeat)
-    for block_n in other_block_n:  # the same kernel with other tiles of keys
-        alt = fa.build(d, dtype, causal, block_n=block_n)
+           "blasdx_ms": ours, "registers": kernel.registers, "block_n": kernel.gemms["QK"].n}
+    for label, options in variants:  # the same kernel built otherwise, for comparison
+        alt = fa.build(d, dtype, causal, **options)
         fa.check(alt, batch, heads, seq, d, dtype, causal, sample=0)
-        row[f"block_n{block_n}_ms"], _ = time_ms(lambda alt=alt: fa.run(alt, q, k, v, o), repeat)
+        row[f"{label}_ms"], _ = time_ms(lambda alt=alt: fa.run(alt, q, k, v, o), repeat)
     for name, key in (("FLASH_ATTENTION", "sdpa_ms"), ("CUDNN_ATTENTION", "cudnn_ms")):
         ctx = sdpa_backend(name)
         if ctx is None:
@@ -93,7 +90,8 @@ def main() -> int:
     parser.add_argument("--causal", choices=["both", "yes", "no"], default="both")
     parser.add_argument("--dtype", choices=sorted(fa.DTYPES), default="float16")
     parser.add_argument("--rows", type=int, default=32768, help="query rows per case (batch x heads x S)")
-    parser.add_argument("--unpipelined", action="store_true", help="also time the kernel without async wgmma")
+    parser.add_argument("--pipeline", nargs="*", default=[], choices=sorted(fa.PIPELINES),
+                        help="also time the kernel with these pipelines")
     parser.add_argument("--block-n", type=int, nargs="*", default=[], help="also time these key tiles (64, 128)")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "attention.json")
     args = parser.parse_args()
@@ -112,15 +110,16 @@ def main() -> int:
     for seq in args.seq:
         for d in args.head_dim:
             for causal in causals:
-                row = measure(seq, d, causal, dtype, args.rows, args.unpipelined, args.block_n)
+                variants = [(name, {"pipeline": name}) for name in args.pipeline]
+                variants += [(f"block_n{n}", {"block_n": n}) for n in args.block_n]
+                row = measure(seq, d, causal, dtype, args.rows, variants)
                 rows.append(row)
                 fmt = lambda key, row=row: f"{row[key]:.3f}" if key in row else "-"
                 unf = f"{row['unfused_ms'] / row['blasdx_ms']:.2f}" if "unfused_ms" in row else "-"
                 ratio = f"{row['ratio']:.2f}" if row["ratio"] else "-"
                 print(f"{seq:>6} {d:>4} {causal!s:>6} {row['blasdx_ms']:>10.3f} {row['tflops']:>8.0f} "
                       f"{fmt('sdpa_ms'):>9} {ratio:>6} {fmt('cudnn_ms'):>9} {fmt('unfused_ms'):>10} {unf:>9}"
-                      + "".join(f"  {key[:-3]} {row[key]:.3f}" for key in row
-                                if key.endswith("_ms") and key.startswith(("unpipelined", "block_n"))), flush=True)
+                      + "".join(f"  {label} {row[label + '_ms']:.3f}" for label, _ in variants), flush=True)
     ratios = [r["ratio"] for r in rows if r["ratio"]]
     if ratios:
         geo = math.exp(sum(math.log(r) for r in ratios) / len(ratios))

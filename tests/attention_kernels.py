@@ -50,9 +50,9 @@ chain(const T* a, const T* b1, const T* b2, float* o) {
     auto [sA, sB1] = G1::slice_shared_memory_ab(smem);
     unsigned char* end = reinterpret_cast<unsigned char*>(sB1) + G1::shared_b_bytes;
     T* sB2 = reinterpret_cast<T*>(end + (1024 - blasdx::shared_address(end) % 1024) % 1024);  // G2's B panels
-    G1::load_a<G1::k>(a, sA);
-    G1::load_b<G1::k>(b1, sB1);
-    G2::load_b<G2::n>(b2, sB2);
+    G1::load_a<G1::a_inner>(a, sA);
+    G1::load_b<G1::b_inner>(b1, sB1);
+    G2::load_b<G2::b_inner>(b2, sB2);  // tight rows: N for row-major B, K for column-major
     G1::copy_wait();
     auto s = G1::execute(sA, sB1);
     G2::accumulator out;
@@ -70,9 +70,9 @@ chain(const T* a, const T* b1, const T* b2, float* o, float* s2_out) {
     auto [sA, sB1] = G1::slice_shared_memory_ab(smem);
     unsigned char* end = reinterpret_cast<unsigned char*>(sB1) + G1::shared_b_bytes;
     T* sB2 = reinterpret_cast<T*>(end + (1024 - blasdx::shared_address(end) % 1024) % 1024);  // G2's B panels
-    G1::load_a<G1::k>(a, sA);
-    G1::load_b<G1::k>(b1, sB1);
-    G2::load_b<G2::n>(b2, sB2);
+    G1::load_a<G1::a_inner>(a, sA);
+    G1::load_b<G1::b_inner>(b1, sB1);
+    G2::load_b<G2::b_inner>(b2, sB2);  // tight rows: N for row-major B, K for column-major
     G1::copy_wait();
     G1::accumulator s;
     G1::execute_async(sA, sB1, s);

@@ -9,6 +9,7 @@ to change.
 
 from __future__ import annotations
 
+import collections
 import importlib.util
 import re
 import sys
@@ -51,30 +52,46 @@ def no_local_memory(kernel: bx.FusedKernel) -> None:
 
 @pytest.mark.parametrize("d,dtype,causal", [(64, bx.float16, False), (64, bx.float16, True),
                                             (128, bx.float16, False), (128, bx.bfloat16, True)])
-def test_example_kernel_compiles_to_wgmma(d, dtype, causal) -> None:
-    kernel = fa.build(d, dtype, causal)
+@pytest.mark.parametrize("pipeline", ["overlap", "stages"])
+def test_example_kernel_compiles_to_wgmma(d, dtype, causal, pipeline) -> None:
+    kernel = fa.build(d, dtype, causal, pipeline=pipeline)
     sass = kernel.compiled.sass()
     no_local_memory(kernel)
-    # Q K^T: D / 16 steps of m64n128k16, in the prologue and in the loop; P V: 128 / 16 steps of
-    # m64nDk16 with A in registers, in the loop and in the last tile's tail
-    assert len(re.findall(r"\bHGMMA\.64x128x16", sass)) == 2 * (d // 16) + (16 if d == 128 else 0)
-    assert len(re.findall(r"\bHGMMA\.64x64x16", sass)) == (16 if d == 64 else 0)
+    block_n = kernel.gemms["QK"].n
+    assert block_n == (64 if d == 64 else 128)
+    # Q K^T: D / 16 steps of m64n<keys>k16, in the prologue and in the loop; P V: keys / 16 steps of
+    # m64n<D>k16 with A in registers, in the loop and in the last tile's tail
+    shapes = collections.Counter(re.findall(r"\bHGMMA\.(64x\d+x16)", sass))
+    expected = collections.Counter({f"64x{block_n}x16": 2 * (d // 16)})
+    expected[f"64x{d}x16"] += 2 * (block_n // 16)
+    assert shapes == expected
     assert opcodes(sass, "LDGSTS") > 0  # K / V tiles stream in with cp.async
     assert "serialized" not in kernel.compiled.log  # the asynchronous wgmma groups overlap
-    assert kernel.shared_memory == fa.shared_bytes(d) <= 227 * 1024
+    stages = 3 if pipeline == "stages" else 2
+    assert kernel.shared_memory == fa.shared_bytes(d, block_n, stages) <= 227 * 1024
+    if pipeline == "stages":  # per-stage barriers: copies arrive on mbarriers, readers wait on their phases
+        assert "ARRIVES.LDGSTSBAR" in sass and "SYNCS.PHASECHK" in sass
 
 
 @pytest.mark.parametrize("d", [64, 128])
 def test_example_kernel_without_pipelining(d) -> None:
-    kernel = fa.build(d, bx.float16, True, pipelined=False)
+    kernel = fa.build(d, bx.float16, True, pipeline="serial")
     sass = kernel.compiled.sass()
     no_local_memory(kernel)
-    assert len(re.findall(r"\bHGMMA\.64x128x16", sass)) == d // 16 + (8 if d == 128 else 0)
+    block_n = kernel.gemms["QK"].n
+    shapes = collections.Counter(re.findall(r"\bHGMMA\.(64x\d+x16)", sass))
+    expected = collections.Counter({f"64x{block_n}x16": d // 16})
+    expected[f"64x{d}x16"] += block_n // 16
+    assert shapes == expected
 
 
-def test_example_rejects_head_dims() -> None:
+def test_example_rejects_bad_options() -> None:
     with pytest.raises(ValueError, match="head_dim=96: this kernel takes 64 or 128"):
         fa.build(96)
+    with pytest.raises(ValueError, match="block_n=32: this kernel takes 64 or 128"):
+        fa.build(64, block_n=32)
+    with pytest.raises(ValueError, match=r"pipeline='fast': expected one of \['overlap', 'serial', 'stages'\]"):
+        fa.build(64, pipeline="fast")
 
 
 @pytest.mark.parametrize("sm,size,threads,mma", [
