@@ -32,7 +32,8 @@ using T = QK::a_value_type;
 constexpr int BLOCK_M = QK::m, BLOCK_N = QK::n, D = QK::k;
 static_assert(PV::m == BLOCK_M && PV::k == BLOCK_N && PV::n == D, "P V multiplies the scores' tile by a V tile");
 constexpr int K_BYTES = (QK::shared_b_bytes + 1023) / 1024 * 1024, V_BYTES = (PV::shared_b_bytes + 1023) / 1024 * 1024;
-constexpr int V_STAGES = PIPELINE == 2 ? 3 : 2;  // the decoupled pipeline refills V two tiles ahead
+constexpr int V_STAGES = PIPELINE >= 2 ? 3 : 2;
+constexpr bool TURNS = PIPELINE == 3;  // the decoupled pipeline refills V two tiles ahead
 constexpr int O_LD = D + 8;  // staged output rows (the 8 spread the banks)
 static_assert(QK::shared_b_offset + 2 * K_BYTES + V_STAGES * V_BYTES + QK::shared_memory_slack == SHARED_BYTES, "layout");
 static_assert(BLOCK_M * O_LD * 2 <= 2 * (K_BYTES + V_BYTES), "O is staged over the K/V stages");
@@ -89,7 +90,7 @@ flash_attention(const QK::a_value_type* q, const QK::b_value_type* k, const PV::
     auto k_tile = [&](int j) { return k + head + (long long)j * BLOCK_N * D; };
     auto v_tile = [&](int j) { return v + head + (long long)j * BLOCK_N * D; };
 
-#if PIPELINE == 2  // stages: per-stage barriers
+#if PIPELINE >= 2  // stages: per-stage barriers (3: and the warpgroups take turns at their GEMMs)
     // As below, with a full and a free barrier per stage instead of a block barrier per tile: a
     // stage is read once its copies landed and refilled once its last reader is done, so the two
     // warpgroups may drift apart (one's softmax under the other's GEMMs). K is refilled two tiles
@@ -116,6 +117,7 @@ flash_attention(const QK::a_value_type* q, const QK::b_value_type* k, const PV::
     float rescale[R];
     softmax(scores, 0, rescale);  // O is still zero
     PV::a_registers p(scores);  // P rounded to T, in registers
+    if (TURNS) blasdx::warpgroup_turns::start();
     for (int j = 0; j + 1 < tiles; ++j) {
         if (j + 2 < tiles) {  // K j + 2 over K j, once every thread is done with it
             k_free[j % 2].wait(j / 2);
@@ -126,8 +128,10 @@ flash_attention(const QK::a_value_type* q, const QK::b_value_type* k, const PV::
         v_full[j % V_STAGES].wait(j / V_STAGES);
         QK::shared_fence();
         scores.clear();
+        if (TURNS) blasdx::warpgroup_turns::take();
         QK::execute_async(sQ, sK(j + 1), scores);
         PV::execute_async(p, sV(j), out);  // O += P V
+        if (TURNS) blasdx::warpgroup_turns::pass();
         QK::wait<1>(scores);  // Q K^T j + 1 is done (groups complete in order), P V j runs on
         k_free[(j + 1) % 2].arrive();
         const bool shrink = softmax(scores, j + 1, rescale);
@@ -141,6 +145,7 @@ flash_attention(const QK::a_value_type* q, const QK::b_value_type* k, const PV::
             v_full[(j + 2) % V_STAGES].arrive_after_copies();
         }
     }
+    if (TURNS) blasdx::warpgroup_turns::finish();
     v_full[(tiles - 1) % V_STAGES].wait((tiles - 1) / V_STAGES);
     QK::shared_fence();
     PV::execute(p, sV(tiles - 1), out);
@@ -232,7 +237,7 @@ def shared_bytes(head_dim: int, block_n: int = BLOCK_N, v_stages: int = 2) -> in
     return 1008 + panel(BLOCK_M) + 2 * panel(block_n) + v_stages * panel(block_n)
 
 
-PIPELINES = {"serial": 0, "overlap": 1, "stages": 2}
+PIPELINES = {"serial": 0, "overlap": 1, "stages": 2, "turns": 3}
 
 
 def build(head_dim: int = 128, dtype: Any = bx.float16, causal: bool = False, *, pipeline: str = "overlap",
@@ -241,7 +246,8 @@ def build(head_dim: int = 128, dtype: Any = bx.float16, causal: bool = False, *,
 
     ``pipeline``: "overlap" (Q K^T of the next tile and P V of this one asynchronous, the softmax under
     P V, one block barrier per tile), "stages" (the same with a full and a free barrier per shared-memory
-    stage instead, so warpgroups may drift apart) or "serial" (each GEMM completes in turn).
+    stage instead, so warpgroups may drift apart), "turns" (stages, and the two warpgroups take turns at
+    issuing their GEMMs, one's softmax under the other's GEMMs) or "serial" (each GEMM completes in turn).
     ``block_n``: keys per tile (default 64 for D = 64, 128 for D = 128); ``min_blocks``: blocks per SM the
     registers must allow (default 2 for D = 64 with 64 keys, whose ~120 registers leave room, else 1).
     """
@@ -254,7 +260,7 @@ def build(head_dim: int = 128, dtype: Any = bx.float16, causal: bool = False, *,
         raise ValueError(f"block_n={block_n}: this kernel takes 64 or 128")
     if min_blocks is None:
         min_blocks = 2 if (head_dim, block_n) == (64, 64) else 1
-    nbytes = shared_bytes(head_dim, block_n, 3 if pipeline == "stages" else 2)
+    nbytes = shared_bytes(head_dim, block_n, 3 if pipeline in ("stages", "turns") else 2)
     defines = {"CAUSAL": "true" if causal else "false", "SHARED_BYTES": str(nbytes),
                "PIPELINE": str(PIPELINES[pipeline]), "MIN_BLOCKS": str(min_blocks)}
     # fast math: exp2f is one MUFU.EX2 (no range fix-up), reciprocals approximate (2 ulp)

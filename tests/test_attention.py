@@ -52,7 +52,7 @@ def no_local_memory(kernel: bx.FusedKernel) -> None:
 
 @pytest.mark.parametrize("d,dtype,causal", [(64, bx.float16, False), (64, bx.float16, True),
                                             (128, bx.float16, False), (128, bx.bfloat16, True)])
-@pytest.mark.parametrize("pipeline", ["overlap", "stages"])
+@pytest.mark.parametrize("pipeline", ["overlap", "stages", "turns"])
 def test_example_kernel_compiles_to_wgmma(d, dtype, causal, pipeline) -> None:
     kernel = fa.build(d, dtype, causal, pipeline=pipeline)
     sass = kernel.compiled.sass()
@@ -67,10 +67,12 @@ def test_example_kernel_compiles_to_wgmma(d, dtype, causal, pipeline) -> None:
     assert shapes == expected
     assert opcodes(sass, "LDGSTS") > 0  # K / V tiles stream in with cp.async
     assert "serialized" not in kernel.compiled.log  # the asynchronous wgmma groups overlap
-    stages = 3 if pipeline == "stages" else 2
+    stages = 2 if pipeline == "overlap" else 3
     assert kernel.shared_memory == fa.shared_bytes(d, block_n, stages) <= 227 * 1024
-    if pipeline == "stages":  # per-stage barriers: copies arrive on mbarriers, readers wait on their phases
+    if pipeline != "overlap":  # per-stage barriers: copies arrive on mbarriers, readers wait on their phases
         assert "ARRIVES.LDGSTSBAR" in sass and "SYNCS.PHASECHK" in sass
+    if pipeline == "turns":  # warpgroups hand each other the GEMMs through named barriers
+        assert "BAR.ARV" in sass
 
 
 @pytest.mark.parametrize("d", [64, 128])
@@ -90,7 +92,7 @@ def test_example_rejects_bad_options() -> None:
         fa.build(96)
     with pytest.raises(ValueError, match="block_n=32: this kernel takes 64 or 128"):
         fa.build(64, block_n=32)
-    with pytest.raises(ValueError, match=r"pipeline='fast': expected one of \['overlap', 'serial', 'stages'\]"):
+    with pytest.raises(ValueError, match=r"pipeline='fast': expected one of \['overlap', 'serial', 'stages', 'turns'\]"):
         fa.build(64, pipeline="fast")
 
 

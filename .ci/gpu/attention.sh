@@ -6,23 +6,23 @@ LOGS="${LOGS:-gpu-logs}"; mkdir -p "$LOGS"
 export BLASDX_CACHE_DIR="${BLASDX_CACHE_DIR:-/tmp/blasdx-cache}" PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name --format=csv,noheader | head -1
 # compile the example's kernels in parallel into the disk cache, so that test workers find them
-timeout 14 python3 - > "$LOGS/build.log" 2>&1 <<'PY'
+timeout 16 python3 - > "$LOGS/build.log" 2>&1 <<'PY'
 import sys; sys.path.insert(0, "examples")
 from concurrent.futures import ProcessPoolExecutor
 import blasdx as bx, flash_attention as fa
 CASES = [(d, dt, c, "overlap", None) for d in (64, 128) for dt in ("float16", "bfloat16") for c in (False, True)]
-CASES += [(d, "float16", c, p, None) for p in ("stages", "serial") for d in (64, 128) for c in (False, True)]
+CASES += [(d, "float16", c, p, None) for p in ("stages", "turns", "serial") for d in (64, 128) for c in (False, True)]
 CASES += [(64, "float16", True, "overlap", 128), (128, "float16", True, "overlap", 64)]
 def build(case):
     d, dt, c, pipe, bn = case
     k = fa.build(d, fa.DTYPES[dt], c, pipeline=pipe, block_n=bn)
     return f"D={d} {dt} causal={c} {pipe} block_n={k.gemms['QK'].n}: {k.registers} registers, {k.local_memory} B local"
-with ProcessPoolExecutor(14) as pool:
+with ProcessPoolExecutor(16) as pool:
     for line in pool.map(build, CASES): print(line)
 PY
-echo "build rc=$?"; tail -18 "$LOGS/build.log"
+echo "build rc=$?"; tail -22 "$LOGS/build.log"
 timeout 26 python3 -m pytest -m gpu -q -x -p no:cacheprovider -n 8 tests/test_gpu_flash_attention.py \
   > "$LOGS/tests.log" 2>&1
 echo "tests rc=$?"; grep -E "^FAILED|passed|failed|Error" "$LOGS/tests.log" | tail -12
-timeout 55 python3 benchmarks/attention.py --pipeline stages --out "$LOGS/attention.json" > "$LOGS/bench.log" 2>&1
+timeout 52 python3 benchmarks/attention.py --pipeline stages turns --out "$LOGS/attention.json" > "$LOGS/bench.log" 2>&1
 echo "bench rc=$?"; tail -30 "$LOGS/bench.log"

@@ -29,7 +29,8 @@
 //                    rows.max(out) / sum(out) / reduce / thread_reduce / all_reduce (accumulator_rows.cuh)
 //   register A       GEMM::a_registers p(other_acc); GEMM::execute(p, sB, acc)  (wgmma; warpgroup_fusion.cuh)
 //   asynchronous     GEMM::execute_async(sA, sB, acc) / (p, sB, acc), GEMM::wait<PENDING>(acc [, p])  (wgmma)
-//   stage barriers   blasdx::stage_barrier: init, arrive, arrive_after_copies, wait(phase)  (stage_barrier.cuh)
+//   stage barriers   blasdx::stage_barrier: init, arrive, arrive_after_copies, wait(phase);
+//                    blasdx::warpgroup_turns: start, take, pass, finish  (stage_barrier.cuh)
 //
 // Shared-memory matrices use the descriptor's arrangement and leading dimensions
 // (GEMM::lda ...) and start on 16-byte boundaries (slice_shared_memory gives that). sm_90a

@@ -55,3 +55,32 @@ struct stage_barrier {
 };
 
 }  // namespace blasdx
+
+namespace blasdx {
+
+// Two warpgroups of a block taking turns at one step of every iteration (issuing their GEMMs):
+// 0, 1, 0, 1, ... Where their other work (a softmax) is as long as their GEMMs, one's other work
+// then runs under the other's GEMMs. Named barriers 1 and 2 (barrier 0 is __syncthreads), each
+// completed by one warpgroup waiting and the other arriving: bar.sync / bar.arrive with a count
+// of 256 (PTX ISA "barrier"). Call start() once before the loop and finish() once after it from
+// every thread of both warpgroups, take() before the step and pass() after it in every iteration
+// (the same number of iterations in both warpgroups).
+struct warpgroup_turns {
+    __device__ __forceinline__ static int group() { return (threadIdx.x / 128) % 2; }
+    __device__ __forceinline__ static void sync(int id) { asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory"); }
+    __device__ __forceinline__ static void arrive(int id) {
+        asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory");
+    }
+    // warpgroup 0 goes first
+    __device__ __forceinline__ static void start() {
+        if (group() == 1) arrive(1);
+    }
+    __device__ __forceinline__ static void take() { sync(1 + group()); }
+    __device__ __forceinline__ static void pass() { arrive(2 - group()); }
+    // the last pass of warpgroup 1 is taken by warpgroup 0, so that no arrival is left pending
+    __device__ __forceinline__ static void finish() {
+        if (group() == 0) sync(1);
+    }
+};
+
+}  // namespace blasdx
