@@ -101,13 +101,17 @@ def test_example_rejects_bad_options() -> None:
     (90, (64, 32, 64), 128, "HMMA"),
     ((90, True), (128, 64, 64), 256, "HGMMA"),
 ])
-def test_row_view_and_bounded_copies_compile(sm, size, threads, mma) -> None:
-    kernel = compile_row_stats(row_stats_gemm(sm, size=size, threads=threads))
+@pytest.mark.parametrize("stage_barrier", [False, True])
+def test_row_view_and_bounded_copies_compile(sm, size, threads, mma, stage_barrier) -> None:
+    kernel = compile_row_stats(row_stats_gemm(sm, size=size, threads=threads), stage_barrier)
     sass = kernel.compiled.sass()
     no_local_memory(kernel)
     assert opcodes(sass, mma) > 0 or re.search(rf"\b{mma}\.", sass)
     assert opcodes(sass, "LDGSTS") > 0  # bounded loads stay asynchronous (zero-fill by source size)
     assert "SHFL.BFLY" in sass          # row reductions across the quad
+    if stage_barrier:  # the copies arrive on the mbarrier, the threads wait on its phase (try_wait, sm_90)
+        assert "ARRIVES.LDGSTSBAR" in sass
+        assert ("SYNCS.PHASECHK" in sass) == (sm != 80)
 
 
 @pytest.mark.parametrize("dtype", [bx.float16, bx.bfloat16])

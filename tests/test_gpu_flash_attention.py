@@ -104,7 +104,8 @@ def test_flash_attention_without_pipelining(hopper, seq: int, d: int, causal: bo
 @pytest.mark.parametrize("rows", [64, 37, 1])
 @pytest.mark.parametrize("sm,size,threads", [(90, (64, 32, 64), 128), ((90, True), (128, 64, 64), 256)],
                          ids=["mma_sync", "wgmma"])
-def test_rows_and_bounded_copies(sm, size, threads, rows: int) -> None:
+@pytest.mark.parametrize("stage_barrier", [False, True], ids=["copy_wait", "stage_barrier"])
+def test_rows_and_bounded_copies(sm, size, threads, rows: int, stage_barrier: bool) -> None:
     """Row maxima / sums of C = A B through blasdx::rows, A loaded with only `rows` rows (the rest
     zero-filled), C / row sums stored for those rows only."""
     if gpu_sm() != 90:
@@ -113,7 +114,7 @@ def test_rows_and_bounded_copies(sm, size, threads, rows: int) -> None:
 
     torch = pytest.importorskip("torch")
     desc = row_stats_gemm(sm, size=size, threads=threads)
-    kernel = compile_row_stats(desc)
+    kernel = compile_row_stats(desc, stage_barrier)
     m, n, k = size
     torch.manual_seed(rows)
     a = torch.rand(m, k, device="cuda", dtype=torch.float16) + 0.1  # positive: row sums far from zero

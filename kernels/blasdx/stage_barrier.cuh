@@ -40,8 +40,10 @@ struct stage_barrier {
         arrive();
 #endif
     }
-    // Until the phase `phase` (counted from 0) has completed.
+    // Until the phase `phase` (counted from 0) has completed (try_wait suspends the thread for a
+    // while on sm_90; sm_80 polls with test_wait).
     __device__ __forceinline__ void wait(int phase) {
+#if __CUDA_ARCH__ >= 900
         asm volatile(
             "{\n"
             ".reg .pred done;\n"
@@ -51,6 +53,17 @@ struct stage_barrier {
             "}\n" ::"r"(shared_address(&word)),
             "r"(phase & 1)
             : "memory");
+#else
+        asm volatile(
+            "{\n"
+            ".reg .pred done;\n"
+            "BLASDX_STAGE_WAIT_%=:\n"
+            "mbarrier.test_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+            "@!done bra BLASDX_STAGE_WAIT_%=;\n"
+            "}\n" ::"r"(shared_address(&word)),
+            "r"(phase & 1)
+            : "memory");
+#endif
     }
 };
 
