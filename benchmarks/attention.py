@@ -83,6 +83,17 @@ def measure(seq: int, d: int, causal: bool, dtype, rows: int, variants=()) -> di
     return row
 
 
+def write(path: Path, rows: list[dict]) -> None:
+    """The JSON of the rows so far (written whole, then moved into place)."""
+    import torch
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows},
+                              indent=1) + "\n")
+    tmp.replace(path)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seq", type=int, nargs="*", default=SUITE_SEQ)
@@ -114,19 +125,25 @@ def main() -> int:
                 variants += [(f"block_n{n}", {"block_n": n}) for n in args.block_n]
                 row = measure(seq, d, causal, dtype, args.rows, variants)
                 rows.append(row)
+                write(args.out, rows)  # after every case, so that a cut-short run keeps what it measured
                 fmt = lambda key, row=row: f"{row[key]:.3f}" if key in row else "-"
                 unf = f"{row['unfused_ms'] / row['blasdx_ms']:.2f}" if "unfused_ms" in row else "-"
                 ratio = f"{row['ratio']:.2f}" if row["ratio"] else "-"
                 print(f"{seq:>6} {d:>4} {causal!s:>6} {row['blasdx_ms']:>10.3f} {row['tflops']:>8.0f} "
                       f"{fmt('sdpa_ms'):>9} {ratio:>6} {fmt('cudnn_ms'):>9} {fmt('unfused_ms'):>10} {unf:>9}"
                       + "".join(f"  {label} {row[label + '_ms']:.3f}" for label, _ in variants), flush=True)
+    geomean = lambda values: math.exp(sum(math.log(x) for x in values) / len(values))  # noqa: E731
     ratios = [r["ratio"] for r in rows if r["ratio"]]
     if ratios:
-        geo = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
-        print(f"geomean ratio against SDPA flash: {geo:.3f} (min {min(ratios):.2f}) over {len(ratios)} cases")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-                                    "rows": rows}, indent=1) + "\n")
+        print(f"geomean ratio against SDPA flash: {geomean(ratios):.3f} (min {min(ratios):.2f}) over {len(ratios)} "
+              "cases")
+    for key, name in [(f"{label}_ms", label) for label in args.pipeline] + [("cudnn_ms", "SDPA cudnn")]:
+        pairs = [(r["sdpa_ms"], r[key]) for r in rows if key in r and "sdpa_ms" in r]
+        if pairs:
+            print(f"  {name}: geomean ratio against SDPA flash {geomean([a / b for a, b in pairs]):.3f}")
+    unfused = [r["unfused_ms"] / r["blasdx_ms"] for r in rows if "unfused_ms" in r]
+    if unfused:
+        print(f"against the unfused form: min {min(unfused):.2f}x, geomean {geomean(unfused):.2f}x")
     return 0
 
 
