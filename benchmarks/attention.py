@@ -132,7 +132,7 @@ def main() -> int:
                 print(f"{seq:>6} {d:>4} {causal!s:>6} {row['blasdx_ms']:>10.3f} {row['tflops']:>8.0f} "
                       f"{fmt('sdpa_ms'):>9} {ratio:>6} {fmt('cudnn_ms'):>9} {fmt('unfused_ms'):>10} {unf:>9}"
                       + "".join(f"  {label} {row[label + '_ms']:.3f}" for label, _ in variants), flush=True)
-    geomean = lambda values: math.exp(sum(math.log(x) for x in values) / len(values))  # noqa: E731
+    geomean = lambda values: math.exp(sum(math.log(x) for x in values) / len(values))
     ratios = [r["ratio"] for r in rows if r["ratio"]]
     if ratios:
         print(f"geomean ratio against SDPA flash: {geomean(ratios):.3f} (min {min(ratios):.2f}) over {len(ratios)} "
