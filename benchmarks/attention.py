@@ -42,7 +42,7 @@ def measure(seq: int, d: int, causal: bool, dtype, rows: int, variants=()) -> di
     import torch
     import torch.nn.functional as F
 
-    heads = 16
+    heads = max(1, min(16, rows // seq))  # 16 heads while that keeps to `rows` query rows, then fewer
     batch = max(1, rows // (seq * heads))
     kernel = fa.build(d, dtype, causal)
     fa.check(kernel, batch, heads, seq, d, dtype, causal, sample=0)  # against SDPA (tests: float64)
