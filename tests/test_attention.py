@@ -190,3 +190,27 @@ def test_run_needs_contiguous_tensors() -> None:
     shape = (1, 2, 5, 64)
     with pytest.raises(bx.ExecutionError, match=r"v: strides \(1, 1, 1, 1\), expected a contiguous tensor"):
         fa.run(kernel, _Tensor(shape), _Tensor(shape), _Tensor(shape, contiguous=False), _Tensor(shape))
+
+
+@pytest.mark.parametrize("sm", [75, 80, 86, 90])
+def test_register_a_overloads_leave_other_plans_alone(sm) -> None:
+    """execute(sA, sB, acc) and the shared-memory execute of a warp-level plan compile with the
+    register-A and asynchronous overloads in scope (they must not instantiate register_a)."""
+    source = r"""
+    extern "C" __global__ void k(const GEMM::a_value_type* a, const GEMM::b_value_type* b, float* c) {
+        extern __shared__ __align__(16) unsigned char smem[];
+        auto [sA, sB, sC] = GEMM::slice_shared_memory(smem);
+        GEMM::load_a(a, sA);
+        GEMM::load_b(b, sB);
+        GEMM::copy_wait();
+        GEMM::accumulator acc;
+        GEMM::execute(sA, sB, acc);
+        auto acc2 = GEMM::execute(sA, sB);
+        GEMM::execute(1.0f, sA, sB, 0.0f, sC);
+        acc.store(c);
+        acc2.store(c);
+    }"""
+    desc = (bx.Size(32, 32, 32) + bx.Precision(bx.float16, bx.float16, bx.float32) + bx.Type.real
+            + bx.Function.MM + bx.SM(sm) + bx.Block())
+    kernel = bx.compile_kernel(source, "k", {"GEMM": desc})
+    assert kernel.local_memory == 0

@@ -173,6 +173,15 @@ template <class Cfg> struct WarpgroupFusion;
 template <class Cfg> struct register_a;
 
 namespace detail {
+// Whether T is (a reference to, a const) register_a<...>: matched without instantiating it.
+template <class T> struct is_register_a { static constexpr bool value = false; };
+template <class T> struct is_register_a<T&> : is_register_a<T> {};
+template <class T> struct is_register_a<T&&> : is_register_a<T> {};
+template <class T> struct is_register_a<const T> : is_register_a<T> {};
+template <class C> struct is_register_a<register_a<C>> { static constexpr bool value = true; };
+}  // namespace detail
+
+namespace detail {
 
 // Whether a load transform leaves real elements as they are (then wgmma may read A and B).
 template <class Op> struct keeps_real { static constexpr bool value = is_identity<Op>::value; };
@@ -549,13 +558,13 @@ struct Gemm {
     // -- A in registers (wgmma plans, 16-bit A; kernels/blasdx/warpgroup_fusion.cuh): the A of
     // the tiles this thread's warpgroup computes, built from another GEMM's accumulator
     // (`GEMM::a_registers p(scores);`), and acc += A B with it.
+    // (templates enabled for register_a only: a plain overload would make every execute(sA, sB, acc)
+    // call check whether a pointer converts to register_a<Cfg>, instantiating it for any plan)
     using a_registers = register_a<Cfg>;
-    __device__ __forceinline__ static void execute(a_registers& a, const b_value_type* sB, accumulator& acc) {
+    template <class A, class = typename detail::enable_if<detail::is_register_a<A>::value>::type>
+    __device__ __forceinline__ static void execute(A&& a, const b_value_type* sB, accumulator& acc) {
         static_assert(swizzled, "A from registers runs on wgmma: an sm_90a descriptor whose plan is wgmma");
         WarpgroupFusion<Cfg>::template accumulate<true>(acc.fragment(), a, sB, acc.thread());
-    }
-    __device__ __forceinline__ static void execute(a_registers&& a, const b_value_type* sB, accumulator& acc) {
-        execute(a, sB, acc);
     }
 
     // -- asynchronous register API (wgmma plans): acc += A B issued as one group of this thread's
@@ -567,7 +576,8 @@ struct Gemm {
         static_assert(swizzled, "asynchronous execution runs on wgmma: an sm_90a descriptor whose plan is wgmma");
         WarpgroupFusion<Cfg>::template accumulate<false>(acc.fragment(), sA, sB, acc.thread());
     }
-    __device__ __forceinline__ static void execute_async(a_registers& a, const b_value_type* sB, accumulator& acc) {
+    template <class A, class = typename detail::enable_if<detail::is_register_a<A>::value>::type>
+    __device__ __forceinline__ static void execute_async(A& a, const b_value_type* sB, accumulator& acc) {
         static_assert(swizzled, "asynchronous execution runs on wgmma: an sm_90a descriptor whose plan is wgmma");
         WarpgroupFusion<Cfg>::template accumulate<false>(acc.fragment(), a, sB, acc.thread());
     }
@@ -576,8 +586,8 @@ struct Gemm {
         static_assert(swizzled, "asynchronous execution runs on wgmma: an sm_90a descriptor whose plan is wgmma");
         WarpgroupFusion<Cfg>::template wait<PENDING>(acc.fragment());
     }
-    template <int PENDING>
-    __device__ __forceinline__ static void wait(accumulator& acc, a_registers& a) {
+    template <int PENDING, class A, class = typename detail::enable_if<detail::is_register_a<A>::value>::type>
+    __device__ __forceinline__ static void wait(accumulator& acc, A& a) {
         wait<PENDING>(acc);
         WarpgroupFusion<Cfg>::fence_registers(a);
     }
