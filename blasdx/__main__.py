@@ -7,7 +7,7 @@ The expression is Python with blasdx's public names in scope and nothing else::
     python -m blasdx matmul bfloat16 4096x4096x4096 --layout RC   (the Hopper engine's plan)
     python -m blasdx cache info
 
-Errors print one line and exit with status 2.
+Errors print their whole message (e.g. the list of supported combinations) and exit with status 2.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ _ALLOWED_NODES = (
 
 
 class UsageError(Exception):
-    """A command-line mistake: printed as one line, exit status 2."""
+    """A command-line mistake: printed with its message, exit status 2."""
 
 
 def _namespace() -> dict[str, Any]:
@@ -176,6 +176,27 @@ def _cmd_matmul(args: argparse.Namespace) -> None:
     c = dt.as_dtype(args.result) if args.result else RESULT_TYPES.get(a, a)
     engine: Any = hopper_wide if hopper_wide.serves(a, c) else hopper  # f64 / f32 take the wide path
     print(engine.describe_call(a, c, m, n, k, args.batch, args.layout[0] == "R", args.layout[1] == "R", args.sms))
+    if args.explain:
+        print(MATMUL_FIELDS)
+
+
+#: What the fields of ``python -m blasdx matmul``'s line mean (its --help and --explain print it).
+MATMUL_FIELDS = """\
+The line names, in order:
+  hopper wgmma+TMA     the kernel: warpgroup MMA (16-bit, tf32, fp8, int8) or DMMA / FFMA (float64 / float32),
+                       operands brought to shared memory by the Tensor Memory Accelerator
+  128x128x64           the block tile, M x N x K of C each block computes per pipeline stage
+                       (float64 / float32: "128x128 tiles, 64x32 per warp", the block and warp tiles)
+  6 stages             shared-memory buffers in the load ring: TMA fills stages ahead of the math
+  2 consumers          math warpgroups per block (one producer warpgroup issues the loads);
+                       ping-pong: the two take turns on alternate tiles, one computing while the other stores
+  group 8              tiles walk the grid in groups of 8 block-rows, so neighbours share A and B in L2
+  clusters of 2        (when shown) blocks of a cluster share one TMA load through multicast
+  f32 promotion ...    (fp8) partial sums move from the tensor core's accumulator into float32 every 128 K
+  1 K split            blocks that share one C tile over parts of K (more than 1: a reduction kernel adds them)
+  D by TMA             the result leaves shared memory by TMA stores; "direct stores": threads write it
+  x / y K-major        how each operand is read: K-major (K contiguous) or MN-major;
+                       "repacked": the call first copies the operand to the layout the instruction needs"""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -193,12 +214,18 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("expression", help=expr_help)
         command.set_defaults(handler=handler)
     sub.choices["compile"].add_argument("--arch", help="comma-separated targets, e.g. sm_80,sm_90a (default: the SM)")
-    matmul = sub.add_parser("matmul", help="what bx.matmul runs on the Hopper engine for a type, shape and layouts")
+    matmul = sub.add_parser(
+        "matmul", help="what bx.matmul runs on the Hopper engine for a type, shape and layouts",
+        description="Print the plan bx.matmul runs on an sm_90 GPU for contiguous operands (no GPU needed).",
+        epilog=MATMUL_FIELDS, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     matmul.add_argument("type", help="input type, e.g. bfloat16")
     matmul.add_argument("shape", help="MxNxK, e.g. 4096x4096x4096")
     matmul.add_argument("--layout", default="RR", help="A then B: R row-major, C column-major (default RR)")
     matmul.add_argument("--result", help="result type (default: matmul's for the input type)")
-    matmul.add_argument("--batch", type=int, default=1)
+    matmul.add_argument("--batch", type=int, default=1,
+                        help="problems in the batch, x (batch, M, K) and y (batch, K, N) (default 1)")
+    matmul.add_argument("--explain", action="store_true", help="print what each field of the line means")
     matmul.add_argument("--sms", type=int, default=132, help="multiprocessors of the GPU (default 132, H100/H200)")
     matmul.set_defaults(handler=_cmd_matmul)
     cache = sub.add_parser("cache", help="show or clear the on-disk kernel cache")
@@ -208,26 +235,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status (0, or 2 after a one-line error)."""
+    """Run the command line; returns the exit status (0, or 2 after an error message)."""
     from .errors import BlasdxError
 
     args = build_parser().parse_args(argv)
     try:
         args.handler(args)
     except (UsageError, BlasdxError, ValueError, TypeError, AttributeError) as exc:
-        print(f"blasdx {args.command}: error: {_one_line(exc)}", file=sys.stderr)
+        print(f"blasdx {args.command}: error: {_message(exc)}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # pragma: no cover - e.g. `| head`
         return 0
     return 0
 
 
-def _one_line(exc: BaseException) -> str:
-    """The first line of an error, plus where a failed source was saved."""
-    text = str(exc).strip().splitlines()
-    line = text[0] if text else type(exc).__name__
+def _message(exc: BaseException) -> str:
+    """The whole message of an error (its later lines list what is allowed), plus where a failed source was saved."""
+    text = str(exc).strip() or type(exc).__name__
     saved = getattr(exc, "saved_to", None)
-    return f"{line} (source and log saved to {saved})" if saved else line
+    return f"{text}\n(source and log saved to {saved})" if saved else text
 
 
 if __name__ == "__main__":

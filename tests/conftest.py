@@ -1,6 +1,19 @@
-"""Fixtures shared by the CPU tests."""
+"""Fixtures and settings shared by the CPU tests: one kernel cache per run, the parallel workers, the encoder.
+
+Without a GPU, every run of the suite compiles into a fresh kernel cache folder of its own (not
+the user's ``~/.cache/blasdx``), shared by all of its workers: a kernel one test compiles is a
+disk hit for every other test of the run, and no entry from an earlier run (made by other code)
+can stand in for a compile. ``-n auto`` (pyproject's addopts) runs one worker per core where no
+GPU is visible; with a GPU, or with ``-m gpu`` / ``-m multigpu``, the tests run in one process,
+since they share the device.
+"""
 
 from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -10,6 +23,67 @@ from blasdx.launch import cuda_driver
 
 from .tma_rules import FakeEncoder
 
+#: The cache folder this process made (and removes at the end); workers inherit the variable.
+_owned = pytest.StashKey[str]()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: a worker per core on a machine without a GPU; none (one process) for GPU runs."""
+    marks = config.getoption("markexpr", "") or ""
+    if "gpu" in marks.replace("not gpu", ""):
+        return 0
+    from .gpu_support import gpu_sm
+
+    return 0 if gpu_sm() is not None else (os.cpu_count() or 1)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """CPU tests go to the workers a file at a time (``--dist loadgroup``), so that a module's fixtures
+    (compiled matrices) are built once; a test with an xdist_group of its own keeps it (the compile
+    matrix splits by SM). GPU tests have no group: with ``-n`` they spread one by one."""
+    for item in items:
+        if any(item.get_closest_marker(name) for name in ("xdist_group", "gpu", "multigpu")):
+            continue
+        item.add_marker(pytest.mark.xdist_group(item.module.__name__ if item.module else item.nodeid))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Point BLASDX_CACHE_DIR at a fresh folder for this run (xdist workers, started later, inherit it)."""
+    if os.environ.get("BLASDX_CACHE_DIR"):  # the caller (or the xdist controller) chose a folder: keep it
+        return
+    from .gpu_support import gpu_sm
+
+    if gpu_sm() is not None:  # GPU runs keep the user's cache: the compiles of earlier runs serve them
+        return
+    folder = tempfile.mkdtemp(prefix="blasdx-test-cache-")
+    config.stash[_owned] = folder
+    os.environ["BLASDX_CACHE_DIR"] = folder
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Remove the run's cache folder, in the process that made it."""
+    folder = config.stash.get(_owned, None)
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
+        os.environ.pop("BLASDX_CACHE_DIR", None)
+
+
+@pytest.fixture
+def fresh_cache(tmp_path, monkeypatch) -> Path:
+    """A test of its own kernel cache: an empty cache folder (returned), nothing in memory, zeroed counters."""
+    from blasdx.compile import cache
+
+    root = tmp_path / "cache"
+    monkeypatch.setenv("BLASDX_CACHE_DIR", str(root))
+    monkeypatch.delenv("BLASDX_CACHE", raising=False)
+    monkeypatch.delenv("BLASDX_DUMP", raising=False)
+    cache.clear_memory_cache()
+    cache.stats.reset()
+    yield root
+    cache.clear_memory_cache()
+
 
 @pytest.fixture
 def encoder(monkeypatch) -> FakeEncoder:
@@ -18,3 +92,18 @@ def encoder(monkeypatch) -> FakeEncoder:
     monkeypatch.setattr(cuda_driver, "encode_tiled", fake)
     array_gemm._CALLS.clear()
     return fake
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    """With $BLASDX_MARGINS_JSON set, write how close each passed element-wise check came to its bound
+    (reference.MARGINS: what, worst error / bound) there, one file per pytest-xdist worker."""
+    import json
+    import os
+
+    from blasdx.reference import MARGINS
+
+    path = os.environ.get("BLASDX_MARGINS_JSON")
+    if path and MARGINS:
+        worker = os.environ.get("PYTEST_XDIST_WORKER")
+        with open(f"{path}.{worker}" if worker else path, "w") as f:
+            json.dump(MARGINS, f)

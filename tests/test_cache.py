@@ -1,4 +1,4 @@
-"""blasdx.compile.cache and blasdx.precompile: memory and disk levels, keys, corruption, concurrency (CPU only)."""
+"""blasdx.compile.cache and blasdx.run.precompile: memory and disk levels, keys, corruption, concurrency (CPU only)."""
 
 from __future__ import annotations
 
@@ -31,16 +31,9 @@ TINY = 'extern "C" __global__ void tiny(int* x) {{ x[threadIdx.x] = {value}; }}\
 
 
 @pytest.fixture(autouse=True)
-def cache_root(tmp_path, monkeypatch) -> Path:
-    """Every test gets its own cache folder, an empty in-process cache and zeroed counters."""
-    root = tmp_path / "cache"
-    monkeypatch.setenv("BLASDX_CACHE_DIR", str(root))
-    monkeypatch.delenv("BLASDX_CACHE", raising=False)
-    monkeypatch.delenv("BLASDX_DUMP", raising=False)
-    cache.clear_memory_cache()
-    cache.stats.reset()
-    yield root
-    cache.clear_memory_cache()
+def cache_root(fresh_cache) -> Path:
+    """Every test gets its own cache folder, an empty in-process cache and zeroed counters (conftest)."""
+    return fresh_cache
 
 
 def _entries(root: Path) -> list[Path]:
@@ -149,6 +142,22 @@ def test_cached_compile_is_shared_by_equal_sources():
     first = cached_compile(source, "tiny", "sm_80")
     assert cached_compile(str(source), "tiny", "sm_80") is first
     assert cache.stats.as_dict()["nvrtc_calls"] == 1
+
+
+def test_kernels_of_one_source_share_one_compile(cache_root):
+    """The cubin holds every kernel of its source: a second kernel is read from it, and has its own entry."""
+    source = TINY.format(value=10) + 'extern "C" __global__ void other(int* x) { x[threadIdx.x] = 11; }\n'
+    tiny = cached_compile(source, "tiny", "sm_80")
+    other = cached_compile(source, "other", "sm_80")
+    assert cache.stats.nvrtc_calls == 1 and cache.stats.compiles == 1
+    assert other is not tiny and other.kernel_name == "other" and other.cubin == tiny.cubin
+    assert other.registers > 0 and len(_entries(cache_root)) == 2
+    in_it = r"\(kernels in it: (other, tiny|tiny, other)\)"
+    with pytest.raises(CompileError, match=rf"kernel_name='missing' is not in the cubin {in_it}; is missing declared"):
+        cached_compile(source, "missing", "sm_80")
+    cache.clear_memory_cache()
+    assert cached_compile(source, "other", "sm_80").cubin == tiny.cubin
+    assert cache.stats.nvrtc_calls == 1 and cache.stats.disk_hits == 1
 
 
 @pytest.mark.parametrize(
@@ -417,7 +426,7 @@ def test_precompile_reports_every_failure():
 def test_precompile_mixed_failures_raise_the_base_error(monkeypatch):
     import importlib
 
-    pc = importlib.import_module("blasdx.precompile")  # the attribute blasdx.precompile is the function
+    pc = importlib.import_module("blasdx.run.precompile")  # the attribute blasdx.precompile is the function
 
     def fake(desc, options):
         raise CompileError("nvrtc broke") if desc == GEMM else DescriptorError("bad")

@@ -1,4 +1,4 @@
-"""python -m blasdx: describe, source, sass, compile, cache; safe expressions; one-line errors (CPU only)."""
+"""python -m blasdx: describe, source, sass, compile, cache, matmul; safe expressions; whole error messages (CPU only)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from blasdx.compile import cache
 from blasdx import compile as cc
 from blasdx.__main__ import main, parse_descriptor
 
@@ -18,14 +17,9 @@ EXPR = "Size(64,64,64) + Precision(float16, float16, float32) + Function.MM + SM
 
 
 @pytest.fixture(autouse=True)
-def cache_root(tmp_path, monkeypatch) -> Path:
-    root = tmp_path / "cache"
-    monkeypatch.setenv("BLASDX_CACHE_DIR", str(root))
-    monkeypatch.delenv("BLASDX_CACHE", raising=False)
-    cache.clear_memory_cache()
-    cache.stats.reset()
-    yield root
-    cache.clear_memory_cache()
+def cache_root(fresh_cache) -> Path:
+    """Every test gets its own cache folder and an empty in-process cache (conftest)."""
+    return fresh_cache
 
 
 def test_describe_prints_every_trait(capsys):
@@ -95,13 +89,37 @@ def test_cache_info_and_clear(capsys, cache_root):
         (["source", "Size(64,64,64) + Precision(float16)"], "incomplete descriptor: missing Function, SM"),
     ],
 )
-def test_errors_print_one_line_and_exit_2(capsys, argv, message):
+def test_errors_print_their_message_and_exit_2(capsys, argv, message):
     assert main(argv) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
     lines = captured.err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"blasdx {argv[0]}: error: ")
     assert message in lines[0]
+
+
+def test_an_error_keeps_its_whole_message(capsys):
+    """The list of supported combinations is the part of the message a user acts on."""
+    assert main(["describe", "Size(64,64,64) + Precision(bfloat16) + SM(90)"]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert lines[0] == ("blasdx describe: error: Precision(bfloat16, bfloat16, bfloat16) is not a supported (A, B, C) "
+                        "combination. Supported:")
+    assert "  bfloat16 x bfloat16 -> float32 (sm_80+)" in lines
+    assert lines[-1] == "  complex float64 x float64 -> float64 (sm_75+)"
+
+
+def test_matmul_explains_its_fields(capsys):
+    assert main(["matmul", "bfloat16", "4096x4096x4096", "--explain"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("hopper wgmma+TMA, 128x128x64, ") and ", 1 K split, D by TMA, x K-major, y MN-major" in out[0]
+    legend = "\n".join(out[1:])
+    for field in ("stages", "consumers", "group 8", "K split", "D by TMA", "K-major"):
+        assert field in legend
+    with pytest.raises(SystemExit):
+        main(["matmul", "--help"])
+    text = capsys.readouterr().out
+    assert "--batch BATCH" in text and "problems in the batch" in text and "The line names, in order:" in text
 
 
 def test_expression_namespace_has_no_builtins():

@@ -65,17 +65,9 @@ F16_GEMM = bx.Size(64, 64, 64) + bx.Precision(bx.float16, bx.float16, bx.float32
 
 
 @pytest.fixture(autouse=True)
-def isolated_cache(tmp_path, monkeypatch):
-    """Every test gets its own cache folder and an empty in-process cache."""
-    from blasdx.compile import cache
-
-    monkeypatch.setenv("BLASDX_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.delenv("BLASDX_CACHE", raising=False)
-    monkeypatch.delenv("BLASDX_DUMP", raising=False)
-    cache.clear_memory_cache()
-    cache.stats.reset()
-    yield
-    cache.clear_memory_cache()
+def isolated_cache(fresh_cache):
+    """Every test gets its own cache folder and an empty in-process cache (conftest)."""
+    return fresh_cache
 
 
 @pytest.fixture

@@ -23,6 +23,8 @@ from blasdx import dtypes as dt
 from blasdx.fusion import kernel as fusion
 from blasdx.errors import CompileError, DescriptorError, ExecutionError
 
+from . import fusion_kernels
+
 R, C = bx.row_major, bx.col_major
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -40,43 +42,9 @@ def gemm(size=(32, 32, 32), precision=(bx.float16, bx.float16, bx.float32), *ext
 # the kernels every type is compiled with (here) and run with (tests/test_gpu_fusion.py)
 # ---------------------------------------------------------------------------------------------
 
-#: Register API and shared-memory API over global matrices stored tightly (leading dimension =
-#: inner extent, problems one after another); A_OP / B_OP are the load transforms of a case.
-TYPE_KERNELS = r"""
-#ifndef MAX_THREADS
-#define MAX_THREADS GEMM::max_threads_per_block, 1
-#endif
-constexpr long long A_STRIDE = GEMM::a_inner * GEMM::a_outer, B_STRIDE = GEMM::b_inner * GEMM::b_outer;
-constexpr long long C_STRIDE = GEMM::c_inner * GEMM::c_outer;
-
-extern "C" __global__ void __launch_bounds__(MAX_THREADS)
-register_api(const GEMM::a_value_type* a, const GEMM::b_value_type* b, GEMM::c_value_type* c,
-             GEMM::scalar_value_type alpha, GEMM::scalar_value_type beta) {
-    extern __shared__ __align__(16) unsigned char smem[];
-    auto [sA, sB] = GEMM::slice_shared_memory_ab(smem);
-    const long long p = blockIdx.x;
-    GEMM::load_a<GEMM::a_inner>(a + p * A_STRIDE, sA);
-    GEMM::load_b<GEMM::b_inner>(b + p * B_STRIDE, sB);
-    GEMM::copy_wait();
-    auto acc = GEMM::execute(sA, sB, A_OP, B_OP);
-    acc.axpby(alpha, beta, c + p * C_STRIDE, GEMM::c_inner);
-}
-
-extern "C" __global__ void __launch_bounds__(MAX_THREADS)
-shared_api(const GEMM::a_value_type* a, const GEMM::b_value_type* b, GEMM::c_value_type* c,
-           GEMM::scalar_value_type alpha, GEMM::scalar_value_type beta) {
-    extern __shared__ __align__(16) unsigned char smem[];
-    auto [sA, sB, sC] = GEMM::slice_shared_memory(smem);
-    const long long p = blockIdx.x;
-    GEMM::load_a<GEMM::a_inner>(a + p * A_STRIDE, sA);
-    GEMM::load_b<GEMM::b_inner>(b + p * B_STRIDE, sB);
-    GEMM::load_c<GEMM::c_inner>(c + p * C_STRIDE, sC);
-    GEMM::copy_wait();
-    GEMM::execute(alpha, sA, sB, beta, sC, A_OP, B_OP);
-    __syncthreads();
-    GEMM::store_c<GEMM::c_inner>(sC, c + p * C_STRIDE);
-}
-"""
+#: Register API and shared-memory API over global matrices stored tightly (tests/fusion_kernels.py);
+#: A_OP / B_OP are the load transforms of a case.
+TYPE_KERNELS = fusion_kernels.source("register_api", "shared_api")
 
 
 def type_ops(row: dt.Combination) -> tuple[str, str]:

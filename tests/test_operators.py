@@ -359,8 +359,9 @@ def test_sm_accepts(cc, expected):
 
 @pytest.mark.parametrize("cc", [70, 72, 61, 91, 101, 110, 121, 905, 910, 1001, 1209, 1005, 7500, 9000, 999])
 def test_sm_rejects_unknown_architectures(cc):
-    with pytest.raises(bx.DescriptorError, match=f"SM: {cc} is not a supported architecture; expected one of "
-                                                  "75, 80, 86, 87, 89, 90, 100, 120"):
+    with pytest.raises(bx.DescriptorError, match=rf"SM: {cc} is not a supported architecture; expected one of "
+                                                  r"75, 80, 86, 87, 89, 90, 100, 120, or the same times ten "
+                                                  r"\(SM\(900\) is SM\(90\)\)$"):
         bx.SM(cc)
 
 

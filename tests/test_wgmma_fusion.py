@@ -21,6 +21,8 @@ import pytest
 import blasdx as bx
 from blasdx.plan import heuristics as h
 
+from . import fusion_kernels
+
 R, C = bx.row_major, bx.col_major
 F16, BF16, F32 = bx.float16, bx.bfloat16, bx.float32
 E4, E5 = bx.float8_e4m3, bx.float8_e5m2
@@ -29,105 +31,10 @@ SIXTEEN_BIT = [(F16, F16, F16), (F16, F16, F32), (BF16, BF16, F32)]
 EIGHT_BIT = [(a, b, c) for a in FP8 for b in FP8 for c in (F16, F32)]
 SIZES = [(64, 64, 64), (128, 128, 64), (128, 128, 128)]
 
-#: Every form of the device API over tightly stored global operands (one problem per block),
-#: with A_OP / B_OP the load transforms of a case. ``twice`` accumulates A B twice into one
-#: accumulator (C = 2 alpha A B + beta C); ``elements`` walks the accumulator by hand (row,
-#: col, is_valid, get, set) and through transform / for_each; ``user_fill`` fills sA and sB
-#: with ordinary stores at a_index / b_index, then shared_fence().
-KERNELS = r"""
-#ifndef MAX_THREADS
-#define MAX_THREADS GEMM::max_threads_per_block, 1
-#endif
-constexpr long long A_STRIDE = GEMM::a_inner * GEMM::a_outer, B_STRIDE = GEMM::b_inner * GEMM::b_outer;
-constexpr long long C_STRIDE = GEMM::c_inner * GEMM::c_outer;
-using TC = GEMM::c_value_type;
-using S = GEMM::scalar_type;
-
-__device__ __forceinline__ long long c_at(int row, int col) {
-    return GEMM::c_row_major ? (long long)row * GEMM::c_inner + col : row + (long long)col * GEMM::c_inner;
-}
-
-extern "C" __global__ void __launch_bounds__(MAX_THREADS)
-register_api(const GEMM::a_value_type* a, const GEMM::b_value_type* b, GEMM::c_value_type* c, GEMM::scalar_type alpha, GEMM::scalar_type beta) {
-    extern __shared__ __align__(16) unsigned char smem[];
-    auto [sA, sB] = GEMM::slice_shared_memory_ab(smem);
-    const long long p = blockIdx.x;
-    GEMM::load_a<GEMM::a_inner>(a + p * A_STRIDE, sA);
-    GEMM::load_b<GEMM::b_inner>(b + p * B_STRIDE, sB);
-    GEMM::copy_wait();
-    auto acc = GEMM::execute(sA, sB, A_OP, B_OP);
-    acc.axpby(alpha, beta, c + p * C_STRIDE, GEMM::c_inner);
-}
-
-extern "C" __global__ void __launch_bounds__(MAX_THREADS)
-twice(const GEMM::a_value_type* a, const GEMM::b_value_type* b, GEMM::c_value_type* c, GEMM::scalar_type alpha, GEMM::scalar_type beta) {
-    extern __shared__ __align__(16) unsigned char smem[];
-    auto [sA, sB] = GEMM::slice_shared_memory_ab(smem);
-    const long long p = blockIdx.x;
-    GEMM::load_a<GEMM::a_inner>(a + p * A_STRIDE, sA);
-    GEMM::load_b<GEMM::b_inner>(b + p * B_STRIDE, sB);
-    GEMM::copy_wait();
-    GEMM::accumulator acc;
-    GEMM::execute(sA, sB, acc, A_OP, B_OP);
-    GEMM::execute(sA, sB, acc, A_OP, B_OP);
-    acc.axpby(alpha, beta, c + p * C_STRIDE, GEMM::c_inner);
-}
-
-extern "C" __global__ void __launch_bounds__(MAX_THREADS)
-elements(const GEMM::a_value_type* a, const GEMM::b_value_type* b, GEMM::c_value_type* c, GEMM::scalar_type alpha, GEMM::scalar_type beta) {
-    extern __shared__ __align__(16) unsigned char smem[];
-    auto [sA, sB] = GEMM::slice_shared_memory_ab(smem);
-    const long long p = blockIdx.x;
-    GEMM::load_a<GEMM::a_inner>(a + p * A_STRIDE, sA);
-    GEMM::load_b<GEMM::b_inner>(b + p * B_STRIDE, sB);
-    GEMM::copy_wait();
-    auto acc = GEMM::execute(sA, sB, A_OP, B_OP);
-    acc.transform([&](float v) { return v * alpha; });
-#pragma unroll
-    for (int i = 0; i < acc.size; ++i) {
-        if (acc.is_valid(i)) {
-            const long long at = c_at(acc.row(i), acc.col(i));
-            const float old = beta == S(0) ? 0.0f : beta * float(c[p * C_STRIDE + at]);
-            acc.set(i, acc.get(i) + GEMM::accumulator_value_type(old));
-        }
-    }
-    acc.for_each([&](int row, int col, GEMM::accumulator_value_type v) { c[p * C_STRIDE + c_at(row, col)] = TC(v); });
-}
-
-extern "C" __global__ void __launch_bounds__(MAX_THREADS)
-user_fill(const GEMM::a_value_type* a, const GEMM::b_value_type* b, GEMM::c_value_type* c, GEMM::scalar_type alpha, GEMM::scalar_type beta) {
-    extern __shared__ __align__(16) unsigned char smem[];
-    auto [sA, sB] = GEMM::slice_shared_memory_ab(smem);
-    const long long p = blockIdx.x;
-    for (int i = threadIdx.x; i < GEMM::m * GEMM::k; i += blockDim.x) {
-        const int row = i / GEMM::k, col = i % GEMM::k;
-        sA[GEMM::a_index(row, col)] = a[p * A_STRIDE + (GEMM::a_row_major ? i : row + col * GEMM::m)];
-    }
-    for (int i = threadIdx.x; i < GEMM::k * GEMM::n; i += blockDim.x) {
-        const int row = i / GEMM::n, col = i % GEMM::n;
-        sB[GEMM::b_index(row, col)] = b[p * B_STRIDE + (GEMM::b_row_major ? i : row + col * GEMM::k)];
-    }
-    GEMM::shared_fence();
-    __syncthreads();
-    auto acc = GEMM::execute(sA, sB, A_OP, B_OP);
-    acc.axpby(alpha, beta, c + p * C_STRIDE, GEMM::c_inner);
-}
-
-extern "C" __global__ void __launch_bounds__(MAX_THREADS)
-shared_api(const GEMM::a_value_type* a, const GEMM::b_value_type* b, GEMM::c_value_type* c, GEMM::scalar_type alpha, GEMM::scalar_type beta) {
-    extern __shared__ __align__(16) unsigned char smem[];
-    auto [sA, sB, sC] = GEMM::slice_shared_memory(smem);
-    const long long p = blockIdx.x;
-    GEMM::load_a<GEMM::a_inner>(a + p * A_STRIDE, sA);
-    GEMM::load_b<GEMM::b_inner>(b + p * B_STRIDE, sB);
-    GEMM::load_c<GEMM::c_inner>(c + p * C_STRIDE, sC);
-    GEMM::copy_wait();
-    GEMM::execute(alpha, sA, sB, beta, sC, A_OP, B_OP);
-    __syncthreads();
-    GEMM::store_c<GEMM::c_inner>(sC, c + p * C_STRIDE);
-}
-"""
 KERNEL_NAMES = ("register_api", "twice", "elements", "user_fill", "shared_api")
+#: Every form of the device API over tightly stored global operands (tests/fusion_kernels.py),
+#: with A_OP / B_OP the load transforms of a case.
+KERNELS = fusion_kernels.source(*KERNEL_NAMES)
 #: (A_OP, B_OP) -> the scale of the product it implies. Identity and conjugate (nothing for real
 #: types) keep wgmma with both operands in shared memory; a scale of A keeps wgmma with A in
 #: registers; a scale of B makes the GEMM read the panels with mma.sync.

@@ -19,7 +19,7 @@ import pytest
 import blasdx as bx
 from blasdx import dtypes as dt
 
-from .test_wgmma_fusion import KERNELS as FUSION_KERNELS
+from . import fusion_kernels
 from .test_wgmma_fusion import functions, gemm
 
 R, C = bx.row_major, bx.col_major
@@ -58,13 +58,6 @@ CASES = list(cases())
 KERNEL_NAMES = ("register_api", "twice", "shared_api")
 
 
-def fusion_kernels(names) -> str:
-    """The prelude and the kernels ``names`` of tests/test_wgmma_fusion.py's KERNELS."""
-    prelude, *kernels = FUSION_KERNELS.split('extern "C" ')
-    named = {re.search(r"\)\s*(\w+)\(", k).group(1): 'extern "C" ' + k for k in kernels}
-    return prelude + "".join(named[n] for n in names)
-
-
 #: The register API once and twice (C = 2 alpha op(A) B + beta C) and the shared-memory API of
 #: tests/test_wgmma_fusion.py, with A_OP the load transform of A and B_OP that of B (identity
 #: except in the mma.sync check), after A transforms that are exact in every type (so that the
@@ -76,7 +69,7 @@ struct relu {  // max(v, 0)
 struct halve {  // v >> 1 (integers: an arithmetic shift, floor(v / 2))
     template <class T> __device__ T operator()(T v) const { return T(v >> 1); }
 };
-""" + fusion_kernels(KERNEL_NAMES)
+""" + fusion_kernels.source(*KERNEL_NAMES)
 #: How many times each kernel adds op(A) B into its result.
 PRODUCTS = {"twice": 2}
 

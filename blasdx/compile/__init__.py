@@ -1,10 +1,12 @@
-"""CUDA C++ -> cubin, in one namespace: the names of the three compile modules.
+"""CUDA C++ -> cubin: the compile step, NVRTC, the kernel store, and what a cubin holds.
 
-The work lives in modules with one job each: :mod:`blasdx.compile.headers` (the kernels folder
+The work lives in modules with one job each: :mod:`blasdx.compile.cache` (the compile step:
+source -> key -> the store for a hit, NVRTC for a miss), :mod:`blasdx.compile.store` (kernels
+kept in process and on disk, atomically), :mod:`blasdx.compile.headers` (the kernels folder
 and CUDA header discovery), :mod:`blasdx.compile.nvrtc` (options, NVRTC, compile errors),
 :mod:`blasdx.compile.cubin` (resource usage from the ELF, SASS through cuobjdump) and
 :mod:`blasdx.compile.compiled` (the compiled kernel and its loading). Code that imports from
-``blasdx.compile`` finds every name here.
+``blasdx.compile`` finds the names of the last four here.
 """
 
 from __future__ import annotations

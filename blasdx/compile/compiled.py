@@ -40,7 +40,7 @@ class _LoadState:
 class CompiledKernel:
     """A compiled kernel: the cubin, what it uses, and a lazily loaded ``cuda.core.Kernel``.
 
-    Build one with :func:`blasdx.compile.nvrtc.compile_source` or :func:`blasdx.compile.cache.cached_compile`. Nothing
+    Build one with :func:`blasdx.compile.cache.cached_compile` (or, uncached, :func:`blasdx.compile.nvrtc.compile_source`). Nothing
     here needs a GPU except :meth:`kernel`.
     """
 

@@ -8,7 +8,7 @@ object of this stage (``program_options`` makes the flags).
 Set ``BLASDX_DUMP=1`` (or ``BLASDX_DUMP=<folder>``) to write every compiled source, its
 PTX and its SASS to numbered files (``./blasdx_dump`` by default).
 
-Caching lives one level up, in :mod:`blasdx.compile.cache`; this module never caches cubins.
+This module never caches cubins: :mod:`blasdx.compile.cache` asks the store first and calls it on a miss.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from ..errors import CompileError
 from ..launch import cuda_modules as _cuda
 from .compiled import CompiledKernel
 from .cubin import resource_usage
-from .headers import HeaderDir, include_dirs_for, kernel_tree
+from .headers import HeaderDir, KernelTree, include_dirs_for, kernel_tree
 
 __all__ = [
     "CompileOptions",
@@ -39,6 +39,7 @@ __all__ = [
     "check_arch",
     "check_kernel_name",
     "compile_source",
+    "kernel_of",
     "load_nvrtc",
     "nvrtc_identity",
     "nvrtc_version",
@@ -401,6 +402,7 @@ def compile_source(
     *,
     header_search: Sequence[HeaderDir] | None = None,
     kernels: Path | None = None,
+    tree: KernelTree | None = None,
     failed_dir: Path | None = None,
 ) -> CompiledKernel:
     """Compile ``source`` with NVRTC to a cubin for ``arch`` (no cache, no GPU).
@@ -414,6 +416,8 @@ def compile_source(
             :func:`default_header_search`); pass ``()`` to simulate none.
         kernels: folder with ``blasdx/*.cuh`` put first on the include path (default
             :func:`kernels_dir`).
+        tree: that folder as the caller has already read it (:func:`kernel_tree`), so it
+            is not listed again; ``kernels`` is then ignored.
         failed_dir: where a failing source and its log are saved (default: a temp folder).
 
     Raises:
@@ -424,7 +428,7 @@ def compile_source(
     check_kernel_name(kernel_name)
     if not isinstance(source, str):
         raise TypeError(f"source: expected CUDA C++ as str, got {type(source).__name__}")
-    tree = kernel_tree(kernels)
+    tree = kernel_tree(kernels) if tree is None else tree
     include = [tree.root, *include_dirs_for([source, *tree.texts], header_search, tree.folders)]
     name = program_name(kernel_name)
     program_options = options.program_options(arch=arch, name=name, include_dirs=include)
@@ -432,18 +436,26 @@ def compile_source(
         cubin, log = _nvrtc(source, "cubin", program_options)
     except Exception as exc:
         raise _compile_error(exc, source, kernel_name, arch, include, options, failed_dir) from None
-    cubin = bytes(cubin)
+    compiled = kernel_of(bytes(cubin), kernel_name, arch, source, log)
+    folder = _dump_folder()
+    if folder is not None:
+        _dump(folder, compiled, options, include)
+    return compiled
+
+def kernel_of(cubin: bytes, kernel_name: str, arch: str, source: str, log: str = "") -> CompiledKernel:
+    """The kernel ``kernel_name`` of a cubin NVRTC made from ``source`` (any of the kernels the source defines).
+
+    Raises:
+        CompileError: the cubin has no kernel of that name.
+    """
     try:
         resources = resource_usage(cubin, kernel_name)
     except ValueError as exc:
         raise CompileError(
             f"{exc}; is {kernel_name} declared extern \"C\" __global__ in the source?", source=source
         ) from None
-    compiled = CompiledKernel(cubin, kernel_name, arch, source, resources, log)
-    folder = _dump_folder()
-    if folder is not None:
-        _dump(folder, compiled, options, include)
-    return compiled
+    return CompiledKernel(cubin, kernel_name, arch, source, resources, log)
+
 
 def _compile_error(
     exc: BaseException,

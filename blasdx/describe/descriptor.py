@@ -22,31 +22,14 @@ from . import operators as _operators
 from . import schemes as _schemes
 from .backend import runtime as _runtime  # source / compile / execute: the one way up
 from .operators import (
-    DEFAULT_ARRANGEMENT,
-    SM,
-    TRSM_OPERATORS,
-    Alignment,
-    Arrangement,
-    BatchesPerBlock,
-    Block,
-    BlockDim,
-    Diag,
-    FillMode,
-    Function,
-    LeadingDimension,
-    MantissaBits,
-    Operator,
-    Precision,
-    Side,
-    Size,
-    TransposeMode,
-    Type,
-    Workload,
-    row_major,
+    DEFAULT_ARRANGEMENT, SM, TRSM_OPERATORS, Alignment, Arrangement, BatchesPerBlock, Block, BlockDim, Diag,
+    FillMode, Function, LeadingDimension, MantissaBits, Operator, Precision, Side, Size, TransposeMode, Type,
+    Workload, row_major,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..compile.compiled import CompiledKernel
+    from ..compile.lto import Ltoir
 
 __all__ = ["Descriptor"]
 
@@ -82,6 +65,9 @@ class Descriptor:
     """An immutable block-GEMM description; build it with ``+`` of operators."""
 
     __slots__ = ("_ops", "_by_kind", "__dict__")
+
+    #: The matrices whose per-matrix traits (element_sizes, alignment, leading_dimension) it has: A, B, C.
+    _MATRICES = 3
 
     def __new__(cls, operators: Iterable[Any] = ()) -> Descriptor:
         """A description with Function.TRSM is a :class:`blasdx.describe.trsm.TrsmDescriptor` (its traits differ)."""
@@ -222,14 +208,17 @@ class Descriptor:
 
     @property
     def m(self) -> int:
+        """M: rows of A and C."""
         return self._need(Size, "m").m
 
     @property
     def n(self) -> int:
+        """N: columns of B and C."""
         return self._need(Size, "n").n
 
     @property
     def k(self) -> int:
+        """K: columns of A, rows of B (the summed extent)."""
         return self._gemm_size("k").k
 
     def _gemm_size(self, trait: str) -> Size:
@@ -249,25 +238,31 @@ class Descriptor:
 
     @property
     def type(self) -> Type:
+        """Type.real unless Type.complex was given."""
         return self._get(Type) or Type.real
 
     @property
     def is_complex(self) -> bool:
+        """Whether the values are complex (Type.complex)."""
         return self.type is Type.complex
 
     def _value_type(self, real: _dt.DType) -> _dt.DType:
+        """``real``, or its complex type for a complex descriptor."""
         return _dt.complex_of(real) if self.is_complex else real
 
     @property
     def a_value_type(self) -> _dt.DType:
+        """Element type of A: Precision's a, complex for Type.complex."""
         return self._value_type(self._precision.a)
 
     @property
     def b_value_type(self) -> _dt.DType:
+        """Element type of B: Precision's b, complex for Type.complex."""
         return self._value_type(self._precision.b)
 
     @property
     def c_value_type(self) -> _dt.DType:
+        """Element type of C: Precision's c, complex for Type.complex."""
         return self._value_type(self._precision.c)
 
     @property
@@ -319,6 +314,7 @@ class Descriptor:
 
     @property
     def function(self) -> Function:
+        """The Function operator given (Function.MM or Function.TRSM)."""
         return self._need(Function, "function")
 
     @property
@@ -344,10 +340,12 @@ class Descriptor:
 
     @property
     def b_dim(self) -> tuple[int, int]:
+        """Logical extents of B: (K, N)."""
         return (self.k, self.n)
 
     @property
     def c_dim(self) -> tuple[int, int]:
+        """Logical extents of C: (M, N)."""
         return (self.m, self.n)
 
     @property
@@ -357,45 +355,51 @@ class Descriptor:
         return (p.a_inner, p.b_inner, p.c_inner)
 
     @property
-    def leading_dimension(self) -> tuple[int, int, int]:
-        """(lda, ldb, ldc): explicit, else tight (M or K for A, and so on, by arrangement)."""
+    def leading_dimension(self) -> tuple[int, ...]:
+        """(lda, ldb, ldc): explicit, else tight (M or K for A, and so on, by arrangement); a TRSM's (lda, ldb)."""
+        tight = self._min_leading_dimension
         ld = self._get(LeadingDimension)
-        if ld is not None:
-            return (ld.lda, ld.ldb, self._min_leading_dimension[2] if ld.ldc is None else ld.ldc)
-        return self._min_leading_dimension
+        if ld is None:
+            return tight
+        return tuple(t if given is None else given for given, t in zip((ld.lda, ld.ldb, ld.ldc), tight))
 
     @property
     def lda(self) -> int:
+        """Leading dimension of A (elements between its rows or columns, by arrangement)."""
         return self.leading_dimension[0]
 
     @property
     def ldb(self) -> int:
+        """Leading dimension of B (elements between its rows or columns, by arrangement)."""
         return self.leading_dimension[1]
 
     @property
     def ldc(self) -> int:
+        """Leading dimension of C (elements between its rows or columns, by arrangement)."""
         return self.leading_dimension[2]
 
     @property
-    def element_sizes(self) -> tuple[int, int, int]:
-        """Bytes of one A, B and C element (complex counts both parts)."""
-        return (self.a_value_type.size, self.b_value_type.size, self.c_value_type.size)
+    def element_sizes(self) -> tuple[int, ...]:
+        """Bytes of one A, B and C element (complex counts both parts); a TRSM's A and B."""
+        p = self._precision
+        return tuple(self._value_type(t).size for t in (p.a, p.b, p.c)[: self._MATRICES])
 
     @property
-    def alignment(self) -> tuple[int, int, int]:
-        """Byte alignment of A, B, C pointers: explicit, else one element."""
+    def alignment(self) -> tuple[int, ...]:
+        """Byte alignment of the A, B, C pointers (a TRSM's A and B): explicit, else one element."""
         al = self._get(Alignment)
         if al is not None:
-            return (al.a, al.b, al.c)
+            return (al.a, al.b, al.c)[: self._MATRICES]
         return self.element_sizes
 
     @property
-    def suggested_alignment(self) -> tuple[int, int, int]:
+    def suggested_alignment(self) -> tuple[int, ...]:
         """16 bytes each: what the widest copies need (MaxAlignment)."""
-        return (16, 16, 16)
+        return (16,) * self._MATRICES
 
     @property
     def sm(self) -> int:
+        """The SM operator's compute capability, e.g. 90 (``arch`` says whether it is sm_90a)."""
         return self._need(SM, "sm").cc
 
     @property
@@ -411,11 +415,13 @@ class Descriptor:
 
     @property
     def b_size(self) -> int:
+        """Elements B occupies with its leading dimension."""
         p = self._problem_shape()
         return self.ldb * p.b_outer
 
     @property
     def c_size(self) -> int:
+        """Elements C occupies with its leading dimension."""
         p = self._problem_shape()
         return self.ldc * p.c_outer
 
@@ -525,19 +531,23 @@ class Descriptor:
 
     @property
     def max_threads_per_block(self) -> int:
+        """Threads of ``block_dim`` (x * y * z): what a launch of the kernel must give."""
         x, y, z = self.block_dim
         return x * y * z
 
     @property
     def suggested_smem_layout_a(self) -> _h.SmemLayout:
+        """A's shared-memory layout in blasdx's kernel (shape, strides, swizzle): free of bank conflicts."""
         return self.plan.smem_a
 
     @property
     def suggested_smem_layout_b(self) -> _h.SmemLayout:
+        """B's shared-memory layout in blasdx's kernel (shape, strides, swizzle): free of bank conflicts."""
         return self.plan.smem_b
 
     @property
     def suggested_smem_layout_c(self) -> _h.SmemLayout:
+        """C's shared-memory layout with the suggested ldc, in C's arrangement."""
         p = self._problem_shape()
         ldc = self.suggested_leading_dimension[2]
         return _h.SmemLayout((p.m, p.n), (ldc, 1) if p.c_row_major else (1, ldc))
@@ -703,6 +713,11 @@ class Descriptor:
     def compile(self) -> CompiledKernel:
         """Compile (or fetch from the cache) the batched block-GEMM kernel of this descriptor."""
         return _runtime().compile(self)
+
+    def ltoir(self, options: Any = None) -> Ltoir:
+        """LTO-IR of this GEMM's extern "C" entry points (``.data``, ``.arch``, ``.symbols``,
+        ``.declarations``), for linking into kernels of other JITs (docs/numba.md)."""
+        return _runtime().ltoir(self, options)
 
     def execute(self, a: Any, b: Any, c: Any, *, alpha: Any = 1, beta: Any = 0, stream: Any = None) -> Any:
         """``C = alpha * A @ B + beta * C`` in place on device arrays; one block per problem."""

@@ -364,7 +364,10 @@ class SM(Operator):
             cc //= 10
         if cc not in SUPPORTED_SMS:
             listed = ", ".join(str(s) for s in SUPPORTED_SMS)
-            raise DescriptorError(f"SM: {self.cc} is not a supported architecture; expected one of {listed} (or x10)")
+            raise DescriptorError(
+                f"SM: {self.cc} is not a supported architecture; expected one of {listed}, "
+                f"or the same times ten (SM(900) is SM(90))"
+            )
         if not isinstance(self.arch_specific, bool):
             raise DescriptorError(f"SM: arch_specific must be True or False, got {self.arch_specific!r}")
         if self.arch_specific and cc not in _ARCH_SPECIFIC_SMS:

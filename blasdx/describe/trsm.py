@@ -22,23 +22,8 @@ from ..plan import trsm as _plan
 from .backend import runtime
 from .descriptor import FUNCTION_CLASSES, Descriptor
 from .operators import (
-    SM,
-    Alignment,
-    Arrangement,
-    BatchesPerBlock,
-    Block,
-    BlockDim,
-    Diag,
-    FillMode,
-    Function,
-    LeadingDimension,
-    MantissaBits,
-    Precision,
-    Side,
-    Size,
-    TransposeMode,
-    Type,
-    row_major,
+    SM, Alignment, Arrangement, BatchesPerBlock, Block, BlockDim, Diag, FillMode, Function, LeadingDimension,
+    MantissaBits, Precision, Side, Size, TransposeMode, Type, row_major,
 )
 
 __all__ = ["TrsmDescriptor", "supported_types"]
@@ -50,10 +35,39 @@ def supported_types() -> str:
     return f"{names} (real or complex), computed in their own precision"
 
 
+def _check_at_least(name: str, value: int, size: Size, known: tuple[int, str, str] | None,
+                    either: tuple[tuple[int, str, str], tuple[int, str, str]]) -> None:
+    """A leading dimension at least its minimum: ``known`` (extent, its letter, why) when the operators
+    decide it, else the smaller of ``either`` (extent, letter, the operator that would choose it)."""
+    if known is not None:
+        extent, letter, why = known
+        if value < extent:
+            raise DescriptorError(
+                f"LeadingDimension: {name}={value} is smaller than {letter}={extent}, {why} in {size!r}"
+            )
+    elif value < min(extent for extent, _, _ in either):
+        (e1, l1, w1), (e2, l2, w2) = either
+        raise DescriptorError(
+            f"LeadingDimension: {name}={value} is smaller than both {l1}={e1} ({w1}) and {l2}={e2} ({w2}) of {size!r}"
+        )
+
+
+def _no_c_trait(trait: str) -> property:
+    """A C trait of the GEMM descriptor, which a TRSM answers with DescriptorError (it has no C)."""
+
+    def fail(self: Any) -> Any:
+        raise DescriptorError(f"{trait}: a TRSM has no C matrix; B holds the solution (b_dim, b_value_type, ldb ...)")
+
+    return property(fail, doc="A TRSM has no C: DescriptorError.")
+
+
 class TrsmDescriptor(Descriptor):
     """A block-level triangular solve; built by ``+`` whenever the operators include Function.TRSM."""
 
     __slots__ = ()
+
+    #: A and B: a TRSM has no C.
+    _MATRICES = 2
 
     # -- value semantics ----------------------------------------------------------------------
 
@@ -137,6 +151,7 @@ class TrsmDescriptor(Descriptor):
 
     @property
     def k(self) -> int:
+        """A TRSM has no K: DescriptorError (Size(M, N) gives B's extents)."""
         raise DescriptorError("k: a TRSM has no K; Size(M, N) gives B's extents and A is M x M (left) or N x N")
 
     @property
@@ -151,15 +166,12 @@ class TrsmDescriptor(Descriptor):
 
     @property
     def b_dim(self) -> tuple[int, int]:
+        """Extents of B (and of the solution X that overwrites it): (M, N)."""
         return (self.m, self.n)
 
-    @property
-    def c_dim(self) -> tuple[int, int]:
-        raise _no_c("c_dim")
+    c_dim = _no_c_trait("c_dim")
 
-    @property
-    def c_value_type(self) -> _dt.DType:
-        raise _no_c("c_value_type")
+    c_value_type = _no_c_trait("c_value_type")
 
     @property
     def scalar_type(self) -> _dt.DType:
@@ -173,37 +185,11 @@ class TrsmDescriptor(Descriptor):
 
     @property
     def _min_leading_dimension(self) -> tuple[int, int]:
+        """Tight (lda, ldb): A's extent, and N or M by B's order."""
         b_inner = self.n if self.arrangement.b is row_major else self.m
         return (self._dim, b_inner)
 
-    @property
-    def leading_dimension(self) -> tuple[int, int]:
-        """(lda, ldb): LeadingDimension(lda, ldb) when given, else tight (A's extent; N or M by B's order)."""
-        ld = self._get(LeadingDimension)
-        if ld is not None:
-            return (ld.lda, ld.ldb)
-        return self._min_leading_dimension
-
-    @property
-    def ldc(self) -> int:
-        raise _no_c("ldc")
-
-    @property
-    def element_sizes(self) -> tuple[int, int]:
-        """Bytes of one A and one B element (complex counts both parts)."""
-        return (self.a_value_type.size, self.b_value_type.size)
-
-    @property
-    def alignment(self) -> tuple[int, int]:
-        """Byte alignment of the A and B pointers: Alignment's a and b, else one element."""
-        al = self._get(Alignment)
-        if al is not None:
-            return (al.a, al.b)
-        return self.element_sizes
-
-    @property
-    def suggested_alignment(self) -> tuple[int, int]:
-        return (16, 16)
+    ldc = _no_c_trait("ldc")
 
     @property
     def a_size(self) -> int:
@@ -212,12 +198,11 @@ class TrsmDescriptor(Descriptor):
 
     @property
     def b_size(self) -> int:
+        """Elements B spans with its leading dimension."""
         b_outer = self.m if self.arrangement.b is row_major else self.n
         return self.ldb * b_outer
 
-    @property
-    def c_size(self) -> int:
-        raise _no_c("c_size")
+    c_size = _no_c_trait("c_size")
 
     @property
     def shared_memory_size(self) -> int:
@@ -228,6 +213,7 @@ class TrsmDescriptor(Descriptor):
 
     @property
     def shared_memory_size_ab(self) -> int:
+        """A GEMM trait: DescriptorError (a TRSM's shared_memory_size holds A and B)."""
         raise DescriptorError("shared_memory_size_ab: a GEMM trait; a TRSM needs shared_memory_size (A and B)")
 
     @property
@@ -235,17 +221,7 @@ class TrsmDescriptor(Descriptor):
         """Padded (lda, ldb) free of bank conflicts: the batched kernel's own layout."""
         return (self.plan.smem_a.leading_dimension, self.plan.smem_b.leading_dimension)
 
-    @property
-    def suggested_smem_layout_a(self) -> _h.SmemLayout:
-        return self.plan.smem_a
-
-    @property
-    def suggested_smem_layout_b(self) -> _h.SmemLayout:
-        return self.plan.smem_b
-
-    @property
-    def suggested_smem_layout_c(self) -> _h.SmemLayout:
-        raise _no_c("suggested_smem_layout_c")
+    suggested_smem_layout_c = _no_c_trait("suggested_smem_layout_c")
 
     # -- the resolved solve ---------------------------------------------------------------------
 
@@ -384,31 +360,14 @@ class TrsmDescriptor(Descriptor):
             return
         side_known = self.has(Side) or assume_defaults
         order_known = self.has(Arrangement) or assume_defaults
-        if side_known:
-            dim, what = (size.m, "M") if self.side is Side.left else (size.n, "N")
-            if ld.lda < dim:
-                raise DescriptorError(
-                    f"LeadingDimension: lda={ld.lda} is smaller than {what}={dim}, the extent of the square A of "
-                    f"{self.side!r} in {size!r}"
-                )
-        elif ld.lda < min(size.m, size.n):
-            raise DescriptorError(
-                f"LeadingDimension: lda={ld.lda} is smaller than both M={size.m} (Side.left) and N={size.n} "
-                f"(Side.right) of {size!r}"
-            )
-        if order_known:
-            row = self.arrangement.b is row_major
-            what, minimum = ("N", size.n) if row else ("M", size.m)
-            if ld.ldb < minimum:
-                raise DescriptorError(
-                    f"LeadingDimension: ldb={ld.ldb} is smaller than {what}={minimum}, the minimum for "
-                    f"{'row_major' if row else 'col_major'} B in {size!r}"
-                )
-        elif ld.ldb < min(size.m, size.n):
-            raise DescriptorError(
-                f"LeadingDimension: ldb={ld.ldb} is smaller than both N={size.n} (row_major B) and M={size.m} "
-                f"(col_major B) of {size!r}"
-            )
+        left = self.side is Side.left
+        side = (size.m, "M") if left else (size.n, "N")
+        _check_at_least("lda", ld.lda, size, (*side, f"the extent of the square A of {self.side!r}") if side_known
+                        else None, ((size.m, "M", "Side.left"), (size.n, "N", "Side.right")))
+        row = self.arrangement.b is row_major
+        order = (size.n, "N") if row else (size.m, "M")
+        _check_at_least("ldb", ld.ldb, size, (*order, f"the minimum for {'row_major' if row else 'col_major'} B")
+                        if order_known else None, ((size.n, "N", "row_major B"), (size.m, "M", "col_major B")))
 
     def _check_trsm_alignment(self, assume_defaults: bool) -> None:
         al = self._get(Alignment)
@@ -431,8 +390,6 @@ class TrsmDescriptor(Descriptor):
         return runtime().execute_trsm(self, a, b, alpha=alpha, stream=stream)
 
 
-def _no_c(trait: str) -> DescriptorError:
-    return DescriptorError(f"{trait}: a TRSM has no C matrix; B holds the solution (b_dim, b_value_type, ldb ...)")
 
 
 FUNCTION_CLASSES[Function.TRSM] = TrsmDescriptor

@@ -47,7 +47,6 @@ from ..errors import CompileError, DescriptorError, ExecutionError
 from ..launch import cuda_driver as _cuda_driver
 from ..launch import cuda_modules as _cuda
 from ..launch import devices as _devices
-from ..launch import launcher as _launcher
 from ..run import execute as _execute
 
 __all__ = [
@@ -121,16 +120,19 @@ def _check_gemms(gemms: Any) -> dict[str, Descriptor]:
     return out
 
 
+def _agreed(gemms: Mapping[str, Descriptor], value_of: Callable[[Descriptor], Any], what: str, advice: str) -> Any:
+    """The one ``value_of(desc)`` every descriptor agrees on; DescriptorError listing each when they differ."""
+    values = {name: value_of(desc) for name, desc in gemms.items()}
+    if len(set(values.values())) > 1:
+        listed = ", ".join(f"{name}: {value}" for name, value in values.items())
+        raise DescriptorError(f"gemms: the descriptors {what} ({listed}); {advice}")
+    return next(iter(values.values()))
+
+
 def _arch_of(gemms: Mapping[str, Descriptor]) -> str:
     """The one NVRTC target every descriptor names; DescriptorError when they differ."""
-    archs = {name: desc.arch for name, desc in gemms.items()}
-    if len(set(archs.values())) > 1:
-        listed = ", ".join(f"{name}: {arch}" for name, arch in archs.items())
-        raise DescriptorError(
-            f"gemms: the descriptors target different architectures ({listed}); one kernel is compiled for one "
-            "architecture, so give every descriptor the same SM"
-        )
-    return next(iter(archs.values()))
+    return _agreed(gemms, lambda desc: desc.arch, "target different architectures",
+                   "one kernel is compiled for one architecture, so give every descriptor the same SM")
 
 
 def _normalise_dim(value: Any, argument: str, kind: type[Exception] = ValueError) -> tuple[int, int, int]:
@@ -164,14 +166,8 @@ def _check_block(block: Any, gemms: Mapping[str, Descriptor], kind: type[Excepti
 
 def _default_block(gemms: Mapping[str, Descriptor]) -> tuple[int, int, int]:
     """The block_dim every descriptor agrees on; DescriptorError when they do not."""
-    dims = {name: tuple(desc.block_dim) for name, desc in gemms.items()}
-    if len(set(dims.values())) > 1:
-        listed = ", ".join(f"{name}: {d}" for name, d in dims.items())
-        raise DescriptorError(
-            f"gemms: the descriptors suggest different block shapes ({listed}); give them the same BlockDim, or "
-            "pass block= (at least as many threads as the largest)"
-        )
-    return next(iter(dims.values()))
+    return _agreed(gemms, lambda desc: tuple(desc.block_dim), "suggest different block shapes",
+                   "give them the same BlockDim, or pass block= (at least as many threads as the largest)")
 
 
 def _default_shared_memory(gemms: Mapping[str, Descriptor]) -> int:
@@ -804,7 +800,7 @@ class FusedKernel:
                 _cuda_driver.launch(int(kernel.handle), grid3, block3, smem, handle,
                                     _cuda_driver.parameters_of(values), self._cluster)
             else:
-                _launcher.core_launch(core, config, kernel, *values)
+                _cuda_driver.core_launch(core, config, kernel, *values)
         finally:
             if token is not None:
                 _devices.leave(token)

@@ -137,8 +137,8 @@ def precompile(
     Raises:
         BlasdxError (or the common type of all failures, e.g. CompileError): when any
         descriptor failed and ``return_exceptions`` is False; the message lists each
-        failure by index and descriptor, and ``.failures`` holds ``(index, descriptor,
-        exception)``. Every descriptor is attempted before raising.
+        failure by index and descriptor, and ``.failures`` holds
+        ``(index, descriptor, exception)``. Every descriptor is attempted before raising.
     """
     items = list(descriptors)
     if workers is None:
