@@ -1,7 +1,7 @@
 """FlashAttention-style forward, softmax(Q K^T / sqrt(d)) V, from two blasdx block GEMMs (sm_90a).
 
     python examples/flash_attention.py [--batch B] [--heads H] [--seq S ...] [--head-dim D ...] [--causal]
-                                       [--dtype float16|bfloat16] [--pipeline overlap|stages|serial]
+                                       [--dtype float16|bfloat16] [--pipeline overlap|stages|turns|serial]
 
 Q, K, V and O are (batch, heads, S, D) in PyTorch's layout, f16 or bf16, D = 64 or 128, any S.
 A block owns BLOCK_M = 128 queries of one head (two warpgroups, 64 rows each) and streams the
@@ -10,8 +10,12 @@ tile j is multiplied, tile j + 1 is on its way (cp.async). Per tile, GEMM ``QK``
 the scores in registers; the online softmax walks them by row (``blasdx::rows``), rescaling the
 output accumulator as the running maximum grows; the probabilities, rounded to 16 bits in
 place, are the register A of GEMM ``PV`` (``PV::a_registers``), so P never touches shared
-memory. The last tiles of a head are zero-filled past S and masked. The script checks sampled
-heads against a float64 reference and the whole output against PyTorch's SDPA, then times both.
+memory. The last tiles of a head are zero-filled past S and masked. Q K^T of the next tile and
+P V of this one run asynchronously while the softmax works (``execute_async``); the pipeline
+either syncs the block once per tile ("overlap", the default for D = 64), or keeps a full and a
+free barrier per shared-memory stage with the two warpgroups taking turns at their GEMMs
+("turns", the default for D = 128; "stages" without the turns). The script checks sampled heads
+against a float64 reference and the whole output against PyTorch's SDPA, then times both.
 """
 
 from __future__ import annotations
