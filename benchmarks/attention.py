@@ -38,11 +38,11 @@ def sdpa_backend(name: str):
     return None if backend is None else (lambda: sdpa_kernel([backend]))
 
 
-def measure(seq: int, d: int, causal: bool, dtype, rows: int, simple: bool = False, other_block_n=()) -> dict:
+def measure(seq: int, d: int, causal: bool, dtype, rows: int, variants=()) -> dict:
     import torch
     import torch.nn.functional as F
 
-    heads = 16
+    heads = max(1, min(16, rows // seq))  # 16 heads while that keeps to `rows` query rows, then fewer
     batch = max(1, rows // (seq * heads))
     kernel = fa.build(d, dtype, causal)
     fa.check(kernel, batch, heads, seq, d, dtype, causal, sample=0)  # against SDPA (tests: float64)
@@ -53,14 +53,11 @@ def measure(seq: int, d: int, causal: bool, dtype, rows: int, simple: bool = Fal
     repeat = max(3, min(20, int(2e12 / flops)))  # calls per graph: a few ms of work per replay at most
     ours, _ = time_ms(lambda: fa.run(kernel, q, k, v, o), repeat)
     row = {"s": seq, "d": d, "causal": causal, "dtype": str(dtype), "batch": batch, "heads": heads,
-           "blasdx_ms": ours, "registers": kernel.registers}
-    if simple:  # the kernel whose GEMMs complete one after the other, for comparison
-        plain = fa.build(d, dtype, causal, pipelined=False)
-        row["unpipelined_ms"], _ = time_ms(lambda: fa.run(plain, q, k, v, o), repeat)
-    for block_n in other_block_n:  # the same kernel with other tiles of keys
-        alt = fa.build(d, dtype, causal, block_n=block_n)
+           "blasdx_ms": ours, "registers": kernel.registers, "block_n": kernel.gemms["QK"].n}
+    for label, options in variants:  # the same kernel built otherwise, for comparison
+        alt = fa.build(d, dtype, causal, **options)
         fa.check(alt, batch, heads, seq, d, dtype, causal, sample=0)
-        row[f"block_n{block_n}_ms"], _ = time_ms(lambda alt=alt: fa.run(alt, q, k, v, o), repeat)
+        row[f"{label}_ms"], _ = time_ms(lambda alt=alt: fa.run(alt, q, k, v, o), repeat)
     for name, key in (("FLASH_ATTENTION", "sdpa_ms"), ("CUDNN_ATTENTION", "cudnn_ms")):
         ctx = sdpa_backend(name)
         if ctx is None:
@@ -86,6 +83,17 @@ def measure(seq: int, d: int, causal: bool, dtype, rows: int, simple: bool = Fal
     return row
 
 
+def write(path: Path, rows: list[dict]) -> None:
+    """The JSON of the rows so far (written whole, then moved into place)."""
+    import torch
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows},
+                              indent=1) + "\n")
+    tmp.replace(path)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seq", type=int, nargs="*", default=SUITE_SEQ)
@@ -93,7 +101,8 @@ def main() -> int:
     parser.add_argument("--causal", choices=["both", "yes", "no"], default="both")
     parser.add_argument("--dtype", choices=sorted(fa.DTYPES), default="float16")
     parser.add_argument("--rows", type=int, default=32768, help="query rows per case (batch x heads x S)")
-    parser.add_argument("--unpipelined", action="store_true", help="also time the kernel without async wgmma")
+    parser.add_argument("--pipeline", nargs="*", default=[], choices=sorted(fa.PIPELINES),
+                        help="also time the kernel with these pipelines")
     parser.add_argument("--block-n", type=int, nargs="*", default=[], help="also time these key tiles (64, 128)")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "attention.json")
     args = parser.parse_args()
@@ -112,22 +121,29 @@ def main() -> int:
     for seq in args.seq:
         for d in args.head_dim:
             for causal in causals:
-                row = measure(seq, d, causal, dtype, args.rows, args.unpipelined, args.block_n)
+                variants = [(name, {"pipeline": name}) for name in args.pipeline]
+                variants += [(f"block_n{n}", {"block_n": n}) for n in args.block_n]
+                row = measure(seq, d, causal, dtype, args.rows, variants)
                 rows.append(row)
+                write(args.out, rows)  # after every case, so that a cut-short run keeps what it measured
                 fmt = lambda key, row=row: f"{row[key]:.3f}" if key in row else "-"
                 unf = f"{row['unfused_ms'] / row['blasdx_ms']:.2f}" if "unfused_ms" in row else "-"
                 ratio = f"{row['ratio']:.2f}" if row["ratio"] else "-"
                 print(f"{seq:>6} {d:>4} {causal!s:>6} {row['blasdx_ms']:>10.3f} {row['tflops']:>8.0f} "
                       f"{fmt('sdpa_ms'):>9} {ratio:>6} {fmt('cudnn_ms'):>9} {fmt('unfused_ms'):>10} {unf:>9}"
-                      + "".join(f"  {key[:-3]} {row[key]:.3f}" for key in row
-                                if key.endswith("_ms") and key.startswith(("unpipelined", "block_n"))), flush=True)
+                      + "".join(f"  {label} {row[label + '_ms']:.3f}" for label, _ in variants), flush=True)
+    geomean = lambda values: math.exp(sum(math.log(x) for x in values) / len(values))
     ratios = [r["ratio"] for r in rows if r["ratio"]]
     if ratios:
-        geo = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
-        print(f"geomean ratio against SDPA flash: {geo:.3f} (min {min(ratios):.2f}) over {len(ratios)} cases")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-                                    "rows": rows}, indent=1) + "\n")
+        print(f"geomean ratio against SDPA flash: {geomean(ratios):.3f} (min {min(ratios):.2f}) over {len(ratios)} "
+              "cases")
+    for key, name in [(f"{label}_ms", label) for label in args.pipeline] + [("cudnn_ms", "SDPA cudnn")]:
+        pairs = [(r["sdpa_ms"], r[key]) for r in rows if key in r and "sdpa_ms" in r]
+        if pairs:
+            print(f"  {name}: geomean ratio against SDPA flash {geomean([a / b for a, b in pairs]):.3f}")
+    unfused = [r["unfused_ms"] / r["blasdx_ms"] for r in rows if "unfused_ms" in r]
+    if unfused:
+        print(f"against the unfused form: min {min(unfused):.2f}x, geomean {geomean(unfused):.2f}x")
     return 0
 
 

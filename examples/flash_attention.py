@@ -1,6 +1,7 @@
 """FlashAttention-style forward, softmax(Q K^T / sqrt(d)) V, from two blasdx block GEMMs (sm_90a).
 
     python examples/flash_attention.py [--batch B] [--heads H] [--seq S ...] [--head-dim D ...] [--causal]
+                                       [--dtype float16|bfloat16] [--pipeline overlap|stages|turns|serial]
 
 Q, K, V and O are (batch, heads, S, D) in PyTorch's layout, f16 or bf16, D = 64 or 128, any S.
 A block owns BLOCK_M = 128 queries of one head (two warpgroups, 64 rows each) and streams the
@@ -9,8 +10,12 @@ tile j is multiplied, tile j + 1 is on its way (cp.async). Per tile, GEMM ``QK``
 the scores in registers; the online softmax walks them by row (``blasdx::rows``), rescaling the
 output accumulator as the running maximum grows; the probabilities, rounded to 16 bits in
 place, are the register A of GEMM ``PV`` (``PV::a_registers``), so P never touches shared
-memory. The last tiles of a head are zero-filled past S and masked. The script checks sampled
-heads against a float64 reference and the whole output against PyTorch's SDPA, then times both.
+memory. The last tiles of a head are zero-filled past S and masked. Q K^T of the next tile and
+P V of this one run asynchronously while the softmax works (``execute_async``); the pipeline
+either syncs the block once per tile ("overlap", the default for D = 64), or keeps a full and a
+free barrier per shared-memory stage with the two warpgroups taking turns at their GEMMs
+("turns", the default for D = 128; "stages" without the turns). The script checks sampled heads
+against a float64 reference and the whole output against PyTorch's SDPA, then times both.
 """
 
 from __future__ import annotations
@@ -31,8 +36,10 @@ using T = QK::a_value_type;
 constexpr int BLOCK_M = QK::m, BLOCK_N = QK::n, D = QK::k;
 static_assert(PV::m == BLOCK_M && PV::k == BLOCK_N && PV::n == D, "P V multiplies the scores' tile by a V tile");
 constexpr int K_BYTES = (QK::shared_b_bytes + 1023) / 1024 * 1024, V_BYTES = (PV::shared_b_bytes + 1023) / 1024 * 1024;
+constexpr int V_STAGES = PIPELINE >= 2 ? 3 : 2;
+constexpr bool TURNS = PIPELINE == 3;  // the decoupled pipeline refills V two tiles ahead
 constexpr int O_LD = D + 8;  // staged output rows (the 8 spread the banks)
-static_assert(QK::shared_b_offset + 2 * (K_BYTES + V_BYTES) + QK::shared_memory_slack == SHARED_BYTES, "layout");
+static_assert(QK::shared_b_offset + 2 * K_BYTES + V_STAGES * V_BYTES + QK::shared_memory_slack == SHARED_BYTES, "layout");
 static_assert(BLOCK_M * O_LD * 2 <= 2 * (K_BYTES + V_BYTES), "O is staged over the K/V stages");
 
 // q, k, v, o: (batch * heads, seq, D); grid (query tiles, batch * heads); scale_log2 = log2(e) / sqrt(D).
@@ -40,11 +47,11 @@ extern "C" __global__ void __launch_bounds__(QK::max_threads_per_block, MIN_BLOC
 flash_attention(const QK::a_value_type* q, const QK::b_value_type* k, const PV::b_value_type* v, PV::a_value_type* o,
                 int seq, float scale_log2) {
     extern __shared__ __align__(1024) unsigned char smem[];
-    const auto buffers = QK::slice_shared_memory_ab(smem);  // Q, then K0 V0 K1 V1
+    const auto buffers = QK::slice_shared_memory_ab(smem);  // Q, then K0 K1, then V0 V1 (V2)
     T* sQ = buffers.a;
     unsigned char* stages = reinterpret_cast<unsigned char*>(buffers.b);
-    auto sK = [&](int j) { return reinterpret_cast<T*>(stages + (j % 2) * (K_BYTES + V_BYTES)); };
-    auto sV = [&](int j) { return reinterpret_cast<T*>(stages + (j % 2) * (K_BYTES + V_BYTES) + K_BYTES); };
+    auto sK = [&](int j) { return reinterpret_cast<T*>(stages + (j % 2) * K_BYTES); };
+    auto sV = [&](int j) { return reinterpret_cast<T*>(stages + 2 * K_BYTES + (j % V_STAGES) * V_BYTES); };
     const int tile = CAUSAL ? gridDim.x - 1 - blockIdx.x : blockIdx.x;  // causal: longest rows first
     const int q0 = tile * BLOCK_M;
     const long long head = (long long)blockIdx.y * seq * D;
@@ -87,7 +94,66 @@ flash_attention(const QK::a_value_type* q, const QK::b_value_type* k, const PV::
     auto k_tile = [&](int j) { return k + head + (long long)j * BLOCK_N * D; };
     auto v_tile = [&](int j) { return v + head + (long long)j * BLOCK_N * D; };
 
-#if PIPELINED
+#if PIPELINE >= 2  // stages: per-stage barriers (3: and the warpgroups take turns at their GEMMs)
+    // As below, with a full and a free barrier per stage instead of a block barrier per tile: a
+    // stage is read once its copies landed and refilled once its last reader is done, so the two
+    // warpgroups may drift apart (one's softmax under the other's GEMMs). K is refilled two tiles
+    // ahead at the top of a tile, V two tiles ahead at its end (three V stages).
+    __shared__ blasdx::stage_barrier k_full[2], k_free[2], v_full[V_STAGES], v_free[V_STAGES];
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < 2; ++s) k_full[s].init(QK::max_threads_per_block), k_free[s].init(QK::max_threads_per_block);
+        for (int s = 0; s < V_STAGES; ++s) v_full[s].init(QK::max_threads_per_block), v_free[s].init(QK::max_threads_per_block);
+    }
+    __syncthreads();
+    QK::load_a<D>(q + head + (long long)q0 * D, sQ, seq - q0);  // rows past S are zeros
+    QK::load_b<D>(k_tile(0), sK(0), seq);
+    k_full[0].arrive_after_copies();
+    if (tiles > 1) QK::load_b<D>(k_tile(1), sK(1), seq - BLOCK_N);
+    k_full[1].arrive_after_copies();
+    PV::load_b<D>(v_tile(0), sV(0), seq);
+    v_full[0].arrive_after_copies();
+    if (tiles > 1) PV::load_b<D>(v_tile(1), sV(1), seq - BLOCK_N);
+    v_full[1].arrive_after_copies();
+    k_full[0].wait(0);
+    QK::shared_fence();
+    auto scores = QK::execute(sQ, sK(0));
+    k_free[0].arrive();
+    float rescale[R];
+    softmax(scores, 0, rescale);  // O is still zero
+    PV::a_registers p(scores);  // P rounded to T, in registers
+    if (TURNS) blasdx::warpgroup_turns::start();
+    for (int j = 0; j + 1 < tiles; ++j) {
+        if (j + 2 < tiles) {  // K j + 2 over K j, once every thread is done with it
+            k_free[j % 2].wait(j / 2);
+            QK::load_b<D>(k_tile(j + 2), sK(j + 2), seq - (j + 2) * BLOCK_N);
+            k_full[j % 2].arrive_after_copies();
+        }
+        k_full[(j + 1) % 2].wait((j + 1) / 2);
+        v_full[j % V_STAGES].wait(j / V_STAGES);
+        QK::shared_fence();
+        scores.clear();
+        if (TURNS) blasdx::warpgroup_turns::take();
+        QK::execute_async(sQ, sK(j + 1), scores);
+        PV::execute_async(p, sV(j), out);  // O += P V
+        if (TURNS) blasdx::warpgroup_turns::pass();
+        QK::wait<1>(scores);  // Q K^T j + 1 is done (groups complete in order), P V j runs on
+        k_free[(j + 1) % 2].arrive();
+        const bool shrink = softmax(scores, j + 1, rescale);
+        PV::wait<0>(out, p);
+        v_free[j % V_STAGES].arrive();
+        if (shrink) out_rows.transform([&](int r, int, float x) { return x * rescale[r]; });
+        p = PV::a_registers(scores);
+        if (j + 2 < tiles) {  // V j + 2 over V j - 1, once every thread is done with it
+            if (j >= 1) v_free[(j + 2) % V_STAGES].wait((j - 1) / V_STAGES);
+            PV::load_b<D>(v_tile(j + 2), sV(j + 2), seq - (j + 2) * BLOCK_N);
+            v_full[(j + 2) % V_STAGES].arrive_after_copies();
+        }
+    }
+    if (TURNS) blasdx::warpgroup_turns::finish();
+    v_full[(tiles - 1) % V_STAGES].wait((tiles - 1) / V_STAGES);
+    QK::shared_fence();
+    PV::execute(p, sV(tiles - 1), out);
+#elif PIPELINE == 1  // overlap: one block barrier per tile
     // Per tile j: Q K^T of tile j + 1 and P V of tile j are issued together; softmax(j + 1) runs while
     // P V j is on the tensor cores. Copies run ahead: K j + 2 and V j + 1 stream in during tile j.
     // (No branch around the asynchronous GEMMs inside the loop: ptxas would serialise them.)
@@ -118,7 +184,7 @@ flash_attention(const QK::a_value_type* q, const QK::b_value_type* k, const PV::
     }
     QK::copy_wait<0>();  // V of the last tile
     PV::execute(p, sV(tiles - 1), out);
-#else
+#else  // serial: each GEMM completes before the softmax
     QK::load_a<D>(q + head + (long long)q0 * D, sQ, seq - q0);  // rows past S are zeros
     QK::load_b<D>(k_tile(0), sK(0), seq);
     PV::load_b<D>(v_tile(0), sV(0), seq);
@@ -168,27 +234,41 @@ def descriptors(head_dim: int, dtype: Any, block_n: int = BLOCK_N) -> dict[str, 
     return {"QK": qk, "PV": pv}
 
 
-def shared_bytes(head_dim: int, block_n: int = BLOCK_N) -> int:
-    """Q's panels and two stages of K and V panels, each on a 1024-byte boundary, plus the slack to find one."""
+def shared_bytes(head_dim: int, block_n: int = BLOCK_N, v_stages: int = 2) -> int:
+    """Q's panels, two stages of K panels and v_stages of V panels, each on a 1024-byte boundary, plus the
+    slack to find one."""
     panel = lambda rows: -(-rows * head_dim * 2 // 1024) * 1024
-    return 1008 + panel(BLOCK_M) + 2 * (panel(block_n) + panel(block_n))
+    return 1008 + panel(BLOCK_M) + 2 * panel(block_n) + v_stages * panel(block_n)
 
 
-def build(head_dim: int = 128, dtype: Any = bx.float16, causal: bool = False, pipelined: bool = True,
-          block_n: int = BLOCK_N, min_blocks: int | None = None) -> bx.FusedKernel:
-    """Compile the kernel for one head dim, element type and masking; cached. ``pipelined``: softmax of
-    one tile overlaps P V of the one before (asynchronous wgmma), else each GEMM completes in turn.
-    ``block_n``: keys per tile (64 or 128); ``min_blocks``: blocks per SM the registers must allow
-    (default: 2 for D = 64 with 64 keys, whose 120 registers leave room for two, else 1)."""
+PIPELINES = {"serial": 0, "overlap": 1, "stages": 2, "turns": 3}
+
+
+def build(head_dim: int = 128, dtype: Any = bx.float16, causal: bool = False, *, pipeline: str | None = None,
+          block_n: int | None = None, min_blocks: int | None = None) -> bx.FusedKernel:
+    """Compile the kernel for one head dim, element type and masking; cached.
+
+    ``pipeline`` (default "turns" for D = 128, "overlap" for D = 64, the faster of each on an H200):
+    "overlap" (Q K^T of the next tile and P V of this one asynchronous, the softmax under
+    P V, one block barrier per tile), "stages" (the same with a full and a free barrier per shared-memory
+    stage instead, so warpgroups may drift apart), "turns" (stages, and the two warpgroups take turns at
+    issuing their GEMMs, one's softmax under the other's GEMMs) or "serial" (each GEMM completes in turn).
+    ``block_n``: keys per tile (default 64 for D = 64, 128 for D = 128); ``min_blocks``: blocks per SM the
+    registers must allow (default 2 for D = 64 with 64 keys, whose ~120 registers leave room, else 1).
+    """
     if head_dim not in (64, 128):
         raise ValueError(f"head_dim={head_dim}: this kernel takes 64 or 128")
+    pipeline = ("turns" if head_dim == 128 else "overlap") if pipeline is None else pipeline
+    if pipeline not in PIPELINES:
+        raise ValueError(f"pipeline={pipeline!r}: expected one of {sorted(PIPELINES)}")
+    block_n = (64 if head_dim == 64 else 128) if block_n is None else block_n
     if block_n not in (64, 128):
         raise ValueError(f"block_n={block_n}: this kernel takes 64 or 128")
     if min_blocks is None:
         min_blocks = 2 if (head_dim, block_n) == (64, 64) else 1
-    nbytes = shared_bytes(head_dim, block_n)
-    defines = {"CAUSAL": "true" if causal else "false", "SHARED_BYTES": str(nbytes), "PIPELINED": str(int(pipelined)),
-               "MIN_BLOCKS": str(min_blocks)}
+    nbytes = shared_bytes(head_dim, block_n, 3 if pipeline in ("stages", "turns") else 2)
+    defines = {"CAUSAL": "true" if causal else "false", "SHARED_BYTES": str(nbytes),
+               "PIPELINE": str(PIPELINES[pipeline]), "MIN_BLOCKS": str(min_blocks)}
     # fast math: exp2f is one MUFU.EX2 (no range fix-up), reciprocals approximate (2 ulp)
     options = bx.CompileOptions(defines=defines, fast_math=True)
     return bx.compile_kernel(SOURCE, "flash_attention", descriptors(head_dim, dtype, block_n), options=options,
@@ -262,13 +342,13 @@ def check(kernel: bx.FusedKernel, batch: int, heads: int, seq: int, head_dim: in
     return diff
 
 
-def benchmark(batch: int, heads: int, seq: int, head_dim: int, dtype: Any, causal: bool) -> None:
+def benchmark(batch: int, heads: int, seq: int, head_dim: int, dtype: Any, causal: bool, pipeline: str) -> None:
     """Check, then time one shape against PyTorch's SDPA (GPU time from CUDA-graph replays)."""
     import torch
     import torch.nn.functional as F
     from gpu_timing import time_ms  # examples/ is on sys.path when run as a script
 
-    kernel = build(head_dim, dtype, causal)
+    kernel = build(head_dim, dtype, causal, pipeline=pipeline)
     diff = check(kernel, batch, heads, seq, head_dim, dtype, causal)
     tdtype = getattr(torch, str(dtype))
     q, k, v = (torch.randn((batch, heads, seq, head_dim), device="cuda", dtype=tdtype) for _ in range(3))
@@ -291,20 +371,23 @@ def main() -> int:
     parser.add_argument("--head-dim", type=int, nargs="*", default=[64, 128])
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="float16")
     parser.add_argument("--causal", action="store_true")
+    parser.add_argument("--pipeline", choices=sorted(PIPELINES), default=None, help="default: per head dim")
     args = parser.parse_args()
     dtype = DTYPES[args.dtype]
 
-    import torch
-
-    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+    try:
+        import torch
+    except ImportError:  # compile only
+        torch = None
+    if torch is None or not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         for d in args.head_dim:
-            kernel = build(d, dtype, args.causal)
+            kernel = build(d, dtype, args.causal, pipeline=args.pipeline)
             print(f"no sm_90 GPU: compiled D={d}: {kernel.registers} registers, {kernel.local_memory} B spilled")
         return 0
     torch.manual_seed(0)
     for seq in args.seq:
         for d in args.head_dim:
-            benchmark(args.batch, args.heads, seq, d, dtype, args.causal)
+            benchmark(args.batch, args.heads, seq, d, dtype, args.causal, args.pipeline)
     return 0
 
 

@@ -1,7 +1,8 @@
 """Kernels of the fusion pieces that attention needs, shared by the CPU and GPU tests.
 
 * ROW_STATS (any tensor-core plan whose tiles span N): C = A B with A streamed in through a
-  bounded load (rows past ``rows`` zero-filled) in two committed groups, the row maxima and sums
+  bounded load (rows past ``rows`` zero-filled) in two committed groups (or awaited through a
+  blasdx::stage_barrier), the row maxima and sums
   of C through ``blasdx::rows``, C divided by its row sums and stored through a bounded store.
 * CHAIN (sm_90a): O = round16(A B1) B2 with the first product's accumulator turned into the
   second GEMM's register A (``G2::a_registers``), never leaving registers.
@@ -20,12 +21,23 @@ row_stats(const GEMM::a_value_type* a, const GEMM::b_value_type* b, float* row_m
           int rows) {
     extern __shared__ __align__(16) unsigned char smem[];
     auto [sA, sB, sC] = GEMM::slice_shared_memory(smem);
+#if STAGE_BARRIER  // the copies arrive on an mbarrier, which every thread waits on
+    __shared__ blasdx::stage_barrier full;
+    if (threadIdx.x == 0) full.init(GEMM::max_threads_per_block);
+    __syncthreads();
+    GEMM::load_a<GEMM::k>(a, sA, rows);
+    GEMM::load_b<GEMM::k>(b, sB, GEMM::n);
+    full.arrive_after_copies();
+    full.wait(0);
+    GEMM::shared_fence();
+#else
     GEMM::load_a<GEMM::k>(a, sA, rows);       // rows past `rows` are zeros
     GEMM::copy_commit();
     GEMM::load_b<GEMM::k>(b, sB, GEMM::n);
     GEMM::copy_commit();
     GEMM::copy_wait<1>();                     // A has landed
     GEMM::copy_wait<0>();                     // B too
+#endif
     auto acc = GEMM::execute(sA, sB);
     auto view = blasdx::rows(acc);
     constexpr int R = decltype(view)::count;
@@ -50,9 +62,9 @@ chain(const T* a, const T* b1, const T* b2, float* o) {
     auto [sA, sB1] = G1::slice_shared_memory_ab(smem);
     unsigned char* end = reinterpret_cast<unsigned char*>(sB1) + G1::shared_b_bytes;
     T* sB2 = reinterpret_cast<T*>(end + (1024 - blasdx::shared_address(end) % 1024) % 1024);  // G2's B panels
-    G1::load_a<G1::k>(a, sA);
-    G1::load_b<G1::k>(b1, sB1);
-    G2::load_b<G2::n>(b2, sB2);
+    G1::load_a<G1::a_inner>(a, sA);
+    G1::load_b<G1::b_inner>(b1, sB1);
+    G2::load_b<G2::b_inner>(b2, sB2);  // tight rows: N for row-major B, K for column-major
     G1::copy_wait();
     auto s = G1::execute(sA, sB1);
     G2::accumulator out;
@@ -70,9 +82,9 @@ chain(const T* a, const T* b1, const T* b2, float* o, float* s2_out) {
     auto [sA, sB1] = G1::slice_shared_memory_ab(smem);
     unsigned char* end = reinterpret_cast<unsigned char*>(sB1) + G1::shared_b_bytes;
     T* sB2 = reinterpret_cast<T*>(end + (1024 - blasdx::shared_address(end) % 1024) % 1024);  // G2's B panels
-    G1::load_a<G1::k>(a, sA);
-    G1::load_b<G1::k>(b1, sB1);
-    G2::load_b<G2::n>(b2, sB2);
+    G1::load_a<G1::a_inner>(a, sA);
+    G1::load_b<G1::b_inner>(b1, sB1);
+    G2::load_b<G2::b_inner>(b2, sB2);  // tight rows: N for row-major B, K for column-major
     G1::copy_wait();
     G1::accumulator s;
     G1::execute_async(sA, sB1, s);
@@ -115,8 +127,10 @@ def chain_shared_bytes(gemms: dict[str, bx.Descriptor]) -> int:
     return gemms["G1"].shared_memory_size_ab + 1024 + b2
 
 
-def compile_row_stats(desc: bx.Descriptor) -> bx.FusedKernel:
-    return bx.compile_kernel(ROW_STATS, "row_stats", {"GEMM": desc})
+def compile_row_stats(desc: bx.Descriptor, stage_barrier: bool = False) -> bx.FusedKernel:
+    """ROW_STATS; with ``stage_barrier`` the copies are awaited through a blasdx::stage_barrier."""
+    options = bx.CompileOptions(defines={"STAGE_BARRIER": str(int(stage_barrier))})
+    return bx.compile_kernel(ROW_STATS, "row_stats", {"GEMM": desc}, options=options)
 
 
 def compile_chain(gemms: dict[str, bx.Descriptor], asynchronous: bool = False) -> bx.FusedKernel:

@@ -9,6 +9,7 @@ to change.
 
 from __future__ import annotations
 
+import collections
 import importlib.util
 import re
 import sys
@@ -51,30 +52,48 @@ def no_local_memory(kernel: bx.FusedKernel) -> None:
 
 @pytest.mark.parametrize("d,dtype,causal", [(64, bx.float16, False), (64, bx.float16, True),
                                             (128, bx.float16, False), (128, bx.bfloat16, True)])
-def test_example_kernel_compiles_to_wgmma(d, dtype, causal) -> None:
-    kernel = fa.build(d, dtype, causal)
+@pytest.mark.parametrize("pipeline", ["overlap", "stages", "turns"])
+def test_example_kernel_compiles_to_wgmma(d, dtype, causal, pipeline) -> None:
+    kernel = fa.build(d, dtype, causal, pipeline=pipeline)
     sass = kernel.compiled.sass()
     no_local_memory(kernel)
-    # Q K^T: D / 16 steps of m64n128k16, in the prologue and in the loop; P V: 128 / 16 steps of
-    # m64nDk16 with A in registers, in the loop and in the last tile's tail
-    assert len(re.findall(r"\bHGMMA\.64x128x16", sass)) == 2 * (d // 16) + (16 if d == 128 else 0)
-    assert len(re.findall(r"\bHGMMA\.64x64x16", sass)) == (16 if d == 64 else 0)
+    block_n = kernel.gemms["QK"].n
+    assert block_n == (64 if d == 64 else 128)
+    # Q K^T: D / 16 steps of m64n<keys>k16, in the prologue and in the loop; P V: keys / 16 steps of
+    # m64n<D>k16 with A in registers, in the loop and in the last tile's tail
+    shapes = collections.Counter(re.findall(r"\bHGMMA\.(64x\d+x16)", sass))
+    expected = collections.Counter({f"64x{block_n}x16": 2 * (d // 16)})
+    expected[f"64x{d}x16"] += 2 * (block_n // 16)
+    assert shapes == expected
     assert opcodes(sass, "LDGSTS") > 0  # K / V tiles stream in with cp.async
     assert "serialized" not in kernel.compiled.log  # the asynchronous wgmma groups overlap
-    assert kernel.shared_memory == fa.shared_bytes(d) <= 227 * 1024
+    stages = 2 if pipeline == "overlap" else 3
+    assert kernel.shared_memory == fa.shared_bytes(d, block_n, stages) <= 227 * 1024
+    if pipeline != "overlap":  # per-stage barriers: copies arrive on mbarriers, readers wait on their phases
+        assert "ARRIVES.LDGSTSBAR" in sass and "SYNCS.PHASECHK" in sass
+    if pipeline == "turns":  # warpgroups hand each other the GEMMs through named barriers
+        assert "BAR.ARV" in sass
 
 
 @pytest.mark.parametrize("d", [64, 128])
 def test_example_kernel_without_pipelining(d) -> None:
-    kernel = fa.build(d, bx.float16, True, pipelined=False)
+    kernel = fa.build(d, bx.float16, True, pipeline="serial")
     sass = kernel.compiled.sass()
     no_local_memory(kernel)
-    assert len(re.findall(r"\bHGMMA\.64x128x16", sass)) == d // 16 + (8 if d == 128 else 0)
+    block_n = kernel.gemms["QK"].n
+    shapes = collections.Counter(re.findall(r"\bHGMMA\.(64x\d+x16)", sass))
+    expected = collections.Counter({f"64x{block_n}x16": d // 16})
+    expected[f"64x{d}x16"] += block_n // 16
+    assert shapes == expected
 
 
-def test_example_rejects_head_dims() -> None:
+def test_example_rejects_bad_options() -> None:
     with pytest.raises(ValueError, match="head_dim=96: this kernel takes 64 or 128"):
         fa.build(96)
+    with pytest.raises(ValueError, match="block_n=32: this kernel takes 64 or 128"):
+        fa.build(64, block_n=32)
+    with pytest.raises(ValueError, match=r"pipeline='fast': expected one of \['overlap', 'serial', 'stages', 'turns'\]"):
+        fa.build(64, pipeline="fast")
 
 
 @pytest.mark.parametrize("sm,size,threads,mma", [
@@ -82,13 +101,17 @@ def test_example_rejects_head_dims() -> None:
     (90, (64, 32, 64), 128, "HMMA"),
     ((90, True), (128, 64, 64), 256, "HGMMA"),
 ])
-def test_row_view_and_bounded_copies_compile(sm, size, threads, mma) -> None:
-    kernel = compile_row_stats(row_stats_gemm(sm, size=size, threads=threads))
+@pytest.mark.parametrize("stage_barrier", [False, True])
+def test_row_view_and_bounded_copies_compile(sm, size, threads, mma, stage_barrier) -> None:
+    kernel = compile_row_stats(row_stats_gemm(sm, size=size, threads=threads), stage_barrier)
     sass = kernel.compiled.sass()
     no_local_memory(kernel)
     assert opcodes(sass, mma) > 0 or re.search(rf"\b{mma}\.", sass)
     assert opcodes(sass, "LDGSTS") > 0  # bounded loads stay asynchronous (zero-fill by source size)
     assert "SHFL.BFLY" in sass          # row reductions across the quad
+    if stage_barrier:  # the copies arrive on the mbarrier, the threads wait on its phase (try_wait, sm_90)
+        assert "ARRIVES.LDGSTSBAR" in sass
+        assert ("SYNCS.PHASECHK" in sass) == (sm != 80)
 
 
 @pytest.mark.parametrize("dtype", [bx.float16, bx.bfloat16])
@@ -167,3 +190,27 @@ def test_run_needs_contiguous_tensors() -> None:
     shape = (1, 2, 5, 64)
     with pytest.raises(bx.ExecutionError, match=r"v: strides \(1, 1, 1, 1\), expected a contiguous tensor"):
         fa.run(kernel, _Tensor(shape), _Tensor(shape), _Tensor(shape, contiguous=False), _Tensor(shape))
+
+
+@pytest.mark.parametrize("sm", [75, 80, 86, 90])
+def test_register_a_overloads_leave_other_plans_alone(sm) -> None:
+    """execute(sA, sB, acc) and the shared-memory execute of a warp-level plan compile with the
+    register-A and asynchronous overloads in scope (they must not instantiate register_a)."""
+    source = r"""
+    extern "C" __global__ void k(const GEMM::a_value_type* a, const GEMM::b_value_type* b, float* c) {
+        extern __shared__ __align__(16) unsigned char smem[];
+        auto [sA, sB, sC] = GEMM::slice_shared_memory(smem);
+        GEMM::load_a(a, sA);
+        GEMM::load_b(b, sB);
+        GEMM::copy_wait();
+        GEMM::accumulator acc;
+        GEMM::execute(sA, sB, acc);
+        auto acc2 = GEMM::execute(sA, sB);
+        GEMM::execute(1.0f, sA, sB, 0.0f, sC);
+        acc.store(c);
+        acc2.store(c);
+    }"""
+    desc = (bx.Size(32, 32, 32) + bx.Precision(bx.float16, bx.float16, bx.float32) + bx.Type.real
+            + bx.Function.MM + bx.SM(sm) + bx.Block())
+    kernel = bx.compile_kernel(source, "k", {"GEMM": desc})
+    assert kernel.local_memory == 0

@@ -51,37 +51,48 @@ def hopper() -> None:
 
 
 CASES = [
-    (seq, d, dtype, causal)
+    (seq, d, dtype, causal, pipeline)
     for seq in (1, 17, 129, 1000, 4097)
     for d in (64, 128)
     for dtype in (bx.float16, bx.bfloat16)
     for causal in (False, True)
-    if (dtype == bx.float16 and (seq != 129 or d == 64)) or (dtype == bx.bfloat16 and seq in (17, 1000))
+    for pipeline in ("overlap", "stages", "turns")
+    if (dtype == bx.float16 and pipeline != "turns" and (seq != 129 or d == 64 or pipeline == "stages"))
+    or (dtype == bx.float16 and pipeline == "turns" and seq in (1, 17, 1000, 4097))
+    or (dtype == bx.bfloat16 and seq in (17, 1000) and pipeline == ("turns" if d == 128 else "overlap"))
 ]
 
 
-@pytest.mark.parametrize("seq,d,dtype,causal", CASES, ids=lambda v: str(v))
-def test_flash_attention(hopper, seq: int, d: int, dtype, causal: bool) -> None:
+@pytest.mark.parametrize("seq,d,dtype,causal,pipeline", CASES, ids=lambda v: str(v))
+def test_flash_attention(hopper, seq: int, d: int, dtype, causal: bool, pipeline: str) -> None:
     import torch
 
     torch.manual_seed(seq * 7 + d)
-    kernel = fa.build(d, dtype, causal)
+    kernel = fa.build(d, dtype, causal, pipeline=pipeline)
     assert kernel.local_memory == 0
     batch, heads = (2, 3) if seq < 4000 else (1, 2)
     diff = fa.check(kernel, batch, heads, seq, d, dtype, causal, sample=3)
     assert diff <= 2 * fa.tolerance_of(dtype, seq)
 
 
-def test_flash_attention_many_heads(hopper) -> None:
+@pytest.mark.parametrize("d", [64, 128])
+def test_flash_attention_other_key_tiles(hopper, d: int) -> None:
+    """The key tile the default does not take (128 for D = 64, 64 for D = 128)."""
+    kernel = fa.build(d, bx.float16, True, block_n=128 if d == 64 else 64)
+    fa.check(kernel, 2, 2, 1000, d, bx.float16, True, sample=2)
+
+
+@pytest.mark.parametrize("pipeline", ["overlap", "stages", "turns"])
+def test_flash_attention_many_heads(hopper, pipeline: str) -> None:
     """A grid with many heads and query tiles: each block finds its own head and tile."""
-    kernel = fa.build(64, bx.float16, True)
+    kernel = fa.build(64, bx.float16, True, pipeline=pipeline)
     fa.check(kernel, 4, 8, 513, 64, bx.float16, True, sample=6)
 
 
 @pytest.mark.parametrize("seq,d,causal", [(17, 64, False), (1000, 128, True), (4097, 64, True), (300, 128, False)])
 def test_flash_attention_without_pipelining(hopper, seq: int, d: int, causal: bool) -> None:
     """The kernel whose GEMMs complete one after the other (no asynchronous wgmma)."""
-    kernel = fa.build(d, bx.float16, causal, pipelined=False)
+    kernel = fa.build(d, bx.float16, causal, pipeline="serial")
     fa.check(kernel, 1, 3, seq, d, bx.float16, causal, sample=2)
 
 
@@ -91,19 +102,19 @@ def test_flash_attention_without_pipelining(hopper, seq: int, d: int, causal: bo
 
 
 @pytest.mark.parametrize("rows", [64, 37, 1])
-@pytest.mark.parametrize("sm,size,threads", [(80, (64, 32, 64), 128), ((90, True), (128, 64, 64), 256)],
+@pytest.mark.parametrize("sm,size,threads", [(90, (64, 32, 64), 128), ((90, True), (128, 64, 64), 256)],
                          ids=["mma_sync", "wgmma"])
-def test_rows_and_bounded_copies(sm, size, threads, rows: int) -> None:
+@pytest.mark.parametrize("stage_barrier", [False, True], ids=["copy_wait", "stage_barrier"])
+def test_rows_and_bounded_copies(sm, size, threads, rows: int, stage_barrier: bool) -> None:
     """Row maxima / sums of C = A B through blasdx::rows, A loaded with only `rows` rows (the rest
     zero-filled), C / row sums stored for those rows only."""
-    device_sm = gpu_sm()
-    if device_sm is None or (isinstance(sm, tuple) and device_sm != 90):
-        pytest.skip("needs a GPU (compute capability 9.0 for wgmma)")
+    if gpu_sm() != 90:
+        pytest.skip("needs a compute capability 9.0 GPU (the descriptors target sm_90 and sm_90a)")
     import numpy as np
 
     torch = pytest.importorskip("torch")
     desc = row_stats_gemm(sm, size=size, threads=threads)
-    kernel = compile_row_stats(desc)
+    kernel = compile_row_stats(desc, stage_barrier)
     m, n, k = size
     torch.manual_seed(rows)
     a = torch.rand(m, k, device="cuda", dtype=torch.float16) + 0.1  # positive: row sums far from zero

@@ -29,6 +29,8 @@
 //                    rows.max(out) / sum(out) / reduce / thread_reduce / all_reduce (accumulator_rows.cuh)
 //   register A       GEMM::a_registers p(other_acc); GEMM::execute(p, sB, acc)  (wgmma; warpgroup_fusion.cuh)
 //   asynchronous     GEMM::execute_async(sA, sB, acc) / (p, sB, acc), GEMM::wait<PENDING>(acc [, p])  (wgmma)
+//   stage barriers   blasdx::stage_barrier: init, arrive, arrive_after_copies, wait(phase);
+//                    blasdx::warpgroup_turns: start, take, pass, finish  (stage_barrier.cuh)
 //
 // Shared-memory matrices use the descriptor's arrangement and leading dimensions
 // (GEMM::lda ...) and start on 16-byte boundaries (slice_shared_memory gives that). sm_90a
@@ -169,6 +171,15 @@ template <class Cfg> struct WarpgroupGemm;
 template <class Cfg> struct warpgroup_fragment;
 template <class Cfg> struct WarpgroupFusion;
 template <class Cfg> struct register_a;
+
+namespace detail {
+// Whether T is (a reference to, a const) register_a<...>: matched without instantiating it.
+template <class T> struct is_register_a { static constexpr bool value = false; };
+template <class T> struct is_register_a<T&> : is_register_a<T> {};
+template <class T> struct is_register_a<T&&> : is_register_a<T> {};
+template <class T> struct is_register_a<const T> : is_register_a<T> {};
+template <class C> struct is_register_a<register_a<C>> { static constexpr bool value = true; };
+}  // namespace detail
 
 namespace detail {
 
@@ -547,13 +558,13 @@ struct Gemm {
     // -- A in registers (wgmma plans, 16-bit A; kernels/blasdx/warpgroup_fusion.cuh): the A of
     // the tiles this thread's warpgroup computes, built from another GEMM's accumulator
     // (`GEMM::a_registers p(scores);`), and acc += A B with it.
+    // (templates enabled for register_a only: a plain overload would make every execute(sA, sB, acc)
+    // call check whether a pointer converts to register_a<Cfg>, instantiating it for any plan)
     using a_registers = register_a<Cfg>;
-    __device__ __forceinline__ static void execute(a_registers& a, const b_value_type* sB, accumulator& acc) {
+    template <class A, class = typename detail::enable_if<detail::is_register_a<A>::value>::type>
+    __device__ __forceinline__ static void execute(A&& a, const b_value_type* sB, accumulator& acc) {
         static_assert(swizzled, "A from registers runs on wgmma: an sm_90a descriptor whose plan is wgmma");
         WarpgroupFusion<Cfg>::template accumulate<true>(acc.fragment(), a, sB, acc.thread());
-    }
-    __device__ __forceinline__ static void execute(a_registers&& a, const b_value_type* sB, accumulator& acc) {
-        execute(a, sB, acc);
     }
 
     // -- asynchronous register API (wgmma plans): acc += A B issued as one group of this thread's
@@ -565,7 +576,8 @@ struct Gemm {
         static_assert(swizzled, "asynchronous execution runs on wgmma: an sm_90a descriptor whose plan is wgmma");
         WarpgroupFusion<Cfg>::template accumulate<false>(acc.fragment(), sA, sB, acc.thread());
     }
-    __device__ __forceinline__ static void execute_async(a_registers& a, const b_value_type* sB, accumulator& acc) {
+    template <class A, class = typename detail::enable_if<detail::is_register_a<A>::value>::type>
+    __device__ __forceinline__ static void execute_async(A& a, const b_value_type* sB, accumulator& acc) {
         static_assert(swizzled, "asynchronous execution runs on wgmma: an sm_90a descriptor whose plan is wgmma");
         WarpgroupFusion<Cfg>::template accumulate<false>(acc.fragment(), a, sB, acc.thread());
     }
@@ -574,8 +586,8 @@ struct Gemm {
         static_assert(swizzled, "asynchronous execution runs on wgmma: an sm_90a descriptor whose plan is wgmma");
         WarpgroupFusion<Cfg>::template wait<PENDING>(acc.fragment());
     }
-    template <int PENDING>
-    __device__ __forceinline__ static void wait(accumulator& acc, a_registers& a) {
+    template <int PENDING, class A, class = typename detail::enable_if<detail::is_register_a<A>::value>::type>
+    __device__ __forceinline__ static void wait(accumulator& acc, A& a) {
         wait<PENDING>(acc);
         WarpgroupFusion<Cfg>::fence_registers(a);
     }
@@ -618,4 +630,5 @@ struct Gemm {
 // The row view of accumulators (blasdx::rows) and the wgmma fusion pieces (register A, bounded
 // copies into panels): templates over the types above.
 #include "accumulator_rows.cuh"
+#include "stage_barrier.cuh"
 #include "warpgroup_fusion.cuh"
