@@ -9,7 +9,7 @@ with tf32 allowed, and bx.matmul(bx.tf32(x), bx.tf32(y)); and each one's normwis
 relative error against the float64 product (torch float64 on the GPU, 256 sampled rows).
 --configs also times every split configuration of the engine (blasdx/engine/hopper.py CONFIGS).
 --accuracy K... measures only the errors of 256 x 256 x K products (the accuracy study of
-docs/performance.md). Prints tables with ratios to torch float32 and writes JSON.
+docs/performance.md; with --configs, of every split configuration too). Prints tables with ratios to torch float32 and writes JSON.
 """
 
 from __future__ import annotations
@@ -106,8 +106,9 @@ def case(size: int, wide_range: bool, configs: bool, gen) -> dict:
     return out
 
 
-def accuracy(ks: list[int], wide_range: bool, gen) -> list[dict]:
-    """Normwise errors of 256 x 256 x K products, each K, every path (no timing)."""
+def accuracy(ks: list[int], wide_range: bool, gen, configs: bool = False) -> list[dict]:
+    """Normwise errors of 256 x 256 x K products, each K, every path (no timing); ``configs``: also every
+    split configuration of the engine (its promotion interval), one K split."""
     import torch
 
     rows = []
@@ -127,10 +128,20 @@ def accuracy(ks: list[int], wide_range: bool, gen) -> list[dict]:
         torch.backends.cuda.matmul.allow_tf32 = False
         row["bx 3xtf32"] = _error(bx.matmul(x, y, mantissa_bits=23), x, y, everything)
         row["bx tf32"] = _error(bx.matmul(bx.tf32(x), bx.tf32(y)), x, y, everything)
+        plan = array_gemm._CALLS.get(array_gemm._key(arrays.as_array(x, "x"), arrays.as_array(y, "y"), None,
+                                                     ("matmul", 23, False)))
+        row["bx 3xtf32 plan"] = plan.describe() if plan is not None else "n/a"
+        if configs:
+            for name, config in hopper.CONFIGS.items():
+                if config.split_tf32:
+                    call, result = _config_call(x, y, config)
+                    call()
+                    row[f"config {name}"] = _error(result, x, y, everything)
         rows.append(row)
         print(f"K {k:6d} {'wide' if wide_range else 'normal':>6}: " + ", ".join(
             f"{n} {row[n]:.2e}" for n in ("bx 3xtf32", "torch f32", "torch tf32", "bx tf32"))
-            + f"  (3xtf32 / torch f32 {row['bx 3xtf32'] / row['torch f32']:.2f}x)")
+            + f"  (3xtf32 / torch f32 {row['bx 3xtf32'] / row['torch f32']:.2f}x)"
+            + "".join(f", {n[7:]} {v:.2e}" for n, v in row.items() if n.startswith("config ")))
     return rows
 
 
@@ -147,8 +158,8 @@ def main() -> int:
 
     gen = torch.Generator(device="cuda").manual_seed(0)
     if args.accuracy is not None:
-        study = [r for wide in (False, True) for r in accuracy(args.accuracy or [64, 256, 1024, 4096, 16384, 65536],
-                                                                 wide, gen)]
+        study = [r for wide in (False, True) for r in accuracy(args.accuracy or [16, 64, 256, 1024, 4096, 16384, 65536],
+                                                                 wide, gen, args.configs)]
         write_record(args.json, accuracy=study)
         return 0
     results = []

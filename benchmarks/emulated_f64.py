@@ -104,9 +104,9 @@ def stages(plan, x, y) -> dict:
     from blasdx.engine.ozaki import _view
 
     scratch = hopper._SCRATCH
-    res_a = scratch.get(device, handle, core, "ozaki residues x", count * m * ld)
-    res_b = scratch.get(device, handle, core, "ozaki residues y", count * n * ld)
-    products = scratch.get(device, handle, core, "ozaki products", 4 * count * m * n)
+    res_a = scratch.get(device, handle, "ozaki residues x", count * m * ld)
+    res_b = scratch.get(device, handle, "ozaki residues y", count * n * ld)
+    products = scratch.get(device, handle, "ozaki products", 4 * count * m * n)
     va = _view(res_a, (count, m, ld), (m * ld, ld, 1), dt.int8, device)
     vb = _view(res_b, (count, plan.k, n), (n * ld, 1, ld), dt.int8, device)
     vd = _view(products, (count, m, n), (m * n, n, 1), dt.int32, device)

@@ -17,7 +17,13 @@ against ``torch.matmul``.
    arrays on device 1 while device 0 is current (execute makes device 1 current and back).
 
 2. ``bx.matmul(x, y)`` against ``torch.matmul(x, y)`` on single f16 matrices of 32^3 to
-   512^3 (new result each call): ratio = matmul / torch (goal: <= 1).
+   512^3 (new result each call): ratio = matmul / torch (goal: <= 1); ``bx.mma(x, y, acc,
+   out=out)`` against the same torch.matmul (goal: <= 0.9).
+
+3. ``bx.scaled_mm`` (fp8, sm_90) against ``torch._scaled_mm`` and ``bx.solve_triangular``
+   against ``torch.linalg.solve_triangular``, per call; and the pieces a call is made of
+   (attribute reads, allocation, driver queries, one launch through ctypes and through
+   cuda.bindings).
 
 Each round times ``--calls`` back-to-back calls with ``time.perf_counter`` and synchronises
 afterwards; tables show the median per call over ``--rounds`` rounds (host time while the
@@ -160,8 +166,12 @@ def measure(desc: bx.Descriptor, calls: int, rounds: int, device: int = 0) -> li
     return rows
 
 
+def _relative_error(torch: Any, got: Any, ref: Any) -> float:
+    return float((got.double() - ref).norm() / ref.norm())
+
+
 def measure_matmul(calls: int, rounds: int) -> list[dict[str, Any]]:
-    """bx.matmul against torch.matmul per call on f16 s x s matrices."""
+    """bx.matmul against torch.matmul per call on f16 s x s matrices; bx.mma(out=) against both."""
     try:
         import torch
     except Exception:
@@ -170,15 +180,98 @@ def measure_matmul(calls: int, rounds: int) -> list[dict[str, Any]]:
     for s in MATMUL_SIZES:
         x = torch.randn(s, s, device="cuda:0", dtype=torch.float16)
         y = torch.randn(s, s, device="cuda:0", dtype=torch.float16)
-        got = bx.matmul(x, y)
-        torch.cuda.synchronize()
-        err = float((got.double() - x.double() @ y.double()).norm() / (x.double() @ y.double()).norm())
+        acc = torch.randn(s, s, device="cuda:0", dtype=torch.float16)
+        out = torch.empty_like(acc)
+        ref = x.double() @ y.double()
+        err = _relative_error(torch, bx.matmul(x, y), ref)
         assert err < 1e-2, f"bx.matmul {s}^3: relative error {err}"
+        bx.mma(x, y, acc, out=out)
+        err = _relative_error(torch, out, ref + acc.double())
+        assert err < 1e-2, f"bx.mma {s}^3: relative error {err}"
         sync = torch.cuda.synchronize
         t_bx = per_call(lambda: bx.matmul(x, y), calls, rounds, sync)
         t_torch = per_call(lambda: torch.matmul(x, y), calls, rounds, sync)
-        rows.append({"size": s, "bx_matmul_us": t_bx * 1e6, "torch_matmul_us": t_torch * 1e6, "ratio": t_bx / t_torch})
+        t_mma = per_call(lambda: bx.mma(x, y, acc, out=out), calls, rounds, sync)
+        rows.append({"size": s, "bx_matmul_us": t_bx * 1e6, "torch_matmul_us": t_torch * 1e6, "ratio": t_bx / t_torch,
+                     "bx_mma_out_us": t_mma * 1e6, "mma_out_ratio": t_mma / t_torch})
     return rows
+
+
+def measure_other_calls(calls: int, rounds: int) -> dict[str, list[dict[str, Any]]]:
+    """bx.scaled_mm (fp8, sm_90) against torch._scaled_mm and bx.solve_triangular against torch's, per call."""
+    try:
+        import torch
+    except Exception:
+        return {}
+    from cuda.core import Device
+
+    sync = torch.cuda.synchronize
+    found: dict[str, list[dict[str, Any]]] = {"scaled_mm": [], "solve_triangular": []}
+    major, _ = Device(0).compute_capability
+    for s in (64, 256, 512) if major == 9 else ():
+        x = torch.randn(s, s, device="cuda:0").to(torch.float8_e4m3fn)
+        y = torch.randn(s, s, device="cuda:0").to(torch.float8_e4m3fn).t()  # column-major, as torch wants it
+        one = torch.ones((), device="cuda:0")
+        ref = x.double() @ y.double()
+        err = _relative_error(torch, bx.scaled_mm(x, y, one, one, out_dtype=bx.bfloat16), ref)
+        assert err < 2e-2, f"bx.scaled_mm {s}^3: relative error {err}"
+        t_bx = per_call(lambda: bx.scaled_mm(x, y, one, one, out_dtype=bx.bfloat16), calls, rounds, sync)
+        t_torch = per_call(lambda: torch._scaled_mm(x, y, one, one, out_dtype=torch.bfloat16), calls, rounds, sync)
+        found["scaled_mm"].append({"size": s, "bx_us": t_bx * 1e6, "torch_us": t_torch * 1e6,
+                                   "ratio": t_bx / t_torch})
+    for s in (32, 64):
+        a = torch.randn(s, s, device="cuda:0").tril() * 0.1 + 4 * torch.eye(s, device="cuda:0")
+        b = torch.randn(s, 64, device="cuda:0")
+        ref = torch.linalg.solve_triangular(a.double(), b.double(), upper=False)
+        err = _relative_error(torch, bx.solve_triangular(a, b, lower=True), ref)
+        assert err < 1e-4, f"bx.solve_triangular {s}: relative error {err}"
+        t_bx = per_call(lambda: bx.solve_triangular(a, b, lower=True), calls, rounds, sync)
+        t_torch = per_call(lambda: torch.linalg.solve_triangular(a, b, upper=False), calls, rounds, sync)
+        found["solve_triangular"].append({"size": s, "rhs": 64, "bx_us": t_bx * 1e6, "torch_us": t_torch * 1e6,
+                                          "ratio": t_bx / t_torch})
+    return found
+
+
+def measure_pieces(desc: bx.Descriptor, calls: int, rounds: int) -> dict[str, float]:
+    """Host cost of the pieces a call is made of (us per call): where the time of a call goes.
+
+    PyTorch attribute reads, torch's allocation, the driver queries a call makes, and one
+    launch of ``desc``'s packed kernel through ctypes and through cuda.bindings.
+    """
+    try:
+        import torch
+    except Exception:
+        return {}
+    from blasdx.arrays import as_array
+    from blasdx.launch import cuda_driver
+
+    x = torch.randn(32, 32, device="cuda:0", dtype=torch.float16)
+    a, b, c, sync = operand_sets(desc)["torch"]
+    desc.execute(a, b, c)
+    sync()
+    plan = ex.plan_for(desc)
+    ready = ex.prepare(desc, a, b, c)
+    handle, args = ready.launch.stream, ready.args
+    packed = plan.on_device(0).packed
+    buffers = packed.buffers()
+    lib = cuda_driver._libcuda()
+    function = int(packed._function)
+    block = packed.block
+    drv = devices.driver()
+    raw_stream = torch._C._cuda_getCurrentRawStream
+    pieces = {
+        "torch.empty 32x32 f16": lambda: torch.empty((32, 32), dtype=torch.float16, device=x.device),
+        "tensor.data_ptr()": x.data_ptr,
+        "tensor.shape + stride()": lambda: (x.shape, x.stride()),
+        "torch raw current stream": lambda: raw_stream(0),
+        "as_array(tensor)": lambda: as_array(x, "x", stream=handle),
+        "cuCtxGetDevice (cuda.bindings)": drv.cuCtxGetDevice,
+        "cuStreamIsCapturing (ctypes)": lambda: cuda_driver.is_capturing(handle),
+        "launch, ctypes cuLaunchKernel": lambda: lib.cuLaunchKernel(function, 1, 1, 1, *block, packed.shared_memory,
+                                                                    handle, buffers.address, None),
+        "launch, cuda.bindings cuLaunchKernel": lambda: packed.launch(1, 1, handle, *args),
+    }
+    return {name: per_call(fn, calls, rounds, sync) * 1e6 for name, fn in pieces.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -202,28 +295,8 @@ def main(argv: list[str] | None = None) -> int:
         bx.Size(32, 32, 32) + bx.Precision(bx.float16, bx.float16, bx.float32) + bx.Type.real + bx.Function.MM
         + bx.SM(sm) + bx.Block()
     )
-    rows = measure(desc, args.calls, args.rounds)
-    if count > 1:
-        rows += measure(desc, args.calls, args.rounds, device=1)
-    matmul_rows = measure_matmul(args.calls, args.rounds)
-
     name = Device(0).name
-    print(f"launch overhead on {name} (sm_{sm}, {count} GPU(s)), {desc!r}")
-    print(f"median host time per call over {args.rounds} rounds of {args.calls} calls")
-    print(f"{'arrays':<38} {'execute us':>11} {'bind us':>9} {'packed us':>10} {'bare launch us':>15} {'ratio':>7}")
-    for r in rows:
-        mark = "" if r["ratio"] <= GOAL_RATIO else f"  (> goal {GOAL_RATIO:g}x)"
-        print(
-            f"{r['arrays']:<38} {r['execute_us']:>11.2f} {r['bind_us']:>9.2f} {r['packed_launch_us']:>10.2f} "
-            f"{r['bare_launch_us']:>15.2f} {r['ratio']:>6.2f}x{mark}"
-        )
-    if matmul_rows:
-        print("bx.matmul against torch.matmul, f16 s x s x s, a new result per call:")
-        print(f"{'s':>5} {'bx.matmul us':>13} {'torch.matmul us':>16} {'ratio':>7}")
-        for r in matmul_rows:
-            mark = "" if r["ratio"] <= MATMUL_GOAL else f"  (> goal {MATMUL_GOAL:g}x)"
-            print(f"{r['size']:>5} {r['bx_matmul_us']:>13.2f} {r['torch_matmul_us']:>16.2f} {r['ratio']:>6.2f}x{mark}")
-    result = {
+    result: dict[str, Any] = {
         "benchmark": "launch_overhead",
         "device": name,
         "gpus": count,
@@ -236,11 +309,49 @@ def main(argv: list[str] | None = None) -> int:
         "python": platform.python_version(),
         "cuda_core": getattr(cuda.core, "__version__", "?"),
         "blasdx": bx.__version__,
-        "rows": rows,
-        "matmul": matmul_rows,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+
+    def save(**found: Any) -> None:  # after each part: what was measured survives a run cut short
+        result.update(found)
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+
+    print(f"launch overhead on {name} (sm_{sm}, {count} GPU(s)), {desc!r}")
+    print(f"median host time per call over {args.rounds} rounds of {args.calls} calls")
+    rows = measure(desc, args.calls, args.rounds)
+    if count > 1:
+        rows += measure(desc, args.calls, args.rounds, device=1)
+    save(rows=rows)
+    print(f"{'arrays':<38} {'execute us':>11} {'bind us':>9} {'packed us':>10} {'bare launch us':>15} {'ratio':>7}")
+    for r in rows:
+        mark = "" if r["ratio"] <= GOAL_RATIO else f"  (> goal {GOAL_RATIO:g}x)"
+        print(
+            f"{r['arrays']:<38} {r['execute_us']:>11.2f} {r['bind_us']:>9.2f} {r['packed_launch_us']:>10.2f} "
+            f"{r['bare_launch_us']:>15.2f} {r['ratio']:>6.2f}x{mark}"
+        )
+    matmul_rows = measure_matmul(args.calls, args.rounds)
+    save(matmul=matmul_rows)
+    if matmul_rows:
+        print("bx.matmul against torch.matmul, f16 s x s x s, a new result per call:")
+        print(f"{'s':>5} {'bx.matmul us':>13} {'torch.matmul us':>16} {'ratio':>7} {'bx.mma(out=) us':>16} "
+              f"{'ratio':>7}")
+        for r in matmul_rows:
+            mark = "" if r["ratio"] <= MATMUL_GOAL else f"  (> goal {MATMUL_GOAL:g}x)"
+            print(f"{r['size']:>5} {r['bx_matmul_us']:>13.2f} {r['torch_matmul_us']:>16.2f} {r['ratio']:>6.2f}x "
+                  f"{r['bx_mma_out_us']:>16.2f} {r['mma_out_ratio']:>6.2f}x{mark}", flush=True)
+    pieces = measure_pieces(desc, args.calls, args.rounds)
+    save(pieces_us=pieces)
+    if pieces:
+        print("pieces of a call, us each:")
+        for what, us in pieces.items():
+            print(f"  {what:<40} {us:>8.2f}", flush=True)
+    others = measure_other_calls(args.calls, args.rounds)
+    save(**others)
+    for what, found in others.items():
+        if found:
+            print(f"bx.{what} against torch's, per call:")
+            for r in found:
+                print(f"{r['size']:>5} {r['bx_us']:>10.2f} us {r['torch_us']:>10.2f} us {r['ratio']:>6.2f}x")
     print(f"wrote {args.out}")
     return 0
 

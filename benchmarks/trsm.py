@@ -1,7 +1,14 @@
-"""Batched triangular solves: blasdx (bx.solve_triangular) against torch.linalg.solve_triangular.
+"""Triangular solves: blasdx (bx.solve_triangular) against torch.linalg.solve_triangular.
 
     python benchmarks/trsm.py [--gbytes 1] [--types f32 f64] [--sizes 16 32 64 128] [--side left right]
                               [--json PATH]
+    python benchmarks/trsm.py --large [--sizes 1024 2048 4096 8192] [--batch 1] [--types ...] [--side ...]
+
+Large systems (``--large``): A is s x s (blocked solver: block TRSM leaves and GEMM updates),
+B s x s, ``--batch`` problems; each result's normwise backward error is computed on the GPU
+in float64 for both libraries, and blasdx's must be within 2 n u or no worse than twice
+torch's before it is timed. Rows: {type, side, size, batch, ratio} (JSON
+benchmarks/results/trsm_large.json). The rest of this text is about batched small systems.
 
 A is s x s lower triangular (well-conditioned: diagonally dominant), B is s x s (as many
 right-hand sides), about ``--gbytes`` of A and B per case so that L2 does not help. Both
@@ -39,6 +46,8 @@ from blasdx.trsm_reference import (  # noqa: E402
 TYPES = {"f32": dt.float32, "f64": dt.float64}
 SIZES = (16, 32, 64, 128)
 SAMPLE = 32  # problems checked per case
+LARGE_SIZES = (1024, 2048, 4096, 8192)
+DEFAULT_JSON = "benchmarks/results/trsm.json"
 
 
 def operands(real: dt.DType, size: int, batch: int, gen):
@@ -91,7 +100,9 @@ def run_case(name: str, size: int, left: bool, args: argparse.Namespace, gen) ->
     try:
         blasdx_call()
         torch.cuda.synchronize()
-        plan = bx.array_trsm.solve_plan(a, b, lower=True, left=left, out=x_blasdx)
+        from blasdx.calls.solve_triangular import solve_plan
+
+        plan = solve_plan(a, b, lower=True, left=left, out=x_blasdx)
         desc = plan.kernel.desc
         row.update(descriptor=repr(desc), threads=desc.max_threads_per_block, batches_per_block=desc.batches_per_block,
                    chunks=plan.chunks[0], instruction=desc.instruction)
@@ -112,6 +123,86 @@ def run_case(name: str, size: int, left: bool, args: argparse.Namespace, gen) ->
     if "blasdx_ms" in row and "torch_ms" in row:
         row["ratio_vs_torch"] = row["torch_ms"] / row["blasdx_ms"]  # > 1: blasdx faster
     return row
+
+
+def _backward_error(a, x, b, left: bool) -> float:
+    """max over the batch of ||B - op(A, X)||_F / (||A||_F ||X||_F + ||B||_F), in float64 on the GPU."""
+    import torch
+
+    a64, x64, b64 = (t.to(torch.complex128 if t.is_complex() else torch.float64) for t in (a, x, b))
+    a64 = torch.tril(a64)
+    r = b64 - (a64 @ x64 if left else x64 @ a64)
+    norm = lambda t: torch.linalg.matrix_norm(t)  # noqa: E731
+    return float(torch.max(norm(r) / (norm(a64) * norm(x64) + norm(b64))))
+
+
+def run_large(name: str, size: int, left: bool, batch: int, gen) -> dict:
+    """One large solve (blocked in blasdx): both checked by their backward error, then timed per call."""
+    import torch
+
+    real = TYPES[name]
+    a, b = operands(real, size, batch, gen)
+    if batch == 1:
+        a, b = a[0], b[0]
+    x_blasdx, x_torch = torch.empty_like(b), torch.empty_like(b)
+    row = {"type": name, "side": "left" if left else "right", "size": size, "batch": batch, "case": name,
+           "flops": float(batch) * size**3}
+
+    def blasdx_call():
+        return bx.solve_triangular(a, b, lower=True, left=left, out=x_blasdx)
+
+    def torch_call():
+        return torch.linalg.solve_triangular(a, b, upper=False, left=left, out=x_torch)
+
+    torch_call()
+    torch.cuda.synchronize()
+    row["torch_backward_error"] = _backward_error(a, x_torch, b, left)
+    row["torch_ms"] = time_ms(torch_call, repeats=5)
+    try:
+        blasdx_call()
+        torch.cuda.synchronize()
+        from blasdx.calls.solve_triangular import solve_plan
+
+        row["plan"] = solve_plan(a, b, lower=True, left=left, out=x_blasdx).describe()
+        eta = row["blasdx_backward_error"] = _backward_error(a, x_blasdx, b, left)
+        if eta <= max(residual_bound(real, size), 2 * row["torch_backward_error"]):
+            row["blasdx_check"] = "ok"
+            row["blasdx_ms"] = time_ms(blasdx_call, repeats=5)
+            row["ratio"] = row["torch_ms"] / row["blasdx_ms"]
+        else:
+            row["blasdx_check"] = f"wrong result: backward error {eta:.2e}"
+            print(f"CHECK FAILED: {name} {size}: {row['blasdx_check']}", flush=True)
+    except bx.BlasdxError as exc:
+        row["blasdx_check"] = f"error: {type(exc).__name__}: {str(exc).splitlines()[0]}"
+        print(f"blasdx FAILED: {row['blasdx_check']}", flush=True)
+    return row
+
+
+def main_large(args: argparse.Namespace, sm: int) -> int:
+    import torch
+
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    rows = []
+    for name in args.types:
+        for side in args.side:
+            for size in args.sizes:
+                row = run_large(name, size, side == "left", args.batch, gen)
+                torch.cuda.empty_cache()
+                rows.append(row)
+                ratio = f"{row['ratio']:.2f}x" if "ratio" in row else "n/a"
+                print(f"{name} {side} {size} batch {args.batch}: blasdx {_cell(row, 'blasdx_ms', '.3f', 'n/a')} ms, "
+                      f"torch {_cell(row, 'torch_ms', '.3f', 'n/a')} ms, {ratio}; backward error blasdx "
+                      f"{_cell(row, 'blasdx_backward_error', '.1e', 'n/a')} torch {row['torch_backward_error']:.1e}; "
+                      f"{row.get('plan', '')}", flush=True)
+    print(f"\ndevice {torch.cuda.get_device_name()} (sm_{sm}), torch {torch.__version__}")
+    out = Path(args.json if args.json != DEFAULT_JSON else "benchmarks/results/trsm_large.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    meta = {"date": date.today().isoformat(), "gpu": torch.cuda.get_device_name(), "sm": sm, "torch": torch.__version__,
+            "operation": "X = A^-1 B (left) or B A^-1 (right), A lower triangular s x s, B s x s, out of place",
+            "ratio": "torch time / blasdx time per call (> 1: blasdx faster)"}
+    out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    print(f"JSON: {out}")
+    return 1 if any(r.get("blasdx_check") != "ok" for r in rows) else 0
 
 
 def _cell(r: dict, key: str, fmt: str, default: str) -> str:
@@ -141,8 +232,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--types", nargs="*", default=list(TYPES), choices=list(TYPES))
     parser.add_argument("--sizes", nargs="*", type=int, default=list(SIZES))
     parser.add_argument("--side", nargs="*", default=["left"], choices=["left", "right"])
-    parser.add_argument("--json", default="benchmarks/results/trsm.json")
-    return parser.parse_args(argv)
+    parser.add_argument("--json", default=DEFAULT_JSON)
+    parser.add_argument("--large", action="store_true", help="large systems (blocked solver), sizes 1024-8192")
+    parser.add_argument("--batch", type=int, default=1, help="problems per large case")
+    args = parser.parse_args(argv)
+    if args.large and args.sizes == list(SIZES):
+        args.sizes = list(LARGE_SIZES)
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -150,6 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     sm = cuda_sm()
     if sm is None:
         return 0
+    if args.large:
+        return main_large(args, sm)
     import torch
 
     gen = torch.Generator(device="cuda").manual_seed(0)

@@ -81,6 +81,8 @@ _LAZY = {
     "mma": "calls.matmul",
     "tf32": "calls.matmul",
     "scaled_mm": "calls.scaled_mm",
+    "grouped_mm": "calls.grouped_mm",
+    "tune": "calls.tune",
     "solve_triangular": "calls.solve_triangular",
     "DeviceGemm": "engine.device_gemm",
 }
@@ -95,7 +97,8 @@ __all__ = [
     "CompiledKernel", "CompileOptions", "precompile",
     "to_device", "from_device",
     "compile_kernel", "header", "FusedKernel", "FusionHeader",
-    "matmul", "mma", "tf32", "scaled_mm", "solve_triangular",
+    "matmul", "mma", "tf32", "scaled_mm", "tune", "solve_triangular",
+    "grouped_mm",
     "Side", "FillMode", "Diag", "BatchesPerBlock", "TrsmDescriptor",
     "__version__",
 ]

@@ -15,17 +15,32 @@ import numpy as np
 
 from . import dtypes as _dt
 
-__all__ = ["reference_gemm", "random_operand", "to_float64", "tolerance", "ozaki_bound", "relative_error",
-           "assert_close"]
+__all__ = [
+    "MARGINS",
+    "assert_close",
+    "gemm_scale",
+    "ozaki_bound",
+    "random_operand",
+    "reference_gemm",
+    "relative_error",
+    "rounding",
+    "to_float64",
+    "tolerance",
+]
 
 _U = {"float16": 2.0**-11, "float32": 2.0**-24, "float64": 2.0**-53, "tfloat32": 2.0**-10}
 
 
 def tolerance(
     a: _dt.DType, c: _dt.DType, k: int, accumulator: _dt.DType | None = None, instruction: str | None = None,
-    promotion: int | None = None, scheme: str = "native",
+    promotion: int | None = None, scheme: str = "native", rounding_apart: bool = False,
 ) -> float:
-    """Largest allowed normwise relative error ``||C - ref||_F / ||ref||_F``.
+    """Largest allowed error of each element of C, relative to that element's scale.
+
+    The scale of C[i, j] is what its rounding errors are made of (:func:`gemm_scale`):
+    ``|alpha| (|A| |B|)[i, j] + |beta| |C[i, j]|``, so a result near zero is not held to a bound
+    relative to itself and one wrong element fails however many right ones surround it
+    (:func:`assert_close`). The allowances:
 
     - integers: 0 (int32 accumulation of int8 products is exact for any K this fits);
     - float64: 1e-12; float32 on FFMA: 1e-5 (about sqrt(K) roundings of 2^-24);
@@ -47,10 +62,17 @@ def tolerance(
       8 * 2^-22 for the parts (what hi and tf32(lo) miss of x is at most 2^-21 ``|x|`` per operand,
       and the dropped a_lo b_lo term is at most 2^-22);
     - a float16 C: 2e-3 more for the final rounding (2^-11 relative); a bfloat16 C (the Hopper
-      engine's device API, scaled_mm): 4 * 2^-9 more (2^-9 relative);
+      engine's device API, scaled_mm): 4 * 2^-9 more (2^-9 relative). With ``rounding_apart``
+      these are left out: the caller bounds the final rounding by :func:`rounding` times each
+      element itself (``assert_close(..., rounding=)``), which is what it is relative to;
     - f16 accumulation (f16 x f16 -> f16): 8 * 2^-11 * sqrt(K) + 2e-3, since every partial
-      sum is rounded to f16.
+      sum is rounded to f16;
+    - complex64 / complex128 (``a`` complex): their parts' bound at depth 2K, since each part of
+      the result is one real dot product of length 2K (blasdx.calls.complex_matmul).
     """
+    if a.is_complex:
+        part = _dt.as_dtype(a.real_name)
+        return tolerance(part, part, 2 * k, accumulator, instruction, promotion, scheme)
     if a.integral:
         return 0.0
     if a == _dt.float64:
@@ -66,13 +88,25 @@ def tolerance(
             base = max(base, 2 * math.ceil(depth / 32) * 2.0**-14)
     else:
         base = max(1e-5, 4 * 2.0**-24 * math.sqrt(k))
-    if c == _dt.bfloat16:
+    if c == _dt.bfloat16 and not rounding_apart:
         base += 4 * 2.0**-9
     if c == _dt.float16:
-        base += 2e-3
+        if not rounding_apart:
+            base += 2e-3
         if accumulator == _dt.float16:
             base += 8 * _U["float16"] * math.sqrt(k)
     return base
+
+
+_ROUNDING = {"float16": 2.0**-11, "bfloat16": 2.0**-8, "float32": 2.0**-24, "float64": 2.0**-53}
+
+
+def rounding(c: _dt.DType, is_complex: bool = False) -> float:
+    """Largest relative error of storing a result in ``c`` (its unit roundoff; 0 for integers, which
+    are exact): the part of an element's error relative to the element itself. A complex value's
+    two parts round apart, sqrt(2) times that of its modulus."""
+    u = _ROUNDING.get(c.name, 0.0)
+    return u * math.sqrt(2) if is_complex else u
 
 
 def _norms(a: np.ndarray, axis: int) -> np.ndarray:
@@ -161,20 +195,74 @@ def relative_error(got: np.ndarray, ref: np.ndarray, scale: np.ndarray | None = 
     return float(np.linalg.norm(np.ravel(got - ref))) / (norm if norm > 0 else 1.0)
 
 
-def assert_close(got: np.ndarray, ref: np.ndarray, tol: float, what: str = "C",
-                 scale: np.ndarray | None = None) -> None:
-    """Raise AssertionError naming ``what`` when ``got`` is not within ``tol`` of ``ref``.
+def gemm_scale(a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None, alpha: Any = 1,
+               beta: Any = 0) -> np.ndarray:
+    """``|alpha| |a| @ |b| + |beta| |c|`` in float64, shaped as :func:`reference_gemm`'s result.
 
-    ``scale`` (e.g. the product of ``|A|``, ``|B|`` and ``|C|``): what rounding errors are relative to where
-    few terms may cancel, so that a result near zero (one element, acc + x y ~ 0) is not held
-    to a bound relative to itself."""
+    Element (i, j) is the sum of the magnitudes of the terms C[i, j] is made of, which is what
+    every rounding error of the product is relative to (cancellation makes C itself smaller).
+    """
+    out = abs(alpha) * np.matmul(np.abs(to_float64(a)).astype(np.float64), np.abs(to_float64(b)).astype(np.float64))
+    if beta != 0 and c is not None:
+        out = out + abs(beta) * np.abs(to_float64(c)).astype(np.float64)
+    return out
+
+
+#: (what, worst error / bound) of every assert_close that passed, in order: how close each check
+#: came to its bound (tests may write it out, e.g. to measure margins on a new GPU).
+MARGINS: list[tuple[str, float]] = []
+
+
+def assert_close(got: np.ndarray, ref: np.ndarray, tol: float, what: str = "C",
+                 scale: np.ndarray | None = None, rounding: float = 0.0) -> None:
+    """Raise AssertionError naming ``what`` unless every element of ``got`` is within ``tol`` of ``ref``.
+
+    Element-wise: ``|got - ref| <= tol * scale + rounding * (|ref| + tol * scale)`` for each
+    element, where ``scale`` is the element's own (:func:`gemm_scale`: |A| |B| + |C|, broadcast
+    against ``ref``), or without one, the largest ``|ref|`` (a bound for the whole array, still
+    checked on every element), and ``rounding`` that of the result's type (:func:`rounding`).
+    ``tol`` 0 asks for equality. Where ``ref`` is NaN or infinite ``got`` must be the same;
+    elsewhere a NaN or infinity in ``got`` fails. The message counts the elements beyond the
+    bound and shows the worst.
+    """
+    wide = to_float64(got)
+    ref = np.asarray(ref)
+    if wide.shape != ref.shape:
+        raise AssertionError(f"{what}: shape {wide.shape} differs from the reference's {ref.shape}")
     if tol == 0.0:
-        wide = to_float64(got)
         if not np.array_equal(wide, ref):
             bad = np.argwhere(wide != ref)
             first = tuple(int(i) for i in bad[0])
             raise AssertionError(f"{what}: {len(bad)} elements differ, first at {first}: {wide[first]} != {ref[first]}")
+        MARGINS.append((what, 0.0))
         return
-    err = relative_error(got, ref, scale)
-    if not err <= tol:
-        raise AssertionError(f"{what}: relative error {err:.3e} exceeds {tol:.1e}")
+    finite = np.isfinite(ref)
+    special = ~finite & ~((np.isnan(wide) & np.isnan(ref)) | (wide == ref))
+    if special.any():
+        first = tuple(int(i) for i in np.argwhere(special)[0])
+        raise AssertionError(f"{what}: {int(special.sum())} non-finite reference elements not matched, first at "
+                             f"{first}: {wide[first]} != {ref[first]}")
+    if scale is None:
+        largest = float(np.abs(ref[finite]).max()) if finite.any() else 0.0
+        bound = np.full(ref.shape, tol * (largest if largest > 0 else 1.0))
+    else:
+        bound = tol * np.broadcast_to(np.asarray(scale, dtype=np.float64), ref.shape)
+        bound = np.where(bound > 0, bound, tol * np.finfo(np.float64).tiny)  # a zero scale: exact zero expected
+    if rounding:
+        with np.errstate(invalid="ignore"):
+            bound = bound + rounding * (np.where(finite, np.abs(ref), 0.0) + bound)
+    with np.errstate(invalid="ignore", over="ignore"):
+        err = np.abs(wide - ref)
+        over = finite & ~(err <= bound)  # NaN in got counts as over
+    if over.any():
+        ratio = np.where(over, err / bound, 0.0)
+        ratio = np.where(np.isnan(ratio), np.inf, ratio)
+        worst = tuple(int(i) for i in np.unravel_index(int(np.argmax(ratio)), ref.shape))
+        raise AssertionError(
+            f"{what}: {int(over.sum())} of {ref.size} elements beyond the bound (relative error up to "
+            f"{float(ratio[worst]) * tol:.3e} > {tol:.1e}), worst at {worst}: got {wide[worst]}, expected "
+            f"{ref[worst]} (bound {float(bound[worst]):.3e})"
+        )
+    if finite.any():
+        with np.errstate(invalid="ignore", divide="ignore"):
+            MARGINS.append((what, float(np.max(err[finite] / bound[finite]))))

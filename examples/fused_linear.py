@@ -1,6 +1,6 @@
 """A fused linear layer on Hopper: Y = GELU(X W + bias) in bf16, one kernel (the engine's pipeline).
 
-    python examples/fused_linear.py [--m 4096] [--n 4096] [--k 4096]
+    python examples/fused_linear.py [--m 4096] [--n 4096] [--k 4096] [--llm]
 
 The GEMM is blasdx's device-level Hopper engine (TMA loads into a stage ring, warp-
 specialised wgmma consumers, a persistent grid) used as a type in your own kernel through
@@ -9,7 +9,9 @@ applied to the f32 accumulator before the tile goes through shared memory to a T
 of bf16 Y. Unfused, PyTorch runs ``addmm`` and then ``gelu``, which reads Y back and
 writes it again. The result is checked against a float64 reference; the speed is compared
 with PyTorch's two kernels on the same data (CUDA-graph replays, examples/gpu_timing.py).
-Without an sm_90 GPU it compiles the kernel and prints what it uses.
+Without an sm_90 GPU it compiles the kernel and prints what it uses. ``--llm`` runs the MLP
+up-projections of Llama-3-8B (K = 4096, N = 28672: gate and up fused) and Llama-3-70B
+(K = 8192, N = 57344) at M = 2048 and 8192 instead of one shape.
 """
 
 from __future__ import annotations
@@ -56,14 +58,27 @@ def has_hopper() -> bool:
         return False
 
 
+#: (M, N, K) of the MLP up-projections of Llama-3-8B and Llama-3-70B (gate and up fused) at two batch sizes.
+LLM_SHAPES = [(m, n, k) for n, k in ((28672, 4096), (57344, 8192)) for m in (2048, 8192)]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--m", type=int, default=4096)
     parser.add_argument("--n", type=int, default=4096)
     parser.add_argument("--k", type=int, default=4096)
+    parser.add_argument("--llm", action="store_true", help="the Llama-3 MLP shapes at M = 2048 and 8192")
     args = parser.parse_args()
-    m, n, k = args.m, args.n, args.k
+    shapes = LLM_SHAPES if args.llm else [(args.m, args.n, args.k)]
+    status = 0
+    for m, n, k in shapes:
+        status |= run(m, n, k)
+    return status
 
+
+def run(m: int, n: int, k: int) -> int:
+    """Build, check and time Y = GELU(X W + bias) for one shape; 1 if the result is off."""
+    print(f"\nM x N x K = {m} x {n} x {k}")
     linear = bx.DeviceGemm.for_problem(bx.bfloat16, bx.bfloat16, m, n, k, a_layout=bx.row_major,
                                        b_layout=bx.row_major)
     kernel = bx.compile_kernel(SOURCE, "fused_linear", {"LINEAR": linear})

@@ -248,7 +248,7 @@ def install(monkeypatch: Any, devices: int = 2, current: int | None = 0) -> Fake
     """
     from blasdx.launch import devices as bx_devices
     from blasdx.run import execute
-    from blasdx.launch import launcher
+    from blasdx.launch import cuda_driver
     from blasdx.arrays import streams
 
     fake = FakeDriver(devices)
@@ -256,7 +256,7 @@ def install(monkeypatch: Any, devices: int = 2, current: int | None = 0) -> Fake
     monkeypatch.setattr(bx_devices, "_DRIVER", [fake])
     monkeypatch.setattr(bx_devices, "_DRIVER_READY", [])
     monkeypatch.setattr(bx_devices, "_PRIMARY", {})
-    monkeypatch.setattr(launcher, "_STREAMS", {})
+    monkeypatch.setattr(cuda_driver, "_STREAMS", {})
     monkeypatch.setattr(execute, "_cuda_core", lambda: FakeCore)
     handles = iter(range(0xF000, 0xFF00))
     # the parameter count a cubin of batched_gemm.cu declares: a, b, c, 2 or 4 scalars, 3 batch strides, the count

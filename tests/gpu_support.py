@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import zlib
+from typing import Any, NamedTuple
 
 import ml_dtypes
 import numpy as np
@@ -74,23 +77,97 @@ def torch_to_host(tensor, value: dt.DType) -> np.ndarray:
     return raw.view(value.host_dtype)
 
 
-def strided_operand(host: np.ndarray, value: dt.DType, row_major: bool, ld: int):
-    """A (batch, rows, cols) CUDA view of ``host`` in the given order with leading dimension ``ld``.
+def stable_seed(*parts: Any) -> int:
+    """A seed from a test's parameters that is the same in every process (``hash()`` of a str is
+    not, under PYTHONHASHSEED): CRC-32 of their repr. Print it with any failure it leads to."""
+    return zlib.crc32(repr(parts).encode())
 
-    The storage is (batch, rows, ld) for row-major and (batch, cols, ld) for column-major;
-    the padding between ``cols`` (or ``rows``) and ``ld`` holds a sentinel, never zeros.
+
+class Guarded(NamedTuple):
+    """An operand's view, the flat storage around it and that storage's bytes as written."""
+
+    view: Any  # (batch, rows, cols) CUDA view
+    storage: Any  # 1-D tensor: the view, the padding up to its leading dimension, then a guard
+    value: dt.DType
+    outside: np.ndarray  # bool per storage element: not part of the view
+    before: np.ndarray  # storage's bytes (uint8, one row per element) when made
+
+
+GUARD = 64  # elements after the last problem's storage, also never to be written
+
+
+def guarded_operand(host: np.ndarray, value: dt.DType, row_major: bool, ld: int, guard: int = GUARD) -> Guarded:
+    """:func:`strided_operand`, with its storage kept to check afterwards (:func:`check_outside`).
+
+    The storage is (batch, rows, ld) for row-major and (batch, cols, ld) for column-major, then
+    ``guard`` more elements; the padding and the guard hold a value from the data (read as
+    an operand it gives a wrong but finite product, which the element-wise check sees).
     """
-    import torch
-
     batch, rows, cols = host.shape
     inner, outer = (cols, rows) if row_major else (rows, cols)
     data = host if row_major else np.swapaxes(host, 1, 2)
-    padded = np.empty((batch, outer, ld), dtype=host.dtype)
-    padded[...] = data[:, :1, :1]  # any value from the data: padding must never be read as a result
-    padded[:, :, :inner] = data
-    storage = host_to_torch(padded, value)
-    view = storage[:, :, :inner]
-    return view if row_major else view.transpose(1, 2)
+    flat = np.empty(batch * outer * ld + guard, dtype=host.dtype)
+    flat[...] = data.flat[0] if data.size else np.zeros(1, host.dtype)[0]
+    flat[: batch * outer * ld].reshape(batch, outer, ld)[:, :, :inner] = data
+    storage = host_to_torch(flat, value)
+    view = storage[: batch * outer * ld].view(batch, outer, ld)[:, :, :inner]
+    outside = np.ones(flat.size, dtype=bool)
+    outside[: batch * outer * ld].reshape(batch, outer, ld)[:, :, :inner] = False
+    before = _bytes(torch_to_host(storage, value))
+    return Guarded(view if row_major else view.transpose(1, 2), storage, value, outside, before)
+
+
+def _bytes(host: np.ndarray) -> np.ndarray:
+    flat = np.ascontiguousarray(host).reshape(-1)
+    return flat.view(np.uint8).reshape(flat.size, -1)
+
+
+def check_outside(g: Guarded, what: str, whole: bool = False) -> None:
+    """Fail unless the padding and guard of ``g``'s storage (and with ``whole`` the view too:
+    an input) hold the bytes they were made with."""
+    changed = np.any(_bytes(torch_to_host(g.storage, g.value)) != g.before, axis=1)
+    if not whole:
+        changed &= g.outside
+    if changed.any():
+        where = np.flatnonzero(changed)
+        part = "storage" if whole else "padding / guard"
+        raise AssertionError(f"{what}: {where.size} elements of its {part} were written, first at storage "
+                             f"offset {int(where[0])} of {g.outside.size}")
+
+
+def strided_operand(host: np.ndarray, value: dt.DType, row_major: bool, ld: int):
+    """A (batch, rows, cols) CUDA view of ``host`` in the given order with leading dimension ``ld``
+    (:func:`guarded_operand`'s view)."""
+    return guarded_operand(host, value, row_major, ld).view
+
+
+#: torch.cuda._sleep cycles that keep a stream busy for tens of milliseconds (1.5-2 GHz clocks): work
+#: queued behind them on that stream runs long after anything launched on another stream.
+BUSY_CYCLES = 50_000_000
+
+
+@contextlib.contextmanager
+def poisoned_new_tensors():
+    """Within, every torch.empty on the GPU (the outputs bx.matmul allocates among them) is filled
+    with NaN (floats) or the largest integer, by torch's own switch for uninitialised memory
+    (``torch.utils.deterministic.fill_uninitialized_memory``, on while deterministic algorithms
+    are, here with warn_only so that nothing else changes): an element a kernel never writes shows.
+    """
+    import torch
+    from torch.utils import deterministic
+
+    was = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+           deterministic.fill_uninitialized_memory)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    deterministic.fill_uninitialized_memory = True
+    try:
+        probe = torch.empty(5, device="cuda"), torch.empty(5, device="cuda", dtype=torch.int32)
+        assert torch.isnan(probe[0]).all() and bool((probe[1] == torch.iinfo(torch.int32).max).all()), \
+            "torch does not fill new tensors: the outputs would not be poisoned"
+        yield
+    finally:
+        torch.use_deterministic_algorithms(was[0], warn_only=was[1])
+        deterministic.fill_uninitialized_memory = was[2]
 
 
 def gemm_descriptor(row: dt.Combination, size, sm: int, arrangement=None, **extra) -> bx.Descriptor:

@@ -1,4 +1,4 @@
-"""blasdx.compile.cache and blasdx.precompile: memory and disk levels, keys, corruption, concurrency (CPU only)."""
+"""blasdx.compile.cache and blasdx.run.precompile: memory and disk levels, keys, corruption, concurrency (CPU only)."""
 
 from __future__ import annotations
 

@@ -1,28 +1,42 @@
 """GPU correctness of execute(): every supported combination against the float64 reference.
 
-Fresh random operands per case, C poisoned (NaN) when beta = 0, odd sizes, every
-arrangement for two sizes and two arrangements for the rest, explicit leading dimensions,
-BlockDim overrides, batches with broadcast, CuPy / PyTorch / blasdx arrays, streams.
+Fresh random operands per case (seeds stable across processes, printed with every failure), C
+poisoned (NaN) when beta = 0, odd sizes, every arrangement for two sizes and two arrangements for
+the rest, explicit leading dimensions, BlockDim overrides, batches with broadcast, CuPy / PyTorch /
+blasdx arrays, streams. Every element of C is held to the tolerance times its own scale
+(|alpha| |A| |B| + |beta| |C|); C's padding and a guard after it, and all of A and B, must be
+left as they were.
 """
 
 from __future__ import annotations
 
-import os
-
 import itertools
+import os
 
 import numpy as np
 import pytest
 
 import blasdx as bx
 from blasdx import dtypes as dt
-from blasdx.reference import assert_close, random_operand, reference_gemm, relative_error, tolerance
+from blasdx.reference import (
+    assert_close,
+    gemm_scale,
+    random_operand,
+    reference_gemm,
+    relative_error,
+    rounding,
+    tolerance,
+)
 
 from .gpu_support import (
+    BUSY_CYCLES,
+    check_outside,
     gemm_descriptor,
     gpu_sm,
+    guarded_operand,
     largest_square,
     require_gpu,
+    stable_seed,
     strided_operand,
     torch_to_host,
     value_type,
@@ -89,9 +103,14 @@ def compiled(sm):
     return descs
 
 
-def run_gemm(desc: bx.Descriptor, row: dt.Combination, alpha, beta, rng, batch: int = 2, a_batch=None, b_batch=None,
-             ld=None) -> None:
-    """Execute once on fresh data and compare with the reference (C untouched outside its view)."""
+def run_gemm(desc: bx.Descriptor, row: dt.Combination, alpha, beta, seed: int, batch: int = 2, a_batch=None,
+             b_batch=None, instruction: str | None = None) -> None:
+    """Execute once on fresh data drawn from ``seed`` and check every element of C against the float64
+    reference within its own bound; C's padding and guard, and all of A and B, are left as they were.
+
+    The tolerance comes from the type table (the combination's accumulator) and the caller's
+    ``instruction`` ("wgmma" where the test expects it), not from what the descriptor reports."""
+    rng = np.random.default_rng(seed)
     m, n, k = desc.size
     va, vb, vc = (value_type(t, row.is_complex) for t in (row.a, row.b, row.c))
     a_host = random_operand(row.a, (a_batch or batch, m, k), rng, is_complex=row.is_complex)
@@ -101,15 +120,20 @@ def run_gemm(desc: bx.Descriptor, row: dt.Combination, alpha, beta, rng, batch: 
         c_host[...] = 12345 if vc.integral else np.nan
     arr = desc.arrangement
     lda, ldb, ldc = desc.leading_dimension
-    a = strided_operand(a_host, va, arr.a is R, lda)
-    b = strided_operand(b_host, vb, arr.b is R, ldb)
-    c = strided_operand(c_host, vc, arr.c is R, ldc)
-    out = desc.execute(a, b, c, alpha=alpha, beta=beta)
-    assert out is c
-    got = torch_to_host(c, vc)
+    ga = guarded_operand(a_host, va, arr.a is R, lda)
+    gb = guarded_operand(b_host, vb, arr.b is R, ldb)
+    gc = guarded_operand(c_host, vc, arr.c is R, ldc)
+    out = desc.execute(ga.view, gb.view, gc.view, alpha=alpha, beta=beta)
+    assert out is gc.view
+    got = torch_to_host(gc.view, vc)
     ref = reference_gemm(a_host, b_host, c_host, alpha, beta)
-    tol = tolerance(row.a, row.c, k, desc.accumulator_type, desc.instruction)
-    assert_close(got, ref, tol, what=f"C of {desc!r} alpha={alpha} beta={beta}")
+    tol = tolerance(row.a, row.c, k, row.accumulator, instruction, rounding_apart=True)
+    what = f"C of {desc!r} alpha={alpha} beta={beta} batch={batch} seed={seed}"
+    assert_close(got, ref, tol, what=what, scale=gemm_scale(a_host, b_host, c_host, alpha, beta),
+                 rounding=rounding(row.c, row.is_complex))
+    check_outside(gc, what)
+    check_outside(ga, f"A ({what})", whole=True)
+    check_outside(gb, f"B ({what})", whole=True)
 
 
 @pytest.mark.parametrize(
@@ -120,17 +144,15 @@ def test_every_combination(compiled, row, size, arr):
     desc = compiled.get((row, size, arr))
     if desc is None:
         pytest.skip("does not fit this SM's shared memory")
-    rng = np.random.default_rng(abs(hash((repr(desc), "seed"))) % 2**32)
     for alpha, beta in _scalars(row):
-        run_gemm(desc, row, alpha, beta, rng)
+        run_gemm(desc, row, alpha, beta, stable_seed(repr(desc), alpha, beta))
 
 
 @pytest.mark.parametrize("threads", [32, 33, 64, 96, 160, 512, 1024])
 @pytest.mark.parametrize("row", _rows(), ids=_row_id)
 def test_block_dim_override(sm, row, threads):
     desc = gemm_descriptor(row, (40, 24, 40), sm, (R, C, C), block=bx.BlockDim(threads))
-    rng = np.random.default_rng(threads)
-    run_gemm(desc, row, *_scalars(row)[1], rng)
+    run_gemm(desc, row, *_scalars(row)[1], stable_seed(repr(desc)))
 
 
 @pytest.mark.parametrize("arr", [(R, R, R), (R, C, C), (C, C, R)], ids=lambda a: "".join(x.name[0] for x in a))
@@ -141,17 +163,17 @@ def test_compute_bound_workload(sm, row, size, arr):
     desc = gemm_descriptor(row, size, sm, arr, workload=bx.Workload.compute_bound)
     if not desc.is_supported:
         pytest.skip("does not fit this SM's shared memory")
-    run_gemm(desc, row, *_scalars(row)[1], np.random.default_rng(abs(hash((size, arr))) % 2**32))
+    run_gemm(desc, row, *_scalars(row)[1], stable_seed(repr(desc)))
 
 
 @pytest.mark.parametrize("row", _rows(), ids=_row_id)
 def test_explicit_leading_dimensions_and_alignment(sm, row):
     ld = bx.LeadingDimension(40, 48, 36)
     desc = gemm_descriptor(row, (32, 32, 32), sm, (C, C, C), ld=ld)
-    run_gemm(desc, row, *_scalars(row)[1], np.random.default_rng(7))
+    run_gemm(desc, row, *_scalars(row)[1], 7)
     desc16 = gemm_descriptor(row, (64, 64, 64), sm, (R, C, C), al=bx.MaxAlignment)
     if desc16.is_supported:
-        run_gemm(desc16, row, *_scalars(row)[1], np.random.default_rng(8))
+        run_gemm(desc16, row, *_scalars(row)[1], 8)
 
 
 @pytest.mark.parametrize("arr", [(R, R, R), (C, C, C)], ids=lambda a: "".join(x.name[0] for x in a))
@@ -163,17 +185,16 @@ def test_several_problems_per_block(sm, row, size, arr):
     desc = gemm_descriptor(row, size, sm, arr)
     if not desc.is_supported or desc.plan.stages == 1:
         pytest.skip("one problem per block")
-    rng = np.random.default_rng(abs(hash((size, arr, "stages"))) % 2**32)
     for alpha, beta in _scalars(row):
-        run_gemm(desc, row, alpha, beta, rng, batch=7)
-    run_gemm(desc, row, *_scalars(row)[1], rng, batch=5, a_batch=1)
+        run_gemm(desc, row, alpha, beta, stable_seed(repr(desc), alpha, beta, "stages"), batch=7)
+    run_gemm(desc, row, *_scalars(row)[1], stable_seed(repr(desc), "broadcast"), batch=5, a_batch=1)
 
 
 def _replanned(monkeypatch, name: str, choice):
     """heuristics.<name> replaced by ``choice`` for one test, with no plan or kernel cached from before."""
     from blasdx.compile import cache
-    from blasdx.run import execute
     from blasdx.plan import heuristics
+    from blasdx.run import execute
 
     monkeypatch.setattr(heuristics, name, choice)
     monkeypatch.setattr(execute, "_PLANS", {})
@@ -207,9 +228,8 @@ def test_k_in_chunks(sm, k_chunks_everywhere, row, size, arr):
     desc = gemm_descriptor(row, size, sm, arr)
     if not desc.is_supported or not desc.plan.k_chunk:
         pytest.skip("no K chunks for this plan")
-    rng = np.random.default_rng(abs(hash((size, arr, "k chunks"))) % 2**32)
     for alpha, beta in _scalars(row):
-        run_gemm(desc, row, alpha, beta, rng, batch=3)
+        run_gemm(desc, row, alpha, beta, stable_seed(repr(desc), alpha, beta, "k chunks"), batch=3)
 
 
 @pytest.fixture
@@ -240,9 +260,8 @@ def test_operands_in_panels(sm, panels_everywhere, row, size, arr, arch_specific
                 + bx.SM(sm, arch_specific=True) + bx.Block() + bx.Arrangement(*arr))
     if not desc.is_supported or desc.plan.batched_panels == (0, 0):
         pytest.skip("no panels for this plan")
-    rng = np.random.default_rng(abs(hash((size, arr, "panels"))) % 2**32)
     for alpha, beta in _scalars(row):
-        run_gemm(desc, row, alpha, beta, rng, batch=5)
+        run_gemm(desc, row, alpha, beta, stable_seed(repr(desc), alpha, beta, "panels"), batch=5)
 
 
 @pytest.mark.parametrize("arr", [(R, R, R), (C, R, C)], ids=lambda a: "".join(x.name[0] for x in a))
@@ -255,9 +274,8 @@ def test_operands_in_panels_with_c_over_them(sm, panels_everywhere, monkeypatch,
     monkeypatch.setattr(heuristics, "staged_c_layout", lambda p, ab_bytes, max_bytes: None)
     desc = gemm_descriptor(row, size, sm, arr)
     assert desc.plan.batched_panels != (0, 0) and desc.plan.smem_c_over_ab is not None
-    rng = np.random.default_rng(abs(hash((size, arr, "panels, C over"))) % 2**32)
     for alpha, beta in _scalars(row):
-        run_gemm(desc, row, alpha, beta, rng, batch=5)
+        run_gemm(desc, row, alpha, beta, stable_seed(repr(desc), alpha, beta, "panels, C over"), batch=5)
 
 
 def _float32_row(a: dt.DType) -> dt.Combination:
@@ -275,9 +293,8 @@ def test_k_chunk_plans_of_the_heuristics(sm, a, bits, size, arr):
     desc = gemm_descriptor(row, size, sm, arr, **({"bits": bx.MantissaBits(bits)} if bits else {}))
     if not desc.is_supported or not desc.plan.k_chunk:
         pytest.skip("no K chunks for this plan on this GPU")
-    rng = np.random.default_rng(abs(hash((size, arr, bits, "planned chunks"))) % 2**32)
     for alpha, beta in _scalars(row):
-        run_gemm(desc, row, alpha, beta, rng, batch=3)
+        run_gemm(desc, row, alpha, beta, stable_seed(repr(desc), alpha, beta, "planned chunks"), batch=3)
 
 
 def _tf32_bits(x: np.ndarray, half: int) -> np.ndarray:
@@ -296,7 +313,8 @@ def test_tf32_operands_are_read_as_stored(sm, size, arr, workload):
     row = dt.find_combination(dt.tfloat32, dt.tfloat32, dt.float32, False)
     desc = gemm_descriptor(row, size, sm, arr, workload=workload)
     m, n, k = size
-    rng = np.random.default_rng(abs(hash((size, arr, workload.name))) % 2**32)
+    seed = stable_seed(size, arr, workload.name)
+    rng = np.random.default_rng(seed)
     a_host = random_operand(dt.float32, (3, m, k), rng)
     b_host = random_operand(dt.float32, (3, k, n), rng)
     assert np.mean(_tf32_bits(a_host, 0) != a_host) > 0.9  # the low bits are set
@@ -307,29 +325,29 @@ def test_tf32_operands_are_read_as_stored(sm, size, arr, workload):
     got = torch_to_host(desc.execute(a, b, c), dt.float32)
     truncated = reference_gemm(_tf32_bits(a_host, 0), _tf32_bits(b_host, 0))
     rounded = reference_gemm(_tf32_bits(a_host, 0x1000), _tf32_bits(b_host, 0x1000))
-    error = relative_error(got, truncated)
-    assert error <= tolerance(dt.float32, dt.float32, k), error
-    assert relative_error(got, rounded) > 10 * error
+    assert_close(got, truncated, tolerance(dt.float32, dt.float32, k), what=f"tf32 C, seed {seed}",
+                 scale=gemm_scale(_tf32_bits(a_host, 0), _tf32_bits(b_host, 0)))
+    assert relative_error(got, rounded) > 10 * relative_error(got, truncated)
 
 
 @pytest.mark.parametrize("a_batch,b_batch", [(1, 5), (5, 1), (1, 1), (5, 5)])
 def test_batch_broadcast(sm, a_batch, b_batch):
     row = dt.find_combination(dt.float16, dt.float16, dt.float32, False)
     desc = gemm_descriptor(row, (24, 40, 16), sm, (R, C, C))
-    run_gemm(desc, row, -1.5, 0.5, np.random.default_rng(3), batch=5, a_batch=a_batch, b_batch=b_batch)
+    run_gemm(desc, row, -1.5, 0.5, 3, batch=5, a_batch=a_batch, b_batch=b_batch)
 
 
 def test_large_batch_matches_reference(sm):
     row = dt.find_combination(dt.float16, dt.float16, dt.float32, False)
     desc = gemm_descriptor(row, (32, 32, 32), sm, (R, C, C), al=bx.MaxAlignment)
-    run_gemm(desc, row, 1.0, 0.0, np.random.default_rng(4), batch=4096)
+    run_gemm(desc, row, 1.0, 0.0, 4, batch=4096)
 
 
 def test_beta_zero_never_reads_c(sm):
     """NaN in C must not leak into the result when beta is 0 (all element types)."""
     for row in _rows():
         desc = gemm_descriptor(row, (16, 16, 16), sm)
-        run_gemm(desc, row, 1, 0, np.random.default_rng(5))
+        run_gemm(desc, row, 1, 0, 5)
 
 
 def test_cupy_arrays_and_cupy_stream(sm):
@@ -338,14 +356,22 @@ def test_cupy_arrays_and_cupy_stream(sm):
     rng = np.random.default_rng(11)
     a_h, b_h = rng.standard_normal((33, 20)).astype(np.float32), rng.standard_normal((20, 17)).astype(np.float32)
     c_h = rng.standard_normal((33, 17)).astype(np.float32)
+    torch = pytest.importorskip("torch")
     stream = cp.cuda.Stream(non_blocking=True)
     with stream:
         a, b, c = cp.asarray(a_h), cp.asarray(b_h), cp.asarray(c_h)
+        stream.synchronize()
+    with torch.cuda.stream(torch.cuda.ExternalStream(stream.ptr)):
+        torch.cuda._sleep(BUSY_CYCLES)  # the stream busy: a GEMM launched elsewhere would run before c *= 2
+    with stream:
         c *= 2  # queued before the GEMM on the same stream: the GEMM must see it
         desc.execute(a, b, c, alpha=1.0, beta=0.5, stream=stream)
+        snapshot = c.copy()  # queued after it: must see its result
         got = cp.asnumpy(c, stream=stream)
     stream.synchronize()
-    assert_close(got, reference_gemm(a_h, b_h, 2 * c_h, 1.0, 0.5), 1e-5)
+    ref, scale = reference_gemm(a_h, b_h, 2 * c_h, 1.0, 0.5), gemm_scale(a_h, b_h, 2 * c_h, 1.0, 0.5)
+    assert_close(got, ref, 1e-5, what="C", scale=scale)
+    assert_close(cp.asnumpy(snapshot), ref, 1e-5, what="copy of C queued after the GEMM", scale=scale)
 
 
 def test_torch_stream_orders_work(sm):
@@ -356,12 +382,16 @@ def test_torch_stream_orders_work(sm):
     with torch.cuda.stream(s):
         a = torch.randn(8, 64, 64, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(8, 64, 64, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
-        c = torch.empty(8, 64, 64, device="cuda").transpose(1, 2)  # column-major C
+        c = torch.full((8, 64, 64), float("nan"), device="cuda").transpose(1, 2)  # column-major C
+        torch.cuda._sleep(BUSY_CYCLES)  # s busy: a GEMM launched on another stream would read C's NaN
         c.fill_(1.0)  # queued on s before the GEMM
         desc.execute(a, b, c, alpha=2.0, beta=-1.0, stream=s)
+        snapshot = c.clone()  # queued on s after the GEMM: must see its result
         expected = 2.0 * (a.double() @ b.double()) - 1.0
+        scale = 2.0 * (a.double().abs() @ b.double().abs()) + 1.0
     s.synchronize()
-    assert_close(c.double().cpu().numpy(), expected.cpu().numpy(), 1e-5)
+    for what, got in (("C", c), ("copy of C queued after the GEMM", snapshot)):
+        assert_close(got.double().cpu().numpy(), expected.cpu().numpy(), 1e-5, what=what, scale=scale.cpu().numpy())
 
 
 def test_default_stream_uses_torch_current_stream(sm):
@@ -370,10 +400,20 @@ def test_default_stream_uses_torch_current_stream(sm):
                            (R, R, R))
     a = torch.randn(16, 16, device="cuda", dtype=torch.float64)
     b = torch.randn(16, 16, device="cuda", dtype=torch.float64)
-    c = torch.zeros(16, 16, device="cuda", dtype=torch.float64)
-    desc.execute(a, b, c)
+    fresh = torch.randn(16, 16, device="cuda", dtype=torch.float64)
+    c = torch.full((16, 16), float("nan"), device="cuda", dtype=torch.float64)
     torch.cuda.synchronize()
-    assert_close(c.cpu().numpy(), (a @ b).cpu().numpy(), 1e-12)
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):  # torch's current stream, busy: execute() without stream= must queue there
+        torch.cuda._sleep(BUSY_CYCLES)
+        a.copy_(fresh)  # the GEMM must read these values, not a's old ones
+        desc.execute(a, b, c)
+        snapshot = c.clone()
+    s.synchronize()
+    ref = (fresh @ b).cpu().numpy()
+    scale = (fresh.abs() @ b.abs()).cpu().numpy()
+    assert_close(c.cpu().numpy(), ref, 1e-12, what="C", scale=scale)
+    assert_close(snapshot.cpu().numpy(), ref, 1e-12, what="copy of C queued after the GEMM", scale=scale)
 
 
 def test_blasdx_device_arrays_round_trip(sm):
@@ -397,15 +437,16 @@ def test_bad_input_raises_before_launch_and_leaves_c_unchanged(sm):
     c = torch.randn(32, 32, device="cuda", dtype=torch.float32)
     before = c.clone()
     bad_calls = {
-        "dtype": lambda: desc.execute(a.float(), b, c),
-        "shape": lambda: desc.execute(a[:, :16], b, c),
-        "arrangement": lambda: desc.execute(a.t(), b, c),
-        "alignment": lambda: desc.execute(torch.randn(32 * 32 + 1, device="cuda", dtype=torch.float16)[1:].view(32, 32),
-                                          b, c),
-        "host": lambda: desc.execute(a.cpu(), b, c),
+        "dtype": (lambda: desc.execute(a.float(), b, c), r"^a: dtype float32 does not match A's type float16"),
+        "shape": (lambda: desc.execute(a[:, :16], b, c), r"^a: shape \(32, 16\) does not match A"),
+        "arrangement": (lambda: desc.execute(a.t(), b, c),
+                        r"^a: element strides \(1, 32\) of shape \(32, 32\) do not match row_major A"),
+        "alignment": (lambda: desc.execute(torch.randn(32 * 32 + 1, device="cuda", dtype=torch.float16)[1:]
+                                           .view(32, 32), b, c), r"^a: address 0x[0-9a-f]+ is not aligned to 16 bytes"),
+        "host": (lambda: desc.execute(a.cpu(), b, c), r"^a: .* is in host memory"),
     }
-    for name, call in bad_calls.items():
-        with pytest.raises(bx.ExecutionError):
+    for name, (call, match) in bad_calls.items():
+        with pytest.raises(bx.ExecutionError, match=match):
             call()
         torch.cuda.synchronize()
         assert torch.equal(c, before), f"C changed after the failed {name} call"

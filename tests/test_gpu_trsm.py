@@ -31,7 +31,14 @@ from blasdx.trsm_reference import (
     solve_reference,
 )
 
-from .gpu_support import host_to_torch, require_gpu, strided_operand, torch_to_host
+from .gpu_support import (
+    BUSY_CYCLES,
+    host_to_torch,
+    require_gpu,
+    stable_seed,
+    strided_operand,
+    torch_to_host,
+)
 from .trsm_support import SOLVE_KERNEL
 
 pytestmark = pytest.mark.gpu
@@ -118,7 +125,7 @@ def variant_descs(sm):
 )
 def test_every_variant(variant_descs, case):
     desc = variant_descs[case]
-    rng = np.random.default_rng(abs(hash(repr(desc))) % 2**32)
+    rng = np.random.default_rng(stable_seed(repr(desc)))
     alpha = (0.5 - 1.5j) if desc.is_complex else -2.5
     run_execute(desc, rng, alpha=alpha)
 
@@ -236,14 +243,19 @@ def test_torch_stream_orders_work(sm):
     rng = np.random.default_rng(8)
     system = random_triangular(rng, 4, 32, dt.float64, is_complex=False, lower=True, unit=False)
     b_host = random_operand(dt.float64, (4, 32, 8), rng)
+    a = host_to_torch(system.stored, dt.float64)
+    fresh = host_to_torch(b_host, dt.float64)
+    b = torch.full_like(fresh, float("nan"))
+    torch.cuda.synchronize()
     stream = torch.cuda.Stream()
     with torch.cuda.stream(stream):
-        a = host_to_torch(system.stored, dt.float64)
-        b = host_to_torch(b_host, dt.float64)
-        b.mul_(2.0)  # queued on the stream before the solve, which must see it
+        torch.cuda._sleep(BUSY_CYCLES)  # the stream busy: a solve launched elsewhere would read B's NaN
+        b.copy_(fresh)  # queued on the stream before the solve, which must see it
         desc.execute(a, b, alpha=0.5, stream=stream)
+        snapshot = b.clone()  # queued after the solve: must see its result
     stream.synchronize()
-    check_solution(desc, system, b_host, b.cpu().numpy(), 1.0, "torch stream")
+    check_solution(desc, system, b_host, b.cpu().numpy(), 0.5, "torch stream")
+    check_solution(desc, system, b_host, snapshot.cpu().numpy(), 0.5, "copy of X queued after the solve")
 
 
 # ---------------------------------------------------------------------------------------------- solve_triangular

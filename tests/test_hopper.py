@@ -53,9 +53,11 @@ def plan(x, y, acc=None, sm=90):
     ((8192, 8192, 8192), "wide clusters", 1),  # 2048 wide tiles (15 waves), 128 K steps
     ((4096, 4096, 4096), "pingpong", 1),
     ((2048, 2048, 2048), "pingpong", 1),
-    ((1024, 1024, 1024), "pingpong", 1),  # 64 tiles, but 16 K steps: too shallow to split (measured slower)
+    ((1024, 1024, 1024), "pingpong", 2),  # 64 tiles, 16 K steps: two splits of 8 fill the SMs
     ((1024, 1024, 2048), "pingpong", 2),  # 32 K steps: two splits of 16
-    ((512, 512, 512), "pingpong", 1),
+    ((512, 512, 512), "pingpong", 2),
+    ((512, 2112, 7168), "pingpong", 3),  # 68 tiles: three splits, 204 units in two rounds
+    ((2048, 2112, 7168), "pingpong", 1),  # 272 tiles (2.06 waves): halves in 5 rounds gain too little
     ((16, 8192, 8192), "narrow", 4),  # decode: 32 tiles of 64 x 256, four splits of 2048
     ((64, 4096, 14336), "narrow", 8),
     ((128, 8192, 28672), "pingpong", 2),
@@ -82,9 +84,8 @@ def test_splits_are_never_empty_and_fit_the_gpu(m, n, k, batch, sms):
     assert 1 <= splits <= hopper.MAX_SPLITS
     chunk = math.ceil(steps / splits)
     assert (splits - 1) * chunk < steps, "the last split has K steps"
-    if splits > 1:
-        tiles = batch * math.ceil(m / config.bm) * math.ceil(n / config.bn)
-        assert tiles * splits <= sms and chunk >= hopper.MIN_STEPS_PER_SPLIT
+    if splits > 1:  # worth it by the estimate, each split deep enough
+        assert chunk >= hopper.MIN_STEPS_PER_FIXUP_SPLIT
     assert config.shared_memory(2) <= 232448
     assert hopper.choose_config(dt.tfloat32, m, n, k, batch, sms)[0].shared_memory(4) <= 232448
 
@@ -108,7 +109,7 @@ def test_routes_say_why_an_operand_is_repacked():
 
 @pytest.mark.parametrize("layout", ["RR", "RC", "CR", "CC"])
 def test_tensor_maps_of_every_layout(encoder, layout):
-    m, n, k = 1000, 600, 704  # rows of 2000, 1200, 1408 bytes: whole 16 bytes
+    m, n, k = 2000, 1200, 704  # rows of 4000, 2400, 1408 bytes: whole 16 bytes; 160 tiles, not split
     x = view((m, k)) if layout[0] == "R" else col((m, k))
     y = view((k, n)) if layout[1] == "R" else col((k, n))
     p = plan(x, y)
@@ -128,12 +129,12 @@ def test_tensor_maps_of_every_layout(encoder, layout):
 
 
 def test_tensor_maps_of_batches_and_broadcasts(encoder):
-    p = plan(view((6, 256, 512), dt.bfloat16), view((512, 384), dt.bfloat16))
+    p = plan(view((6, 1024, 512), dt.bfloat16), view((512, 768), dt.bfloat16))  # 288 tiles: not split
     assert p.kind == "hopper" and p.batch == 6
     map_a, map_b, map_d = encoder.calls
-    assert map_d.dims == (384, 256, 6) and map_d.strides == (4 * 384, 4 * 384 * 256)
-    assert map_a.dims == (512, 256, 6) and map_a.strides == (1024, 1024 * 256)
-    assert map_b.dims == (384, 512, 1)  # broadcast: one problem, any valid batch stride
+    assert map_d.dims == (768, 1024, 6) and map_d.strides == (4 * 768, 4 * 768 * 1024)
+    assert map_a.dims == (512, 1024, 6) and map_a.strides == (1024, 1024 * 1024)
+    assert map_b.dims == (768, 512, 1)  # broadcast: one problem, any valid batch stride
     assert p.kernel.operand_a.batched and not p.kernel.operand_b.batched
 
 
@@ -143,7 +144,7 @@ def test_repacked_operands_are_k_major_and_padded(encoder):
     map_a = encoder.calls[0]
     assert map_a.dims == (201, 300, 1) and map_a.strides == (2 * 208, 2 * 208 * 300) and map_a.pointer == 256
     encoder.calls.clear()
-    p = plan(view((640, 960), dt.tfloat32), view((960, 800), dt.tfloat32))  # row-major B is N-major
+    p = plan(view((8192, 960), dt.tfloat32), view((960, 800), dt.tfloat32))  # row-major B is N-major; deep M
     assert "y K-major (repacked: tfloat32 wgmma reads K-major operands only)" in p.describe()
     assert encoder.calls[1].dims == (960, 800, 1) and encoder.calls[1].box == (32, p.kernel.config.bn, 1)
 
@@ -156,9 +157,9 @@ def test_plans_say_why_the_engine_is_not_taken(encoder):
 
 
 def test_d_is_stored_by_tma_when_row_major_on_16_bytes(encoder):
-    p = plan(view((512, 512)), view((512, 512)))
+    p = plan(view((2048, 2048)), view((2048, 2048)))  # 256 tiles: not split
     assert "D by TMA" in p.describe() and p.kernel.store_d.box == (64, 64, 1)  # f16 D: 64 columns per chunk
-    p = plan(view((512, 512)), view((512, 512)), view((512, 512), dt.float32))  # mma into a new result
+    p = plan(view((2048, 2048)), view((2048, 2048)), view((2048, 2048), dt.float32))  # mma into a new result
     assert "D by TMA" in p.describe()
     out = view((512, 512), dt.float32, strides=(1, 512))  # column-major D: direct stores
     p = array_gemm.plan_call(view((512, 512)), view((512, 512)), view((512, 512), dt.float32), dt.float32,
@@ -195,7 +196,7 @@ def test_parameter_block_points_at_its_slots():
     assert ctypes.c_uint64.from_address(block.pointers[1]).value == 0xDEAD0000
     assert ctypes.c_int32.from_address(block.pointers[2]).value == -7
     assert ctypes.c_float.from_address(block.pointers[3]).value == 0.5
-    assert len(hopper._GEMM_PARAMS) == 21 and hopper._GEMM_PARAMS[:3] == ("map", "map", "map")
+    assert len(hopper._GEMM_PARAMS) == 22 and hopper._GEMM_PARAMS[:3] == ("map", "map", "map")
 
 
 # ---- the kernels compile for sm_90a and use the intended instructions ---------------------------------
@@ -294,7 +295,7 @@ def test_describe_call_and_cli(capsys):
     assert "D by TMA, x K-major, y MN-major" in text
     assert main(["matmul", "tf32", "16x8192x8192"]) == 0
     out = capsys.readouterr().out
-    assert "4 K splits" in out and "y K-major (repacked: tfloat32 wgmma reads K-major operands only)" in out
+    assert "K splits" in out and "y MN-major (transposed in shared memory)" in out
     assert main(["matmul", "int8", "4096x4096x4096"]) == 0
     assert "hopper wgmma+TMA" in capsys.readouterr().out
     with pytest.raises(ValueError, match="the engine runs bfloat16 -> float32"):

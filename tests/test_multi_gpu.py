@@ -19,7 +19,7 @@ import blasdx as bx
 from blasdx.launch import devices
 from blasdx import dtypes as dt
 from blasdx.run import execute as ex
-from blasdx.reference import assert_close, random_operand, reference_gemm, tolerance
+from blasdx.reference import assert_close, gemm_scale, random_operand, reference_gemm, tolerance
 
 from .test_fusion import type_descriptor, type_source
 
@@ -124,10 +124,12 @@ def test_execute_torch_arrays(sms, current, device):
     current(1 - device)
     desc.execute(a, b, c, alpha=0.5, beta=-2.0)
     still_current(1 - device)
-    assert_close(to_host(c), reference_gemm(a_h, b_h, c_h, 0.5, -2.0), tolerance(dt.float16, dt.float32, 32))
+    assert_close(to_host(c), reference_gemm(a_h, b_h, c_h, 0.5, -2.0), tolerance(dt.float16, dt.float32, 32),
+                 scale=gemm_scale(a_h, b_h, c_h, 0.5, -2.0))
     c.fill_(float("nan"))  # beta = 0 never reads C
     desc.execute(a, b, c)
-    assert_close(to_host(c), reference_gemm(a_h, b_h), tolerance(dt.float16, dt.float32, 32))
+    assert_close(to_host(c), reference_gemm(a_h, b_h), tolerance(dt.float16, dt.float32, 32),
+                 scale=gemm_scale(a_h, b_h))
 
 
 @BOTH
@@ -151,7 +153,8 @@ def test_execute_cupy_arrays_on_cupy_current_stream(sms, current, device):
     finally:
         with cp.cuda.Device(device):
             cp.cuda.Stream.null.use()
-    assert_close(got, reference_gemm(2 * a_h.astype(np.float64), b_h), 1e-5)
+    assert_close(got, reference_gemm(2 * a_h.astype(np.float64), b_h), 1e-5,
+                 scale=gemm_scale(2 * a_h.astype(np.float64), b_h))
 
 
 @BOTH
@@ -163,7 +166,8 @@ def test_execute_blasdx_arrays_on_the_default_stream(sms, current, device):
     current(1 - device)
     desc.execute(a, b, c, alpha=2.0, beta=1.0)  # the legacy default stream of device `device`
     still_current(1 - device)
-    assert_close(bx.from_device(c), reference_gemm(a_h, b_h, c_h, 2.0, 1.0), 1e-12)
+    assert_close(bx.from_device(c), reference_gemm(a_h, b_h, c_h, 2.0, 1.0), 1e-12,
+                 scale=gemm_scale(a_h, b_h, c_h, 2.0, 1.0))
     still_current(1 - device)
 
 
@@ -178,7 +182,7 @@ def test_matmul(sms, current, device, size):
     z = bx.matmul(x, y)
     still_current(1 - device)
     assert z.device.index == device
-    assert_close(to_host(z).astype(np.float64), reference_gemm(x_h, y_h), f16_tolerance(k))
+    assert_close(to_host(z).astype(np.float64), reference_gemm(x_h, y_h), f16_tolerance(k), scale=gemm_scale(x_h, y_h))
 
 
 @BOTH
@@ -196,10 +200,11 @@ def test_mma_new_result_and_in_place(sms, current, device):
     bx.mma(x, y, acc, out=acc)
     still_current(1 - device)
     expected = reference_gemm(x_h, y_h, acc_h, 1, 1)
+    scale = gemm_scale(x_h, y_h, acc_h, 1, 1)
     tol = tolerance(dt.bfloat16, dt.float32, 48)
     assert fresh.device.index == device
-    assert_close(to_host(fresh), expected, tol, what="mma(x, y, acc)")
-    assert_close(to_host(acc), expected, tol, what="mma(x, y, acc, out=acc)")
+    assert_close(to_host(fresh), expected, tol, what="mma(x, y, acc)", scale=scale)
+    assert_close(to_host(acc), expected, tol, what="mma(x, y, acc, out=acc)", scale=scale)
 
 
 @BOTH
@@ -219,7 +224,8 @@ def test_fused_kernel_launch(sms, current, device):
     kernel.launch(batch, (a, b, c, 1.0, 0.0))
     still_current(1 - device)
     # the kernel's load transform doubles A (tests/test_fusion.py TYPE_KERNELS)
-    assert_close(to_host(c), reference_gemm(2.0 * a_h.astype(np.float64), b_h), tolerance(dt.float16, dt.float32, k))
+    assert_close(to_host(c), reference_gemm(2.0 * a_h.astype(np.float64), b_h), tolerance(dt.float16, dt.float32, k),
+                 scale=gemm_scale(2.0 * a_h.astype(np.float64), b_h))
 
 
 @BOTH
@@ -261,7 +267,8 @@ def test_mixed_devices_are_refused_and_nothing_runs(sms, current):
     torch.cuda.synchronize(1)
     assert torch.equal(c, before)
     desc.execute(a, on(0, b_h), c)  # still healthy
-    assert_close(to_host(c), reference_gemm(a_h, b_h), tolerance(dt.float16, dt.float32, 32))
+    assert_close(to_host(c), reference_gemm(a_h, b_h), tolerance(dt.float16, dt.float32, 32),
+                 scale=gemm_scale(a_h, b_h))
 
 
 def test_a_stream_of_another_device_is_refused(sms, current):
@@ -289,7 +296,8 @@ def test_a_stream_of_another_device_is_refused(sms, current):
     own = torch.cuda.Stream(device=1)
     desc.execute(a, b, c, stream=own)
     own.synchronize()
-    assert_close(to_host(c), reference_gemm(a_h, b_h), tolerance(dt.float16, dt.float32, 32))
+    assert_close(to_host(c), reference_gemm(a_h, b_h), tolerance(dt.float16, dt.float32, 32),
+                 scale=gemm_scale(a_h, b_h))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -353,5 +361,5 @@ def test_precompile_for_several_devices(sms, current):
     current(0)
     c = on(1, np.full((5, 56, 24), np.nan, np.float32))
     desc.execute(on(1, a_h), on(1, b_h), c)
-    assert_close(to_host(c), reference_gemm(a_h, b_h), 1e-5)
+    assert_close(to_host(c), reference_gemm(a_h, b_h), 1e-5, scale=gemm_scale(a_h, b_h))
     assert bx.precompile([desc], devices="all")[0] is compiled

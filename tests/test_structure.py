@@ -21,7 +21,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "blasdx"
 #: The layers from the ground up: a module may import its own layer and the layers below it only.
 #: The package root's other modules (reference, __init__, __main__) sit above every layer.
 LAYERS = ["errors", "dtypes", "plan", "describe", "codegen", "launch", "compile", "arrays", "run", "engine",
-          "fusion", "calls"]
+          "fusion", "calls", "numba"]
 ROOT_TOP = {"__init__", "__main__", "reference", "trsm_reference"}
 MAX_MODULES = 12
 

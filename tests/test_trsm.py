@@ -218,7 +218,9 @@ def test_suggested_layouts_are_the_batched_kernels():
     desc = trsm(64, 64)
     assert desc.suggested_leading_dimension == (68, 68)
     assert desc.suggested_smem_layout_a.strides == (68, 1) and desc.suggested_smem_layout_b.strides == (1, 68)
-    assert desc.kernel_shared_memory_size == desc.plan.shared_memory
+    # float32, one problem per block, non-unit: the 64 reciprocals of the diagonal (256 bytes), then A and
+    # B each 63 rows of 68 plus a last row of 64 (4348 floats, 17392 bytes), each start 16-byte aligned
+    assert desc.kernel_shared_memory_size == 256 + 17392 + 17392
 
 
 def test_str_describes_the_solve():

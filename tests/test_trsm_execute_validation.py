@@ -229,9 +229,6 @@ SOLVE_ERRORS = [
     ("out-part-of-b", lambda: bx.solve_triangular(f32((4, 4)), f32((4, 2), B_PTR), lower=True,
                                                   out=f32((4, 2), B_PTR + 8)),
      "out: its memory overlaps b's"),
-    ("too-large", lambda: bx.solve_triangular(f32((512, 512), dtype="float64"), f32((512, 3), B_PTR, dtype="float64"),
-                                              lower=True),
-     "a: a 512 x 512 float64 triangular system does not fit one thread block's shared memory on sm_90"),
 ]
 
 

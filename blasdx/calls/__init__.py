@@ -3,3 +3,5 @@
 The top layer: each call builds a plan from the arrays' types, shapes and strides and hands it
 to the engine, the tiled kernel or the block kernels.
 """
+
+from . import complex_matmul as _complex_matmul  # noqa: F401  (routes complex inputs of matmul / mma)

@@ -27,6 +27,8 @@ from typing import Any, NamedTuple
 from .. import arrays as _arrays
 from .. import dtypes as _dt
 from ..arrays import ArrayView, DeviceArray, as_array, resolve_stream
+from ..arrays import keys as _keys
+from ..arrays.view import new_view as _new_view
 from ..describe.operators import (
     SM,
     Alignment,
@@ -50,7 +52,7 @@ from ..launch import devices as _devices
 from ..run import execute as _execute
 from . import tiled as _tiled
 
-__all__ = ["RESULT_TYPES", "RULES", "TF32", "tf32", "matmul", "mma", "plan_call", "CallPlan"]
+__all__ = ["RESULT_TYPES", "RULES", "TF32", "CallPlan", "call_plan", "matmul", "mma", "plan_call", "tf32"]
 
 #: matmul's result type per input type: the tile libraries' table.
 RESULT_TYPES: dict[_dt.DType, _dt.DType] = {
@@ -80,6 +82,9 @@ RULES = {
 }
 
 _FP8 = (_dt.float8_e4m3, _dt.float8_e5m2)
+#: The calls complex inputs go to ("matmul", "mma"): blasdx.calls.complex_matmul installs them when the
+#: package loads (it builds on this module, which therefore does not import it).
+COMPLEX_CALLS: dict[str, Any] = {}
 _TORCH_NAMES = {
     "float16": "float16", "bfloat16": "bfloat16", "float32": "float32", "float64": "float64",
     "float8_e4m3": "float8_e4m3fn", "float8_e5m2": "float8_e5m2", "int32": "int32",
@@ -593,14 +598,7 @@ def _spans(views: tuple[tuple[str, ArrayView], ...]) -> tuple[tuple[str, int, in
 def _check_overlap(out: ArrayView, out_span: tuple[int, int], others: tuple[tuple[str, int, int], ...],
                    ptrs: tuple[int, ...]) -> None:
     """ExecutionError when out's bytes meet those of an array it is computed from."""
-    low, high = out.ptr + out_span[0], out.ptr + out_span[1]
-    if high <= low:
-        return
-    for (name, lo, hi), ptr in zip(others, ptrs):
-        if hi > lo and ptr + lo < high and low < ptr + hi:
-            raise ExecutionError(
-                f"out: its memory overlaps {name}'s, which is read while out is written; pass a separate array"
-            )
+    _raise_overlap(out.ptr, out_span, others, ptrs)
 
 
 def _run(plan: CallPlan, x_view: ArrayView, y_view: ArrayView, acc: Any, vacc: ArrayView | None, out: Any,
@@ -644,6 +642,14 @@ def matmul(x: Any, y: Any, *, stream: Any = None, dtype: Any = None, mantissa_bi
     inputs with 11-23 bits run as three tf32 products on Hopper). ``fast_accumulation`` is
     :func:`mma`'s (fp8 inputs only).
     """
+    if stream is None and dtype is None and mantissa_bits is None and fast_accumulation is False:
+        rx = _keys.read(x)
+        if rx is not None:
+            ry = _keys.read(y)
+            if ry is not None:
+                bound = _BOUND.get((rx[0], rx[1] & 15, ry[0], ry[1] & 15))
+                if bound is not None:
+                    return bound.matmul(rx[1], ry[1])
     if not isinstance(fast_accumulation, bool):
         raise ExecutionError(f"fast_accumulation: expected True or False, got {fast_accumulation!r}")
     if dtype is not None:
@@ -656,9 +662,12 @@ def matmul(x: Any, y: Any, *, stream: Any = None, dtype: Any = None, mantissa_bi
     vx, vy = _view(x, "x", handle, known), _view(y, "y", handle, known)
     if fast_accumulation and vx.dtype not in _FP8:
         raise ExecutionError(f"fast_accumulation=True with {vx.dtype.name} inputs; {_rule('fast')}")
+    if vx.dtype.is_complex:
+        return COMPLEX_CALLS["matmul"](x, y, vx, vy, handle, known, stream, mantissa_bits)
     key = _key(vx, vy, None, ("matmul", mantissa_bits, fast_accumulation))
     plan = _CALLS.get(key)
     if plan is None:
+        _check_shapes(vx, vy, None)  # the arguments before the device (a missing GPU is reported after them)
         device_id = _device_of((vx, vy), ("x", "y"))
         plan = _cached_plan(key, lambda: _plan_matmul(vx, vy, device_id, mantissa_bits, fast_accumulation))
     if stream is not None:
@@ -671,6 +680,8 @@ def matmul(x: Any, y: Any, *, stream: Any = None, dtype: Any = None, mantissa_bi
     finally:
         if token is not None:
             _devices.leave(token)
+    if stream is None and mantissa_bits is None and not fast_accumulation:
+        _bind_matmul(x, y, out, plan, vx, vy, vout)
     return out
 
 
@@ -699,6 +710,10 @@ def mma(x: Any, y: Any, acc: Any, *, out: Any = None, fast_accumulation: bool = 
     default the engine adds the tensor core's sums into f32 registers every 128 K elements;
     elsewhere it changes nothing. ``mantissa_bits`` as for :func:`matmul`.
     """
+    if stream is None and mantissa_bits is None and fast_accumulation is False:
+        found = _bound_mma(x, y, acc, out)
+        if found is not None:
+            return found[0].mma(acc, out, found[1])
     if not isinstance(fast_accumulation, bool):
         raise ExecutionError(f"fast_accumulation: expected True or False, got {fast_accumulation!r}")
     known: dict[int, int] = {}  # the library streams asked during this call
@@ -708,12 +723,16 @@ def mma(x: Any, y: Any, acc: Any, *, out: Any = None, fast_accumulation: bool = 
     if fast_accumulation and vx.dtype not in _FP8:
         raise ExecutionError(f"fast_accumulation=True with {vx.dtype.name} inputs; {_rule('fast')}")
     vout = None if out is None else as_array(out, "out", stream=handle, known=known)
+    given_out = out is not None
+    if vx.dtype.is_complex:
+        return COMPLEX_CALLS["mma"](x, y, acc, out, vx, vy, vacc, vout, handle, known, stream, mantissa_bits)
     in_place = vout is not None and vout.ptr == vacc.ptr and vout.strides == vacc.strides and vout.shape == vacc.shape
     out_key = None if vout is None else (vout.dtype.name, vout.shape, vout.strides, vout.ptr & 15, in_place,
                                          type(out))
     key = _key(vx, vy, vacc, ("mma", type(acc), out_key, fast_accumulation, mantissa_bits))
     plan = _CALLS.get(key)
     if plan is None:
+        _check_shapes(vx, vy, vacc)
         views, names = (vx, vy, vacc), ("x", "y", "acc")
         if vout is not None:
             views, names = views + (vout,), names + ("out",)
@@ -743,6 +762,8 @@ def mma(x: Any, y: Any, acc: Any, *, out: Any = None, fast_accumulation: bool = 
     finally:
         if token is not None:
             _devices.leave(token)
+    if stream is None and mantissa_bits is None and not fast_accumulation:
+        _bind_mma(x, y, acc, out if given_out else None, plan, vx, vy, vacc, vout, in_place)
     return out
 
 
@@ -774,6 +795,16 @@ def _resolve_scheme(dtype: _dt.DType, mantissa_bits: int | None) -> _emulation.S
         raise ExecutionError(f"{exc}; {_rule('bits')}") from None
 
 
+def _check_shapes(vx: ArrayView, vy: ArrayView, vacc: ArrayView | None) -> None:
+    """The host-only checks of a new kind of call (types, ranks, layouts, extents), run before its device is
+    looked up; the plan checks the rest."""
+    _check_dtypes(vx, vy)
+    mx, my = _matrix(vx, "x"), _matrix(vy, "y")
+    _check_inner(mx, my, vx, vy)
+    if vacc is not None:
+        _check_acc(mx, my, _matrix(vacc, "acc"), vacc)
+
+
 def _check_dtypes(vx: ArrayView, vy: ArrayView) -> None:
     if vx.dtype != vy.dtype:
         raise ExecutionError(f"x: {vx.dtype.name} and y: {vy.dtype.name} differ; {_rule('dtype')}")
@@ -785,3 +816,218 @@ def _result_table() -> str:
 
 def _unwrap(obj: Any) -> Any:
     return obj.array if type(obj) is TF32 else obj
+
+
+# ---------------------------------------------------------------------------------------------
+# the hot path: a kind of call bound to what its first call decided
+# ---------------------------------------------------------------------------------------------
+
+#: Bound calls by the keys of their arrays (blasdx.arrays.keys) and pointer alignment classes.
+_BOUND: dict[tuple[Any, ...], _Bound] = {}
+_BOUND_LIMIT = 1024
+
+
+def _rest(view: ArrayView) -> tuple[Any, ...]:
+    """A view's fields after the pointer, without its owner and producer stream (a bound call keeps no array)."""
+    return (view.shape, view.strides, view.dtype, view.device_id, False, None, None)
+
+
+def _pointer_reader(array: Any) -> Any:
+    """The function reading the data pointer of arrays like ``array`` (PyTorch, CuPy or blasdx's own)."""
+    library = _arrays._library_of(array)
+    if library == "torch":
+        return _torch_pointer
+    return _cupy_pointer if library == "cupy" else _blasdx_pointer
+
+
+def _torch_pointer(array: Any) -> int:
+    return array.data_ptr()
+
+
+def _cupy_pointer(array: Any) -> int:
+    return array.data.ptr
+
+
+def _blasdx_pointer(array: DeviceArray) -> int:
+    return array._ptr
+
+
+def _allocator(like: Any, plan: CallPlan) -> Any:
+    """A function of the stream handle making a new result as :func:`_allocate` does, its arguments fixed once
+    (and no reference to ``like`` kept)."""
+    shape, dtype, device_id = plan.shape, plan.dtype, plan.device_id
+    library = _arrays._library_of(like)
+    if library == "torch":
+        import torch
+
+        empty, torch_dtype, device = torch.empty, getattr(torch, _TORCH_NAMES[dtype.name]), like.device
+        return lambda handle: empty(shape, dtype=torch_dtype, device=device)
+    if library == "cupy" and dtype.name in ("float16", "float32", "float64", "int32"):
+        import cupy
+
+        host = dtype.host_dtype
+
+        def allocate(handle: int) -> Any:
+            with cupy.cuda.Device(device_id):
+                return cupy.empty(shape, dtype=host)
+
+        return allocate
+    return lambda handle: _allocate(None, shape, dtype, device_id, handle)
+
+
+class _Bound:
+    """What every call of one kind does once its arrays are known to be of that kind: no reading of views,
+    no checks that depend on dtypes, shapes and strides, no plan look-up. Holds no array."""
+
+    __slots__ = ("plan", "device_id", "stream_of", "allocate", "pointer_of", "rests", "block", "empty", "overlap")
+
+    def __init__(self, plan: CallPlan, stream_of: Any, allocate: Any, pointer_of: Any,
+                 rests: tuple[tuple[Any, ...] | None, ...], block: tuple[Any, ...] | None = None,
+                 overlap: tuple[Any, ...] | None = None) -> None:
+        self.plan = plan
+        self.device_id = plan.device_id
+        self.stream_of = stream_of
+        self.allocate = allocate
+        self.pointer_of = pointer_of
+        self.rests = rests  # x, y, acc, out
+        self.block = block  # matmul on one block per problem: (device plan, batch, arguments after C, C's alignment)
+        self.empty = plan.batch == 0 or plan.m == 0 or plan.n == 0
+        self.overlap = overlap  # (out's span, the others' spans) when out must be checked against them
+
+    def matmul(self, px: int, py: int) -> Any:
+        """``x @ y`` into a new array: allocate, launch."""
+        device = self.device_id
+        handle = self.stream_of(device)
+        token = _devices.enter(device)
+        try:
+            out = self.allocate(handle)
+            if not self.empty:
+                pout = self.pointer_of(out)
+                block = self.block
+                if block is not None and pout % block[3] == 0:
+                    block[0].launch(block[1], handle, (px, py, pout, *block[2]))
+                else:
+                    rx, ry, _, ro = self.rests
+                    _run(self.plan, _new_view(ArrayView, (px, *rx)), _new_view(ArrayView, (py, *ry)), None, None, out,
+                         _new_view(ArrayView, (pout, *ro)), None, handle)
+        finally:
+            if token is not None:
+                _devices.leave(token)
+        return out
+
+    def mma(self, acc: Any, out: Any, pointers: tuple[int, int, int, int | None]) -> Any:
+        """``x @ y + acc`` into ``out`` (checked against the inputs' memory) or a new array."""
+        px, py, pacc, pout = pointers
+        overlap = self.overlap
+        if overlap is not None:
+            _raise_overlap(pout, overlap[0], overlap[1], (px, py, pacc))
+        device = self.device_id
+        handle = self.stream_of(device)
+        rx, ry, racc, ro = self.rests
+        token = _devices.enter(device)
+        try:
+            if out is None:
+                out = self.allocate(handle)
+                pout = self.pointer_of(out)
+            _run(self.plan, _new_view(ArrayView, (px, *rx)), _new_view(ArrayView, (py, *ry)), acc,
+                 _new_view(ArrayView, (pacc, *racc)), out, _new_view(ArrayView, (pout, *ro)), None, handle)
+        finally:
+            if token is not None:
+                _devices.leave(token)
+        return out
+
+
+def _remember(key: tuple[Any, ...], bound: _Bound) -> None:
+    if len(_BOUND) >= _BOUND_LIMIT:
+        _BOUND.clear()
+    _BOUND[key] = bound
+
+
+def _bind_matmul(x: Any, y: Any, out: Any, plan: CallPlan, vx: ArrayView, vy: ArrayView, vout: ArrayView) -> None:
+    """After a full matmul call: bind its kind (when x and y have keys) for the next calls."""
+    rx, ry = _keys.read(x), _keys.read(y)
+    if rx is None or ry is None or plan.scheme.name not in ("native", "tf32"):
+        return
+    block = None
+    if plan.kind == "block" and not (plan.batch == 0 or plan.m == 0 or plan.n == 0) and type(out) is not DeviceArray:
+        eplan = _execute.plan_for(plan.desc)
+        launch = eplan.bind(vx, vy, vout, 1, plan.beta, vout.stream)
+        block = (eplan.on_device(plan.device_id), launch.batch, launch.args[3:], eplan.c.alignment)
+    bound = _Bound(plan, _keys.library_stream(x), _allocator(x, plan), _pointer_reader(out),
+                   (_rest(vx), _rest(vy), None, _rest(vout)), block)
+    _remember((rx[0], rx[1] & 15, ry[0], ry[1] & 15), bound)
+
+
+def _mma_key(x: Any, y: Any, acc: Any, out: Any) -> tuple[tuple[Any, ...], tuple[int, int, int, int | None]] | None:
+    """The bound-call key of an mma and its pointers, or None when an array has no key."""
+    rx = _keys.read(x)
+    if rx is None:
+        return None
+    ry, racc = _keys.read(y), _keys.read(acc)
+    if ry is None or racc is None:
+        return None
+    if out is None:
+        return (rx[0], rx[1] & 15, ry[0], ry[1] & 15, racc[0], racc[1] & 15, None, 0, False), (
+            rx[1], ry[1], racc[1], None)
+    rout = _keys.read(out)
+    if rout is None:
+        return None
+    in_place = rout[1] == racc[1] and rout[0] == racc[0]
+    return (rx[0], rx[1] & 15, ry[0], ry[1] & 15, racc[0], racc[1] & 15, rout[0], rout[1] & 15, in_place), (
+        rx[1], ry[1], racc[1], rout[1])
+
+
+def _bound_mma(x: Any, y: Any, acc: Any, out: Any) -> tuple[_Bound, tuple[int, int, int, int | None]] | None:
+    found = _mma_key(x, y, acc, out)
+    if found is None:
+        return None
+    bound = _BOUND.get(found[0])
+    return None if bound is None else (bound, found[1])
+
+
+def _bind_mma(x: Any, y: Any, acc: Any, out: Any, plan: CallPlan, vx: ArrayView, vy: ArrayView, vacc: ArrayView,
+              vout: ArrayView, in_place: bool) -> None:
+    """After a full mma call: bind its kind (when every array has a key) for the next calls."""
+    found = _mma_key(x, y, acc, out)
+    if found is None or plan.scheme.name not in ("native", "tf32"):
+        return
+    overlap = None
+    if out is not None and not (in_place and plan.kind == "block"):
+        spans = plan.spans  # set by the full call's check
+        overlap = (spans[0][1:], spans[1:3] if in_place else spans[1:])
+    like = acc if out is None else out
+    bound = _Bound(plan, _keys.library_stream(acc if out is None else out), _allocator(acc, plan),
+                   _pointer_reader(like), (_rest(vx), _rest(vy), _rest(vacc), _rest(vout)), None, overlap)
+    _remember(found[0], bound)
+
+
+def _raise_overlap(pout: int, out_span: tuple[int, int], others: tuple[tuple[str, int, int], ...],
+                   pointers: tuple[int, ...]) -> None:
+    """The full path's overlap check of out, on pointers (ExecutionError naming the array out meets)."""
+    low, high = pout + out_span[0], pout + out_span[1]
+    if high <= low:
+        return
+    for (name, lo, hi), ptr in zip(others, pointers):
+        if hi > lo and ptr + lo < high and low < ptr + hi:
+            raise ExecutionError(
+                f"out: its memory overlaps {name}'s, which is read while out is written; pass a separate array"
+            )
+
+
+def call_plan(x: Any, y: Any, acc: Any = None, *, out: Any = None, mantissa_bits: int | None = None,
+              fast_accumulation: bool = False) -> CallPlan:
+    """The plan ``matmul(x, y)`` (``acc`` None) or ``mma(x, y, acc, out=out)`` runs with these arguments.
+
+    Computed afresh from the arguments as the calls compute it (nothing cached is read or
+    kept): the path, its kernel and why the Hopper engine was not taken, for one given call.
+    """
+    vx, vy = _view(x, "x", None), _view(y, "y", None)  # type: ignore[arg-type]  # no stream: nothing runs
+    if acc is None:
+        return _plan_matmul(vx, vy, _device_of((vx, vy), ("x", "y")), mantissa_bits, fast_accumulation)
+    vacc = as_array(acc, "acc")
+    vout = None if out is None else as_array(out, "out")
+    in_place = vout is not None and vout.ptr == vacc.ptr and vout.strides == vacc.strides and vout.shape == vacc.shape
+    views = (vx, vy, vacc) if vout is None else (vx, vy, vacc, vout)
+    device_id = _device_of(views, ("x", "y", "acc", "out")[: len(views)])
+    copyable = in_place or _library_copy(acc, acc if out is None else out)
+    return _plan_mma(vx, vy, vacc, vout, device_id, copyable, fast_accumulation, mantissa_bits)

@@ -23,9 +23,11 @@ from typing import Any, NamedTuple
 from .. import arrays as _arrays
 from .. import dtypes as _dt
 from ..arrays import ArrayView, DeviceArray, as_array, resolve_stream
+from ..arrays import keys as _keys
 from ..engine import hopper as _hopper
 from ..errors import DeviceError, ExecutionError
 from ..launch import devices as _devices
+from ..launch import scratch as _scratch
 from . import matmul as _ag
 
 __all__ = ["scaled_mm", "ScaledPlan", "Scaling", "BLOCK", "OUT_DTYPES", "scaling_of"]
@@ -37,7 +39,7 @@ OUT_DTYPES = (_dt.float16, _dt.bfloat16, _dt.float32)
 _FP8 = (_dt.float8_e4m3, _dt.float8_e5m2)
 KERNEL_NAME = "blasdx_hopper_scaled_mm"
 _CODES = {"tensor": 0, "row": 1, "column": 1, "block": 2}  # scaling.cuh's Scaling
-_PARAMS = ("map", "map", "map", "u64", "u64", "i32", "i32", "i32", "i32", "u64", "i64", "i64", "u64", "i64", "i64",
+_PARAMS = ("map", "map", "map", "u64", "u64", "u64", "i32", "i32", "i32", "i32", "u64", "i64", "i64", "u64", "i64", "i64",
            "u64", "i64", "i64")
 
 
@@ -127,25 +129,23 @@ class ScaledPlan(_hopper.EnginePlan):
 
     def run(self, device_id: int, stream_core: Any, stream: int, x: ArrayView, y: ArrayView,  # type: ignore[override]
             sx: ArrayView, sy: ArrayView, bias: ArrayView | None, d: ArrayView) -> None:
-        """D = (x * sx) @ (y * sy) [+ bias] on ``stream`` (the views' scalings are this plan's)."""
-        a_ptr, b_ptr, workspace = self._operands_and_workspace(device_id, stream_core, stream, x, y)
-        sx_row, sx_col = _strides(sx)
-        sy_row, sy_col = _strides(sy)
-        d_row, d_col, _ = _hopper.result_strides(d)
-        bias_ptr = 0 if bias is None else bias.ptr
-        split = self.splits > 1
-        gemm = self._gemm
-        with gemm.params.lock:
-            self._point_maps(a_ptr, b_ptr, d.ptr)
-            gemm.fill((None, None, None, 0 if split else d.ptr, workspace, self.m, self.n, self.k, self.splits,
-                       sx.ptr, sx_row, sx_col, sy.ptr, sy_row, sy_col, 0 if split else bias_ptr, d_row, d_col))
-            if not self._grid_checked:
-                self._fit_grid(device_id)
-            gemm.launch(device_id, self.grid, (self.config.threads, 1, 1), stream, self.config.cluster)
-        if split:  # the reduction adds the bias once, as its C repeated down the rows
-            _hopper.reduce_splits(self._reduce, device_id, stream, workspace, self.splits, bias_ptr, (0, 1, 0), d.ptr,
-                                  (d_row, d_col, 0), self.m, self.n, 1, self.multiprocessors, 1.0,
-                                  0.0 if bias is None else 1.0)
+        """D = (x * sx) @ (y * sy) [+ bias] on ``stream`` (the views' scalings are this plan's); scratch as
+        :meth:`EnginePlan.run`'s, safe in a CUDA graph capture."""
+        with _scratch.call_scratch(device_id, stream) if self.needs_scratch else _hopper._NO_SCRATCH as scratch:
+            a_ptr, b_ptr, workspace = self._operands_and_workspace(device_id, scratch, stream, x, y)
+            sx_row, sx_col = _strides(sx)
+            sy_row, sy_col = _strides(sy)
+            d_row, d_col, _ = _hopper.result_strides(d)
+            bias_ptr = 0 if bias is None else bias.ptr
+            counters = self._counters(scratch) if self.splits > 1 else 0
+            gemm = self._gemm
+            with gemm.params.lock:
+                self._point_maps(a_ptr, b_ptr, d.ptr)
+                gemm.fill((None, None, None, d.ptr, workspace, counters, self.m, self.n, self.k, self.splits, sx.ptr,
+                           sx_row, sx_col, sy.ptr, sy_row, sy_col, bias_ptr, d_row, d_col))
+                if not self._grid_checked:
+                    self._fit_grid(device_id)
+                gemm.launch(device_id, self.grid, (self.config.threads, 1, 1), stream, self.config.cluster)
 
 
 def _strides(view: ArrayView) -> tuple[int, int]:
@@ -242,6 +242,12 @@ def scaled_mm(x: Any, y: Any, scale_x: Any, scale_y: Any, *, out_dtype: Any = No
     tensor core every 128 K elements; ``fast_accumulation=True`` keeps the whole sum in the
     tensor core (faster, less accurate; not with block scales). Runs on sm_90 GPUs.
     """
+    if stream is None and type(out_dtype) in _KEYED_DTYPES and type(fast_accumulation) is bool:
+        found = _bound_key(x, y, scale_x, scale_y, bias, out, out_dtype, fast_accumulation)
+        if found is not None:
+            bound = _BOUND.get(found[0])
+            if bound is not None:
+                return bound.run(out, found[1])
     if not isinstance(fast_accumulation, bool):
         raise ExecutionError(f"fast_accumulation: expected True or False, got {fast_accumulation!r}")
     c = _out_dtype(out_dtype)
@@ -252,6 +258,8 @@ def scaled_mm(x: Any, y: Any, scale_x: Any, scale_y: Any, *, out_dtype: Any = No
     vsy = as_array(scale_y, "scale_y", stream=handle, known=known)
     vbias = None if bias is None else as_array(bias, "bias", stream=handle, known=known)
     vout = None if out is None else as_array(out, "out", stream=handle, known=known)
+    vout_given = vout is not None
+    spans = None
     mx, my = _check_operands(vx, vy)
     m, n, k = mx.rows, my.cols, mx.cols
     sx = scaling_of(vsx, "scale_x", m, k, n, True)
@@ -304,4 +312,85 @@ def scaled_mm(x: Any, y: Any, scale_x: Any, scale_y: Any, *, out_dtype: Any = No
             _devices.leave(token)
     if type(out) is DeviceArray:
         out._set_stream(handle)
+    if stream is None and type(out_dtype) in _KEYED_DTYPES:
+        _bind(x, y, scale_x, scale_y, bias, out if vout_given else None, out_dtype, fast_accumulation, call,
+              (vx, vy, vsx, vsy, vbias, vout), spans if vout_given else None)
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the hot path: a kind of call bound to what its first call decided (as bx.matmul's)
+# ---------------------------------------------------------------------------------------------
+
+_BOUND: dict[tuple[Any, ...], _Bound] = {}
+_KEYED_DTYPES = (type(None), str, _dt.DType)  # out_dtype spellings that can stand in a key
+
+
+def _bound_key(x: Any, y: Any, sx: Any, sy: Any, bias: Any, out: Any, out_dtype: Any,
+               fast: bool) -> tuple[tuple[Any, ...], tuple[int | None, ...]] | None:
+    """The key of a call's kind and its pointers, or None when an array has no key."""
+    key: list[Any] = [out_dtype, fast]
+    pointers: list[int | None] = []
+    for array in (x, y, sx, sy, bias, out):
+        if array is None:
+            key.append(None)
+            pointers.append(None)
+            continue
+        found = _keys.read(array)
+        if found is None:
+            return None
+        key.append((found[0], found[1] & 15))
+        pointers.append(found[1])
+    return tuple(key), tuple(pointers)
+
+
+class _Bound:
+    """What every scaled_mm of one kind does once its arrays are known to be of that kind. Holds no array."""
+
+    __slots__ = ("call", "stream_of", "allocate", "pointer_of", "rests", "overlap")
+
+    def __init__(self, call: _Call, stream_of: Any, allocate: Any, pointer_of: Any,
+                 rests: tuple[tuple[Any, ...] | None, ...], overlap: tuple[Any, ...] | None) -> None:
+        self.call, self.stream_of, self.allocate, self.pointer_of = call, stream_of, allocate, pointer_of
+        self.rests = rests  # x, y, scale_x, scale_y, bias, out
+        self.overlap = overlap  # (out's span, the others' spans) for a given out
+
+    def run(self, out: Any, pointers: tuple[int | None, ...]) -> Any:
+        px, py, psx, psy, pbias, pout = pointers
+        overlap = self.overlap
+        if overlap is not None:
+            _ag._raise_overlap(pout, overlap[0], overlap[1], tuple(p for p in pointers[:5] if p is not None))
+        call = self.call
+        device = call.device_id
+        handle = self.stream_of(device)
+        token = _devices.enter(device)
+        try:
+            if out is None:
+                out = self.allocate(handle)
+                pout = self.pointer_of(out)
+            if call.shape[0] and call.shape[1]:
+                rx, ry, rsx, rsy, rbias, rout = self.rests
+                view = _ag._new_view
+                call.plan.run(device, None, handle, view(ArrayView, (px, *rx)), view(ArrayView, (py, *ry)),
+                              view(ArrayView, (psx, *rsx)), view(ArrayView, (psy, *rsy)),
+                              None if pbias is None else view(ArrayView, (pbias, *rbias)),
+                              view(ArrayView, (pout, *rout)))
+        finally:
+            if token is not None:
+                _devices.leave(token)
+        return out
+
+
+def _bind(x: Any, y: Any, sx: Any, sy: Any, bias: Any, out: Any, out_dtype: Any, fast: bool, call: _Call,
+          views: tuple[ArrayView | None, ...], spans: Any) -> None:
+    """After a full call without ``stream=``: bind its kind (when every array has a key)."""
+    found = _bound_key(x, y, sx, sy, bias, out, out_dtype, fast)
+    if found is None:
+        return
+    like = x if out is None else out
+    overlap = None if spans is None else (spans[0][1:], spans[1:])
+    bound = _Bound(call, _keys.library_stream(like), _ag._allocator(x, call), _ag._pointer_reader(like),
+                   tuple(None if v is None else _ag._rest(v) for v in views), overlap)
+    if len(_BOUND) >= 1024:
+        _BOUND.clear()
+    _BOUND[found[0]] = bound

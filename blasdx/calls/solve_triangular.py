@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 from .. import arrays as _arrays
 from .. import dtypes as _dt
 from ..arrays import ArrayView, as_array, resolve_stream
+from ..arrays import keys as _keys
 from ..codegen.trsm import OutputLayout
 from ..describe.operators import (
     SM,
@@ -46,10 +47,12 @@ from ..errors import ExecutionError, UnsupportedError
 from ..launch import devices as _devices
 from ..plan.trsm import TRSM_TYPES
 from ..run.trsm import TrsmKernel, kernel_for
+from . import blocked_trsm as _blocked
+from . import gemm_steps as _steps
 from . import matmul as _ag
 from . import tiled as _tiled
 
-__all__ = ["RULES", "solve_triangular", "solve_plan", "SolvePlan", "plan_solve"]
+__all__ = ["RULES", "SolvePlan", "plan_solve", "solve_plan", "solve_triangular"]
 
 #: The rules a call must follow, quoted by the errors that enforce them.
 RULES = {
@@ -74,10 +77,19 @@ class SolvePlan(NamedTuple):
     shape: tuple[int, ...]  # the result's
     dtype: _dt.DType
     batch: int
-    kernel: TrsmKernel | None  # None when there is nothing to solve (an empty extent)
+    kernel: TrsmKernel | None  # None when there is nothing to solve (an empty extent) or A needs blocking
     strides: tuple[int, int, int]  # batch strides of a, b, out (elements)
     chunks: tuple[int, int, int]  # (count, elements between chunks of b, of out)
     device_id: int
+    blocked: _blocked.BlockedSolve | None = None  # A does not fit one block: leaves and GEMM updates
+
+    def describe(self) -> str:
+        """One line: the one-kernel solve (its descriptor and split) or the blocked one (its steps)."""
+        if self.blocked is not None:
+            return self.blocked.describe()
+        if self.kernel is None:
+            return "nothing to solve"
+        return f"one block TRSM per {'problem' if self.chunks[0] == 1 else f'{self.chunks[0]} chunks'}: {self.kernel.desc!r}"
 
 
 def _flag(value: Any, argument: str) -> bool:
@@ -132,8 +144,11 @@ def _result_batch(ma: _ag.Matrix, mb: _ag.Matrix) -> int | None:
 def _chunked_descriptor(
     real: _dt.DType, is_complex: bool, ma: _ag.Matrix, mb: _ag.Matrix, flags: tuple[bool, bool, bool],
     pointers: tuple[int, int, int], out: tuple[bool, int, int], batch: int, sm: int,
-) -> tuple[Any, int, int, int, int]:
+) -> tuple[Any, int, int, int, int] | None:
     """(descriptor, chunks, b and out chunk strides, out alignment): the fewest equal chunks of B that fit one block.
+
+    None when even one right-hand side per block does not fit (A alone is too large): the
+    call then runs the blocked solver (blasdx.calls.blocked_trsm).
 
     A chunk is a set of consecutive right-hand sides (columns of b on the left, rows on the
     right), solved by its own block with the whole A; the alignments cover every chunk's start.
@@ -145,7 +160,6 @@ def _chunked_descriptor(
     out_row, out_ld, out_batch_stride = out
     o_step = (1 if out_row else out_ld) if left else (out_ld if out_row else 1)
     item = real.size * (2 if is_complex else 1)
-    last_error: Exception | None = None
     for chunks in range(1, width + 1):
         if width % chunks or chunks > _MAX_CHUNKS:
             continue
@@ -162,24 +176,22 @@ def _chunked_descriptor(
         ) + LeadingDimension(ma.ld, mb.ld) + Alignment(al_a, al_b, al_b) + SM(sm) + Block()
         try:
             desc.validate()
-        except UnsupportedError as exc:  # does not fit one block: try more chunks
-            last_error = exc
+        except UnsupportedError:  # does not fit one block: try more chunks
             continue
         if chunks == 1:
             return desc, 1, 0, 0, al_o
         return desc, chunks, w * b_step, w * o_step, al_o
-    dim = m if left else n
-    raise ExecutionError(
-        f"a: a {dim} x {dim} {real.name} triangular system does not fit one thread block's shared memory on sm_{sm} "
-        f"even with one right-hand side per block ({last_error}); solve_triangular solves systems whose A fits"
-    )
+    return None  # A does not fit one block: the blocked solver takes it
 
 
 def plan_solve(
-    va: ArrayView, vb: ArrayView, vout: ArrayView | None, flags: tuple[bool, bool, bool], device_id: int
+    va: ArrayView, vb: ArrayView, vout: ArrayView | None, flags: tuple[bool, bool, bool], device_id: int,
+    mantissa_bits: int | None = None,
 ) -> SolvePlan:
-    """Check the operands and build the kernel of one kind of call."""
+    """Check the operands and build the kernel of one kind of call (the blocked solver's steps when A is large)."""
     real = _value_type(va, "a")
+    if mantissa_bits is not None:
+        _steps.scheme_of(real, mantissa_bits)  # ExecutionError quoting matmul's rule
     if vb.dtype != va.dtype:
         raise ExecutionError(f"b: dtype {vb.dtype.name} differs from a's {va.dtype.name}; {_rule('dtype')}")
     ma, mb = _matrix(va, "a"), _matrix(vb, "b")
@@ -213,27 +225,29 @@ def plan_solve(
     if min(mb.rows, mb.cols) == 0 or total == 0:
         return SolvePlan(shape, vb.dtype, total, None, strides, (1, 0, 0), device_id)
     info = _ag._device_info(device_id)
-    desc, chunks, b_chunk, o_chunk, al_o = _chunked_descriptor(
-        real, vb.dtype.is_complex, ma, mb, flags, (va.ptr, vb.ptr, out_ptr), out, total, info.sm
-    )
+    chunked = _chunked_descriptor(real, vb.dtype.is_complex, ma, mb, flags, (va.ptr, vb.ptr, out_ptr), out, total,
+                                  info.sm)
+    if chunked is None:
+        x_view = vout if vout is not None else _placeholder(vb, shape)
+        blocked = _blocked.plan_blocked(vb.dtype, va, vb, x_view, lower, left, unit, total, device_id, info.sm,
+                                        info.multiprocessors, mantissa_bits)
+        return SolvePlan(shape, vb.dtype, total, None, strides, (1, 0, 0), device_id, blocked)
+    desc, chunks, b_chunk, o_chunk, al_o = chunked
     kernel = kernel_for(desc, OutputLayout(out[0], out[1], al_o))
     return SolvePlan(shape, vb.dtype, total, kernel, strides, (chunks, b_chunk, o_chunk), device_id)
 
 
-def _allocate(like: Any, shape: tuple[int, ...], dtype: _dt.DType, device_id: int, stream: int) -> Any:
-    """A new C-contiguous array of ``like``'s library; complex results too (array_gemm's allocator makes real ones)."""
-    if dtype.is_complex:
-        library = _arrays._library_of(like)
-        if library == "torch":
-            import torch
+_PLACEHOLDER = 1 << 20  # the address a new result is planned at: aligned as every allocation is (256 bytes)
 
-            return torch.empty(shape, dtype=getattr(torch, dtype.name), device=like.device)
-        if library == "cupy":
-            import cupy
 
-            with cupy.cuda.Device(device_id):
-                return cupy.empty(shape, dtype=dtype.host_dtype)
-    return _ag._allocate(like, shape, dtype, device_id, stream)
+def _placeholder(vb: ArrayView, shape: tuple[int, ...]) -> ArrayView:
+    """The view of a new C-contiguous result, planned before it exists (the address is a stand-in)."""
+    strides = (shape[-1], 1) if len(shape) == 2 else (shape[1] * shape[2], shape[2], 1)
+    return vb._replace(ptr=_PLACEHOLDER, shape=shape, strides=strides, readonly=False, owner=None, stream=None)
+
+
+#: A new C-contiguous result of b's library (complex types included).
+_allocate = _steps.allocate
 
 
 _CALLS: dict[tuple[Any, ...], SolvePlan] = {}
@@ -264,15 +278,16 @@ def _check_out(vout: ArrayView, va: ArrayView, vb: ArrayView) -> bool:
     return same
 
 
-def _plan(va: ArrayView, vb: ArrayView, vout: ArrayView | None, flags: tuple[bool, bool, bool]) -> SolvePlan:
+def _plan(va: ArrayView, vb: ArrayView, vout: ArrayView | None, flags: tuple[bool, bool, bool],
+          mantissa_bits: int | None = None) -> SolvePlan:
     """The remembered plan of this kind of call (built and checked on first use)."""
-    key = _key((va, vb, vout), flags)
+    key = _key((va, vb, vout), (flags, mantissa_bits))
     plan = _CALLS.get(key)
     if plan is None:
         views, names = (va, vb), ("a", "b")
         if vout is not None:
             views, names = views + (vout,), names + ("out",)
-        plan = plan_solve(va, vb, vout, flags, _ag._device_of(views, names))
+        plan = plan_solve(va, vb, vout, flags, _ag._device_of(views, names), mantissa_bits)
         if len(_CALLS) > 1024:
             _CALLS.clear()
         _CALLS[key] = plan
@@ -282,17 +297,20 @@ def _plan(va: ArrayView, vb: ArrayView, vout: ArrayView | None, flags: tuple[boo
 def solve_plan(
     a: Any, b: Any, *, lower: bool | None = None, upper: bool | None = None, left: bool = True,
     unit_diagonal: bool | None = None, unitriangular: bool | None = None, out: Any = None,
+    mantissa_bits: int | None = None,
 ) -> SolvePlan:
-    """What ``solve_triangular`` with these arguments runs (its kernel's descriptor, chunks, strides); no launch."""
+    """What ``solve_triangular`` with these arguments runs (its kernel's descriptor, chunks, strides, or the
+    blocked solver's steps); no launch."""
     flags = _options(lower, upper, left, unit_diagonal, unitriangular)
     handle = resolve_stream(None, (b if out is None else out, a))
     vout = None if out is None else as_array(out, "out", stream=handle)
-    return _plan(as_array(a, "a", stream=handle), as_array(b, "b", stream=handle), vout, flags)
+    return _plan(as_array(a, "a", stream=handle), as_array(b, "b", stream=handle), vout, flags, mantissa_bits)
 
 
 def solve_triangular(
     a: Any, b: Any, *, lower: bool | None = None, upper: bool | None = None, left: bool = True,
     unit_diagonal: bool | None = None, unitriangular: bool | None = None, out: Any = None, stream: Any = None,
+    mantissa_bits: int | None = None,
 ) -> Any:
     """X with ``a @ X = b`` (``left=True``) or ``X @ a = b``, for a triangular ``a``; PyTorch's semantics.
 
@@ -302,37 +320,139 @@ def solve_triangular(
     nor the diagonal with ``unit_diagonal=True`` (or ``unitriangular=True``). float32,
     float64, complex64, complex128. The result is a new C-contiguous array of b's library
     (PyTorch, CuPy, else a blasdx DeviceArray), or ``out`` (the result's shape and type, any
-    order; ``out=b`` solves in place). Everything is checked before anything is allocated
+    order; ``out=b`` solves in place). Any K: a system whose A does not fit one thread
+    block runs blocked (blasdx.calls.blocked_trsm: block TRSM kernels on the diagonal, GEMMs
+    for the rest), and ``mantissa_bits`` then applies to its GEMMs as in :func:`blasdx.matmul`
+    (the diagonal solves keep every bit). Everything is checked before anything is allocated
     or launched.
     """
+    if stream is None and mantissa_bits is None:
+        found = _bound_key(a, b, out, (lower, upper, left, unit_diagonal, unitriangular))
+        if found is not None:
+            bound = _BOUND.get(found[0])
+            if bound is not None:
+                done = bound.run(out, found[1])
+                if done is not None:
+                    return done
     flags = _options(lower, upper, left, unit_diagonal, unitriangular)
     handle = resolve_stream(stream, (b if out is None else out, a))
     va, vb = as_array(a, "a", stream=handle), as_array(b, "b", stream=handle)
     vout = None if out is None else as_array(out, "out", stream=handle)
-    plan = _plan(va, vb, vout, flags)
+    given_out = vout is not None
+    plan = _plan(va, vb, vout, flags, mantissa_bits)
+    in_place = False
     if vout is not None:
-        _check_out(vout, va, vb)
+        in_place = _check_out(vout, va, vb)
     alpha = plan.kernel.alpha(1) if plan.kernel is not None else ()
     if stream is not None:
         _devices.check_stream_device(stream, handle, plan.device_id)
     if plan.kernel is not None:
         plan.kernel.on_device(plan.device_id)  # DeviceError before anything is allocated
+    if plan.blocked is not None:
+        plan.blocked.on_device()
     token = _devices.enter(plan.device_id)  # the call runs on the operands' device
     try:
         if out is None:
             out = _allocate(b, plan.shape, plan.dtype, plan.device_id, handle)
             vout = as_array(out, "out", stream=handle)
-        if plan.kernel is None or plan.batch == 0:
+        if (plan.kernel is None and plan.blocked is None) or plan.batch == 0:
             return out
         core = _arrays.as_core_stream(stream, handle)
         producers = tuple(v.stream for v in (va, vb, vout) if v.stream is not None and v.stream != handle)
         if producers:
             _arrays.wait_for_producers(core, handle, producers)
-        plan.kernel.launch(core, plan.device_id, (va.ptr, vb.ptr, vout.ptr), alpha, plan.strides, plan.chunks,
-                           plan.batch)
+        if plan.blocked is not None:
+            plan.blocked.run(core, handle, va, vb, vout, in_place)
+        else:
+            plan.kernel.launch(core, plan.device_id, (va.ptr, vb.ptr, vout.ptr), alpha, plan.strides, plan.chunks,
+                               plan.batch)
     finally:
         if token is not None:
             _devices.leave(token)
     if type(out) is _arrays.DeviceArray:
         out._set_stream(handle)
+    if stream is None and mantissa_bits is None and plan.blocked is None:
+        _bind(a, b, out if given_out else None, (lower, upper, left, unit_diagonal, unitriangular), plan, alpha,
+              (va, vb, vout))
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the hot path: a kind of call bound to what its first call decided (as bx.matmul's)
+# ---------------------------------------------------------------------------------------------
+
+_BOUND: dict[tuple[Any, ...], _Bound] = {}
+_FLAG_TYPES = (bool, type(None))
+
+
+def _bound_key(a: Any, b: Any, out: Any, options: tuple[Any, ...]) -> tuple[tuple[Any, ...], tuple[Any, ...]] | None:
+    """The key of a call's kind (arrays' keys and alignment classes, the options) and its pointers, or None."""
+    if type(options[0]) not in _FLAG_TYPES or any(type(o) not in _FLAG_TYPES for o in options[1:]):
+        return None
+    ra, rb = _keys.read(a), _keys.read(b)
+    if ra is None or rb is None:
+        return None
+    if out is None:
+        return (ra[0], ra[1] & 15, rb[0], rb[1] & 15, None, options), (ra[1], rb[1], None)
+    ro = _keys.read(out)
+    if ro is None:
+        return None
+    same = ro[1] == rb[1] and ro[0] == rb[0]  # out is b: an in-place solve
+    return (ra[0], ra[1] & 15, rb[0], rb[1] & 15, (ro[0], ro[1] & 15, same), options), (ra[1], rb[1], ro[1])
+
+
+class _Bound:
+    """What every solve of one kind does once its arrays are known to be of that kind. Holds no array."""
+
+    __slots__ = ("plan", "alpha", "stream_of", "allocate", "pointer_of", "spans", "in_place")
+
+    def __init__(self, plan: SolvePlan, alpha: tuple[Any, ...], stream_of: Any, allocate: Any, pointer_of: Any,
+                 spans: tuple[tuple[int, int], ...] | None, in_place: bool) -> None:
+        self.plan, self.alpha, self.stream_of = plan, alpha, stream_of
+        self.allocate, self.pointer_of = allocate, pointer_of
+        self.spans = spans  # out's, a's, b's byte spans from their pointers, for a given out
+        self.in_place = in_place  # out is b (the key says so)
+
+    def run(self, out: Any, pointers: tuple[Any, ...]) -> Any:
+        """Solve into ``out`` or a new array; None when out meets a or b (the full path says how)."""
+        pa, pb, pout = pointers
+        spans = self.spans
+        if spans is not None:
+            (o_lo, o_hi), (a_lo, a_hi), (b_lo, b_hi) = spans
+            low, high = pout + o_lo, pout + o_hi
+            if high > low and ((pa + a_lo < high and low < pa + a_hi and a_hi > a_lo) or (
+                    not self.in_place and pb + b_lo < high and low < pb + b_hi and b_hi > b_lo)):
+                return None
+        plan = self.plan
+        device = plan.device_id
+        handle = self.stream_of(device)
+        token = _devices.enter(device)
+        try:
+            if out is None:
+                out = self.allocate(handle)
+                pout = self.pointer_of(out)
+            if plan.kernel is not None and plan.batch:
+                plan.kernel.launch(_arrays.core_stream(handle), device, (pa, pb, pout), self.alpha, plan.strides,
+                                   plan.chunks, plan.batch)
+        finally:
+            if token is not None:
+                _devices.leave(token)
+        return out
+
+
+def _bind(a: Any, b: Any, out: Any, options: tuple[Any, ...], plan: SolvePlan, alpha: tuple[Any, ...],
+          views: tuple[ArrayView, ArrayView, ArrayView]) -> None:
+    """After a full call without ``stream=``: bind its kind (when every array has a key)."""
+    found = _bound_key(a, b, out, options)
+    if found is None:
+        return
+    va, vb, vout = views
+    spans = None
+    if out is not None:
+        spans = tuple(_arrays._span(0, v.shape, v.strides, v.dtype.size) for v in (vout, va, vb))
+    like = b if out is None else out
+    bound = _Bound(plan, alpha, _keys.library_stream(like), _ag._allocator(b, plan), _ag._pointer_reader(like),
+                   spans, out is not None and found[0][4][2])
+    if len(_BOUND) >= 1024:
+        _BOUND.clear()
+    _BOUND[found[0]] = bound

@@ -222,7 +222,7 @@ class TiledKernel:
         """
         found = self._packed.get(device_id)
         if found is None:
-            from ..launch.launcher import PackedLaunch
+            from ..launch.cuda_driver import PackedLaunch
 
             kernel = self.compile().kernel(dynamic_shared_memory=self.shared_memory, device_id=device_id)
             scalar = {"float32": "f", "float64": "d", "int32": "i"}[self.desc.scalar_type.name]

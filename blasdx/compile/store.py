@@ -210,9 +210,12 @@ class DiskCache:
         return sorted(self.root.glob(f"??/*{_SUFFIX}")) if self.root.is_dir() else []
 
     def clear(self) -> int:
-        """Delete every entry, leftover temp file and the ``failed`` folder; returns entries removed."""
+        """Delete every entry (cubins and LTO-IR), leftover temp file and the ``failed`` folder; returns
+        entries removed."""
         removed = 0
         for path in self.entries():
+            removed += _unlink(path)
+        for path in self.root.glob("??/*.ltoir") if self.root.is_dir() else []:  # blasdx.compile.ltoir's
             removed += _unlink(path)
         for tmp in self.root.glob("??/.*.tmp") if self.root.is_dir() else []:
             _unlink(tmp)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..compile.compiled import CompiledKernel
+    from ..compile.lto import Ltoir
 
 __all__ = ["Runtime", "install", "runtime"]
 
@@ -22,6 +23,8 @@ class Runtime(Protocol):
     def source(self, desc: Any) -> str: ...
 
     def compile(self, desc: Any) -> CompiledKernel: ...
+
+    def ltoir(self, desc: Any, options: Any) -> Ltoir: ...
 
     def execute(self, desc: Any, a: Any, b: Any, c: Any, *, alpha: Any, beta: Any, stream: Any) -> Any: ...
 

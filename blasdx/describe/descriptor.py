@@ -29,6 +29,7 @@ from .operators import (
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..compile.compiled import CompiledKernel
+    from ..compile.lto import Ltoir
 
 __all__ = ["Descriptor"]
 
@@ -712,6 +713,11 @@ class Descriptor:
     def compile(self) -> CompiledKernel:
         """Compile (or fetch from the cache) the batched block-GEMM kernel of this descriptor."""
         return _runtime().compile(self)
+
+    def ltoir(self, options: Any = None) -> Ltoir:
+        """LTO-IR of this GEMM's extern "C" entry points (``.data``, ``.arch``, ``.symbols``,
+        ``.declarations``), for linking into kernels of other JITs (docs/numba.md)."""
+        return _runtime().ltoir(self, options)
 
     def execute(self, a: Any, b: Any, c: Any, *, alpha: Any = 1, beta: Any = 0, stream: Any = None) -> Any:
         """``C = alpha * A @ B + beta * C`` in place on device arrays; one block per problem."""

@@ -21,14 +21,13 @@ shapes, strides and pointers (:class:`EnginePlan`), once per kind of call:
 from __future__ import annotations
 
 import math
-import threading
 from dataclasses import dataclass, replace
 from typing import Any
 
 from .. import dtypes as _dt
 from ..compile.cache import cached_compile
-from ..errors import DeviceError
 from ..launch import cuda_driver as _driver
+from ..launch import scratch as _scratch
 
 __all__ = [
     "SERVED", "EngineConfig", "OperandRoute", "EnginePlan", "choose_config", "split_count", "serves", "route",
@@ -104,15 +103,18 @@ class EngineConfig:
     promotion: int = 0  # fp8: K elements summed by the tensor core between additions into f32 registers; 0: never
     split_tf32: bool = False  # float32 operands split into tf32 parts in each stage (three products)
     promote_stages: int = 1  # with the split: stages the tensor cores sum between promotions
+    transpose_b: bool = False  # B (tf32 / 8-bit, MN-major) transposed in shared memory (transpose.cuh)
 
     @property
     def threads(self) -> int:
-        """Producer warpgroup plus consumers (plus a splitting warpgroup with the tf32 split)."""
-        return 128 * (1 + self.consumers + (1 if self.split_tf32 else 0))
+        """Producer warpgroup plus consumers (plus a rewriting warpgroup with the tf32 split or B transposed)."""
+        return 128 * (1 + self.consumers + (1 if self.split_tf32 or self.transpose_b else 0))
 
     def stage_bytes(self, itemsize: int) -> int:
-        """A stage's operands; twice that with the tf32 split (high parts, then low parts)."""
-        return (self.bm + self.bn) * self.bk * itemsize * (2 if self.split_tf32 else 1)
+        """A stage's operands; twice that with the tf32 split (high parts, then low parts); B's raw tile
+        beside them when B is transposed."""
+        raw = self.bn * self.bk * itemsize if self.transpose_b else 0
+        return (self.bm + self.bn) * self.bk * itemsize * (2 if self.split_tf32 else 1) + raw
 
     def shared_memory(self, itemsize: int, staged_store: bool = False) -> int:
         """Dynamic shared memory (gemm.cuh): alignment slack, the stages, the epilogue's staging, barriers."""
@@ -125,8 +127,9 @@ class EngineConfig:
         pingpong = ", ping-pong" if self.pingpong else ""
         promotion = f", f32 promotion every {self.promotion} K" if self.promotion else ""
         split = f", 3xtf32 split, promoted every {self.promote_stages} stages" if self.split_tf32 else ""
+        transpose = ", B transposed in shared memory" if self.transpose_b else ""
         return (f"{self.bm}x{self.bn}x{self.bk}, {self.stages} stages, {consumers}{pingpong}, group {self.group_m}"
-                f"{cluster}{promotion}{split}")
+                f"{cluster}{promotion}{split}{transpose}")
 
 
 def ring_bytes(stages: int) -> int:
@@ -204,11 +207,93 @@ def choose_config(a: _dt.DType, m: int, n: int, k: int, batch: int, multiprocess
     else:
         config = WIDE if a in _FP8 else PINGPONG
     config = replace(config, bk=bk, promotion=promotion)
-    return config, split_count(config, m, n, k, batch, multiprocessors)
+    return config, balanced_splits(config, m, n, k, batch, multiprocessors)
+
+
+#: B's MN-major tile is transposed in shared memory (instead of repacking B in global memory) when
+#: the output has at most this many tile rows: each tile row transposes all of B again, while a
+#: repack copies B once, so deep M favours the repack.
+TRANSPOSE_MAX_TILE_ROWS = 16
+#: The most shared memory a Hopper block can have (227 KB).
+MAX_SHARED = 232448
+
+
+def fit_transposed(config: EngineConfig, itemsize: int, staged_store: bool) -> EngineConfig:
+    """``config`` with B transposed in shared memory: 128-wide N tiles (the raw tile doubles B's bytes),
+    as many stages as fit (at most 8), no cluster where B's tile is fewer panels than blocks."""
+    config = replace(config, transpose_b=True, bn=min(config.bn, 128))
+    panels = config.bn * itemsize // _SWIZZLE
+    if config.cluster > 1 and panels % config.cluster:
+        config = replace(config, cluster=1)
+    stages = 8
+    while stages > 2 and replace(config, stages=stages).shared_memory(itemsize, staged_store) > MAX_SHARED:
+        stages -= 1
+    return replace(config, stages=stages)
+
+
+def place_transposition(config: EngineConfig, splits: int, route_b: OperandRoute, b: _dt.DType, m: int, n: int,
+                        k: int, batch: int, multiprocessors: int, staged_store: bool,
+                        forced: bool | None = None) -> tuple[EngineConfig, int, OperandRoute]:
+    """Whether B, repacked only for the instruction, is transposed in shared memory instead: the
+    configuration, splits and B's route after the choice.
+
+    ``forced`` (a configuration's ``transpose_b`` given by the caller) overrides the rule: at most
+    TRANSPOSE_MAX_TILE_ROWS tile rows. The splits are recounted for the new tile unless forced.
+    """
+    wanted = forced if forced is not None else math.ceil(m / config.bm) <= TRANSPOSE_MAX_TILE_ROWS
+    if wanted and route_b.transposable and not config.split_tf32 and argument_b_transposable(b):
+        route_b = OperandRoute(route_b.argument, False, transpose=True)
+        config = fit_transposed(config, b.size, staged_store and splits == 1)
+        if forced is None:
+            splits = balanced_splits(config, m, n, k, batch, multiprocessors)
+            config = fit_transposed(config, b.size, staged_store and splits == 1)
+        return config, splits, route_b
+    return (replace(config, transpose_b=False) if config.transpose_b else config), splits, route_b
+
+
+#: The wgmma engine's splits finish inside the GEMM (splitk.cuh): a split's partial sums cost about this
+#: many of its K steps (written by each split, read back by the last one, through L2) ...
+SPLIT_COST_STEPS = 2
+#: ... and each split covers at least this many K steps.
+MIN_STEPS_PER_FIXUP_SPLIT = 4
+#: A split count is taken over fewer splits only when its estimate is this much lower.
+SPLIT_GAIN = 0.8
+
+
+def balanced_splits(config: EngineConfig, m: int, n: int, k: int, batch: int, multiprocessors: int) -> int:
+    """K splits that balance the work over the SMs: the count whose estimated time is lowest.
+
+    The persistent grid runs ceil(units / SMs) rounds of units (units: tiles x splits, of
+    clusters), each ceil(steps / splits) K steps long plus, when split, SPLIT_COST_STEPS for the
+    exchange of partial sums. Too few tiles leave SMs idle, a last partial round wastes the
+    rest of a wave (wave quantisation): splits fill both. Each split is at least
+    MIN_STEPS_PER_FIXUP_SPLIT deep; a count replaces a smaller one only when its estimate is
+    below SPLIT_GAIN times the smaller one's.
+    """
+    slots = max(1, multiprocessors // config.cluster)
+    tiles = batch * math.ceil(math.ceil(m / config.bm) / config.cluster) * math.ceil(n / config.bn)
+    steps = math.ceil(k / config.bk)
+
+    def estimate(splits: int) -> int:
+        chunk = math.ceil(steps / splits)
+        return math.ceil(tiles * math.ceil(steps / chunk) / slots) * (chunk + (SPLIT_COST_STEPS if splits > 1 else 0))
+
+    best, best_cost = 1, estimate(1)
+    for splits in range(2, MAX_SPLITS + 1):
+        chunk = math.ceil(steps / splits)
+        if chunk < MIN_STEPS_PER_FIXUP_SPLIT:
+            break
+        if math.ceil(steps / chunk) != splits:  # the same chunks as a smaller count
+            continue
+        cost = estimate(splits)
+        if cost < SPLIT_GAIN * best_cost:
+            best, best_cost = splits, cost
+    return best
 
 
 def split_count(config: EngineConfig, m: int, n: int, k: int, batch: int, multiprocessors: int) -> int:
-    """K splits that bring the work units up to the SM count, each at least MIN_STEPS_PER_SPLIT deep."""
+    """K splits that bring the work units up to the SM count, each at least MIN_STEPS_PER_SPLIT deep (the
+    wide path's rule: its splits are added up by a second kernel)."""
     units = batch * math.ceil(m / config.bm) * math.ceil(n / config.bn)
     steps = math.ceil(k / config.bk)
     if units >= multiprocessors or steps < 2 * MIN_STEPS_PER_SPLIT:
@@ -231,11 +316,16 @@ class OperandRoute:
 
     ``k_major``: the layout the kernel reads (K contiguous). ``repack``: None when TMA reads
     the array in place, else why it is first copied into a K-major scratch array.
+    ``transposable``: the repack is only for the instruction (TMA reads the array in place), so
+    the kernel may instead transpose its tiles in shared memory. ``transpose``: it does (TMA
+    reads the MN-major array in place, the kernel rewrites each tile K-major).
     """
 
     argument: str
     k_major: bool
     repack: str | None = None
+    transposable: bool = False
+    transpose: bool = False
 
 
 def route(argument: str, dtype: _dt.DType, ptr: int, k_major: bool, ld: int, outer: int, batch_stride: int,
@@ -243,7 +333,10 @@ def route(argument: str, dtype: _dt.DType, ptr: int, k_major: bool, ld: int, out
     """The route of an operand: ``k_major`` its own layout, ``ld`` / ``batch_stride`` in elements."""
     size = dtype.size
     if not k_major and dtype.size != 2:
-        return OperandRoute(argument, True, f"{dtype.name} wgmma reads K-major operands only")
+        reads = route(argument, _dt.float16, ptr, False, ld * size // 2, outer, batch_stride * size // 2, batched)
+        return OperandRoute(argument, True, f"{dtype.name} wgmma reads K-major operands only",
+                            transposable=reads.repack is None and (ld * size) % 2 == 0
+                            and (batch_stride * size) % 2 == 0)
     if ptr % 16:
         return OperandRoute(argument, True, f"TMA needs a 16-byte aligned address, not {ptr:#x}")
     if outer > 1 and (ld * size) % 16:
@@ -253,6 +346,11 @@ def route(argument: str, dtype: _dt.DType, ptr: int, k_major: bool, ld: int, out
             argument, True, f"TMA needs batch strides of whole 16 bytes, not {batch_stride} x {size} bytes"
         )
     return OperandRoute(argument, k_major)
+
+
+def argument_b_transposable(dtype: _dt.DType) -> bool:
+    """Whether the kernels transpose MN-major B tiles of ``dtype`` in shared memory (4-byte and 1-byte types)."""
+    return dtype.size in (1, 4)
 
 
 def _round_up(value: int, multiple: int) -> int:
@@ -312,6 +410,7 @@ def config_members(a: _dt.DType, b: _dt.DType, config: EngineConfig, a_k_major: 
         f"    static constexpr int promotion = {config.promotion};",
         *([f"    static constexpr bool split_tf32 = true; static constexpr int promote_stages = "
            f"{config.promote_stages};"] if config.split_tf32 else []),
+        *(["    static constexpr bool b_transpose = true;"] if config.transpose_b else []),
     ]
 
 
@@ -363,7 +462,7 @@ def repack_source(itemsize: int) -> str:
 # the plan of one kind of call
 # ---------------------------------------------------------------------------------------------
 
-_GEMM_PARAMS = ("map", "map", "map", "u64", "u64", "u64", "i32", "i32", "i32", "i32", "i32", "i32", "i32",
+_GEMM_PARAMS = ("map", "map", "map", "u64", "u64", "u64", "u64", "i32", "i32", "i32", "i32", "i32", "i32", "i32",
                 "i64", "i64", "i64", "i64", "i64", "i64", "f32", "f32")
 _REDUCE_PARAMS = ("u64", "u64", "u64", "i32", "i32", "i32", "i32", "i64", "i64", "i64", "i64", "i64", "i64", "f32",
                   "f32")
@@ -449,12 +548,27 @@ class EnginePlan:
         self.a, self.b, self.c = a, b, c
         self.m, self.n, self.k, self.batch = m, n, k, batch
         self.route_a, self.route_b = route_a, route_b
-        chosen, chosen_splits = choose_config(a, m, n, k, batch, multiprocessors, scheme,
-                                              promotion_of(a, fast_accumulation))
+        self.routes_given = (route_a, route_b)  # before B's transposition is placed (bx.tune's key)
+        promotion = promotion_of(a, fast_accumulation)
+        chosen, chosen_splits = choose_config(a, m, n, k, batch, multiprocessors, scheme, promotion)
+        if config is None and splits is None and scheme == "native":  # a configuration bx.tune kept wins
+            from .tuning import TUNED, key_of
+
+            tuned = TUNED.get(key_of(a, b, c, m, n, k, batch, multiprocessors, route_a, route_b, promotion))
+            if tuned is not None:
+                try:
+                    config, splits = EngineConfig(**tuned[0]), tuned[1]
+                except TypeError:  # fields of another version of EngineConfig: the rule
+                    pass
         self.config = config or chosen
+        self.splits = splits if splits is not None else (chosen_splits if config is None else 1)
+        staged_guess = d_layout is None or _store_geometry(c, m, n, batch, d_layout) is not None
+        self.config, self.splits, route_b = place_transposition(
+            self.config, self.splits, route_b, b, m, n, k, batch, multiprocessors, staged_guess,
+            None if config is None else config.transpose_b)
+        self.route_b = route_b
         if self.config.split_tf32 != (scheme == "3xtf32"):
             raise ValueError(f"configuration {self.config} does not run the {scheme} scheme")
-        self.splits = splits if splits is not None else (chosen_splits if config is None else 1)
         self.multiprocessors = multiprocessors
         self.operand_a = _operand(route_a, a, m, k, lda, batch_a, batch_stride_a, self.config.bm, self.config.bk)
         cluster = self.config.cluster
@@ -515,43 +629,63 @@ class EnginePlan:
         """D = alpha * A B + beta * C on ``stream``: A, B, C, D are ArrayViews (C None: beta is 0).
 
         alpha and beta are of C's scalar type (int32 for an integer C; :func:`scalar`).
+        Scratch (repacked operands, split-K partial sums) is the call's: safe in a CUDA graph
+        capture (blasdx.launch.scratch).
         """
         if c is None:
             beta = 0
         alpha, beta = scalar(alpha, self.c), scalar(beta, self.c)
-        a_ptr, b_ptr, workspace = self._operands_and_workspace(device_id, stream_core, stream, a, b)
-        c_ptr, c_strides = (0, (0, 0, 0)) if c is None else (c.ptr, result_strides(c))
-        d_strides = result_strides(d)
-        gemm = self._gemm
-        with gemm.params.lock:
-            self._point_maps(a_ptr, b_ptr, d.ptr)
-            scalars = (c_strides, d_strides, alpha, beta)
-            if scalars == self._scalars:  # the common case: only the addresses change from call to call
-                gemm.params.set(3, c_ptr)
-                gemm.params.set(4, d.ptr if self.splits == 1 else 0)
-                gemm.params.set(5, workspace)
-            else:
-                gemm.fill((None, None, None, c_ptr, d.ptr if self.splits == 1 else 0, workspace, self.m, self.n,
-                           self.k, self.batch, int(self.operand_a.batched), int(self.operand_b.batched), self.splits,
-                           *c_strides, *d_strides, alpha, beta))
-                self._scalars = scalars
-            if not self._grid_checked:
-                self._fit_grid(device_id)
-            gemm.launch(device_id, self.grid, (self.config.threads, 1, 1), stream, self.config.cluster)
-        if self.splits > 1:
-            reduce_splits(self._reduce, device_id, stream, workspace, self.splits, c_ptr, c_strides, d.ptr, d_strides,
-                          self.m, self.n, self.batch, self.multiprocessors, alpha, beta)
+        with _scratch.call_scratch(device_id, stream) if self.needs_scratch else _NO_SCRATCH as scratch:
+            a_ptr, b_ptr, workspace = self._operands_and_workspace(device_id, scratch, stream, a, b)
+            counters = self._counters(scratch) if self.splits > 1 else 0
+            c_ptr, c_strides = (0, (0, 0, 0)) if c is None else (c.ptr, result_strides(c))
+            d_strides = result_strides(d)
+            gemm = self._gemm
+            with gemm.params.lock:
+                self._point_maps(a_ptr, b_ptr, d.ptr)
+                scalars = (c_strides, d_strides, alpha, beta)
+                if scalars == self._scalars:  # the common case: only the addresses change from call to call
+                    gemm.params.set(3, c_ptr)
+                    gemm.params.set(4, d.ptr)
+                    gemm.params.set(5, workspace)
+                    gemm.params.set(6, counters)
+                else:
+                    gemm.fill((None, None, None, c_ptr, d.ptr, workspace, counters, self.m, self.n, self.k,
+                               self.batch, int(self.operand_a.batched), int(self.operand_b.batched), self.splits,
+                               *c_strides, *d_strides, alpha, beta))
+                    self._scalars = scalars
+                if not self._grid_checked:
+                    self._fit_grid(device_id)
+                gemm.launch(device_id, self.grid, (self.config.threads, 1, 1), stream, self.config.cluster)
 
-    def _operands_and_workspace(self, device_id: int, stream_core: Any, stream: int, a: Any,
+    @property
+    def needs_scratch(self) -> bool:
+        """Whether a call takes device scratch: a repacked operand or split-K partial sums."""
+        return self.splits > 1 or self.route_a.repack is not None or self.route_b.repack is not None
+
+    def _operands_and_workspace(self, device_id: int, scratch: Any, stream: int, a: Any,
                                 b: Any) -> tuple[int, int, int]:
-        """The addresses TMA reads A and B from (repacked first where the routes say); the split workspace."""
-        a_ptr = self._prepare(a, self.route_a, self.operand_a, self.m, "a", device_id, stream_core, stream)
-        b_ptr = self._prepare(b, self.route_b, self.operand_b, self.n, "b", device_id, stream_core, stream)
+        """The addresses TMA reads A and B from (repacked first where the routes say); the split workspace.
+
+        ``scratch`` is the call's :class:`~blasdx.launch.scratch.CallScratch`."""
+        a_ptr = self._prepare(a, self.route_a, self.operand_a, self.m, "a", device_id, scratch, stream)
+        b_ptr = self._prepare(b, self.route_b, self.operand_b, self.n, "b", device_id, scratch, stream)
         workspace = 0
-        if self.splits > 1:
-            nbytes = 4 * self.splits * self.batch * self.m * self.n  # f32 or int32 partial sums
-            workspace = _SCRATCH.get(device_id, stream, stream_core, "splits", nbytes)
+        if self.splits > 1:  # f32 or int32 partial sums: whole tiles (the GEMM's fragments), at least [split][M][N]
+            cfg = self.config
+            tiles_m = math.ceil(math.ceil(self.m / cfg.bm) / cfg.cluster) * cfg.cluster
+            tiles = self.batch * tiles_m * math.ceil(self.n / cfg.bn)
+            nbytes = 4 * self.splits * max(tiles * cfg.bm * cfg.bn, self.batch * self.m * self.n)
+            workspace = scratch.get("splits", nbytes)
         return a_ptr, b_ptr, workspace
+
+    def _counters(self, scratch: Any) -> int:
+        """The split counters of the GEMM's fixup (kernels/blasdx/hopper/splitk.cuh): one per tile, consumer
+        and warp, zero between launches (zeroed once here when the pool allocates them)."""
+        cfg = self.config
+        tiles_m = math.ceil(math.ceil(self.m / cfg.bm) / cfg.cluster) * cfg.cluster
+        slots = self.batch * tiles_m * math.ceil(self.n / cfg.bn) * (1 if cfg.pingpong else cfg.consumers) * 4
+        return scratch.get("split counters", 4 * slots, zero=True)
 
     def _fit_grid(self, device_id: int) -> None:
         """A persistent grid of clusters no larger than the device runs at once."""
@@ -583,13 +717,13 @@ class EnginePlan:
             params.set_map(2, maps[2] if len(maps) > 2 else maps[0])
 
     def _prepare(self, view: Any, route_: OperandRoute, op: _Operand, rows: int, slot: str, device_id: int,
-                 stream_core: Any, stream: int) -> int:
+                 scratch: Any, stream: int) -> int:
         """The address TMA reads the operand from: the array itself, or its K-major repacked copy."""
         if route_.repack is None:
             return view.ptr
         k, size = self.k, (self.a if slot == "a" else self.b).size
         problems = op.dims[2]
-        target = _SCRATCH.get(device_id, stream, stream_core, slot, op.strides[1] * problems)
+        target = scratch.get(slot, op.strides[1] * problems)
         shape, strides = tuple(view.shape), tuple(view.strides)
         row_stride, col_stride = strides[-2:]
         source_batch = strides[0] if len(shape) == 3 and shape[0] > 1 else 0
@@ -614,44 +748,24 @@ def reduce_splits(kernel: _Kernel, device_id: int, stream: int, workspace: int, 
         kernel.launch(device_id, grid, (256, 1, 1), stream)
 
 
-class _ScratchPool:
-    """Device scratch kept per (device, stream, use) and reused call after call on that stream.
-
-    Work on one stream runs in order, so a buffer that the previous call's kernels used is
-    free for the next call's; other streams get their own. A buffer that is too small is
-    freed stream-ordered and replaced by a larger one. Allocations come from the device's
-    stream-ordered pool (the caller has the device's context current).
-    """
-
-    LIMIT = 32  # buffers kept per device; the oldest is freed beyond this
-
-    def __init__(self) -> None:
-        self._buffers: dict[tuple[int, int, str], tuple[int, int]] = {}  # -> (address, bytes)
-        self._lock = threading.Lock()
-
-    def get(self, device_id: int, stream: int, stream_core: Any, use: str, nbytes: int) -> int:
-        """The address of at least ``nbytes`` of device memory for ``use`` on ``stream``."""
-        key = (device_id, stream, use)
-        found = self._buffers.get(key)
-        if found is not None and found[1] >= nbytes:
-            return found[0]
-        with self._lock:
-            if found is not None:
-                _driver.free_async(self._buffers.pop(key)[0], stream)
-            mine = [k for k in self._buffers if k[0] == device_id]  # this device's context is the current one
-            for old in mine[: max(0, len(mine) - self.LIMIT + 1)]:
-                address, _ = self._buffers.pop(old)
-                try:
-                    _driver.free_async(address, old[1])
-                except DeviceError:  # that stream is gone: the pool keeps the bytes until the device resets
-                    pass
-            size = max(256, 1 << (nbytes - 1).bit_length())  # powers of two: few regrowths
-            address = _driver.allocate_async(size, stream)
-            self._buffers[key] = (address, size)
-            return address
+#: The process's scratch pool (blasdx.launch.scratch), under the name the engine modules used.
+_SCRATCH = _scratch.POOL
 
 
-_SCRATCH = _ScratchPool()
+class _NoScratch:
+    """The scratch of a call that takes none: nothing to ask the driver, nothing to free."""
+
+    def get(self, use: str, nbytes: int) -> int:  # pragma: no cover - plans without scratch never ask
+        raise AssertionError(f"a plan without scratch asked for {nbytes} bytes of {use}")
+
+    def __enter__(self) -> _NoScratch:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        pass
+
+
+_NO_SCRATCH = _NoScratch()
 
 
 def _describe(config: EngineConfig, splits: int, route_a: OperandRoute, route_b: OperandRoute, tma_store: bool) -> str:
@@ -660,6 +774,7 @@ def _describe(config: EngineConfig, splits: int, route_a: OperandRoute, route_b:
     for r in (route_a, route_b):
         layout = "K-major" if r.k_major else "MN-major"
         text += f", {r.argument} {layout}" + (f" (repacked: {r.repack})" if r.repack else "")
+        text += " (transposed in shared memory)" if r.transpose else ""
     return text
 
 
@@ -679,7 +794,10 @@ def describe_call(a: _dt.DType, c: _dt.DType, m: int, n: int, k: int, batch: int
                     m * k, batch > 1)
     route_b = route("y", a, _SCRATCH_ALIGNMENT, not b_row_major, n if b_row_major else k, k if b_row_major else n,
                     k * n, batch > 1)
-    store = splits == 1 and _store_geometry(c, m, n, batch, (n, 1, m * n if batch > 1 else 0, 0)) is not None
+    geometry = _store_geometry(c, m, n, batch, (n, 1, m * n if batch > 1 else 0, 0))
+    config, splits, route_b = place_transposition(config, splits, route_b, a, m, n, k, batch, multiprocessors,
+                                                  geometry is not None)
+    store = splits == 1 and geometry is not None
     return _describe(config, splits, route_a, route_b, store)
 
 

@@ -31,6 +31,7 @@ from typing import Any
 
 from .. import dtypes as _dt
 from ..arrays.view import ArrayView
+from ..launch import scratch as _scratch
 from . import hopper as _hopper
 
 __all__ = ["MODULI", "MAX_K", "Residues", "residues_for", "OzakiPlan", "ozaki_source"]
@@ -183,30 +184,31 @@ class OzakiPlan:
             d: ArrayView, alpha: float, beta: float) -> None:
         """D = alpha * x y + beta * C (C None: beta is 0) on ``stream``; x is [M, K], y [K, N], all float64."""
         m, n, k, ld, count = self.m, self.n, self.k, self.ld, self.scheme.count
-        scratch = _hopper._SCRATCH
-        shift_a = scratch.get(device_id, stream, stream_core, "ozaki shifts x", 4 * m)
-        shift_b = scratch.get(device_id, stream, stream_core, "ozaki shifts y", 4 * n)
-        res_a = scratch.get(device_id, stream, stream_core, "ozaki residues x", count * m * ld)
-        res_b = scratch.get(device_id, stream, stream_core, "ozaki residues y", count * n * ld)
-        products = scratch.get(device_id, stream, stream_core, "ozaki products", 4 * count * m * n)
-        x_rows, x_k = x.strides[-2], x.strides[-1]  # x: rows of M along K
-        y_k, y_cols = y.strides[-2], y.strides[-1]  # y read as rows of N along K
-        for operand, rows, row_stride, k_stride, shifts, residues in (
-                (x, m, x_rows, x_k, shift_a, res_a), (y, n, y_cols, y_k, shift_b, res_b)):
-            with self._shifts.params.lock:
-                self._shifts.fill((operand.ptr, rows, k, row_stride, k_stride, shifts))
-                self._shifts.launch(device_id, (-(-rows // 32), 1, 1), (32, 32, 1), stream)
-            with self._slices.params.lock:
-                self._slices.fill((operand.ptr, rows, k, row_stride, k_stride, shifts, residues, ld, rows * ld))
-                self._slices.launch(device_id, (-(-ld // 128), -(-rows // 32), 1), (256, 1, 1), stream)
-        self.gemm.run(device_id, stream_core, stream, _view(res_a, (count, m, ld), (m * ld, ld, 1), _dt.int8, device_id),
-                      _view(res_b, (count, k, n), (n * ld, 1, ld), _dt.int8, device_id), None,
-                      _view(products, (count, m, n), (m * n, n, 1), _dt.int32, device_id), 1, 0)
-        acc_row, acc_col = (0, 0) if c is None else c.strides[-2:]
-        d_row, d_col = d.strides[-2:]
-        total = m * n
-        grid = (max(1, min(-(-total // 256), 16 * self.multiprocessors)), 1, 1)
-        with self._combine.params.lock:
-            self._combine.fill((products, m, n, shift_a, shift_b, 0 if c is None else c.ptr, acc_row, acc_col, d.ptr,
-                                d_row, d_col, float(alpha), 0.0 if c is None else float(beta)))
-            self._combine.launch(device_id, grid, (256, 1, 1), stream)
+        with _scratch.call_scratch(device_id, stream) as scratch:  # safe in a CUDA graph capture
+            shift_a = scratch.get("ozaki shifts x", 4 * m)
+            shift_b = scratch.get("ozaki shifts y", 4 * n)
+            res_a = scratch.get("ozaki residues x", count * m * ld)
+            res_b = scratch.get("ozaki residues y", count * n * ld)
+            products = scratch.get("ozaki products", 4 * count * m * n)
+            x_rows, x_k = x.strides[-2], x.strides[-1]  # x: rows of M along K
+            y_k, y_cols = y.strides[-2], y.strides[-1]  # y read as rows of N along K
+            for operand, rows, row_stride, k_stride, shifts, residues in (
+                    (x, m, x_rows, x_k, shift_a, res_a), (y, n, y_cols, y_k, shift_b, res_b)):
+                with self._shifts.params.lock:
+                    self._shifts.fill((operand.ptr, rows, k, row_stride, k_stride, shifts))
+                    self._shifts.launch(device_id, (-(-rows // 32), 1, 1), (32, 32, 1), stream)
+                with self._slices.params.lock:
+                    self._slices.fill((operand.ptr, rows, k, row_stride, k_stride, shifts, residues, ld, rows * ld))
+                    self._slices.launch(device_id, (-(-ld // 128), -(-rows // 32), 1), (256, 1, 1), stream)
+            self.gemm.run(device_id, stream_core, stream,
+                          _view(res_a, (count, m, ld), (m * ld, ld, 1), _dt.int8, device_id),
+                          _view(res_b, (count, k, n), (n * ld, 1, ld), _dt.int8, device_id), None,
+                          _view(products, (count, m, n), (m * n, n, 1), _dt.int32, device_id), 1, 0)
+            acc_row, acc_col = (0, 0) if c is None else c.strides[-2:]
+            d_row, d_col = d.strides[-2:]
+            total = m * n
+            grid = (max(1, min(-(-total // 256), 16 * self.multiprocessors)), 1, 1)
+            with self._combine.params.lock:
+                self._combine.fill((products, m, n, shift_a, shift_b, 0 if c is None else c.ptr, acc_row, acc_col,
+                                    d.ptr, d_row, d_col, float(alpha), 0.0 if c is None else float(beta)))
+                self._combine.launch(device_id, grid, (256, 1, 1), stream)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .. import dtypes as _dt
+from ..launch import scratch as _scratch
 from . import hopper as _hopper
 from .hopper import OperandRoute
 
@@ -176,37 +177,40 @@ class WidePlan(_hopper.EnginePlan):
 
     def run(self, device_id: int, stream_core: Any, stream: int, a: Any, b: Any, c: Any, d: Any, alpha: float,
             beta: float) -> None:
-        """D = alpha * A B + beta * C on ``stream``: A, B, C, D are ArrayViews (C None: beta is 0)."""
+        """D = alpha * A B + beta * C on ``stream``: A, B, C, D are ArrayViews (C None: beta is 0).
+
+        Scratch is the call's, safe in a CUDA graph capture (blasdx.launch.scratch)."""
         if c is None:
             beta = 0.0
-        a_ptr = self._prepare(a, self.route_a, self.operand_a, self.m, "a", device_id, stream_core, stream)
-        b_ptr = self._prepare(b, self.route_b, self.operand_b, self.n, "b", device_id, stream_core, stream)
-        workspace = 0
-        if self.splits > 1:
-            nbytes = self.c.size * self.splits * self.batch * self.m * self.n
-            workspace = _hopper._SCRATCH.get(device_id, stream, stream_core, "wide splits", nbytes)
-        c_ptr, c_strides = (0, (0, 0, 0)) if c is None else (c.ptr, _hopper.result_strides(c))
-        d_strides = _hopper.result_strides(d)
-        d_ptr = d.ptr if self.splits == 1 else 0
-        gemm = self._gemm
-        with gemm.params.lock:
-            self._point_maps(a_ptr, b_ptr, d.ptr)
-            scalars = (c_strides, d_strides, alpha, beta)
-            if scalars == self._scalars:  # the common case: only the addresses change from call to call
-                gemm.params.set(2, c_ptr)
-                gemm.params.set(3, d_ptr)
-                gemm.params.set(4, workspace)
-            else:
-                gemm.fill((None, None, c_ptr, d_ptr, workspace, self.m, self.n, self.k, self.batch,
-                           int(self.operand_a.batched), int(self.operand_b.batched), self.splits, *c_strides,
-                           *d_strides, alpha, beta))
-                self._scalars = scalars
-            if not self._grid_checked:
-                self._fit_grid(device_id)
-            gemm.launch(device_id, self.grid, (self.config.threads, 1, 1), stream, self.config.cluster)
-        if self.splits > 1:
-            _hopper.reduce_splits(self._reduce, device_id, stream, workspace, self.splits, c_ptr, c_strides, d.ptr,
-                                  d_strides, self.m, self.n, self.batch, self.multiprocessors, alpha, beta)
+        with _scratch.call_scratch(device_id, stream) if self.needs_scratch else _hopper._NO_SCRATCH as scratch:
+            a_ptr = self._prepare(a, self.route_a, self.operand_a, self.m, "a", device_id, scratch, stream)
+            b_ptr = self._prepare(b, self.route_b, self.operand_b, self.n, "b", device_id, scratch, stream)
+            workspace = 0
+            if self.splits > 1:
+                nbytes = self.c.size * self.splits * self.batch * self.m * self.n
+                workspace = scratch.get("wide splits", nbytes)
+            c_ptr, c_strides = (0, (0, 0, 0)) if c is None else (c.ptr, _hopper.result_strides(c))
+            d_strides = _hopper.result_strides(d)
+            d_ptr = d.ptr if self.splits == 1 else 0
+            gemm = self._gemm
+            with gemm.params.lock:
+                self._point_maps(a_ptr, b_ptr, d.ptr)
+                scalars = (c_strides, d_strides, alpha, beta)
+                if scalars == self._scalars:  # the common case: only the addresses change from call to call
+                    gemm.params.set(2, c_ptr)
+                    gemm.params.set(3, d_ptr)
+                    gemm.params.set(4, workspace)
+                else:
+                    gemm.fill((None, None, c_ptr, d_ptr, workspace, self.m, self.n, self.k, self.batch,
+                               int(self.operand_a.batched), int(self.operand_b.batched), self.splits, *c_strides,
+                               *d_strides, alpha, beta))
+                    self._scalars = scalars
+                if not self._grid_checked:
+                    self._fit_grid(device_id)
+                gemm.launch(device_id, self.grid, (self.config.threads, 1, 1), stream, self.config.cluster)
+            if self.splits > 1:
+                _hopper.reduce_splits(self._reduce, device_id, stream, workspace, self.splits, c_ptr, c_strides,
+                                      d.ptr, d_strides, self.m, self.n, self.batch, self.multiprocessors, alpha, beta)
 
     def _point_maps(self, a_ptr: int, b_ptr: int, d_ptr: int) -> None:
         """Point A's and B's maps at this call's operands (a driver call only on change); D has no map."""

@@ -47,7 +47,6 @@ from ..errors import CompileError, DescriptorError, ExecutionError
 from ..launch import cuda_driver as _cuda_driver
 from ..launch import cuda_modules as _cuda
 from ..launch import devices as _devices
-from ..launch import launcher as _launcher
 from ..run import execute as _execute
 
 __all__ = [
@@ -801,7 +800,7 @@ class FusedKernel:
                 _cuda_driver.launch(int(kernel.handle), grid3, block3, smem, handle,
                                     _cuda_driver.parameters_of(values), self._cluster)
             else:
-                _launcher.core_launch(core, config, kernel, *values)
+                _cuda_driver.core_launch(core, config, kernel, *values)
         finally:
             if token is not None:
                 _devices.leave(token)

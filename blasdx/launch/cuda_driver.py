@@ -1,25 +1,40 @@
-"""The few CUDA driver calls the Hopper engine makes itself: tensor maps and a packed launch.
+"""The one driver layer: every CUDA driver call blasdx makes to run its kernels, and its launches.
 
-A TMA kernel takes its tensor maps by value (128-byte ``CUtensorMap`` parameters), which
-``cuda.core.launch`` cannot pass in every version blasdx supports, and an engine call
-launches with a dozen scalars whose conversion should cost nothing. So this module keeps
-one ctypes parameter block per kernel plan (a slot per parameter, filled in place) and
-calls ``cuTensorMapEncodeTiled``, ``cuTensorMapReplaceAddress`` and ``cuLaunchKernel`` of
-libcuda directly. Enum values come from cuda.bindings, the library's own names for them.
+* Packed launches of blasdx's own kernels (:class:`PackedLaunch`): a kernel whose parameter
+  list is fixed by its plan lays it out once -- one 8-byte slot per parameter and the array
+  of slot pointers the driver reads -- and a launch writes the values with one
+  ``struct.pack_into`` and makes one ``cuLaunchKernel`` call (``cuda.core.launch`` converts
+  every argument on every call and rebuilds its configuration). Each thread packs into
+  buffers of its own; the driver copies the parameters before ``cuLaunchKernel`` returns.
+* Parameter blocks with tensor maps (:class:`ParameterBlock`, :func:`launch`): a TMA kernel
+  takes its maps by value (128-byte ``CUtensorMap`` parameters), which ``cuda.core.launch``
+  cannot pass in every version blasdx supports; the Hopper engine keeps one block per plan
+  (a slot per parameter, filled in place) and launches it, in clusters where the plan says.
+* Tensor maps (:func:`encode_tiled`, :meth:`TensorMap.replace_address`), stream-ordered
+  allocation (:func:`allocate_async`, :func:`free_async`), whether a stream captures a CUDA
+  graph (:func:`is_capturing`) and cluster occupancy.
+* ``cuda.core.launch`` for kernels whose parameters the user typed (:func:`core_launch`).
+
+Launches run in the current context: callers make the operands' device current first
+(:func:`blasdx.launch.devices.enter`). Enum values come from cuda.bindings, the library's
+own names for them.
 """
 
 from __future__ import annotations
 
 import ctypes
+import struct
 import threading
 from collections.abc import Sequence
 from typing import Any
 
 from ..errors import DeviceError, ExecutionError
+from . import devices as _devices
 
 __all__ = [
-    "TensorMap", "ParameterBlock", "allocate_async", "encode_tiled", "free_async", "launch", "max_active_clusters",
-    "parameters_of", "TENSOR_MAP_TYPES",
+    "TensorMap", "ParameterBlock", "PackedLaunch", "SLOT_FORMATS", "TENSOR_MAP_TYPES", "allocate_async",
+    "core_launch", "encode_tiled", "free_async", "is_capturing", "launch", "max_active_clusters", "parameters_of",
+    "stream_object",
 ]
 
 _LIB: list[Any] = []
@@ -50,12 +65,16 @@ def _libcuda() -> Any:
             lib.cuMemAllocAsync.restype = ctypes.c_int
             lib.cuMemFreeAsync.argtypes = [ctypes.c_uint64, p]
             lib.cuMemFreeAsync.restype = ctypes.c_int
+            lib.cuMemsetD32Async.argtypes = [ctypes.c_uint64, ctypes.c_uint, ctypes.c_size_t, p]
+            lib.cuMemsetD32Async.restype = ctypes.c_int
             lib.cuKernelGetFunction.argtypes = [p, p]
             lib.cuKernelGetFunction.restype = ctypes.c_int
             lib.cuOccupancyMaxActiveClusters.argtypes = [p, p, p]
             lib.cuOccupancyMaxActiveClusters.restype = ctypes.c_int
             lib.cuLaunchKernelEx.argtypes = [p, p, p, p]
             lib.cuLaunchKernelEx.restype = ctypes.c_int
+            lib.cuStreamIsCapturing.argtypes = [p, ctypes.POINTER(ctypes.c_int)]
+            lib.cuStreamIsCapturing.restype = ctypes.c_int
             lib.cuGetErrorName.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
             lib.cuGetErrorName.restype = ctypes.c_int
             _LIB.append(lib)
@@ -252,12 +271,35 @@ def allocate_async(nbytes: int, stream: int) -> int:
     return pointer.value
 
 
+def zero_async(pointer: int, words: int, stream: int) -> None:
+    """cuMemsetD32Async: ``words`` 32-bit words at ``pointer`` set to zero, ordered on ``stream``."""
+    lib = _libcuda()
+    code = lib.cuMemsetD32Async(pointer, 0, words, stream)
+    if code:
+        raise DeviceError(f"cuMemsetD32Async({pointer:#x}, {words} words) failed: {_error_name(lib, code)}")
+
+
 def free_async(pointer: int, stream: int) -> None:
     """cuMemFreeAsync: give ``pointer`` back once the work queued on ``stream`` before now is done."""
     lib = _libcuda()
     code = lib.cuMemFreeAsync(pointer, stream)
     if code:
         raise DeviceError(f"cuMemFreeAsync({pointer:#x}) failed: {_error_name(lib, code)}")
+
+
+def is_capturing(stream: int) -> bool:
+    """Whether ``stream`` is capturing a CUDA graph (or holds a capture an error invalidated).
+
+    DeviceError when the driver cannot say: the legacy default stream while another stream
+    of its context captures, which no work may use then.
+    """
+    lib = _libcuda()
+    status = ctypes.c_int()
+    code = lib.cuStreamIsCapturing(stream, ctypes.byref(status))
+    if code:
+        raise DeviceError(f"stream {stream:#x}: cuStreamIsCapturing failed: {_error_name(lib, code)} (the legacy "
+                          "default stream cannot take work while another stream captures a CUDA graph)")
+    return status.value != 0
 
 
 def max_active_clusters(function: int, block: tuple[int, int, int], shared_memory: int, cluster: int) -> int | None:
@@ -288,3 +330,104 @@ def launch(function: int, grid: tuple[int, int, int], block: tuple[int, int, int
     if code:
         raise DeviceError(f"cuLaunchKernel failed: {_error_name(lib, code)} (grid {grid}, block {block}, "
                           f"{shared_memory} bytes of shared memory, clusters of {cluster})")
+
+
+# ---------------------------------------------------------------------------------------------
+# packed launches of blasdx's own kernels (through cuda.bindings)
+# ---------------------------------------------------------------------------------------------
+
+#: struct format of each slot kind, padded to 8 bytes.
+SLOT_FORMATS = {"P": "Q", "q": "q", "d": "d", "i": "i4x", "f": "f4x"}
+_SLOT_BYTES = 8
+
+_STREAMS: dict[int, Any] = {}
+
+
+def stream_object(handle: int) -> Any:
+    """The driver ``CUstream`` of ``handle`` (memoised: building one per launch costs more than the look-up)."""
+    found = _STREAMS.get(handle)
+    if found is None:
+        if len(_STREAMS) > 256:
+            _STREAMS.clear()
+        found = _STREAMS[handle] = _devices.driver().CUstream(handle)
+    return found
+
+
+class _Buffers:
+    """One thread's parameter block of a PackedLaunch: the slots and the pointer array the driver reads."""
+
+    __slots__ = ("data", "pointers", "address")
+
+    def __init__(self, count: int) -> None:
+        self.data = (ctypes.c_uint64 * max(count, 1))()
+        base = ctypes.addressof(self.data)
+        self.pointers = (ctypes.c_void_p * max(count, 1))(*(base + _SLOT_BYTES * i for i in range(count)))
+        self.address = ctypes.addressof(self.pointers)
+
+
+class PackedLaunch:
+    """One loaded kernel with a fixed parameter list: ``launch(grid_x, grid_y, stream_handle, *values)``."""
+
+    __slots__ = ("name", "slots", "block", "shared_memory", "_function", "_struct", "_local", "_driver")
+
+    def __init__(
+        self, kernel: Any, slots: str, block: tuple[int, int, int], shared_memory: int, name: str = ""
+    ) -> None:
+        unknown = sorted(set(slots) - set(SLOT_FORMATS))
+        if unknown:
+            raise ValueError(
+                f"slots={slots!r}: unknown slot kinds {unknown}; expected letters of {''.join(SLOT_FORMATS)}"
+            )
+        drv = _devices.driver()
+        self.name = name
+        self.slots = slots
+        self.block = tuple(int(v) for v in block)
+        self.shared_memory = int(shared_memory)
+        self._function = drv.CUfunction(int(kernel.handle))
+        self._struct = struct.Struct("<" + "".join(SLOT_FORMATS[s] for s in slots))
+        self._local = threading.local()
+        self._driver = drv
+
+    def buffers(self) -> _Buffers:
+        """The calling thread's parameter block (made on its first launch)."""
+        try:
+            return self._local.buffers
+        except AttributeError:
+            found = self._local.buffers = _Buffers(len(self.slots))
+            return found
+
+    def launch(self, grid_x: int, grid_y: int, stream: int, *values: Any) -> None:
+        """Pack ``values`` (one per slot) and launch on ``grid_x`` x ``grid_y`` blocks on stream handle ``stream``."""
+        try:
+            buffers = self._local.buffers
+        except AttributeError:
+            buffers = self.buffers()
+        self._struct.pack_into(buffers.data, 0, *values)
+        bx, by, bz = self.block
+        found = _STREAMS.get(stream)
+        (err,) = self._driver.cuLaunchKernel(
+            self._function, grid_x, grid_y, 1, bx, by, bz, self.shared_memory,
+            found if found is not None else stream_object(stream), buffers.address, 0,
+        )
+        if err:
+            raise DeviceError(
+                f"launching {self.name or 'the kernel'} on grid ({grid_x}, {grid_y}, 1), block {self.block}, "
+                f"{self.shared_memory} B of shared memory failed: {getattr(err, 'name', err)}"
+            )
+
+
+def core_launch(stream: Any, config: Any, kernel: Any, *args: Any) -> None:
+    """``cuda.core.launch(stream, config, kernel, *args)``: for kernels whose parameters the user typed (fusion)."""
+    launch = _CORE_LAUNCH[0] if _CORE_LAUNCH else _load_core_launch()
+    launch(stream, config, kernel, *args)
+
+
+_CORE_LAUNCH: list[Any] = []
+
+
+def _load_core_launch() -> Any:
+    """cuda.core.launch, imported on first use."""
+    from . import cuda_modules
+
+    _CORE_LAUNCH[:] = [cuda_modules.core().launch]
+    return _CORE_LAUNCH[0]

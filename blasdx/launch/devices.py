@@ -133,7 +133,9 @@ def enter(device_id: int) -> Any:
     :func:`leave` pops it and whatever was current before (or nothing) is current again.
     Returns None when nothing was pushed.
     """
-    drv = _DRIVER[0] if _DRIVER else driver()
+    if not _DRIVER_READY:
+        ensure_driver()  # DeviceError without a usable driver or GPU
+    drv = _DRIVER[0]
     err, dev = drv.cuCtxGetDevice()
     if not _failed(err) and int(dev) == device_id:
         return None
@@ -189,9 +191,17 @@ class on_device:  # noqa: N801 - used like a function: ``with on_device(1): ...`
         leave(self._token)
 
 
-def pointer_device_id(ptr: int, argument: str = "array") -> int:
-    """The ordinal of the GPU that holds ``ptr`` (driver pointer attribute); CAI has no device field."""
-    ensure_driver()
+def pointer_device_id(ptr: int, argument: str = "array") -> int | None:
+    """The ordinal of the GPU that holds ``ptr`` (driver pointer attribute); CAI has no device field.
+
+    None when there is no usable driver: reading an array does not need one, so a call checks
+    its arguments first and reports the missing GPU when it looks its device up.
+    """
+    if not _DRIVER_READY:
+        try:
+            ensure_driver()
+        except DeviceError:
+            return None
     drv = driver()
     attribute = drv.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
     err, value = drv.cuPointerGetAttribute(attribute, ptr)
@@ -265,14 +275,31 @@ def _driver_stream_device(handle: int, argument: str) -> int:
 
 
 def as_device(device: Any) -> Any:
-    """A cuda.core Device from None (current), an ordinal, a Device, a CuPy device or a torch.device."""
-    Device = _cuda.core().Device  # noqa: N806
-    if device is None or isinstance(device, Device):
-        return Device() if device is None else device
-    if isinstance(device, numbers.Integral) and not isinstance(device, bool):
-        return Device(int(device))
-    if getattr(device, "type", None) == "cuda":  # torch.device
-        return Device(device.index or 0)
-    if isinstance(getattr(device, "id", None), int):  # cupy.cuda.Device
-        return Device(device.id)
-    raise ExecutionError(f"device: {device!r} is not a GPU; expected None, an ordinal, or a cuda.core Device")
+    """A cuda.core Device from None (current), an ordinal, a Device, a CuPy device or a torch.device.
+
+    ExecutionError for anything else; DeviceError when there is no usable driver or GPU, or
+    no such device (checked before cuda.core is asked, which would fail on its own terms).
+    """
+    if device is None:
+        ordinal = None
+    elif isinstance(device, numbers.Integral) and not isinstance(device, bool):
+        ordinal = int(device)
+    elif getattr(device, "type", None) == "cuda":  # torch.device
+        ordinal = device.index or 0
+    elif isinstance(getattr(device, "id", None), int):  # cupy.cuda.Device
+        ordinal = device.id
+    elif type(device).__module__.startswith("cuda.core") and hasattr(device, "device_id"):
+        return device  # a cuda.core Device: it exists, so the driver does
+    else:
+        raise ExecutionError(f"device: {device!r} is not a GPU; expected None, an ordinal, or a cuda.core Device")
+    ensure_driver()
+    if ordinal is not None:
+        count = int(check(driver().cuDeviceGetCount(), "cuDeviceGetCount"))
+        if not 0 <= ordinal < count:
+            raise DeviceError(f"device {ordinal} does not exist: the driver sees {count} GPU(s)")
+    try:
+        core = _cuda.core()
+        return core.Device() if ordinal is None else core.Device(ordinal)
+    except Exception as exc:  # cuda.core's own failures (its driver library, an unusable device)
+        raise DeviceError(f"blasdx needs a CUDA GPU and driver: cuda.core cannot open device "
+                          f"{'(current)' if ordinal is None else ordinal}: {exc}") from exc

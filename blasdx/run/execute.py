@@ -16,7 +16,7 @@ are tested) without a GPU:
    showing the value and saying what was expected; nothing has been launched.
 3. :meth:`ExecutionPlan.on_device` — once per (descriptor, device): check the device can
    run the kernel (DeviceError), load it on that device and lay out its parameter block
-   (:class:`~blasdx.launch.launcher.PackedLaunch`).
+   (:class:`~blasdx.launch.cuda_driver.PackedLaunch`).
 
 A call runs on its arrays' device: that device is made current for the launch (its
 primary context, :func:`blasdx.launch.devices.enter`) and what was current is restored after,
@@ -39,13 +39,21 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from .. import dtypes as _dt
-from ..arrays import _ADAPTERS, ArrayView, DeviceArray, as_array, resolve_stream
+from ..arrays import (
+    _ADAPTERS,
+    ArrayView,
+    DeviceArray,
+    _library_of,
+    as_array,
+    resolve_stream,
+)
+from ..arrays import keys as _keys
 from ..arrays.streams import as_core_stream, wait_for_producers
 from ..arrays.view import byte_span
 from ..describe.operators import Block, Function, row_major
 from ..errors import DescriptorError, DeviceError, ExecutionError
+from ..launch import cuda_driver as _driver
 from ..launch import devices as _devices
-from ..launch import launcher as _launcher
 from ..launch.devices import check_stream_device
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -66,8 +74,9 @@ __all__ = [
 ]
 
 _new_tuple = tuple.__new__  # NamedTuple without its Python-level __new__ (hot path)
+_read = _keys.read_with_blasdx
 _SCALAR_NUMPY = {"float32": np.float32, "float64": np.float64, "int32": np.int32}
-_SCALAR_SLOTS = {"float32": "f", "float64": "d", "int32": "i"}  # launcher slot kinds
+_SCALAR_SLOTS = {"float32": "f", "float64": "d", "int32": "i"}  # PackedLaunch slot kinds
 _NOTHING = object()  # no alpha / beta seen yet
 _INT32_RANGE = (-(2**31), 2**31 - 1)
 _MAX_GRID_X = 2**31 - 1
@@ -127,7 +136,7 @@ class ExecutionPlan:
 
     __slots__ = (
         "desc", "a", "b", "c", "is_complex", "scalar", "scalar_numpy", "block_dim", "shared_memory", "slots",
-        "_alignments", "_devices", "_scalars", "_last_scalars", "_layouts", "_text",
+        "_alignments", "_devices", "_scalars", "_last_scalars", "_layouts", "_text", "_bound",
     )
 
     def __init__(self, desc: Descriptor) -> None:
@@ -158,6 +167,7 @@ class ExecutionPlan:
         self._scalars: dict[Any, tuple[Any, ...]] = {}
         self._last_scalars: tuple[Any, Any, tuple[Any, ...]] = (_NOTHING, _NOTHING, ())
         self._layouts: dict[Any, tuple[Any, ...]] = {}
+        self._bound: dict[Any, BoundLayout] = {}  # calls bound to the kind of their arrays (the hot path)
         self._text = repr(desc)
 
     def __repr__(self) -> str:
@@ -302,7 +312,7 @@ class DevicePlan:
         self.kernel = _load_kernel(plan.desc, plan.shared_memory, device_id)
         self.block_dim = plan.block_dim
         self.shared_memory = plan.shared_memory
-        self.packed = _launcher.PackedLaunch(
+        self.packed = _driver.PackedLaunch(
             self.kernel, plan.slots, plan.block_dim, plan.shared_memory, name=f"blasdx_batched_gemm of {plan._text}"
         )
         self.stages = plan.desc.plan.stages
@@ -630,8 +640,8 @@ def load_on_device(desc: Descriptor, device_id: int, compiled: Any = None) -> No
         kernel.kernel(dynamic_shared_memory=int(desc.kernel_shared_memory_size), device_id=device_id)
 
 
-#: ``cuda.core.launch`` under the name other modules launched with before launcher.py existed.
-_launch = _launcher.core_launch
+#: ``cuda.core.launch`` (blasdx.launch.cuda_driver.core_launch), under the name the TRSM launch uses.
+_launch = _driver.core_launch
 
 
 def _call_device(launch: Launch) -> int:
@@ -733,12 +743,93 @@ def execute(desc: Descriptor, a: Any, b: Any, c: Any, *, alpha: Any = 1, beta: A
     stream), a cuda.core Stream, a CuPy/PyTorch stream, anything with ``__cuda_stream__``
     or an int handle, of the arrays' device. Every check runs before anything is
     launched; with ``beta == 0`` C is never read.
+
+    A call without ``stream=`` whose arrays are PyTorch, CuPy or blasdx arrays of a kind
+    (dtype, shape, strides, device) that has run before takes the bound path
+    (:class:`BoundLayout`): the pointers, alpha and beta are checked and the kernel launched.
     """
     plan = _PLANS_BY_ID.get(id(desc))
     if plan is None or plan.desc is not desc:
         plan = plan_for(desc)
+    if stream is None:
+        ra = _read(a)
+        if ra is not None:
+            rb, rc = _read(b), _read(c)
+            if rb is not None and rc is not None:
+                bound = plan._bound.get((ra[0], rb[0], rc[0]))
+                if bound is not None and bound.run(plan, a, b, c, ra[1], rb[1], rc[1], alpha, beta):
+                    return c
     known: dict[int, int] = {}
-    return _run(plan, a, b, c, alpha, beta, stream, resolve_stream(stream, (c, a, b), known=known), known)
+    return _run(plan, a, b, c, alpha, beta, stream, resolve_stream(stream, (c, a, b), known=known), known,
+                stream is None)
+
+
+class BoundLayout:
+    """What every execute() with arrays of one kind (dtype, shape, strides, device; the keys of
+    blasdx.arrays.keys) does once the first such call has passed the checks: the grid, the batch
+    strides, the byte extents, the device plan and where the stream comes from. Holds no array.
+    """
+
+    __slots__ = ("device_id", "device_plan", "batch", "strides", "extents", "stream_of")
+
+    def __init__(self, device_id: int, device_plan: DevicePlan, batch: int, strides: tuple[Any, ...],
+                 extents: tuple[int, ...], stream_of: Any) -> None:
+        self.device_id = device_id
+        self.device_plan = device_plan
+        self.batch = batch
+        self.strides = strides
+        self.extents = extents
+        self.stream_of = stream_of
+
+    def run(self, plan: ExecutionPlan, a: Any, b: Any, c: Any, pa: int, pb: int, pc: int, alpha: Any,
+            beta: Any) -> bool:
+        """Check the pointers and scalars and launch; False (nothing done) when the full path must decide."""
+        al_a, al_b, al_c = plan._alignments
+        if pa % al_a or pb % al_b or pc % al_c:
+            return False
+        a_lo, a_hi, b_lo, b_hi, c_lo, c_hi = self.extents
+        if c_hi > c_lo:
+            low, high = pc + c_lo, pc + c_hi
+            if (pa + a_lo < high and low < pa + a_hi and a_hi > a_lo) or (
+                    pb + b_lo < high and low < pb + b_hi and b_hi > b_lo):
+                return False
+        last = plan._last_scalars
+        scalars = last[2] if alpha is last[0] and beta is last[1] else plan._scalars_of(alpha, beta)
+        device = self.device_id
+        handle = self.stream_of(device)
+        blasdx_c = type(c) is DeviceArray
+        if blasdx_c or type(a) is DeviceArray or type(b) is DeviceArray:
+            for x in (a, b, c):  # blasdx arrays written on another stream: the full path orders after it
+                if type(x) is DeviceArray and x._stream is not None and x._stream != handle:
+                    return False
+        token = _devices.enter(device)
+        try:
+            if self.batch:
+                self.device_plan.launch(self.batch, handle, (pa, pb, pc, *scalars, *self.strides))
+        finally:
+            if token is not None:
+                _devices.leave(token)
+        if blasdx_c:
+            c._set_stream(handle)
+        return True
+
+
+def _bind(plan: ExecutionPlan, a: Any, b: Any, c: Any, launch: Launch, device: int, device_plan: DevicePlan) -> None:
+    """After a full call without ``stream=``: bind the kind of its arrays (when each has a key)."""
+    ra, rb, rc = _read(a), _read(b), _read(c)
+    if ra is None or rb is None or rc is None:
+        return
+    layout = plan._layouts.get((launch.a.dtype.name, launch.a.shape, launch.a.strides, launch.b.dtype.name,
+                                launch.b.shape, launch.b.strides, launch.c.dtype.name, launch.c.shape,
+                                launch.c.strides))
+    if layout is None:
+        return
+    batch, strides, extents = layout
+    first = next((x for x in (c, a, b) if _library_of(x) is not None), c)  # whose stream resolve_stream takes
+    if len(plan._bound) > 64:
+        plan._bound.clear()
+    plan._bound[(ra[0], rb[0], rc[0])] = BoundLayout(device, device_plan, batch, strides, extents,
+                                                     _keys.library_stream(first))
 
 
 def execute_on(desc: Descriptor, a: Any, b: Any, c: Any, alpha: Any, beta: Any, handle: int) -> Any:
@@ -754,9 +845,11 @@ def execute_on(desc: Descriptor, a: Any, b: Any, c: Any, alpha: Any, beta: Any, 
 
 def _run(
     plan: ExecutionPlan, a: Any, b: Any, c: Any, alpha: Any, beta: Any, stream: Any, handle: int,
-    known: dict[int, int] | None,
+    known: dict[int, int] | None, remember: bool = False,
 ) -> Any:
-    """Check, then launch on the arrays' device with it current; ``stream`` is what the user passed (or None)."""
+    """Check, then launch on the arrays' device with it current; ``stream`` is what the user passed (or None).
+
+    ``remember``: bind the kind of the arrays after the launch (:class:`BoundLayout`)."""
     launch = plan.bind(a, b, c, alpha, beta, handle, None, known)
     device = launch[7]
     if device is None:
@@ -777,4 +870,6 @@ def _run(
             _devices.leave(token)
     if type(c) is DeviceArray and c._stream != handle:
         c._set_stream(handle)
+    if remember:
+        _bind(plan, a, b, c, launch, device, device_plan)
     return c

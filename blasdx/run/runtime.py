@@ -17,9 +17,10 @@ from ..compile import cache as _cache
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..compile.compiled import CompiledKernel
+    from ..compile.lto import Ltoir
     from ..describe.descriptor import Descriptor
 
-__all__ = ["compile", "execute", "execute_trsm", "source"]
+__all__ = ["compile", "execute", "execute_trsm", "ltoir", "source"]
 
 
 def source(desc: Descriptor) -> str:
@@ -30,6 +31,13 @@ def source(desc: Descriptor) -> str:
 def compile(desc: Descriptor) -> CompiledKernel:  # noqa: A001 - the descriptor's method of this name
     """Compile (or fetch from the cache) the batched block-GEMM kernel of ``desc``."""
     return _cache.compile_descriptor(desc)
+
+
+def ltoir(desc: Descriptor, options: Any = None) -> Ltoir:
+    """LTO-IR of the descriptor's extern "C" entry points, for other JITs (cached like cubins)."""
+    from ..compile import ltoir as _ltoir
+
+    return _ltoir.descriptor_ltoir(desc) if options is None else _ltoir.descriptor_ltoir(desc, options)
 
 
 def execute(desc: Descriptor, a: Any, b: Any, c: Any, *, alpha: Any = 1, beta: Any = 0, stream: Any = None) -> Any:

@@ -23,6 +23,12 @@
 //                    acc.size, acc.row(i), acc.col(i), acc.is_valid(i), acc.get(i), acc.set(i, v),
 //                    acc.transform(f), acc.for_each(f), acc.store(c), acc.axpby(alpha, beta, c)
 //   transforms       blasdx::identity, blasdx::conjugate, blasdx::scale<S>{factor}, any functor
+//   streaming        GEMM::load_a / load_b (gX, sX, runs) (zero-filled past runs), store_c(sC, gC, runs),
+//                    GEMM::copy_commit(), GEMM::copy_wait<PENDING>()            (bounded_copy.cuh)
+//   rows             auto rows = blasdx::rows(acc); rows.count, rows.row(r), rows.transform(f(r, col, v)),
+//                    rows.max(out) / sum(out) / reduce / thread_reduce / all_reduce (accumulator_rows.cuh)
+//   register A       GEMM::a_registers p(other_acc); GEMM::execute(p, sB, acc)  (wgmma; warpgroup_fusion.cuh)
+//   asynchronous     GEMM::execute_async(sA, sB, acc) / (p, sB, acc), GEMM::wait<PENDING>(acc [, p])  (wgmma)
 //
 // Shared-memory matrices use the descriptor's arrangement and leading dimensions
 // (GEMM::lda ...) and start on 16-byte boundaries (slice_shared_memory gives that). sm_90a
@@ -39,6 +45,7 @@
 #pragma once
 
 #include "block_gemm.cuh"
+#include "bounded_copy.cuh"
 #include "copy.cuh"
 #include "types.cuh"
 
@@ -156,9 +163,12 @@ template <class T> struct is_accumulator { static constexpr bool value = false; 
 
 }  // namespace detail
 
-// The wgmma side (warpgroup_gemm.cuh), which the generated prelude includes for wgmma plans only.
+// The wgmma side (warpgroup_gemm.cuh), which the generated prelude includes for wgmma plans only,
+// and its fusion pieces (warpgroup_fusion.cuh).
 template <class Cfg> struct WarpgroupGemm;
 template <class Cfg> struct warpgroup_fragment;
+template <class Cfg> struct WarpgroupFusion;
+template <class Cfg> struct register_a;
 
 namespace detail {
 
@@ -443,6 +453,56 @@ struct Gemm {
         __syncthreads();
     }
 
+    // -- streaming tiles (kernels/blasdx/bounded_copy.cuh): loads of a tile of which only the
+    // first `runs` runs (rows of a row-major matrix, columns of a column-major one) exist in
+    // global memory, the rest zero-filled; stores of those runs only. copy_commit() closes this
+    // thread's loads issued so far as one group; copy_wait<PENDING>() waits until at most PENDING
+    // groups are in flight, then fences for wgmma and syncs the block: the next tile's loads stay
+    // in flight while the current one is multiplied.
+    template <int LDG = lda>
+    __device__ __forceinline__ static void load_a(const a_value_type* gA, a_value_type* sA, int runs) {
+        const int tid = thread_id();
+        if constexpr (swizzled) {
+            constexpr int W = detail::copy_width(alignment_a, int(sizeof(a_value_type)), a_inner, LDG, a_inner);
+            WarpgroupFusion<Cfg>::template load_a<LDG, W>(sA, gA, runs, tid);
+        } else {
+            constexpr int W = detail::copy_width(alignment_a, int(sizeof(a_value_type)), a_inner, LDG, lda);
+            if (takes_part<max_threads_per_block>(tid)) {
+                copy_matrix_to_shared_bounded<a_value_type, a_outer, a_inner, LDG, lda, W, max_threads_per_block>(
+                    sA, gA, runs, tid);
+            }
+        }
+    }
+    template <int LDG = ldb>
+    __device__ __forceinline__ static void load_b(const b_value_type* gB, b_value_type* sB, int runs) {
+        const int tid = thread_id();
+        if constexpr (swizzled) {
+            constexpr int W = detail::copy_width(alignment_b, int(sizeof(b_value_type)), b_inner, LDG, b_inner);
+            WarpgroupFusion<Cfg>::template load_b<LDG, W>(sB, gB, runs, tid);
+        } else {
+            constexpr int W = detail::copy_width(alignment_b, int(sizeof(b_value_type)), b_inner, LDG, ldb);
+            if (takes_part<max_threads_per_block>(tid)) {
+                copy_matrix_to_shared_bounded<b_value_type, b_outer, b_inner, LDG, ldb, W, max_threads_per_block>(
+                    sB, gB, runs, tid);
+            }
+        }
+    }
+    template <int LDG = ldc, int LDS = ldc, class T = c_value_type>
+    __device__ __forceinline__ static void store_c(const T* sC, T* gC, int runs) {
+        constexpr int W = detail::copy_width(alignment_c, int(sizeof(T)), c_inner, LDS, LDG);
+        const int tid = thread_id();
+        if (takes_part<max_threads_per_block>(tid)) {
+            copy_matrix_to_global_bounded<T, c_outer, c_inner, LDS, LDG, W, max_threads_per_block>(gC, sC, runs, tid);
+        }
+    }
+    __device__ __forceinline__ static void copy_commit() { blasdx::copy_commit(); }
+    template <int PENDING>
+    __device__ __forceinline__ static void copy_wait() {
+        blasdx::copy_wait<PENDING>();
+        shared_fence();
+        __syncthreads();
+    }
+
     // -- shared-memory API: sC = c_store_op(alpha * A B + beta * c_load_op(sC)), with
     // a_op / b_op applied to A / B elements as they are read. sC is not read when beta == 0.
     template <class AOp = identity, class BOp = identity, class CLoadOp = identity, class CStoreOp = identity>
@@ -484,6 +544,42 @@ struct Gemm {
         }
     }
 
+    // -- A in registers (wgmma plans, 16-bit A; kernels/blasdx/warpgroup_fusion.cuh): the A of
+    // the tiles this thread's warpgroup computes, built from another GEMM's accumulator
+    // (`GEMM::a_registers p(scores);`), and acc += A B with it.
+    using a_registers = register_a<Cfg>;
+    __device__ __forceinline__ static void execute(a_registers& a, const b_value_type* sB, accumulator& acc) {
+        static_assert(swizzled, "A from registers runs on wgmma: an sm_90a descriptor whose plan is wgmma");
+        WarpgroupFusion<Cfg>::template accumulate<true>(acc.fragment(), a, sB, acc.thread());
+    }
+    __device__ __forceinline__ static void execute(a_registers&& a, const b_value_type* sB, accumulator& acc) {
+        execute(a, sB, acc);
+    }
+
+    // -- asynchronous register API (wgmma plans): acc += A B issued as one group of this thread's
+    // warpgroup, returning at once; wait<PENDING>(acc [, a]) waits until at most PENDING groups are
+    // in flight (groups complete in issue order). Until then, leave acc, the register A and the
+    // shared memory the group reads alone; other work (a softmax on another accumulator) overlaps it.
+    __device__ __forceinline__ static void execute_async(const a_value_type* sA, const b_value_type* sB,
+                                                         accumulator& acc) {
+        static_assert(swizzled, "asynchronous execution runs on wgmma: an sm_90a descriptor whose plan is wgmma");
+        WarpgroupFusion<Cfg>::template accumulate<false>(acc.fragment(), sA, sB, acc.thread());
+    }
+    __device__ __forceinline__ static void execute_async(a_registers& a, const b_value_type* sB, accumulator& acc) {
+        static_assert(swizzled, "asynchronous execution runs on wgmma: an sm_90a descriptor whose plan is wgmma");
+        WarpgroupFusion<Cfg>::template accumulate<false>(acc.fragment(), a, sB, acc.thread());
+    }
+    template <int PENDING>
+    __device__ __forceinline__ static void wait(accumulator& acc) {
+        static_assert(swizzled, "asynchronous execution runs on wgmma: an sm_90a descriptor whose plan is wgmma");
+        WarpgroupFusion<Cfg>::template wait<PENDING>(acc.fragment());
+    }
+    template <int PENDING>
+    __device__ __forceinline__ static void wait(accumulator& acc, a_registers& a) {
+        wait<PENDING>(acc);
+        WarpgroupFusion<Cfg>::fence_registers(a);
+    }
+
     // A new accumulator holding op(A) op(B).
     template <class AOp = identity, class BOp = identity,
               class = typename detail::enable_if<!detail::is_accumulator<AOp>::value>::type>
@@ -518,3 +614,8 @@ struct Gemm {
 };
 
 }  // namespace blasdx
+
+// The row view of accumulators (blasdx::rows) and the wgmma fusion pieces (register A, bounded
+// copies into panels): templates over the types above.
+#include "accumulator_rows.cuh"
+#include "warpgroup_fusion.cuh"

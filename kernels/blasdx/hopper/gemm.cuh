@@ -28,6 +28,11 @@
 //                          its f32 accumulator (promotion.cuh; 32, 64 or 128); 0 (default): the
 //                          whole K range stays in the tensor core's accumulator. run() then takes
 //                          the block scales applied at each promotion (NoBlockScales: none)
+//   b_transpose (optional) B is MN-major in global memory and of a type wgmma reads K-major only
+//                          (tf32, 8-bit): TMA loads its MN-major tile into a raw area of the stage
+//                          and the transposing threads (warps 1-3 of the producer warpgroup and
+//                          one more warpgroup after the consumers) rewrite it K-major
+//                          (transpose.cuh) before the consumers read the stage
 //   cluster_m              blocks per cluster along M (1 or 2): the blocks of a cluster take
 //                          vertically adjacent tiles and each loads half of their common B
 //                          tile, multicast into both (half the B traffic through L2); a
@@ -41,6 +46,7 @@
 #include "promotion.cuh"
 #include "scheduler.cuh"
 #include "tma.cuh"
+#include "transpose.cuh"
 #include "warpgroup_mma.cuh"
 
 namespace blasdx {
@@ -62,10 +68,22 @@ template <class Cfg> struct promote_stages_of<Cfg, void_t<decltype(Cfg::promote_
     static constexpr int value = Cfg::promote_stages;
 };
 
+// Cfg::b_transpose when the configuration names it, else false.
+template <class Cfg, class = void> struct transposes_b { static constexpr bool value = false; };
+template <class Cfg> struct transposes_b<Cfg, void_t<decltype(Cfg::b_transpose)>> {
+    static constexpr bool value = Cfg::b_transpose;
+};
+
 // Cfg::promotion (fp8) when the configuration names one, else 0.
 template <class Cfg, class = void> struct promotion_of { static constexpr int value = 0; };
 template <class Cfg> struct promotion_of<Cfg, void_t<decltype(Cfg::promotion)>> {
     static constexpr int value = Cfg::promotion;
+};
+
+// Cfg::scheduler when the configuration names one (group_scheduler.cuh), else Default.
+template <class Cfg, class Default, class = void> struct scheduler_of { using type = Default; };
+template <class Cfg, class Default> struct scheduler_of<Cfg, Default, void_t<typename Cfg::scheduler>> {
+    using type = typename Cfg::scheduler;
 };
 
 template <class Cfg>
@@ -74,8 +92,11 @@ struct DeviceGemm {
     static constexpr int CONSUMERS = Cfg::consumers, CLUSTER = Cfg::cluster_m;
     static constexpr bool PINGPONG = Cfg::pingpong;
     static constexpr bool SPLIT = splits_tf32<Cfg>::value;
-    // Threads that split stages: warps 1-3 of the producer warpgroup and the last warpgroup.
-    static constexpr int SPLITTERS = SPLIT ? 96 + 128 : 0;
+    static constexpr bool TRANSPOSE_B = transposes_b<Cfg>::value;
+    // Stages are rewritten in shared memory (split into tf32 parts, or B transposed) before use.
+    static constexpr bool REWRITE = SPLIT || TRANSPOSE_B;
+    // Threads that rewrite stages: warps 1-3 of the producer warpgroup and the last warpgroup.
+    static constexpr int SPLITTERS = REWRITE ? 96 + 128 : 0;
     // The products of every PROMOTE_STAGES stages summed apart and added into the accumulator
     // by the CUDA cores.
     static constexpr bool PROMOTE = SPLIT;
@@ -85,21 +106,26 @@ struct DeviceGemm {
     static constexpr int PROMOTION = promotion_of<Cfg>::value;
     static constexpr int WG_M = PINGPONG ? BM : BM / CONSUMERS, ATOMS_M = WG_M / 64;
     static constexpr int READERS = PINGPONG ? 1 : CONSUMERS;  // consumer warpgroups that read each stage
-    static constexpr int THREADS = 128 * (1 + CONSUMERS + (SPLIT ? 1 : 0));
+    static constexpr int THREADS = 128 * (1 + CONSUMERS + (REWRITE ? 1 : 0));
     // Registers per thread after the hand-over: the producer keeps few, consumers get the rest.
-    static constexpr int PRODUCER_REGISTERS = 40;
+    // Transposing threads keep more, so that their loop does not spill: with one consumer
+    // 2 x 128 x 88 + 128 x 256, with two 2 x 128 x 48 + 256 x 208 registers.
+    static constexpr int PRODUCER_REGISTERS = !TRANSPOSE_B ? 40 : CONSUMERS == 1 ? 88 : 48;
     // (With the splitting warpgroup: 2 x 128 x 40 + 256 x 216 = the 64K registers of an SM.)
-    static constexpr int CONSUMER_REGISTERS = SPLIT ? 216 : CONSUMERS == 1 ? 256 : 232;
+    static constexpr int CONSUMER_REGISTERS = CONSUMERS == 1 ? 256 : TRANSPOSE_B ? 208 : SPLIT ? 216 : 232;
 
     using SA = StageOperand<typename Cfg::a_type, BM, BK, Cfg::a_k_major>;
-    using SB = StageOperand<typename Cfg::b_type, BN, BK, Cfg::b_k_major>;
+    using SB = StageOperand<typename Cfg::b_type, BN, BK, Cfg::b_k_major || TRANSPOSE_B>;
+    using SR = StageOperand<typename Cfg::b_type, BN, BK, false>;  // B's MN-major tile as TMA loads it
     using Acc = Accumulator<ATOMS_M, BN, typename accumulator_of<Cfg>::type>;
     using Part = Accumulator<1, promotion_width<BN>::value, float>;  // fp8: the tensor cores' sums of one interval
-    using Sched = Scheduler<BM, BN, BK, Cfg::group_m, CLUSTER>;
+    using Sched = typename scheduler_of<Cfg, Scheduler<BM, BN, BK, Cfg::group_m, CLUSTER>>::type;
     using Stages = Ring<STAGES>;
 
     static constexpr int OPERAND_BYTES = SA::BYTES + SB::BYTES;
-    static constexpr int STAGE_BYTES = SPLIT ? 2 * OPERAND_BYTES : OPERAND_BYTES;  // split: [A B A_lo B_lo]
+    static constexpr int RAW_BYTES = TRANSPOSE_B ? SR::BYTES : 0;
+    // split: [A B A_lo B_lo]; transposed B: [A B B_raw]
+    static constexpr int STAGE_BYTES = SPLIT ? 2 * OPERAND_BYTES : OPERAND_BYTES + RAW_BYTES;
     // Dynamic shared memory: 1024 bytes of slack to align the stages to a swizzle atom, the
     // stages, each consumer's staging for its epilogue, the barriers.
     template <class Epilogue>
@@ -118,8 +144,10 @@ struct DeviceGemm {
     static_assert(SA::BYTES % ATOM_BYTES == 0 && SB::BYTES % ATOM_BYTES == 0, "stages stay atom-aligned");
     static_assert(ATOMS_M * BN / 2 + (PROMOTION ? Part::N / 2 : 0) + 40 <= CONSUMER_REGISTERS,
                   "the accumulator (and the fp8 promotion's temporary) fits the consumer's registers");
-    static_assert(PROMOTION == 0 || (!SPLIT && Cfg::a_k_major && Cfg::b_k_major && sizeof(typename Cfg::a_type) == 1),
+    static_assert(PROMOTION == 0 || (!SPLIT && Cfg::a_k_major && SB::k_major && sizeof(typename Cfg::a_type) == 1),
                   "fp8 promotion is for K-major 8-bit operands");
+    static_assert(!TRANSPOSE_B || (!SPLIT && !Cfg::b_k_major && sizeof(typename Cfg::b_type) != 2),
+                  "B is transposed in shared memory when it is MN-major and of a 4-byte or 1-byte type");
 
     __device__ __forceinline__ static unsigned char* stage(unsigned char* smem, int s) { return smem + s * STAGE_BYTES; }
 
@@ -144,7 +172,7 @@ struct DeviceGemm {
             u32 granted;
             asm("mov.u32 %0, %%dynamic_smem_size;\n" : "=r"(granted));
             if (granted < u32(shared_bytes<Epilogue>())) __trap();  // a launch with less would corrupt memory
-            ring->init(4 * READERS * CLUSTER, SPLIT ? SPLITTERS : 1);
+            ring->init(4 * READERS * CLUSTER, REWRITE ? SPLITTERS : 1);
             prefetch_tensor_map(map_a);
             prefetch_tensor_map(map_b);
         }
@@ -158,10 +186,10 @@ struct DeviceGemm {
             release_registers<PRODUCER_REGISTERS>();
             if (threadIdx.x == 0) {
                 produce(smem, ring, map_a, map_b, sched, batched_a, batched_b);
-            } else if constexpr (SPLIT) {
+            } else if constexpr (REWRITE) {
                 if (threadIdx.x >= 32) split(smem, ring, sched, threadIdx.x - 32);
             }
-        } else if (SPLIT && warpgroup == 1 + CONSUMERS) {
+        } else if (REWRITE && warpgroup == 1 + CONSUMERS) {
             release_registers<PRODUCER_REGISTERS>();
             split(smem, ring, sched, 96 + threadIdx.x % 128);
         } else {
@@ -177,7 +205,7 @@ struct DeviceGemm {
         RingState<STAGES> at;
         const int rank = CLUSTER > 1 ? int(cluster_rank()) : 0;
         for (int unit = blockIdx.x / CLUSTER; unit < sched.units; unit += gridDim.x / CLUSTER) {
-            const Work w = sched.work(unit, rank);
+            const auto w = sched.work(unit, rank);  // the scheduler's Work (a grouped one carries more)
             const bool has_a = w.m0 < sched.m;  // a cluster's last tile row may lie past M
             for (int step = w.k_begin; step < w.k_end; ++step) {
                 wait(&ring->empty[at.stage], at.parity ^ 1);
@@ -185,11 +213,10 @@ struct DeviceGemm {
                 u64* full = &ring->full[at.stage];
                 arrive_expect_bytes(full, (has_a ? SA::BYTES : 0) + SB::BYTES);
                 if (has_a) SA::load(s, map_a, full, w.m0, step * BK, batched_a ? w.batch : 0);
-                if constexpr (CLUSTER > 1) {
-                    SB::template load_part<CLUSTER>(s + SA::BYTES, map_b, full, w.n0, step * BK,
-                                                    batched_b ? w.batch : 0, rank, (1 << CLUSTER) - 1);
+                if constexpr (TRANSPOSE_B) {  // B's MN-major tile into the raw area
+                    load_b<SR>(s + OPERAND_BYTES, map_b, full, w, step, batched_b, rank);
                 } else {
-                    SB::load(s + SA::BYTES, map_b, full, w.n0, step * BK, batched_b ? w.batch : 0);
+                    load_b<SB>(s + SA::BYTES, map_b, full, w, step, batched_b, rank);
                 }
                 at.advance();
             }
@@ -202,18 +229,36 @@ struct DeviceGemm {
         }
     }
 
-    // The splitting threads (`splitter` of SPLITTERS): each stage, once filled, split into tf32
-    // high parts (in place) and low parts.
+    // B's tile of a unit's K step into dst as LB lays it out; in a cluster, this block's part into every block.
+    template <class LB>
+    __device__ __forceinline__ static void load_b(unsigned char* dst, const TensorMap* map_b, u64* full,
+                                                  const Work& w, int step, bool batched_b, int rank) {
+        if constexpr (CLUSTER > 1) {
+            LB::template load_part<CLUSTER>(dst, map_b, full, w.n0, step * BK, batched_b ? w.batch : 0, rank,
+                                            (1 << CLUSTER) - 1);
+        } else {
+            LB::load(dst, map_b, full, w.n0, step * BK, batched_b ? w.batch : 0);
+        }
+    }
+
+    // The rewriting threads (`splitter` of SPLITTERS): each stage, once filled, split into tf32
+    // high parts (in place) and low parts, or B's raw MN-major tile transposed into the stage's B.
     __device__ __forceinline__ static void split(unsigned char* smem, Stages* ring, const Sched& sched,
                                                  int splitter) {
         RingState<STAGES> at;
-        for (int unit = blockIdx.x; unit < sched.units; unit += gridDim.x) {
-            const Work w = sched.work(unit, 0);
+        const int rank = CLUSTER > 1 ? int(cluster_rank()) : 0;
+        for (int unit = blockIdx.x / CLUSTER; unit < sched.units; unit += gridDim.x / CLUSTER) {
+            const Work w = sched.work(unit, rank);
             for (int step = w.k_begin; step < w.k_end; ++step) {
                 wait(&ring->full[at.stage], at.parity);
                 unsigned char* s = stage(smem, at.stage);
-                split_stage<OPERAND_BYTES, SPLITTERS>(s, s + OPERAND_BYTES, splitter);
-                async_proxy_fence();  // the parts are visible to wgmma (the async proxy)
+                if constexpr (SPLIT) {
+                    split_stage<OPERAND_BYTES, SPLITTERS>(s, s + OPERAND_BYTES, splitter);
+                } else if constexpr (TRANSPOSE_B) {
+                    transpose_stage<typename Cfg::b_type, BN, BK, SPLITTERS>(s + OPERAND_BYTES, s + SA::BYTES,
+                                                                              splitter);
+                }
+                async_proxy_fence();  // the rewritten operands are visible to wgmma (the async proxy)
                 arrive(&ring->split[at.stage]);
                 at.advance();
             }
@@ -231,7 +276,7 @@ struct DeviceGemm {
         int turn = 0;    // ping-pong: the units of this block alternate between the consumers
         u32 waited = 0;  // turns of this consumer that waited for the other's
         for (int unit = blockIdx.x / CLUSTER; unit < sched.units; unit += gridDim.x / CLUSTER, ++turn) {
-            const Work w = sched.work(unit, rank);
+            const auto w = sched.work(unit, rank);  // the scheduler's Work (a grouped one carries more)
             if (PINGPONG && turn % CONSUMERS != consumer) {
                 at.skip(w.k_end - w.k_begin);  // the other consumer's stages
                 continue;
@@ -259,7 +304,7 @@ struct DeviceGemm {
             mma_stage_split<SA, SB, ATOMS_M, BN, BK>(target, base, base + SA::BYTES, base + OPERAND_BYTES,
                                                      base + OPERAND_BYTES + SA::BYTES, row0);
         } else {
-            wait(&ring->full[at.stage], at.parity);
+            wait(REWRITE ? &ring->split[at.stage] : &ring->full[at.stage], at.parity);
             mma_stage<typename Cfg::a_mma, typename Cfg::b_mma, SA, SB, ATOMS_M, BN, BK>(target, base,
                                                                                  base + SA::BYTES, row0);
         }
@@ -337,13 +382,13 @@ struct DeviceGemm {
         acc.zero();
         if constexpr (Scales::ACTIVE) {
             static_assert(BK == Scales::BLOCK, "a stage is one 128-deep K block of the block scales");
-            if (w.k_begin < w.k_end) scales.template load<TN>(now, w.k_begin, w.m0 + row0, w.n0);
+            if (w.k_begin < w.k_end) scales.template load<TN>(now, w, w.k_begin, w.m0 + row0, w.n0);
         }
         for (int step = w.k_begin; step < w.k_end; ++step) {
             if constexpr (Scales::ACTIVE) {
-                if (step + 1 < w.k_end) scales.template load<TN>(next, step + 1, w.m0 + row0, w.n0);
+                if (step + 1 < w.k_end) scales.template load<TN>(next, w, step + 1, w.m0 + row0, w.n0);
             }
-            wait(&ring->full[at.stage], at.parity);
+            wait(REWRITE ? &ring->split[at.stage] : &ring->full[at.stage], at.parity);
             const u32 base = shared_address(stage(smem, at.stage));
             promote_stage<typename Cfg::a_mma, typename Cfg::b_mma, SA, SB, ATOMS_M, BN, BK, PROMOTION,
                           Scales::ACTIVE>(acc, part, base, base + SA::BYTES, row0, now);

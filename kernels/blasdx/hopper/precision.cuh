@@ -1,8 +1,8 @@
 // Float32 products on tf32 tensor cores at float32 accuracy: each operand x is split into
-// a high part hi = x rounded to tf32 (to nearest) and a low part lo = x - hi (exact in
-// float32, |lo| <= 2^-11 |x|), which the tensor core reads to tf32's 10 mantissa bits; a
-// product is summed as a_lo b_hi + a_hi b_lo + a_hi b_hi (a_lo b_lo lies below float32's
-// last bit). What the parts miss of x is at most 2^-21 |x|.
+// a high part hi = x rounded to tf32 (to nearest) and a low part lo = x - hi rounded to tf32
+// (to nearest), both read exactly by the tensor core; a product is summed as
+// a_lo b_hi + a_hi b_lo + a_hi b_hi (a_lo b_lo lies below float32's last bit). What the parts
+// miss of x is at most 2^-22 |x|.
 //
 // The split (split_tf32, ../split_tf32.cuh, shared with the block GEMM) runs in shared
 // memory, on each stage TMA has filled: it is element by element,

@@ -35,7 +35,7 @@ struct Factors {
 struct NoBlockScales {
     static constexpr bool ACTIVE = false;
     template <int TN, int ATOMS_M, int CHUNKS>
-    __device__ __forceinline__ void load(Factors<ATOMS_M, CHUNKS>&, int, int, int) const {}
+    __device__ __forceinline__ void load(Factors<ATOMS_M, CHUNKS>&, const Work&, int, int, int) const {}
 };
 
 // Block scales of X (A: one f32 per row and 128-deep K block, x[row * x_row + kb * x_col]) and / or
@@ -53,7 +53,7 @@ struct BlockScales {
     // This thread's factors for K block kb: rows row0 + 64 i + 16 * warp + lane / 4 + 8 h of the
     // warpgroup tile starting at (row0, col0), and its TN-column chunks j.
     template <int TN, int ATOMS_M, int CHUNKS>
-    __device__ __forceinline__ void load(Factors<ATOMS_M, CHUNKS>& f, int kb, int row0, int col0) const {
+    __device__ __forceinline__ void load(Factors<ATOMS_M, CHUNKS>& f, const Work&, int kb, int row0, int col0) const {
         static_assert(BLOCK % TN == 0, "a promotion chunk lies in one 128-column block of B");
         const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
         const int row = row0 + 16 * warp + lane / 4;

@@ -1,0 +1,106 @@
+"""What an array is, read cheaply: the key the array calls' hot path looks its bound launch up by.
+
+A call that has run once with arrays of some kind (library, dtype, shape, strides,
+device) binds what it decided to that kind; the next call with arrays of the same kind
+reads this key and the data pointer straight off each array (``tensor.data_ptr()``, a
+CuPy array's ``data.ptr``), without building views or DLPack capsules, and launches. The
+key holds everything the checks of the full path depend on except the pointer, whose
+16-byte alignment class the callers add. Arrays of other libraries, host or non-CUDA
+tensors and complex PyTorch tensors (whose lazy conjugation the full path refuses) have
+no key: their calls take the full path every time (a PyTorch dtype has a key once the full
+path has read a tensor of it).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from .cupy_adapter import _CUPY_STREAM, _cupy_stream_function
+from .device_array import DeviceArray
+from .streams import default_stream_handle
+from .torch_adapter import _TORCH_STREAM, _TORCH_TYPES, _torch_stream_function
+
+__all__ = ["read", "read_with_blasdx", "library_stream"]
+
+_Reader = Callable[[Any], "tuple[tuple[Any, ...], int] | None"]
+
+
+def _torch(t: Any) -> tuple[tuple[Any, ...], int] | None:
+    if not t.is_cuda:
+        return None
+    dtype = t.dtype
+    known = _TORCH_TYPES.get(dtype)  # filled by the full path's reading; complex: its conjugation bit is checked there
+    if known is None or known.is_complex:
+        return None
+    return (dtype, t.shape, t.stride(), t.get_device()), t.data_ptr()
+
+
+def _cupy(x: Any) -> tuple[tuple[Any, ...], int] | None:
+    data = x.data
+    return (x.dtype, x.shape, x.strides, data.device_id), data.ptr
+
+
+def _none(obj: Any) -> None:
+    return None
+
+
+_READERS: dict[type, _Reader] = {}
+
+
+def _reader_of(kind: type) -> _Reader:
+    """The reader of arrays of type ``kind`` (chosen once per type; torch and CuPy are never imported here)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and issubclass(kind, torch.Tensor):
+        return _torch
+    cupy = sys.modules.get("cupy")
+    if cupy is not None and issubclass(kind, cupy.ndarray):
+        return _cupy
+    return _none
+
+
+def read(obj: Any) -> tuple[tuple[Any, ...], int] | None:
+    """(key, data pointer) of a PyTorch CUDA tensor or a CuPy array; None for arrays that take the full path.
+
+    The key is (dtype, shape, strides, device) in the array library's own terms.
+    """
+    reader = _READERS.get(type(obj))
+    if reader is None:
+        reader = _READERS[type(obj)] = _reader_of(type(obj))
+    return reader(obj)
+
+
+def _blasdx(obj: DeviceArray) -> tuple[tuple[Any, ...], int]:
+    view = obj._view
+    return (view.dtype, view.shape, view.strides, view.device_id), view.ptr
+
+
+def read_with_blasdx(obj: Any) -> tuple[tuple[Any, ...], int] | None:
+    """:func:`read`, and blasdx DeviceArrays too (whose producer stream the caller orders after itself)."""
+    if type(obj) is DeviceArray:
+        return _blasdx(obj)
+    reader = _READERS.get(type(obj))
+    if reader is None:
+        reader = _READERS[type(obj)] = _reader_of(type(obj))
+    return reader(obj)
+
+
+def library_stream(obj: Any) -> Callable[[int], int]:
+    """For an array that has a key: the function giving its library's current stream handle on a device.
+
+    The same handle the full path resolves for a call without ``stream=`` (the legacy or
+    per-thread default stream for the library's null stream; the default stream for blasdx
+    arrays).
+    """
+    reader = _READERS.get(type(obj))
+    default = default_stream_handle()
+    if reader is _torch:
+        raw = _TORCH_STREAM[0] if _TORCH_STREAM else _torch_stream_function()
+        return lambda device: raw(device) or default
+    if reader is _cupy:
+        current = _CUPY_STREAM[0] if _CUPY_STREAM else _cupy_stream_function()
+        return lambda device: current(device).ptr or default
+    if type(obj) is DeviceArray:
+        return lambda device: default
+    raise TypeError(f"{type(obj).__name__} arrays have no key")

@@ -1,0 +1,211 @@
+"""CUDA C++ -> LTO-IR (NVRTC ``-dlto -rdc``), cached on disk beside the cubins.
+
+LTO-IR is what another JIT links a blasdx GEMM into its own kernel with (Numba through
+nvJitLink, cuda.core's ``Linker``): NVVM's intermediate form, optimised across the call at
+link time so that the entry points inline into the caller. :func:`compile_ltoir` runs NVRTC
+once per key and keeps the result in memory and on disk, keyed exactly like cubins
+(:func:`blasdx.compile.cache.cache_key`: source, kernels folder, compiler wheels, options,
+arch) with an ``ltoir`` mark. Entries are ``<key>.ltoir`` files in the cache folder: a small
+JSON header, the LTO-IR, and a sha256 of both; written to a temporary file and published
+with ``os.replace``, deleted and rebuilt when corrupt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+import threading
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from . import cache as _cache
+from . import nvrtc as _nvrtc
+from . import store as _store
+from .headers import include_dirs_for, kernel_tree
+from .lto import Ltoir
+from .nvrtc import DEFAULT_OPTIONS, CompileOptions
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..describe.descriptor import Descriptor
+
+__all__ = ["Ltoir", "LtoirCache", "compile_ltoir", "descriptor_ltoir", "ltoir_key"]
+
+_MAGIC = b"BLASDXL1"
+_SUFFIX = ".ltoir"
+_DIGEST = 32
+
+
+def ltoir_key(source: str, name: str, arch: str, options: CompileOptions = DEFAULT_OPTIONS) -> str:
+    """The cache key of LTO-IR: the cubin key of the same compile, marked as LTO-IR."""
+    return hashlib.sha256(b"ltoir\n" + _cache.cache_key(source, name, arch, options).encode()).hexdigest()
+
+
+class LtoirCache:
+    """LTO-IR entries under ``root``: ``<root>/<key[:2]>/<key>.ltoir``, written atomically."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    def path_for(self, key: str) -> Path:
+        """The file of ``key``."""
+        return self.root / key[:2] / f"{key}{_SUFFIX}"
+
+    def get(self, key: str) -> tuple[bytes, dict[str, Any]] | None:
+        """(LTO-IR, header) of ``key``, or None; a corrupt entry is deleted and reported as absent."""
+        path = self.path_for(key)
+        try:
+            data = path.read_bytes()
+        except OSError:
+            return None
+        try:
+            return _decode(data, key)
+        except (ValueError, KeyError, TypeError, struct.error) as exc:
+            _cache.stats.count("corrupt_entries")
+            _store._warn("blasdx cache: discarding corrupt entry %s (%s); it will be rebuilt", path, exc)
+            _unlink(path)
+            return None
+
+    def put(self, key: str, ltoir: Ltoir) -> Path | None:
+        """Write the entry (temp file + os.replace); None when the folder is not writable."""
+        import tempfile
+
+        path = self.path_for(key)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{key[:16]}-", suffix=".tmp")
+            try:
+                with os.fdopen(fd, "wb") as handle:
+                    handle.write(_encode(key, ltoir))
+                os.replace(tmp, path)
+            except BaseException:
+                _unlink(Path(tmp))
+                raise
+        except OSError as exc:
+            _store._warn("blasdx cache: cannot write %s (%s); continuing without disk cache", path, exc)
+            return None
+        _cache.stats.count("disk_writes")
+        return path
+
+    def entries(self) -> list[Path]:
+        """Every LTO-IR entry file."""
+        return sorted(self.root.glob(f"??/*{_SUFFIX}")) if self.root.is_dir() else []
+
+    def clear(self) -> int:
+        """Delete every LTO-IR entry; returns how many."""
+        return sum(_unlink(path) for path in self.entries())
+
+
+def _encode(key: str, ltoir: Ltoir) -> bytes:
+    header = json.dumps(
+        {"key": key, "arch": ltoir.arch, "name": ltoir.name, "log": ltoir.log, "size": len(ltoir.data)},
+        sort_keys=True,
+    ).encode()
+    body = _MAGIC + struct.pack("<I", len(header)) + header + ltoir.data
+    return body + hashlib.sha256(body).digest()
+
+
+def _decode(data: bytes, key: str) -> tuple[bytes, dict[str, Any]]:
+    if len(data) < len(_MAGIC) + 4 + _DIGEST or not data.startswith(_MAGIC):
+        raise ValueError("bad magic or truncated")
+    body, digest = data[:-_DIGEST], data[-_DIGEST:]
+    if hashlib.sha256(body).digest() != digest:
+        raise ValueError("checksum mismatch")
+    (size,) = struct.unpack_from("<I", body, len(_MAGIC))
+    start = len(_MAGIC) + 4
+    header = json.loads(body[start : start + size])
+    payload = body[start + size :]
+    if header["key"] != key or header["size"] != len(payload):
+        raise ValueError("header does not match the entry")
+    return payload, header
+
+
+def _unlink(path: Path) -> int:
+    try:
+        path.unlink()
+        return 1
+    except OSError:
+        return 0
+
+
+_memory: dict[str, Ltoir] = {}
+_guard = threading.Lock()
+_locks: dict[str, threading.Lock] = {}
+
+
+def _lock_for(key: str) -> threading.Lock:
+    with _guard:
+        return _locks.setdefault(key, threading.Lock())
+
+
+def compile_ltoir(source: str, name: str, arch: str, options: CompileOptions = DEFAULT_OPTIONS) -> Ltoir:
+    """LTO-IR of ``source`` for ``arch`` through the memory and disk caches; NVRTC only on a full miss.
+
+    Raises:
+        CompileError: NVRTC rejected the source (the log, the source and the saved file with it).
+    """
+    _nvrtc.check_arch(arch)
+    _nvrtc.check_kernel_name(name)
+    key = ltoir_key(source, name, arch, options)
+    hit = _memory.get(key)
+    if hit is not None:
+        _cache.stats.count("memory_hits")
+        return hit
+    with _lock_for(key):
+        hit = _memory.get(key)
+        if hit is None:
+            hit = _memory[key] = _from_disk_or_compile(key, source, name, arch, options)
+        else:
+            _cache.stats.count("memory_hits")
+        return hit
+
+
+def _from_disk_or_compile(key: str, source: str, name: str, arch: str, options: CompileOptions) -> Ltoir:
+    disk = LtoirCache(_cache.cache_dir()) if _cache.cache_enabled() else None
+    found = disk.get(key) if disk else None
+    if found is not None:
+        _cache.stats.count("disk_hits")
+        data, header = found
+        return Ltoir(data, header["arch"], header["name"], source, header["log"])
+    _cache.stats.count("compiles")
+    ltoir = _nvrtc_ltoir(source, name, arch, options, disk.root / "failed" if disk else None)
+    if disk:
+        disk.put(key, ltoir)
+    return ltoir
+
+
+def _nvrtc_ltoir(source: str, name: str, arch: str, options: CompileOptions, failed: Path | None) -> Ltoir:
+    """One NVRTC run with ``-dlto -rdc``."""
+    tree = kernel_tree()
+    include = [tree.root, *include_dirs_for([source, *tree.texts], None, tree.folders)]
+    program_options = options.program_options(arch=arch, name=_nvrtc.program_name(name), include_dirs=include)
+    program_options.relocatable_device_code = True
+    program_options.link_time_optimization = True
+    try:
+        code, log = _nvrtc._nvrtc(source, "ltoir", program_options)
+    except Exception as exc:  # noqa: BLE001 - cuda.core's NVRTC error carries the log
+        raise _nvrtc._compile_error(exc, source, name, arch, include, options, failed) from None
+    return Ltoir(bytes(code), arch, name, source, log)
+
+
+_by_descriptor: dict[tuple[Any, CompileOptions], Ltoir] = {}
+
+
+def descriptor_ltoir(desc: Descriptor, options: CompileOptions = DEFAULT_OPTIONS) -> Ltoir:
+    """The LTO-IR of a block-GEMM descriptor's entry points (:mod:`blasdx.codegen.ltoir`), cached.
+
+    Equal descriptors give the same object within a process.
+    """
+    hit = _by_descriptor.get((desc, options))
+    if hit is not None:
+        return hit
+    from ..codegen import ltoir as _codegen
+
+    generated = _codegen.generate(desc)
+    plain = compile_ltoir(generated.source, generated.symbols["execute"], generated.arch, options)
+    result = replace(plain, name=generated.symbols["execute"].rsplit("_", 1)[0], symbols=dict(generated.symbols),
+                     declarations=generated.declarations, fragment_size=generated.fragment_size)
+    _by_descriptor[(desc, options)] = result
+    return result

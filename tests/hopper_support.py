@@ -1,0 +1,144 @@
+"""Helpers of the Hopper engine's GPU tests (test_gpu_hopper*.py, test_gpu_emulation.py): operands,
+poisoned outputs, a call of the engine itself, and the element-wise check against float64.
+
+The check holds every element to ``tol * (|alpha| |x| @ |y| + |beta| |acc|)`` of its own (the
+sum of the magnitudes it is made of, computed in float64 on the GPU), so that one wrong element
+fails however many right ones surround it; integer results must be exact.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import blasdx as bx
+from blasdx import arrays
+from blasdx import dtypes as dt
+from blasdx.calls import matmul as array_gemm
+from blasdx.reference import MARGINS
+
+from .gpu_support import require_gpu, torch_dtype
+
+SENTINEL = -1234567  # int32 poison
+
+
+def hopper_torch():
+    """torch, on an sm_90 GPU (the engine's); skips elsewhere (the modules' ``torch`` fixture)."""
+    if require_gpu() != 90:
+        pytest.skip("the Hopper engine runs on sm_90 GPUs")
+    import torch
+
+    return torch
+
+
+def ordered(t, order: str):
+    """``t`` (logical shape) stored row-major ("R") or column-major ("C")."""
+    return t.contiguous() if order == "R" else t.transpose(-1, -2).contiguous().transpose(-1, -2)
+
+
+def operand(torch, shape, a: dt.DType, gen, order: str = "R"):
+    """Fresh random values of type ``a`` on the GPU: normal for 16-bit, tf32 (float32 storage), f32
+    and f64; 2 * normal rounded for fp8; the whole range for int8 / uint8."""
+    if a.integral:
+        lo, hi = (-128, 128) if a == dt.int8 else (0, 256)
+        t = torch.randint(lo, hi, shape, device="cuda", generator=gen, dtype=torch.int32).to(torch_dtype(a))
+    elif a in (dt.float8_e4m3, dt.float8_e5m2):
+        t = (2 * torch.randn(shape, device="cuda", generator=gen)).to(torch_dtype(a))
+    else:
+        t = torch.randn(shape, device="cuda", generator=gen, dtype=torch.float64).to(torch_dtype(a))
+    return ordered(t, order)
+
+
+def as_input(t, a: dt.DType):
+    """What matmul / mma take for ``t`` of type ``a`` (a tf32-marked float32 tensor for tf32)."""
+    return bx.tf32(t) if a == dt.tfloat32 else t
+
+
+def poisoned(torch, shape, c: dt.DType):
+    """An output full of NaN (floats) or SENTINEL (int32)."""
+    if c.integral:
+        return torch.full(shape, SENTINEL, device="cuda", dtype=torch.int32)
+    return torch.full(shape, float("nan"), device="cuda", dtype=torch_dtype(c))
+
+
+def engine_call(torch, x, y, acc, out, c: dt.DType, a: dt.DType | None = None, alpha=1.0, beta=1.0, config=None,
+                splits=None, fast: bool = False, scheme: str | None = None, stream=None):
+    """out = alpha * x @ y + beta * acc through the engine itself (whatever path bx.mma would pick
+    for these operands), on ``stream`` (a torch stream; None: the current one); the engine plan.
+    ``a`` relabels x and y (tf32 on float32 storage)."""
+    vx, vy = arrays.as_array(x, "x"), arrays.as_array(y, "y")
+    if a is not None:
+        vx, vy = vx._replace(dtype=a), vy._replace(dtype=a)
+    mx, my = array_gemm._matrix(vx, "x"), array_gemm._matrix(vy, "y")
+    batch = out.shape[0] if out.dim() == 3 else 1
+    device = array_gemm._device_info(out.device.index)
+    vout = arrays.as_array(out, "out")
+    extra = {"fast_accumulation": True} if fast else {}
+    if scheme is not None:
+        extra["scheme"] = scheme
+    engine, reason = array_gemm._engine_plan(vx, vy, mx, my, c, mx.rows, my.cols, mx.cols, batch, device, vout,
+                                             config, splits, **extra)
+    assert engine is not None, reason
+    run_again(engine, x, y, acc, out, alpha, beta, a, stream)
+    return engine
+
+
+def run_again(engine, x, y, acc, out, alpha, beta, a: dt.DType | None = None, stream=None) -> None:
+    """Run an engine plan made for these operands' shapes and layouts once more (new alpha, beta)."""
+    handle = arrays.resolve_stream(stream, (out,))
+    views = [None if t is None else arrays.as_array(t, name) for t, name in ((x, "x"), (y, "y"), (acc, "acc"),
+                                                                            (out, "out"))]
+    if a is not None:
+        views[0], views[1] = views[0]._replace(dtype=a), views[1]._replace(dtype=a)
+    engine.run(out.device.index, arrays.as_core_stream(stream, handle), handle, *views, alpha, beta)
+
+
+def reference(torch, x, y, acc=None, alpha=1.0, beta=1.0):
+    """(alpha x @ y + beta acc, |alpha| |x| @ |y| + |beta| |acc|) in float64 on the GPU (beta 0 ignores acc)."""
+    x64, y64 = x.to(torch.float64), y.to(torch.float64)
+    ref = alpha * torch.matmul(x64, y64)
+    scale = abs(alpha) * torch.matmul(x64.abs(), y64.abs())
+    if acc is not None and beta != 0:
+        ref = ref + beta * acc.to(torch.float64)
+        scale = scale + abs(beta) * acc.to(torch.float64).abs()
+    return ref, scale
+
+
+def check(torch, got, ref, scale, tol: float, what: str = "", rounding: float = 0.0) -> float:
+    """Every element of ``got`` within ``tol`` times its ``scale`` of ``ref``, plus ``rounding`` (the
+    result type's, reference.rounding) times the element itself (equal where tol is 0); the worst
+    error / bound (for measurements)."""
+    out = got.to(torch.float64)
+    ref = ref.expand(out.shape) if ref.shape != out.shape else ref
+    scale = scale.expand(out.shape) if scale.shape != out.shape else scale
+    assert not torch.isnan(out).any(), f"{what}: NaN in the result at {_first(torch, torch.isnan(out))} " \
+                                       "(an element was never written)"
+    err = (out - ref).abs()
+    if tol == 0:
+        bad = err != 0
+        assert not bad.any(), f"{what}: {int(bad.sum())} of {out.numel()} elements differ, first at " \
+                              f"{_first(torch, bad)} (max |diff| {err.max().item()})"
+        MARGINS.append((what, 0.0))
+        return 0.0
+    bound = tol * scale
+    bound = bound + rounding * (ref.abs() + bound)
+    bad = ~(err <= bound)
+    if bad.any():
+        ratio = torch.where(bad, err / bound.clamp_min(1e-300), torch.zeros_like(err))
+        worst = _first(torch, ratio == ratio.max())
+        raise AssertionError(f"{what}: {int(bad.sum())} of {out.numel()} elements beyond {tol:.1e} x their scale, "
+                             f"worst {ratio.max().item():.3g} x the bound at {worst}: got {out[worst].item()}, "
+                             f"expected {ref[worst].item()}")
+    worst = (err / bound.clamp_min(1e-300)).max().item() if err.numel() else 0.0
+    MARGINS.append((what, worst))
+    return worst
+
+
+def check_product(torch, got, x, y, tol: float, acc=None, alpha=1.0, beta=1.0, what: str = "",
+                  rounding: float = 0.0) -> float:
+    """:func:`check` of ``got`` against alpha * x @ y + beta * acc."""
+    ref, scale = reference(torch, x, y, acc, alpha, beta)
+    return check(torch, got, ref, scale, tol, what, rounding)
+
+
+def _first(torch, mask) -> tuple[int, ...]:
+    return tuple(int(i) for i in torch.nonzero(mask)[0].tolist())

@@ -1,0 +1,169 @@
+"""CPU tests of the fusion pieces behind examples/flash_attention.py and of the example's kernel.
+
+NVRTC compiles for any architecture without a GPU, and cuobjdump reads the SASS: the row view,
+the bounded (zero-filling) copies with their commit / wait groups, and the register-A chain of two
+wgmma GEMMs compile for sm_80 (mma.sync) and sm_90a (wgmma) to the intended instructions (HMMA /
+HGMMA, LDGSTS) without local memory; misuse stops at compile time with a message that says what
+to change.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+import blasdx as bx
+
+from .attention_kernels import (
+    chain_gemms,
+    compile_chain,
+    compile_row_stats,
+    row_stats_gemm,
+)
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def _example():
+    spec = importlib.util.spec_from_file_location("blasdx_example_flash_attention", EXAMPLES / "flash_attention.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+fa = _example()
+
+
+def opcodes(sass: str, name: str) -> int:
+    return len(re.findall(rf"\b{name}\b", sass))
+
+
+def no_local_memory(kernel: bx.FusedKernel) -> None:
+    sass = kernel.compiled.sass()
+    assert kernel.local_memory == 0
+    assert opcodes(sass, "LDL") == 0 and opcodes(sass, "STL") == 0
+
+
+@pytest.mark.parametrize("d,dtype,causal", [(64, bx.float16, False), (64, bx.float16, True),
+                                            (128, bx.float16, False), (128, bx.bfloat16, True)])
+def test_example_kernel_compiles_to_wgmma(d, dtype, causal) -> None:
+    kernel = fa.build(d, dtype, causal)
+    sass = kernel.compiled.sass()
+    no_local_memory(kernel)
+    # Q K^T: D / 16 steps of m64n128k16, in the prologue and in the loop; P V: 128 / 16 steps of
+    # m64nDk16 with A in registers, in the loop and in the last tile's tail
+    assert len(re.findall(r"\bHGMMA\.64x128x16", sass)) == 2 * (d // 16) + (16 if d == 128 else 0)
+    assert len(re.findall(r"\bHGMMA\.64x64x16", sass)) == (16 if d == 64 else 0)
+    assert opcodes(sass, "LDGSTS") > 0  # K / V tiles stream in with cp.async
+    assert "serialized" not in kernel.compiled.log  # the asynchronous wgmma groups overlap
+    assert kernel.shared_memory == fa.shared_bytes(d) <= 227 * 1024
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_example_kernel_without_pipelining(d) -> None:
+    kernel = fa.build(d, bx.float16, True, pipelined=False)
+    sass = kernel.compiled.sass()
+    no_local_memory(kernel)
+    assert len(re.findall(r"\bHGMMA\.64x128x16", sass)) == d // 16 + (8 if d == 128 else 0)
+
+
+def test_example_rejects_head_dims() -> None:
+    with pytest.raises(ValueError, match="head_dim=96: this kernel takes 64 or 128"):
+        fa.build(96)
+
+
+@pytest.mark.parametrize("sm,size,threads,mma", [
+    (80, (64, 32, 64), 128, "HMMA"),
+    (90, (64, 32, 64), 128, "HMMA"),
+    ((90, True), (128, 64, 64), 256, "HGMMA"),
+])
+def test_row_view_and_bounded_copies_compile(sm, size, threads, mma) -> None:
+    kernel = compile_row_stats(row_stats_gemm(sm, size=size, threads=threads))
+    sass = kernel.compiled.sass()
+    no_local_memory(kernel)
+    assert opcodes(sass, mma) > 0 or re.search(rf"\b{mma}\.", sass)
+    assert opcodes(sass, "LDGSTS") > 0  # bounded loads stay asynchronous (zero-fill by source size)
+    assert "SHFL.BFLY" in sass          # row reductions across the quad
+
+
+@pytest.mark.parametrize("dtype", [bx.float16, bx.bfloat16])
+@pytest.mark.parametrize("b2_order", [bx.row_major, bx.col_major])
+def test_register_a_chain_compiles_to_wgmma(dtype, b2_order) -> None:
+    kernel = compile_chain(chain_gemms(dtype, b2_order=b2_order))
+    sass = kernel.compiled.sass()
+    no_local_memory(kernel)
+    # G1: 64 / 16 steps of m64n64k16 from shared memory; G2: 64 / 16 steps of m64n128k16, A in registers
+    assert len(re.findall(r"\bHGMMA\.64x64x16", sass)) == 4
+    assert len(re.findall(r"\bHGMMA\.64x128x16", sass)) == 4
+    # P never goes through shared memory: converted to 16-bit pairs in registers (F2FP), no shared
+    # stores (the operands arrive by LDGSTS) and no fragment loads
+    assert "F2FP" in sass
+    assert opcodes(sass, "STS") == 0 and "LDSM" not in sass
+
+
+def test_async_chain_compiles_without_serialisation() -> None:
+    kernel = compile_chain(chain_gemms(), asynchronous=True)
+    sass = kernel.compiled.sass()
+    no_local_memory(kernel)
+    assert len(re.findall(r"\bHGMMA\.64x64x16", sass)) == 8  # A B1 twice
+    assert len(re.findall(r"\bHGMMA\.64x128x16", sass)) == 4
+    assert "serialized" not in kernel.compiled.log
+
+
+def test_rows_needs_whole_rows_in_a_warp() -> None:
+    desc = row_stats_gemm(80, size=(64, 64, 64), threads=128)  # 2 x 4 atom warp tiles: 32 of 64 columns
+    with pytest.raises(bx.CompileError, match="every row of C inside one warp"):
+        compile_row_stats(desc)
+
+
+def test_register_a_needs_wgmma() -> None:
+    source = r"""
+    extern "C" __global__ void k(float* o) {
+        G1::accumulator s;
+        G2::accumulator out;
+        G2::execute(G2::a_registers(s), nullptr, out);
+        out.store(o);
+    }"""
+    common = (bx.Precision(bx.float16, bx.float16, bx.float32) + bx.Type.real + bx.Function.MM + bx.SM(80)
+              + bx.Block() + bx.BlockDim(128))
+    gemms = {"G1": bx.Size(64, 32, 64) + common, "G2": bx.Size(64, 32, 32) + common}
+    with pytest.raises(bx.CompileError, match="A from registers runs on wgmma"):
+        bx.compile_kernel(source, "k", gemms)
+
+
+class _Tensor:
+    """What run() reads of a tensor: shape, strides, contiguity."""
+
+    def __init__(self, shape, contiguous=True):
+        self.shape = shape
+        self._contiguous = contiguous
+
+    def is_contiguous(self) -> bool:
+        return self._contiguous
+
+    def stride(self):
+        return (1,) * len(self.shape)
+
+
+@pytest.mark.parametrize("q,k,message", [
+    ((2, 3, 17, 32), (2, 3, 17, 32), r"q: shape \(2, 3, 17, 32\), expected \(batch, heads, S >= 1, 64\)"),
+    ((2, 3, 0, 64), (2, 3, 0, 64), r"q: shape \(2, 3, 0, 64\), expected \(batch, heads, S >= 1, 64\)"),
+    ((2, 3, 17, 64), (2, 3, 18, 64), r"k: shape \(2, 3, 18, 64\), expected \(2, 3, 17, 64\) \(the shape of q\)"),
+    ((300, 300, 1, 64), (300, 300, 1, 64), r"q: batch x heads = 90000, at most 65535"),
+])
+def test_run_checks_shapes_before_launch(q, k, message) -> None:
+    kernel = fa.build(64)
+    with pytest.raises(bx.ExecutionError, match=message):
+        fa.run(kernel, _Tensor(q), _Tensor(k), _Tensor(q), _Tensor(q))
+
+
+def test_run_needs_contiguous_tensors() -> None:
+    kernel = fa.build(64)
+    shape = (1, 2, 5, 64)
+    with pytest.raises(bx.ExecutionError, match=r"v: strides \(1, 1, 1, 1\), expected a contiguous tensor"):
+        fa.run(kernel, _Tensor(shape), _Tensor(shape), _Tensor(shape, contiguous=False), _Tensor(shape))

@@ -1,0 +1,152 @@
+"""Split K finished inside the GEMM (kernels/blasdx/hopper/splitk.cuh) on the GPU.
+
+The last split of each tile adds the others' partial sums and stores D: checked against the
+float64 product (exact for int8) with NaN-poisoned results, for every type the engine runs,
+every configuration, edge tiles, alpha / beta with C, batches with a broadcast operand, and
+repeated calls and CUDA-graph replays (the counters must be back at zero after every launch).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from blasdx import dtypes as dt
+from blasdx.calls import matmul as array_gemm
+from blasdx.engine import hopper
+from blasdx.reference import tolerance
+
+from .gpu_support import require_gpu, torch_dtype
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def torch():
+    if require_gpu() != 90:
+        pytest.skip("the Hopper engine runs on sm_90 GPUs")
+    import torch
+
+    return torch
+
+
+def _operand(torch, shape, a: dt.DType, gen, order="R"):
+    if order == "C":
+        shape = shape[:-2] + (shape[-1], shape[-2])
+    if a.integral:
+        t = torch.randint(-128, 128, shape, device="cuda", generator=gen, dtype=torch.int32).to(torch_dtype(a))
+    else:
+        t = torch.randn(shape, device="cuda", generator=gen).to(torch_dtype(a))
+    return t if order == "R" else t.transpose(-1, -2)
+
+
+def _poisoned(torch, shape, c: dt.DType):
+    return torch.full(shape, -7 if c == dt.int32 else float("nan"), device="cuda", dtype=torch_dtype(c))
+
+
+def _check(torch, got, x, y, a, c, acc=None, alpha=1.0, beta=0.0, what=""):
+    ref = alpha * torch.matmul(x.to(torch.float64), y.to(torch.float64))
+    if acc is not None:
+        ref = ref + beta * acc.to(torch.float64)
+    out = got.to(torch.float64)
+    if c == dt.int32:
+        bad = int((out != ref).sum().item())
+        assert bad == 0, f"{what}: {bad} elements differ from the exact product"
+        return
+    assert not torch.isnan(out).any(), f"{what}: NaN in the result (an element was never written)"
+    err = (torch.linalg.norm(out - ref) / torch.linalg.norm(ref)).item()
+    tol = tolerance(a, c, x.shape[-1], dt.float32, "wgmma", hopper.promotion_of(a) or None)
+    assert err <= tol, f"{what}: relative error {err:.3e} > {tol:.1e}"
+
+
+def _plan(torch, x, y, out, a, c, config=None, splits=None):
+    from blasdx import arrays
+
+    vx, vy = arrays.as_array(x, "x")._replace(dtype=a), arrays.as_array(y, "y")._replace(dtype=a)
+    mx, my = array_gemm._matrix(vx, "x"), array_gemm._matrix(vy, "y")
+    batch = out.shape[0] if out.dim() == 3 else 1
+    device = array_gemm._device_info(out.device.index)
+    vout = arrays.as_array(out, "out")
+    engine, reason = array_gemm._engine_plan(vx, vy, mx, my, c, mx.rows, my.cols, mx.cols, batch, device, vout,
+                                             config, splits)
+    assert engine is not None, reason
+
+    def run(acc=None, alpha=1.0, beta=0.0):
+        handle = torch.cuda.current_stream().cuda_stream
+        core = arrays.as_core_stream(None, handle)
+        vacc = None if acc is None else arrays.as_array(acc, "acc")
+        engine.run(out.device.index, core, handle, vx, vy, vacc, vout, alpha, beta)
+
+    return engine, run
+
+
+TYPES = [(dt.bfloat16, dt.float32), (dt.float16, dt.float16), (dt.float16, dt.float32), (dt.tfloat32, dt.float32),
+         (dt.float8_e4m3, dt.float16), (dt.int8, dt.int32)]
+CONFIGS = [("narrow", 3), ("pingpong", 4), ("square", 2), ("wide", 5), ("wide clusters", 2), ("narrow", 16)]
+
+
+@pytest.mark.parametrize(("name", "splits"), CONFIGS, ids=lambda v: str(v))
+@pytest.mark.parametrize("types", TYPES, ids=lambda p: f"{p[0].name}-{p[1].name}")
+def test_splits_every_type_and_configuration(torch, types, name, splits):
+    a, c = types
+    gen = torch.Generator(device="cuda").manual_seed(splits * 17 + len(name))
+    m, n, k = 200, 272, 128 * 40 // a.size + 48  # edge tiles in M, N and a partial last K step
+    x, y = _operand(torch, (m, k), a, gen), _operand(torch, (k, n), a, gen, "C")
+    out = _poisoned(torch, (m, n), c)
+    config = hopper.replace(hopper.CONFIGS[name], bk=128 // a.size, promotion=hopper.promotion_of(a))
+    engine, run = _plan(torch, x, y, out, a, c, config, splits)
+    assert engine.splits == splits and engine.store_d is None, engine.describe()
+    acc = _operand(torch, (m, n), c, gen)
+    alpha, beta = (3.0, -2.0) if c != dt.int32 else (3, -2)
+    run(acc, alpha, beta)
+    _check(torch, out, x, y, a, c, acc, alpha, beta, f"{name} x{splits}: {engine.describe()}")
+    out.fill_(-7 if c == dt.int32 else float("nan"))
+    run()  # again: the first launch left every counter at zero
+    _check(torch, out, x, y, a, c, what=f"{name} x{splits} second call")
+
+
+@pytest.mark.parametrize("m", [1, 17, 64, 65, 130])
+def test_rows_past_m_skip_the_exchange(torch, m):
+    gen = torch.Generator(device="cuda").manual_seed(m)
+    a, c = dt.bfloat16, dt.float32
+    x, y = _operand(torch, (m, 4096), a, gen), _operand(torch, (4096, 1000), a, gen, "C")
+    out = _poisoned(torch, (m, 1000), c)
+    engine, run = _plan(torch, x, y, out, a, c)
+    assert engine.splits > 1, engine.describe()
+    run()
+    _check(torch, out, x, y, a, c, what=f"M = {m}: {engine.describe()}")
+
+
+def test_batches_and_broadcast(torch):
+    gen = torch.Generator(device="cuda").manual_seed(2)
+    a, c = dt.float16, dt.float32
+    for batch_y in (4, 1):
+        x = _operand(torch, (4, 40, 3000), a, gen)
+        y = _operand(torch, (batch_y, 3000, 136), a, gen)
+        out = _poisoned(torch, (4, 40, 136), c)
+        engine, run = _plan(torch, x, y, out, a, c)
+        assert engine.splits > 1, engine.describe()
+        run()
+        _check(torch, out, x, y.expand(4, 3000, 136), a, c, what=f"batch, y batch {batch_y}: {engine.describe()}")
+
+
+def test_graph_replays_reuse_the_counters(torch):
+    gen = torch.Generator(device="cuda").manual_seed(4)
+    a, c = dt.bfloat16, dt.float32
+    x, y = _operand(torch, (16, 8192), a, gen), _operand(torch, (8192, 2048), a, gen, "C")
+    out = _poisoned(torch, (16, 2048), c)
+    engine, run = _plan(torch, x, y, out, a, c)
+    assert engine.splits > 1, engine.describe()
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        run()
+    stream.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        for _ in range(3):
+            run()
+    for _ in range(4):
+        out.fill_(float("nan"))
+        x.copy_(_operand(torch, (16, 8192), a, gen))  # fresh data each replay
+        graph.replay()
+        torch.cuda.synchronize()
+        _check(torch, out, x, y, a, c, what="graph replay")

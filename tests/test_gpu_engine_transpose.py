@@ -1,0 +1,188 @@
+"""MN-major tf32 and 8-bit B transposed in shared memory on the GPU (kernels/blasdx/hopper/transpose.cuh).
+
+Against the float64 product (exact for int8) on fresh random data, results poisoned with NaN
+first: bx.matmul / bx.mma / bx.scaled_mm with a row-major y (the layout of a [K, N] weight),
+odd sizes, every base configuration forced to transpose (clusters, ping-pong, split K, both
+epilogues), M from 1 to 16384, batches with a broadcast B.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import blasdx as bx
+from blasdx import dtypes as dt
+from blasdx.calls import matmul as array_gemm
+from blasdx.engine import hopper
+from blasdx.reference import tolerance
+
+from .gpu_support import require_gpu, torch_dtype
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def torch():
+    if require_gpu() != 90:
+        pytest.skip("the Hopper engine runs on sm_90 GPUs")
+    import torch
+
+    return torch
+
+
+def _operand(torch, shape, a: dt.DType, gen):
+    """Fresh random row-major values of type ``a`` (float32 storage for tf32; small integers for int8)."""
+    if a.integral:
+        return torch.randint(-128, 128, shape, device="cuda", generator=gen, dtype=torch.int32).to(torch_dtype(a))
+    return (2 * torch.randn(shape, device="cuda", generator=gen)).to(torch_dtype(a))
+
+
+def _error(torch, got, ref) -> float:
+    out = got.to(torch.float64)
+    assert not torch.isnan(out).any(), "NaN in the result (an element was never written)"
+    scale = torch.linalg.norm(ref).item()
+    return torch.linalg.norm(out - ref).item() / (scale if scale > 0 else 1.0)
+
+
+def _check(torch, got, x, y, a: dt.DType, c: dt.DType, acc=None, what=""):
+    ref = torch.matmul(x.to(torch.float64), y.to(torch.float64))
+    if acc is not None:
+        ref = ref + acc.to(torch.float64)
+    if c == dt.int32:
+        bad = int((got.to(torch.float64) != ref).sum().item())
+        assert bad == 0, f"{what}: {bad} elements differ from the exact product"
+        return
+    k = x.shape[-1]
+    tol = tolerance(a, c, max(k, 1), dt.float32, "wgmma", hopper.promotion_of(a) or None)
+    err = _error(torch, got, ref)
+    assert err <= tol, f"{what}: relative error {err:.3e} > {tol:.1e}"
+
+
+def _engine(torch, x, y, acc, out, a: dt.DType, c: dt.DType, config=None, splits=None):
+    """out = x @ y (+ acc) through the engine with an optional configuration and split count."""
+    from blasdx import arrays
+
+    vx, vy = arrays.as_array(x, "x")._replace(dtype=a), arrays.as_array(y, "y")._replace(dtype=a)
+    mx, my = array_gemm._matrix(vx, "x"), array_gemm._matrix(vy, "y")
+    batch = out.shape[0] if out.dim() == 3 else 1
+    device = array_gemm._device_info(out.device.index)
+    vout = arrays.as_array(out, "out")
+    engine, reason = array_gemm._engine_plan(vx, vy, mx, my, c, mx.rows, my.cols, mx.cols, batch, device, vout,
+                                             config, splits)
+    assert engine is not None, reason
+    handle = arrays.resolve_stream(None, (out,))
+    core = arrays.as_core_stream(None, handle)
+    vacc = None if acc is None else arrays.as_array(acc, "acc")
+    engine.run(out.device.index, core, handle, vx, vy, vacc, vout, 1, 1 if acc is not None else 0)
+    return engine
+
+
+TYPES = [(dt.tfloat32, dt.float32), (dt.float8_e4m3, dt.float16), (dt.float8_e4m3, dt.float32),
+         (dt.float8_e5m2, dt.float16), (dt.int8, dt.int32)]
+
+
+@pytest.mark.parametrize("size", [1, 17, 255, 1000, 4097])
+@pytest.mark.parametrize("types", TYPES, ids=lambda p: f"{p[0].name}-{p[1].name}")
+def test_row_major_y_every_type_and_odd_size(torch, types, size):
+    a, c = types
+    gen = torch.Generator(device="cuda").manual_seed(size + 13 * TYPES.index(types))
+    m, n, k = size, size + (7 if size > 1 else 0), size + (9 if size > 1 else 0)
+    n += (-n) % (16 // a.size)  # TMA reads y's rows in place: whole 16 bytes
+    x, y = _operand(torch, (m, k), a, gen), _operand(torch, (k, n), a, gen)
+    if c == dt.int32:
+        acc = torch.randint(-2**20, 2**20, (m, n), device="cuda", generator=gen, dtype=torch.int32)
+        out = torch.full((m, n), -7, device="cuda", dtype=torch.int32)
+    else:
+        acc = _operand(torch, (m, n), c, gen)
+        out = torch.full((m, n), float("nan"), device="cuda", dtype=torch_dtype(c))
+    engine = _engine(torch, x, y, acc, out, a, c)
+    transposed = "y MN-major (transposed in shared memory)" in engine.describe()
+    assert transposed == engine.config.transpose_b and (transposed or m > 2048), engine.describe()
+    _check(torch, out, x, y, a, c, acc, f"{a.name}->{c.name} {m}x{n}x{k}: {engine.describe()}")
+
+
+FORCED = [("narrow", 1), ("narrow", 4), ("pingpong", 1), ("pingpong", 3), ("wide", 1), ("wide clusters", 1),
+          ("square", 2), ("pingpong clusters", 1)]
+
+
+@pytest.mark.parametrize(("name", "splits"), FORCED, ids=lambda v: str(v))
+@pytest.mark.parametrize("types", [(dt.tfloat32, dt.float32), (dt.float8_e4m3, dt.float16), (dt.int8, dt.int32)],
+                         ids=lambda p: p[0].name)
+def test_every_configuration_transposes(torch, types, name, splits):
+    a, c = types
+    gen = torch.Generator(device="cuda").manual_seed(len(name) * 7 + splits)
+    m, n, k = 515, 1040, 1168  # edge tiles in M, N and K
+    x, y = _operand(torch, (m, k), a, gen), _operand(torch, (k, n), a, gen)
+    base = hopper.CONFIGS["pingpong"] if name == "pingpong clusters" else hopper.CONFIGS[name]
+    config = hopper.replace(base, bk=128 // a.size, promotion=hopper.promotion_of(a), transpose_b=True,
+                            **({"cluster": 2} if name == "pingpong clusters" else {}))
+    out = torch.full((m, n), float("nan") if c != dt.int32 else -7, device="cuda", dtype=torch_dtype(c))
+    engine = _engine(torch, x, y, None, out, a, c, config, splits)
+    assert engine.config.transpose_b and engine.splits == splits, engine.describe()
+    _check(torch, out, x, y, a, c, None, f"{name} x{splits} {a.name}: {engine.describe()}")
+
+
+@pytest.mark.parametrize("m", [1, 64, 2048, 16384])
+def test_m_from_1_to_16384(torch, m):
+    a, c = dt.tfloat32, dt.float32
+    gen = torch.Generator(device="cuda").manual_seed(m)
+    n, k = 384, 520
+    x, y = _operand(torch, (m, k), a, gen), _operand(torch, (k, n), a, gen)
+    out = torch.full((m, n), float("nan"), device="cuda")
+    config = hopper.replace(hopper.PINGPONG, bk=32, transpose_b=True)  # deep M transposes when asked
+    engine = _engine(torch, x, y, None, out, a, c, config if m == 16384 else None)
+    assert engine.config.transpose_b, engine.describe()
+    _check(torch, out, x, y, a, c, None, f"M = {m}: {engine.describe()}")
+
+
+def test_batched_b_and_broadcast(torch):
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    for a, c in [(dt.tfloat32, dt.float32), (dt.float8_e4m3, dt.float16)]:
+        for batch_y in (3, 1):
+            x = _operand(torch, (3, 130, 300), a, gen)
+            y = _operand(torch, (batch_y, 300, 272), a, gen)
+            out = torch.full((3, 130, 272), float("nan"), device="cuda", dtype=torch_dtype(c))
+            engine = _engine(torch, x, y, None, out, a, c)
+            assert engine.config.transpose_b, engine.describe()
+            _check(torch, out, x, y.expand(3, 300, 272), a, c, None, f"batch {batch_y} {a.name}")
+
+
+def test_matmul_of_a_row_major_weight(torch):
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    x = _operand(torch, (128, 4096), dt.tfloat32, gen)
+    w = _operand(torch, (4096, 1024), dt.tfloat32, gen)
+    got = bx.matmul(bx.tf32(x), bx.tf32(w))
+    plan = next(p for p in reversed(list(array_gemm._CALLS.values())) if p.shape == (128, 1024))
+    assert "transposed in shared memory" in plan.describe(), plan.describe()
+    _check(torch, got, x, w, dt.tfloat32, dt.float32, None, "bx.matmul tf32")
+    x8, w8 = _operand(torch, (64, 2048), dt.float8_e4m3, gen), _operand(torch, (2048, 1536), dt.float8_e4m3, gen)
+    _check(torch, bx.matmul(x8, w8), x8, w8, dt.float8_e4m3, dt.float16, None, "bx.matmul e4m3")
+
+
+@pytest.mark.parametrize("mode", ["tensor", "row", "block"])
+def test_scaled_mm_with_row_major_y(torch, mode):
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    m, n, k = 200, 640, 1000
+    x, y = _operand(torch, (m, k), dt.float8_e4m3, gen), _operand(torch, (k, n), dt.float8_e4m3, gen)
+
+    def scales(shape):
+        return torch.exp2(4 * torch.rand(shape, device="cuda", generator=gen) - 2)
+
+    if mode == "tensor":
+        sx, sy = torch.tensor(0.5, device="cuda"), torch.tensor(2.0, device="cuda")
+        ex, ey = sx.to(torch.float64), sy.to(torch.float64)
+    elif mode == "row":
+        sx, sy = scales((m, 1)), scales((1, n))
+        ex, ey = sx.to(torch.float64), sy.to(torch.float64)
+    else:
+        kb, nb = math.ceil(k / 128), math.ceil(n / 128)
+        sx, sy = scales((m, kb)), scales((kb, nb))
+        ex = sx.to(torch.float64).repeat_interleave(128, dim=1)[:, :k]
+        ey = sy.to(torch.float64).repeat_interleave(128, dim=0)[:k].repeat_interleave(128, dim=1)[:, :n]
+    got = bx.scaled_mm(x, y, sx, sy, out_dtype=bx.bfloat16)
+    ref = (x.to(torch.float64) * ex) @ (y.to(torch.float64) * ey)
+    tol = tolerance(dt.float8_e4m3, dt.bfloat16, k, dt.float32, "wgmma", 128)
+    err = _error(torch, got, ref)
+    assert err <= tol, f"scaled_mm {mode}: relative error {err:.3e} > {tol:.1e}"

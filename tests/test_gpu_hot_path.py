@@ -1,0 +1,232 @@
+"""The array calls' hot path on a GPU: a call bound to the kind of its arrays behaves as the full path.
+
+* A table of bad calls raises the same error cold and after a good call of the same
+  shapes has bound its kind (the bound call is found only for arrays of the same kind; a
+  different one takes the full path and its checks).
+* Arrays that change strides, dtype or alignment between calls are never launched with
+  the plan of another kind: every result is checked against the float64 product.
+* Eight threads call at once on streams of their own.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+import blasdx as bx
+from blasdx import dtypes as dt
+from blasdx.calls import matmul as array_gemm
+from blasdx.reference import tolerance
+
+from .gpu_support import gpu_sm, require_gpu
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def torch():
+    require_gpu()
+    return pytest.importorskip("torch")
+
+
+def _error(torch, got, ref) -> float:
+    got = got.to(torch.float64)
+    if not bool(torch.isfinite(got).all()):
+        return float("inf")
+    return float((got - ref).norm() / ref.norm().clamp_min(1e-300))
+
+
+def _check_matmul(torch, got, x, y, acc=None):
+    ref = x.to(torch.float64) @ y.to(torch.float64)
+    if acc is not None:
+        ref = ref + acc.to(torch.float64)
+    a = {torch.float16: dt.float16, torch.bfloat16: dt.bfloat16, torch.float32: dt.float32,
+         torch.float64: dt.float64}[x.dtype]
+    c = {torch.float16: dt.float16, torch.float32: dt.float32, torch.float64: dt.float64}[got.dtype]
+    tol = tolerance(a, c, x.shape[-1])
+    err = _error(torch, got, ref)
+    assert err <= tol, f"{tuple(x.shape)} x {tuple(y.shape)} {x.dtype}: relative error {err:.3e} exceeds {tol:.1e}"
+
+
+SIZES = [(32, 32, 32), (64, 48, 80), (200, 136, 512), (16, 4096, 8192)]
+
+
+@pytest.mark.parametrize("m,n,k", SIZES, ids=lambda v: str(v))
+def test_changing_arrays_never_reuse_another_kind(torch, m, n, k):
+    """Strides, dtype, batch and alignment change between calls; each call's result is right."""
+    gen = torch.Generator(device="cuda").manual_seed(m + n + k)
+    base = torch.randn(m, k + 8, device="cuda", generator=gen)
+    y32 = torch.randn(k, n, device="cuda", generator=gen)
+    h, yh = base.half(), y32.half()
+    variants = [
+        (h[:, :k].contiguous(), yh),
+        (h[:, :k], yh),  # a leading dimension of k + 8
+        (h[:, :k].t().contiguous().t(), yh),  # column-major x
+        (h[:, :k], yh.t().contiguous().t()),  # column-major y
+        (h[:, 1:k + 1], yh),  # x starts 2 bytes past a 16-byte boundary
+    ]
+    if (gpu_sm() or 0) >= 80:
+        variants.append((base[:, :k].to(torch.bfloat16), y32.to(torch.bfloat16)))
+    variants.append((base[:, :k].contiguous(), y32))  # float32
+    for _ in range(3):  # cold, then bound, then bound again: the same results
+        for x, y in variants:
+            _check_matmul(torch, bx.matmul(x, y), x, y)
+            acc = torch.randn(m, n, device="cuda", generator=gen)
+            _check_matmul(torch, bx.mma(x, y, acc), x, y, acc)
+            out = torch.full((m, n), float("nan"), device="cuda")
+            assert bx.mma(x, y, acc, out=out) is out
+            _check_matmul(torch, out, x, y, acc)
+            inplace = acc.clone()
+            bx.mma(x, y, inplace, out=inplace)
+            _check_matmul(torch, inplace, x, y, acc)
+
+
+def test_bound_calls_are_found(torch):
+    """The second call of a kind takes the bound path (and gives the same result)."""
+    x = torch.randn(64, 64, device="cuda", dtype=torch.float16)
+    first = bx.matmul(x, x)
+    bound = len(array_gemm._BOUND)
+    second = bx.matmul(x, x)
+    assert len(array_gemm._BOUND) == bound
+    assert torch.equal(first, second)
+    assert any(k[0][1] == x.shape for k in array_gemm._BOUND if len(k) == 4)
+
+
+def _bad_calls(torch):
+    h = torch.float16
+    x = torch.randn(64, 32, device="cuda", dtype=h)
+    y = torch.randn(32, 48, device="cuda", dtype=h)
+    acc = torch.randn(64, 48, device="cuda")
+    return [
+        ("inner", lambda: bx.matmul(x, torch.randn(31, 48, device="cuda", dtype=h)), r"do not multiply"),
+        ("dtype", lambda: bx.matmul(x, y.float()), r"x: float16 and y: float32 differ"),
+        ("host", lambda: bx.matmul(x, y.cpu()), r"y: torch.Tensor of shape \(32, 48\) is in host memory"),
+        ("acc shape", lambda: bx.mma(x, y, acc[:, :47]), r"acc: shape \(64, 47\) does not hold x @ y"),
+        ("out shape", lambda: bx.mma(x, y, acc, out=acc[:, :47]), r"out: shape \(64, 47\)"),
+        ("dtype kwarg", lambda: bx.matmul(x, y, dtype=bx.float32), r"dtype=.*fixed by the input type"),
+        ("fast", lambda: bx.matmul(x, y, fast_accumulation=True), r"fast_accumulation=True with float16"),
+    ]
+
+
+def test_bad_calls_raise_the_same_cold_and_bound(torch):
+    x = torch.randn(64, 32, device="cuda", dtype=torch.float16)
+    y = torch.randn(32, 48, device="cuda", dtype=torch.float16)
+    acc = torch.randn(64, 48, device="cuda")
+    for _name, call, pattern in _bad_calls(torch):
+        array_gemm._BOUND.clear()
+        array_gemm._CALLS.clear()
+        with pytest.raises(bx.ExecutionError, match=pattern):
+            call()
+        bx.matmul(x, y)  # good calls of the same arrays bind their kinds
+        bx.mma(x, y, acc)
+        bx.mma(x, y, acc, out=torch.empty_like(acc))
+        bx.mma(x, y, acc.half(), out=torch.empty(64, 48, device="cuda", dtype=torch.float16))
+        with pytest.raises(bx.ExecutionError, match=pattern):
+            call()
+
+
+def test_out_overlapping_an_input_is_refused_when_bound(torch):
+    """The bound mma checks out's memory every call (the pointers change, the kind does not)."""
+    x = torch.randn(64, 32, device="cuda", dtype=torch.float16)
+    y = torch.randn(32, 64, device="cuda", dtype=torch.float16)
+    acc = torch.randn(64, 64, device="cuda", dtype=torch.float16)
+    out = torch.empty(64, 64, device="cuda", dtype=torch.float16)
+    bx.mma(x, y, acc, out=out)
+    storage = torch.empty(64 * 64 + 64 * 32, device="cuda", dtype=torch.float16)
+    xs = storage[:64 * 32].view(64, 32)
+    xs.copy_(x)
+    overlapping = storage.as_strided((64, 64), (64, 1))  # starts where xs does
+    with pytest.raises(bx.ExecutionError, match="out: its memory overlaps x's"):
+        bx.mma(xs, y, acc, out=overlapping)
+
+
+def test_eight_threads_on_their_own_streams(torch):
+    """Bound calls from 8 threads at once, each on a stream of its own, all right."""
+    gen = torch.Generator(device="cuda").manual_seed(8)
+    shapes = [(64, 64, 64), (200, 136, 512), (16, 4096, 8192), (32, 32, 32)]
+    data = [(torch.randn(m, k, device="cuda", generator=gen).half(), torch.randn(k, n, device="cuda", generator=gen)
+             .half()) for m, n, k in shapes]
+    for x, y in data:
+        bx.matmul(x, y)  # bind
+    torch.cuda.synchronize()
+    errors: list[BaseException] = []
+    results: list[list] = [[] for _ in range(8)]
+
+    def work(i: int) -> None:
+        try:
+            stream = torch.cuda.Stream()
+            with torch.cuda.stream(stream):
+                for r in range(20):
+                    x, y = data[(i + r) % len(data)]
+                    results[i].append((bx.matmul(x, y), x, y))
+            stream.synchronize()
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+    torch.cuda.synchronize()
+    for per_thread in results:
+        for got, x, y in per_thread:
+            _check_matmul(torch, got, x, y)
+
+
+def test_scaled_mm_and_solve_triangular_bound(torch):
+    """Repeated calls (bound after the first) of scaled_mm and solve_triangular: right results, same errors."""
+    gen = torch.Generator(device="cuda").manual_seed(9)
+    f64 = torch.float64
+    t = torch.randn(64, 64, device="cuda", generator=gen).tril() * 0.05 + 4 * torch.eye(64, device="cuda")
+    for _ in range(3):
+        rhs = torch.randn(64, 24, device="cuda", generator=gen)
+        ref = torch.linalg.solve_triangular(t.to(f64), rhs.to(f64), upper=False)
+        assert _error(torch, bx.solve_triangular(t, rhs, lower=True), ref) <= 1e-5
+        out = torch.full_like(rhs, float("nan"))
+        assert bx.solve_triangular(t, rhs, lower=True, out=out) is out
+        assert _error(torch, out, ref) <= 1e-5
+        inplace = rhs.clone()
+        bx.solve_triangular(t, inplace, lower=True, out=inplace)
+        assert _error(torch, inplace, ref) <= 1e-5
+        with pytest.raises(bx.ExecutionError, match="out: its memory overlaps a's"):
+            bx.solve_triangular(t, rhs, lower=True, out=t[:, :24])
+    if (gpu_sm() or 0) != 90:
+        return
+    for _ in range(3):
+        x = (2 * torch.randn(128, 256, device="cuda", generator=gen)).to(torch.float8_e4m3fn)
+        y = (2 * torch.randn(64, 256, device="cuda", generator=gen)).to(torch.float8_e4m3fn).t()
+        sx, sy = torch.full((), 0.5, device="cuda"), torch.full((), 2.0, device="cuda")
+        ref = x.to(f64) @ y.to(f64)
+        tol = tolerance(dt.float8_e4m3, dt.float32, 256, dt.float32, "wgmma", 128)
+        assert _error(torch, bx.scaled_mm(x, y, sx, sy, out_dtype=bx.float32), ref) <= tol
+        out = torch.full((128, 64), float("nan"), device="cuda")
+        bx.scaled_mm(x, y, sx, sy, out_dtype=bx.float32, out=out)
+        assert _error(torch, out, ref) <= tol
+        with pytest.raises(bx.ExecutionError, match="out: expected shape"):
+            bx.scaled_mm(x, y, sx, sy, out_dtype=bx.float32, out=out[:, :63])
+
+
+def test_mma_with_out_allocates_nothing(torch):
+    """A bound bx.mma(out=) allocates nothing (torch's allocator, blasdx's scratch pool); matmul only its result."""
+    from blasdx.launch import scratch
+
+    for m, n, k in SIZES:
+        x = torch.randn(m, k, device="cuda", dtype=torch.float16)
+        y = torch.randn(k, n, device="cuda", dtype=torch.float16)
+        acc = torch.randn(m, n, device="cuda")
+        out = torch.empty(m, n, device="cuda")
+        bx.mma(x, y, acc, out=out)
+        bx.matmul(x, y)
+        torch.cuda.synchronize()
+        held = scratch.POOL.held()
+        before = torch.cuda.memory_stats()["allocation.all.allocated"]
+        for _ in range(10):
+            bx.mma(x, y, acc, out=out)
+        assert torch.cuda.memory_stats()["allocation.all.allocated"] == before, (m, n, k)
+        results = [bx.matmul(x, y) for _ in range(10)]
+        assert torch.cuda.memory_stats()["allocation.all.allocated"] == before + 10, (m, n, k)
+        assert scratch.POOL.held() == held
+        del results

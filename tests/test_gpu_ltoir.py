@@ -1,0 +1,116 @@
+"""GPU correctness of LTO-IR entry points linked into a kernel compiled apart (cuda.core Program / Linker).
+
+A table of descriptors (every type, both orders, odd and full sizes, sm_XX and sm_90a) runs
+the shared-memory execute (beta 0 with C poisoned, then beta != 0) and the register API in
+kernels that know only the entry points' prototypes, against the float64 reference.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import blasdx as bx
+from blasdx import dtypes as dt
+from blasdx.reference import assert_close, random_operand, reference_gemm, tolerance
+
+from .gpu_support import gpu_sm, require_gpu, strided_operand, torch_to_host
+from .ltoir_support import link, opt_in, require_nvjitlink
+
+pytestmark = pytest.mark.gpu
+
+R, C = bx.row_major, bx.col_major
+TYPES = [
+    (dt.float16, dt.float16, dt.float32), (dt.float16, dt.float16, dt.float16), (dt.bfloat16, dt.bfloat16, dt.float32),
+    (dt.tfloat32, dt.tfloat32, dt.float32), (dt.float32, dt.float32, dt.float32), (dt.float64, dt.float64, dt.float64),
+    (dt.float8_e4m3, dt.float8_e4m3, dt.float32), (dt.float8_e5m2, dt.float8_e4m3, dt.float16),
+    (dt.int8, dt.int8, dt.int32), (dt.uint8, dt.int8, dt.int32),
+]
+SIZES = [(64, 64, 64), (32, 32, 32), (17, 33, 9), (128, 128, 64)]
+ARRANGEMENTS = [(R, C, C), (C, R, R), (R, R, C)]
+
+
+def _cases():
+    sm = gpu_sm() or 90
+    rng = np.random.default_rng(33)
+    for types in TYPES:
+        row = dt.find_combination(*types, False)
+        if row.min_sm > sm:
+            continue
+        for specific in ([False, True] if sm == 90 else [False]):
+            size = SIZES[int(rng.integers(len(SIZES)))]
+            arrangement = ARRANGEMENTS[int(rng.integers(len(ARRANGEMENTS)))]
+            yield pytest.param(types, size, arrangement, specific, id=(
+                f"{types[0].name}x{types[1].name}-{types[2].name}-{'x'.join(map(str, size))}-"
+                f"{''.join(o.name[0] for o in arrangement)}{'-sm90a' if specific else ''}"))
+
+
+@pytest.fixture(scope="module")
+def sm() -> int:
+    require_nvjitlink()
+    return require_gpu()
+
+
+def _run(kernel_name: str, desc: bx.Descriptor, alpha, beta, rng, batch: int = 37) -> None:
+    import torch
+    from cuda.core import Device, LaunchConfig, launch
+
+    m, n, k = desc.size
+    a_t, b_t, c_t = desc.precision
+    arr = desc.arrangement
+    a_host = random_operand(a_t, (batch, m, k), rng)
+    b_host = random_operand(b_t, (batch, k, n), rng)
+    c_host = random_operand(c_t, (batch, m, n), rng)
+    if beta == 0:
+        c_host[...] = 12345 if c_t.integral else np.nan
+    a = strided_operand(a_host, a_t, arr.a is R, k if arr.a is R else m)  # dense per problem
+    b = strided_operand(b_host, b_t, arr.b is R, n if arr.b is R else k)
+    c = strided_operand(c_host, c_t, arr.c is R, n if arr.c is R else m)
+    device = Device()
+    device.set_current()
+    kernel = link(desc).get_kernel(kernel_name)
+    smem = desc.shared_memory_size
+    if smem > 48 * 1024:
+        opt_in(kernel, smem, device.device_id)
+    scalar = desc.scalar_type.numpy
+    torch.cuda.synchronize()
+    stream = device.create_stream()
+    launch(stream, LaunchConfig(grid=batch, block=desc.block_dim, shmem_size=smem), kernel,
+           a.data_ptr(), b.data_ptr(), c.data_ptr(), scalar(alpha), scalar(beta),
+           np.int64(m * k * a_t.size), np.int64(k * n * b_t.size), np.int64(m * n * c_t.size))
+    stream.sync()
+    got = torch_to_host(c, c_t)
+    ref = reference_gemm(a_host, b_host, c_host, alpha, beta)
+    assert_close(got, ref, tolerance(a_t, c_t, k, desc.accumulator_type, desc.instruction),
+                 what=f"{kernel_name} of {desc!r}")
+
+
+@pytest.mark.parametrize("types, size, arrangement, arch_specific", list(_cases()))
+def test_entry_points_match_the_float64_reference(sm, types, size, arrangement, arch_specific):
+    rng = np.random.default_rng()
+    desc = (bx.Size(*size) + bx.Precision(*types) + bx.Function.MM + bx.Arrangement(*arrangement)
+            + bx.SM(sm, arch_specific=arch_specific) + bx.Block())
+    if not desc.is_supported:
+        pytest.skip(f"{desc!r} is not supported here")
+    integral = types[2].integral
+    _run("shared_api", desc, 1, 0, rng)
+    _run("shared_api", desc, -2 if integral else -1.5, 3 if integral else 0.5, rng)
+    if desc.ltoir().fragment_size:
+        _run("register_api", desc, 1, 0, rng)
+        _run("register_api", desc, 2 if integral else 0.75, -1 if integral else 0.25, rng)
+
+
+def test_the_cuda_core_example_runs(sm):
+    import runpy
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "examples" / "ltoir_cuda_core.py"
+    argv = sys.argv
+    sys.argv = [str(path), "--batch", "20000"]
+    try:
+        with pytest.raises(SystemExit) as done:
+            runpy.run_path(str(path), run_name="__main__")
+    finally:
+        sys.argv = argv
+    assert done.value.code == 0

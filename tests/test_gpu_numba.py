@@ -1,0 +1,163 @@
+"""blasdx GEMMs inside Numba-CUDA kernels on the GPU: a random table of descriptors through the shared-memory
+and register APIs against float64, the kernels' SASS as Numba built it (GEMM inlined, no local memory), and the
+examples."""
+
+from __future__ import annotations
+
+import re
+import runpy
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import blasdx as bx
+from blasdx import dtypes as dt
+from blasdx.reference import assert_close, random_operand, reference_gemm, tolerance
+
+from .gpu_support import gpu_sm, require_gpu
+from .numba_support import numba_cuda
+from .test_numba import register_api_kernel, shared_api_kernel
+
+pytestmark = pytest.mark.gpu
+cuda = numba_cuda
+R, C = bx.row_major, bx.col_major
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+TYPES = [
+    (dt.float16, dt.float16, dt.float32), (dt.float16, dt.float16, dt.float16), (dt.bfloat16, dt.bfloat16, dt.float32),
+    (dt.tfloat32, dt.tfloat32, dt.float32), (dt.float32, dt.float32, dt.float32), (dt.float64, dt.float64, dt.float64),
+    (dt.float8_e4m3, dt.float8_e4m3, dt.float32), (dt.float8_e4m3, dt.float8_e5m2, dt.float16),
+    (dt.int8, dt.int8, dt.int32), (dt.uint8, dt.int8, dt.int32),
+]
+SIZES = [(32, 32, 32), (64, 64, 64), (17, 33, 9), (128, 128, 64), (48, 80, 32)]
+ARRANGEMENTS = [(R, C, C), (C, R, R), (R, R, R), (C, C, C)]
+
+
+def _cases():
+    sm = gpu_sm() or 90
+    rng = np.random.default_rng(2033)
+    for types in TYPES:
+        if dt.find_combination(*types, False).min_sm > sm:
+            continue
+        for specific in ([False, True] if sm == 90 else [False]):
+            size = SIZES[int(rng.integers(len(SIZES)))]
+            arrangement = ARRANGEMENTS[int(rng.integers(len(ARRANGEMENTS)))]
+            yield pytest.param(types, size, arrangement, specific, id=(
+                f"{types[0].name}x{types[1].name}-{types[2].name}-{'x'.join(map(str, size))}-"
+                f"{''.join(o.name[0] for o in arrangement)}{'-sm90a' if specific else ''}"))
+
+
+@pytest.fixture(scope="module")
+def sm() -> int:
+    return require_gpu()
+
+
+def _bits(host: np.ndarray) -> np.ndarray:
+    """What a Numba device array of ``host`` holds: bf16 and fp8 as their bits."""
+    if host.dtype.name == "bfloat16":
+        return host.view(np.uint16)
+    if host.dtype.itemsize == 1 and host.dtype.kind not in "iu":
+        return host.view(np.uint8)
+    return host
+
+
+def _storage(host: np.ndarray, row_major: bool) -> np.ndarray:
+    """Dense per problem in the given order: (batch, rows, cols) or (batch, cols, rows)."""
+    return np.ascontiguousarray(host if row_major else host.transpose(0, 2, 1))
+
+
+def _from_storage(stored: np.ndarray, value: dt.DType, row_major: bool) -> np.ndarray:
+    if value.name == "float16" or value.host_dtype == stored.dtype:
+        data = stored
+    else:
+        data = stored.view(value.host_dtype)
+    return data if row_major else data.transpose(0, 2, 1)
+
+
+def kernel_sass(kernel) -> str:
+    """SASS of a Numba kernel's one compiled overload (Numba's nvdisasm, else blasdx's cuobjdump)."""
+    try:
+        sass = kernel.inspect_sass()
+        return next(iter(sass.values())) if isinstance(sass, dict) else sass
+    except Exception:  # noqa: BLE001 - no nvdisasm here: disassemble the cubin with cuobjdump
+        from blasdx.compile import cubin as _cubin
+
+        overload = next(iter(kernel.overloads.values()))
+        return _cubin.run_cuobjdump(bytes(overload._codelibrary.get_cubin()), "-sass")
+
+
+def run_case(desc: bx.Descriptor, api: str, alpha, beta, rng, batch: int = 29) -> None:
+    m, n, k = desc.size
+    a_t, b_t, c_t = desc.precision
+    cplx = desc.is_complex
+    ra, rb, rc = (o is R for o in (desc.arrangement.a, desc.arrangement.b, desc.arrangement.c))
+    a_host = random_operand(a_t, (batch, m, k), rng, is_complex=cplx)
+    b_host = random_operand(b_t, (batch, k, n), rng, is_complex=cplx)
+    c_host = random_operand(c_t, (batch, m, n), rng, is_complex=cplx)
+    if beta == 0:
+        c_host[...] = 12345 if c_t.integral else np.nan
+    a = cuda.to_device(_bits(_storage(a_host, ra)))
+    b = cuda.to_device(_bits(_storage(b_host, rb)))
+    c = cuda.to_device(_bits(_storage(c_host, rc)))
+    make = {"shared": shared_api_kernel, "register": register_api_kernel,
+            "positions": lambda d: register_api_kernel(d, positions=True),
+            "index": lambda d: register_api_kernel(d, positions="index")}[api]
+    kernel = cuda.jit(make(desc))
+    scalar = (np.complex64 if desc.scalar_type.name == "float32" else np.complex128) if cplx else desc.scalar_type.numpy
+    kernel[batch, desc.block_dim, 0, desc.shared_memory_size](a, b, c, scalar(alpha), scalar(beta))
+    cuda.synchronize()
+    got = _from_storage(c.copy_to_host(), desc.c_value_type, rc)
+    ref = reference_gemm(a_host, b_host, c_host, alpha, beta)
+    if api == "register":  # the kernel doubles the product in registers
+        ref += alpha * reference_gemm(a_host, b_host)
+    if api in ("positions", "index"):  # the kernel doubles the product's diagonal in registers
+        diagonal = np.arange(min(m, n))
+        ref[:, diagonal, diagonal] += alpha * reference_gemm(a_host, b_host)[:, diagonal, diagonal]
+    assert_close(got, ref, tolerance(a_t, c_t, k, desc.accumulator_type, desc.instruction),
+                 what=f"{api} API of {desc!r}")
+    sass = kernel_sass(kernel)
+    if api == "index":  # may keep the fragment in local memory (the compiler's unroll budget), never call
+        assert not re.search(r"\bCALL\.\w+", sass), "Numba's kernel calls the GEMM instead of inlining it"
+    else:
+        assert not re.search(r"\b(STL|LDL|CALL\.\w+)\b", sass), "Numba's kernel calls the GEMM or uses local memory"
+
+
+@pytest.mark.parametrize("types, size, arrangement, arch_specific", list(_cases()))
+def test_gemms_in_numba_kernels_match_float64(sm, types, size, arrangement, arch_specific):
+    rng = np.random.default_rng()
+    desc = (bx.Size(*size) + bx.Precision(*types) + bx.Function.MM + bx.Arrangement(*arrangement)
+            + bx.SM(sm, arch_specific=arch_specific) + bx.Block())
+    if not desc.is_supported:
+        pytest.skip(f"{desc!r} is not supported here")
+    integral = types[2].integral
+    run_case(desc, "shared", 1, 0, rng)
+    run_case(desc, "shared", -2 if integral else -1.5, 3 if integral else 0.5, rng)
+    if desc.ltoir().fragment_size:
+        run_case(desc, "register", 1, 0, rng)
+        run_case(desc, "positions", 2 if integral else 0.75, -1 if integral else 0.25, rng)
+        run_case(desc, "index", 1, 0, rng)
+
+
+@pytest.mark.parametrize("real", [dt.float32, dt.float64], ids=lambda t: f"complex-{t.name}")
+def test_complex_gemms_in_numba_kernels_match_float64(sm, real):
+    rng = np.random.default_rng()
+    desc = (bx.Size(32, 16, 24) + bx.Precision(real) + bx.Type.complex + bx.Function.MM
+            + bx.Arrangement(R, C, R) + bx.SM(sm) + bx.Block())
+    run_case(desc, "shared", complex(1.5, -0.5), complex(0.25, 1.0), rng)
+    if desc.ltoir().fragment_size:
+        run_case(desc, "register", complex(-1.0, 0.5), 0, rng)
+
+
+@pytest.mark.parametrize("example", ["numba_gemm.py", "numba_attention.py"])
+def test_examples_run(sm, example):
+    path = EXAMPLES / example
+    argv = sys.argv
+    sys.argv = [str(path), "--quick"]
+    try:
+        with pytest.raises(SystemExit) as done:
+            runpy.run_path(str(path), run_name="__main__")
+    finally:
+        sys.argv = argv
+    assert done.value.code == 0

@@ -1,0 +1,170 @@
+"""execute()'s hot path without a GPU: a call bound to the kind of its arrays does what the full path does.
+
+blasdx DeviceArrays at made-up addresses and the fake driver (tests/fake_driver.py) record
+every launch. The first call of a kind takes the full path and binds the kind
+(:class:`blasdx.run.execute.BoundLayout`); later calls with arrays of that kind take the
+bound path. Both must launch the same parameters and refuse the same bad calls with the
+same errors before anything is launched; arrays of another kind never take a binding.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import blasdx as bx
+from blasdx.arrays import DeviceArray, keys
+from blasdx.errors import ExecutionError
+from blasdx.launch import devices
+from blasdx.run import execute as ex
+
+from .fake_driver import install
+
+A_PTR, B_PTR, C_PTR = 0x7F10_0000_0000, 0x7F20_0000_0000, 0x7F30_0000_0000
+
+F16 = (bx.Size(64, 32, 16) + bx.Precision(bx.float16, bx.float16, bx.float32) + bx.Function.MM + bx.SM(80)
+       + bx.Arrangement(bx.row_major, bx.col_major, bx.col_major) + bx.Block())
+
+
+@pytest.fixture
+def gpu(monkeypatch):
+    fake = install(monkeypatch)
+    monkeypatch.setattr(devices, "pointer_device_id", lambda ptr, argument="array": 0)
+    return fake
+
+
+def arrays_of(a_ptr=A_PTR, b_ptr=B_PTR, c_ptr=C_PTR, batch=None, a_strides=None):
+    """DeviceArrays of F16's shapes: A row-major, B and C column-major (byte strides)."""
+    lead = () if batch is None else (batch,)
+    a = DeviceArray(a_ptr, lead + (64, 16), np.float16,
+                    a_strides or (((64 * 16 * 2,) if batch else ()) + (32, 2)), device_id=0)
+    b = DeviceArray(b_ptr, lead + (16, 32), np.float16, ((16 * 32 * 2,) if batch else ()) + (2, 32), device_id=0)
+    c = DeviceArray(c_ptr, lead + (64, 32), np.float32, ((64 * 32 * 4,) if batch else ()) + (4, 256), device_id=0)
+    return a, b, c
+
+
+def test_the_second_call_is_bound_and_launches_the_same(gpu, monkeypatch):
+    plan = ex.plan_for(F16)
+    plan._bound.clear()
+    taken = []
+    run = ex.BoundLayout.run
+
+    def recording(self, *args):
+        taken.append(args[4:7])
+        return run(self, *args)
+
+    monkeypatch.setattr(ex.BoundLayout, "run", recording)
+    F16.execute(*arrays_of(), alpha=2.0, beta=0.5)
+    assert taken == [] and len(plan._bound) == 1
+    F16.execute(*arrays_of(A_PTR + 4096, B_PTR + 4096, C_PTR + 8192), alpha=2.0, beta=0.5)
+    assert taken == [(A_PTR + 4096, B_PTR + 4096, C_PTR + 8192)]
+    full, fast = gpu.launches
+    assert fast.slots[:3] == (A_PTR + 4096, B_PTR + 4096, C_PTR + 8192)
+    assert fast.slots[3:] == full.slots[3:] and fast.grid == full.grid and fast.stream == full.stream
+
+
+def test_bound_and_full_paths_launch_alike(gpu):
+    """The same calls with bindings cleared (full path) and kept (bound path) launch the same parameters."""
+    calls = [dict(), dict(alpha=-1.5, beta=2), dict(alpha=np.float32(3), beta=0)]
+    for kwargs in calls:
+        for batch in (None, 3):
+            F16.execute(*arrays_of(batch=batch), **kwargs)
+            ex.plan_for(F16)._bound.clear()
+            F16.execute(*arrays_of(batch=batch), **kwargs)  # full again
+            F16.execute(*arrays_of(batch=batch), **kwargs)  # bound
+    launches = gpu.launches
+    for i in range(0, len(launches), 3):
+        assert launches[i] == launches[i + 1] == launches[i + 2]
+
+
+BAD = {
+    "misaligned a": (lambda: arrays_of(a_ptr=A_PTR + 1), {}, r"a: address 0x7f1000000001 is not aligned to 2 bytes"),
+    "c overlaps a": (lambda: arrays_of(c_ptr=A_PTR + 64), {}, r"c: its memory .* overlaps a's"),
+    "alpha": (lambda: arrays_of(), {"alpha": "2"}, r"alpha: '2' \(str\) is not a number"),
+    "beta overflows": (lambda: arrays_of(), {"beta": 1e300}, r"beta: 1e\+300 overflows float32"),
+    "complex alpha": (lambda: arrays_of(), {"alpha": 1j}, r"alpha: 1j is complex but the GEMM is real"),
+    "a's strides": (lambda: arrays_of(a_strides=(2, 128)), {}, r"a: element strides \(1, 64\)"),
+    "a's shape": (lambda: (DeviceArray(A_PTR, (64, 15), np.float16, device_id=0),) + arrays_of()[1:], {},
+                  r"a: shape \(64, 15\) does not match A"),
+    "c's dtype": (lambda: arrays_of()[:2] + (DeviceArray(C_PTR, (64, 32), np.float16, (2, 128), device_id=0),),
+                  {}, r"c: dtype float16 does not match C's type float32"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_bad_calls_raise_the_same_cold_and_bound(gpu, case):
+    make, kwargs, pattern = BAD[case]
+    ex.plan_for(F16)._bound.clear()
+    with pytest.raises(ExecutionError, match=pattern):
+        F16.execute(*make(), **kwargs)
+    F16.execute(*arrays_of())  # binds the good kind
+    assert ex.plan_for(F16)._bound
+    gpu.launches.clear()
+    with pytest.raises(ExecutionError, match=pattern):
+        F16.execute(*make(), **kwargs)
+    assert gpu.launches == []
+
+
+def test_arrays_of_another_kind_never_take_a_binding(gpu):
+    F16.execute(*arrays_of())
+    F16.execute(*arrays_of(batch=3))  # another shape: its own kind
+    a, b, c = arrays_of()
+    padded = DeviceArray(A_PTR, (64, 16), np.float16, (48, 2), device_id=0)  # lda 24: another kind, refused
+    with pytest.raises(ExecutionError, match=r"a: element strides \(24, 1\)"):
+        F16.execute(padded, b, c)
+    assert len(ex.plan_for(F16)._bound) == 2
+    assert [launch.grid for launch in gpu.launches] == [(1, 1, 1), (2, 1, 1)]
+
+
+def test_a_producer_stream_is_waited_for_by_the_full_path(gpu):
+    """A blasdx array last written on another stream sends the call to the full path, which waits for it."""
+    a, b, c = arrays_of()
+    F16.execute(a, b, c)
+    gpu.stream(0x8100, 0)
+    F16.execute(a, b, c, stream=0x8100)  # c now belongs to stream 0x8100
+    gpu.waits.clear()
+    F16.execute(a, b, c)  # default stream: waits for c's producer
+    assert gpu.waits == [(0x8100, 0)]
+    assert c.stream == keys.library_stream(c)(0)
+    gpu.waits.clear()
+    F16.execute(a, b, c)  # bound: nothing pending
+    assert gpu.waits == []
+    assert len(gpu.launches) == 4
+
+
+def test_keys_read_blasdx_arrays_without_views(gpu):
+    a, _, c = arrays_of()
+    assert keys.read(a) is None  # matmul's keys: PyTorch and CuPy only
+    key, ptr = keys.read_with_blasdx(c)
+    assert ptr == C_PTR and key[1:] == ((64, 32), (1, 64), 0)
+
+
+def test_torch_tensors_are_bound_on_their_current_stream(gpu, monkeypatch):
+    """PyTorch tensors (a stand-in module): bound after the first call, launched on torch's current stream."""
+    import sys
+
+    from blasdx.arrays import torch_adapter
+
+    from .test_arrays import _fake_torch
+
+    torch = _fake_torch(current_stream=0x5000)
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setattr(torch_adapter, "_TORCH_STREAM", [])
+    gpu.stream(0x5000, 0)
+    plan = ex.plan_for(F16)
+    plan._bound.clear()
+
+    def tensors(shift=0):
+        return (torch.Tensor((64, 16), (16, 1), name="float16", itemsize=2, ptr=A_PTR + shift),
+                torch.Tensor((16, 32), (1, 16), name="float16", itemsize=2, ptr=B_PTR + shift),
+                torch.Tensor((64, 32), (1, 64), name="float32", itemsize=4, ptr=C_PTR + shift))
+
+    F16.execute(*tensors())
+    assert len(plan._bound) == 1
+    F16.execute(*tensors(4096))
+    full, bound = gpu.launches
+    assert bound.stream == full.stream == 0x5000 and gpu.waits == []
+    assert bound.slots[:3] == (A_PTR + 4096, B_PTR + 4096, C_PTR + 4096) and bound.slots[3:] == full.slots[3:]
+    cpu = torch.Tensor((64, 32), (1, 64), name="float32", itemsize=4, ptr=C_PTR, cuda=False)
+    with pytest.raises(ExecutionError, match=r"c: torch.Tensor of shape \(64, 32\) is in host memory"):
+        F16.execute(*tensors()[:2], cpu)

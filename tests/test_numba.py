@@ -1,0 +1,381 @@
+"""blasdx GEMMs inside Numba-CUDA kernels (CPU): the kernels compile and link with the GEMM inlined on the
+tensor cores and no local memory, traits are compile-time constants, and every misuse is a typing error
+that names the argument. Skipped without numba-cuda."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import blasdx as bx
+from blasdx import dtypes as dt
+
+from .numba_support import compile_kernel, numba_cuda, opcodes, typing_error  # skips without numba-cuda
+
+cuda = numba_cuda
+types = numba_cuda.types
+R, C = bx.row_major, bx.col_major
+
+#: Numba element type of global operands of each blasdx type (bf16 and fp8 as their bits).
+GLOBAL = {"float16": types.float16, "bfloat16": types.uint16, "tfloat32": types.float32, "float32": types.float32,
+          "float64": types.float64, "float8_e4m3": types.uint8, "float8_e5m2": types.uint8, "int8": types.int8,
+          "uint8": types.uint8, "int32": types.int32}
+
+
+def gemm(a, b, c, sm, size=(64, 64, 64), arrangement=(R, C, C), arch_specific=False, **extra):
+    desc = (bx.Size(*size) + bx.Precision(a, b, c) + bx.Function.MM + bx.Arrangement(*arrangement)
+            + bx.SM(sm, arch_specific=arch_specific) + bx.Block())
+    for op in extra.values():
+        desc = desc + op
+    return desc
+
+
+def arrays(desc, c_dtype=None):
+    """Numba types of (a, b, c) batches stored densely in the descriptor's arrangement."""
+    a, b, c = (GLOBAL[t.name] for t in desc.precision)
+    return (types.Array(a, 3, "C"), types.Array(b, 3, "C"), types.Array(c_dtype or c, 3, "C"))
+
+
+def operand(x, p, row_major):
+    """Inside a kernel: problem p of a batch stored densely, as the 2-D matrix the descriptor reads."""
+
+
+def shared_api_kernel(GEMM):
+    ra, rb, rc = (o.name == "row_major" for o in (GEMM.arrangement.a, GEMM.arrangement.b, GEMM.arrangement.c))
+
+    def kernel(a, b, c, alpha, beta):
+        sA, sB, sC = GEMM.shared_memory()
+        p = cuda.blockIdx.x
+        GEMM.load_a(a[p] if ra else a[p].T, sA)
+        GEMM.load_b(b[p] if rb else b[p].T, sB)
+        GEMM.load_c(c[p] if rc else c[p].T, sC)
+        GEMM.copy_wait()
+        GEMM.execute(alpha, sA, sB, beta, sC)
+        cuda.syncthreads()
+        GEMM.store_c(sC, c[p] if rc else c[p].T)
+
+    return kernel
+
+
+def register_api_kernel(GEMM, positions=False):
+    """Accumulate in registers, transform element-wise in Python (doubling every element, or with
+    ``positions`` the diagonal only, asking fragment_positions), store with axpby."""
+    ra, rb, rc = (o.name == "row_major" for o in (GEMM.arrangement.a, GEMM.arrangement.b, GEMM.arrangement.c))
+
+    def kernel(a, b, c, alpha, beta):
+        sA, sB, _ = GEMM.shared_memory()
+        p = cuda.blockIdx.x
+        GEMM.load_a(a[p] if ra else a[p].T, sA)
+        GEMM.load_b(b[p] if rb else b[p].T, sB)
+        GEMM.copy_wait()
+        acc = GEMM.accumulator()
+        GEMM.accumulate(sA, sB, acc)
+        for i in range(GEMM.fragment_size):
+            acc[i] = acc[i] + acc[i]
+        GEMM.fragment_axpby(alpha, acc, beta, c[p] if rc else c[p].T)
+
+    def diagonal(a, b, c, alpha, beta):
+        sA, sB, _ = GEMM.shared_memory()
+        p = cuda.blockIdx.x
+        GEMM.load_a(a[p] if ra else a[p].T, sA)
+        GEMM.load_b(b[p] if rb else b[p].T, sB)
+        GEMM.copy_wait()
+        acc = GEMM.accumulator()
+        GEMM.accumulate(sA, sB, acc)
+        rows, cols = GEMM.fragment_positions()
+        for i in range(GEMM.fragment_size):
+            if rows[i] >= 0 and rows[i] == cols[i]:
+                acc[i] = acc[i] + acc[i]
+        GEMM.fragment_axpby(alpha, acc, beta, c[p] if rc else c[p].T)
+
+    def diagonal_by_index(a, b, c, alpha, beta):
+        sA, sB, _ = GEMM.shared_memory()
+        p = cuda.blockIdx.x
+        GEMM.load_a(a[p] if ra else a[p].T, sA)
+        GEMM.load_b(b[p] if rb else b[p].T, sB)
+        GEMM.copy_wait()
+        acc = GEMM.accumulator()
+        GEMM.accumulate(sA, sB, acc)
+        for i in range(GEMM.fragment_size):
+            if GEMM.fragment_valid(i) and GEMM.fragment_row(i) == GEMM.fragment_col(i):
+                acc[i] = acc[i] + acc[i]
+        GEMM.fragment_axpby(alpha, acc, beta, c[p] if rc else c[p].T)
+
+    return {False: kernel, True: diagonal, "index": diagonal_by_index}[positions]
+
+
+TYPES = {
+    "f16-f32": (dt.float16, dt.float16, dt.float32),
+    "bf16-f32": (dt.bfloat16, dt.bfloat16, dt.float32),
+    "tf32": (dt.tfloat32, dt.tfloat32, dt.float32),
+    "f32": (dt.float32, dt.float32, dt.float32),
+    "f64": (dt.float64, dt.float64, dt.float64),
+    "e4m3-f32": (dt.float8_e4m3, dt.float8_e4m3, dt.float32),
+    "s8": (dt.int8, dt.int8, dt.int32),
+}
+
+
+def _expected(desc) -> set[str]:
+    a = desc.precision[0]
+    if desc.instruction == "fma":
+        return {"FFMA", "DFMA"}
+    if desc.instruction.startswith("wgmma"):
+        return {"HGMMA", "QGMMA", "IGMMA"}
+    if a == dt.float64:
+        return {"DMMA"}
+    if a in (dt.float8_e4m3, dt.float8_e5m2):
+        return {"QMMA"} if desc.sm == 89 else {"HMMA"}
+    if a == dt.int8:
+        return {"IMMA"}
+    return {"HMMA"}
+
+
+def _cases():
+    for name, types_ in TYPES.items():
+        row = dt.find_combination(*types_, False)
+        for sm, specific in [(80, False), (89, False), (90, False), (90, True)]:
+            if row.min_sm <= sm:
+                yield pytest.param(types_, sm, specific, id=f"{name}-sm{sm}{'a' if specific else ''}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("types_, sm, arch_specific", list(_cases()))
+@pytest.mark.parametrize("api", ["shared", "register", "positions"])
+def test_kernels_link_with_the_gemm_inlined_on_the_tensor_cores(api, types_, sm, arch_specific):
+    desc = gemm(*types_, sm, arch_specific=arch_specific)
+    scalar = GLOBAL[desc.scalar_type.name]
+    make = {"shared": shared_api_kernel, "register": register_api_kernel,
+            "positions": lambda d: register_api_kernel(d, positions=True)}[api]
+    cubin, sass, name = compile_kernel(make(desc), (*arrays(desc), scalar, scalar), sm)
+    found = opcodes(sass)
+    assert found & _expected(desc), f"{desc!r} ({desc.instruction}): SASS has {sorted(found)}"
+    assert not found & {"STL", "LDL"}, f"{desc!r}: local memory in the kernel"
+    assert not any(op.startswith("CALL") for op in found), "the GEMM did not inline into the Numba kernel"
+    from blasdx.compile import cubin as _cubin
+
+    assert _cubin.resource_usage(cubin, name).local_memory == 0
+
+
+def test_per_element_position_queries_stay_in_registers_for_16_bit_inputs():
+    """A loop asking fragment_valid / fragment_row / fragment_col per element unrolls for 16-bit inputs
+    (wider fragments may exceed the compiler's unroll budget: fragment_positions is the way there)."""
+    for types_ in (TYPES["f16-f32"], TYPES["bf16-f32"]):
+        desc = gemm(*types_, 80)
+        scalar = GLOBAL[desc.scalar_type.name]
+        _, sass, _ = compile_kernel(register_api_kernel(desc, positions="index"), (*arrays(desc), scalar, scalar), 80)
+        assert not opcodes(sass) & {"STL", "LDL"}
+
+
+def test_traits_are_compile_time_constants():
+    desc = gemm(dt.float16, dt.float16, dt.float32, 80, (32, 32, 32))
+
+    def kernel(out):
+        scratch = cuda.local.array(desc.fragment_size, types.float32)  # needs a literal size
+        shared = cuda.shared.array(desc.c_size, types.float32)
+        for i in range(desc.fragment_size):
+            scratch[i] = i
+        shared[0] = scratch[desc.fragment_size - 1]
+        out[0] = desc.m + desc.n + desc.k + desc.lda + desc.shared_memory_size + desc.max_threads_per_block
+        out[1] = shared[0] + desc.block_dim[0]
+
+    compile_kernel(kernel, (types.float32[::1],), 80)
+
+
+def test_two_gemms_in_one_kernel_link():
+    first = gemm(dt.float16, dt.float16, dt.float32, 80, (64, 64, 32), (R, C, R))
+    second = gemm(dt.float16, dt.float16, dt.float32, 80, (64, 32, 64), (R, R, R))
+
+    def kernel(q, k, v, out):
+        sQ, sK, sS = first.shared_memory()
+        sP, sV, sO = second.shared_memory(first.shared_memory_size)
+        p = cuda.blockIdx.x
+        first.load_a(q[p], sQ)
+        first.load_b(k[p].T, sK)
+        second.load_b(v[p], sV)
+        first.copy_wait()
+        first.execute(1.0, sQ, sK, 0.0, sS)
+        cuda.syncthreads()
+        for i in range(cuda.threadIdx.x, 64 * 64, first.max_threads_per_block):
+            sP[i // 64, i % 64] = sS[i // 64, i % 64]
+        cuda.syncthreads()
+        second.execute(1.0, sP, sV, 0.0, sO)
+        cuda.syncthreads()
+        second.store_c(sO, out[p])
+
+    h = types.Array(types.float16, 3, "C")
+    _, sass, _ = compile_kernel(kernel, (h, h, h, types.Array(types.float32, 3, "C")), 80)
+    assert "HMMA" in sass
+
+
+# ---------------------------------------------------------------------------------------------
+# misuse is a typing error naming the argument
+# ---------------------------------------------------------------------------------------------
+
+F16_GEMM = gemm(dt.float16, dt.float16, dt.float32, 80, (32, 32, 32))
+OTHER = gemm(dt.float16, dt.float16, dt.float32, 80, (64, 32, 32))
+SIG = (types.Array(types.float16, 3, "C"), types.Array(types.float16, 3, "C"), types.Array(types.float32, 3, "C"))
+
+
+def test_wrong_dtype_is_named():
+    G = F16_GEMM
+
+    def kernel(a, b, c):
+        sA, sB, sC = G.shared_memory()
+        G.load_a(a[0], sA)
+
+    message = typing_error(kernel, (types.Array(types.float32, 3, "C"), *SIG[1:]))
+    assert "GEMM.load_a: g has dtype float32" in message and "float16" in message
+
+
+def test_wrong_dimensions_and_layout_are_named():
+    G = F16_GEMM
+
+    def whole_batch(a, b, c):
+        sA, sB, sC = G.shared_memory()
+        G.load_a(a, sA)
+
+    assert "GEMM.load_a: g is 3-D" in typing_error(whole_batch, SIG)
+
+    def transposed(a, b, c):
+        sA, sB, sC = G.shared_memory()
+        G.load_b(b[0], sB)  # B is column-major: a C-contiguous (K, N) matrix is the wrong order
+
+    message = typing_error(transposed, SIG)
+    assert "GEMM.load_b: g has layout 'C'" in message and "column-major" in message
+
+
+def test_local_and_plain_shared_arrays_are_refused_where_the_gemm_needs_its_buffers():
+    G = F16_GEMM
+
+    def local(a, b, c):
+        sA, sB, sC = G.shared_memory()
+        scratch = cuda.local.array(1024, types.float16)
+        G.execute(1.0, scratch, sB, 0.0, sC)
+
+    message = typing_error(local, SIG)
+    assert "GEMM.execute: sA is a array(float16, 1d, C)" in message and "GEMM.shared_memory()[0]" in message
+
+    def plain_shared(a, b, c):
+        sA, sB, sC = G.shared_memory()
+        other = cuda.shared.array((32, 32), types.float32)
+        G.execute(1.0, sA, sB, 0.0, other)
+
+    assert "GEMM.execute: sC is a array(float32, 2d, C)" in typing_error(plain_shared, SIG)
+
+
+def test_swapped_buffers_and_another_gemms_buffers_are_named():
+    G, H = F16_GEMM, OTHER
+
+    def swapped(a, b, c):
+        sA, sB, sC = G.shared_memory()
+        G.execute(1.0, sB, sA, 0.0, sC)
+
+    assert "GEMM.execute: sA is the B buffer shared buffer" in typing_error(swapped, SIG)
+
+    def foreign(a, b, c):
+        sA, sB, sC = G.shared_memory()
+        tA, tB, tC = H.shared_memory(G.shared_memory_size)
+        G.execute(1.0, sA, sB, 0.0, tC)
+
+    assert "GEMM.execute: sC is another GEMM's shared buffer" in typing_error(foreign, SIG)
+
+    def foreign_fragment(a, b, c):
+        sA, sB, sC = G.shared_memory()
+        acc = H.accumulator()
+        G.accumulate(sA, sB, acc)
+
+    assert "GEMM.accumulate: acc must be this GEMM's register fragment" in typing_error(foreign_fragment, SIG)
+
+
+def test_a_descriptor_for_another_sm_is_refused():
+    G = gemm(dt.float16, dt.float16, dt.float32, 90, (32, 32, 32))
+
+    def kernel(a, b, c):
+        sA, sB, sC = G.shared_memory()
+
+    message = typing_error(kernel, SIG, sm=80)
+    assert "built for sm_90 but this kernel compiles for sm_80" in message and "SM(80)" in message
+
+
+def test_scalars_arguments_and_attributes_are_checked():
+    G = F16_GEMM
+
+    def array_alpha(a, b, c):
+        sA, sB, sC = G.shared_memory()
+        G.execute(c, sA, sB, 0.0, sC)
+
+    assert "GEMM.execute: alpha must be a number" in typing_error(array_alpha, SIG)
+
+    def too_few(a, b, c):
+        sA, sB, sC = G.shared_memory()
+        G.execute(1.0, sA, sB, sC)
+
+    assert "GEMM.execute: takes (alpha, sA, sB, beta, sC), got 4 arguments" in typing_error(too_few, SIG)
+
+    def keywords(a, b, c):
+        sA, sB, sC = G.shared_memory(offset=0)
+
+    assert "GEMM.shared_memory: takes positional arguments only" in typing_error(keywords, SIG)
+
+    def unknown(a, b, c):
+        c[0, 0, 0] = G.warp_size
+
+    assert "GEMM has no attribute 'warp_size' inside a kernel" in typing_error(unknown, SIG)
+
+    def readonly_store(a, b, c):
+        sA, sB, sC = G.shared_memory()
+        G.store_c(sC, a[0])
+
+    assert "GEMM.store_c: g has dtype float16" in typing_error(readonly_store, SIG)
+
+
+def test_register_api_of_a_gemm_too_large_for_registers_is_refused():
+    G = gemm(dt.float64, dt.float64, dt.float64, 80, (128, 128, 32), BlockDim=bx.BlockDim(32))
+    if not G.is_supported:
+        pytest.skip("not plannable")
+
+    def kernel(a, b, c):
+        acc = G.accumulator()
+
+    f64 = types.Array(types.float64, 3, "C")
+    assert "register API of" in typing_error(kernel, (f64, f64, f64)) and "would not fit" in typing_error(
+        kernel, (f64, f64, f64))
+
+
+def test_descriptor_without_block_is_refused():
+    G = bx.Size(32, 32, 32) + bx.Precision(bx.float16, bx.float16, bx.float32) + bx.Function.MM + bx.SM(80)
+
+    def kernel(a, b, c):
+        sA, sB, sC = G.shared_memory()
+
+    assert "is not a block GEMM" in typing_error(kernel, SIG)
+
+
+def test_numpy_is_untouched_by_the_import():
+    assert np.float16 is not None  # importing blasdx.numba changes nothing outside Numba's registries
+
+
+def test_the_examples_kernels_compile_and_link_for_sm_90a():
+    """examples/numba_gemm.py and numba_attention.py (run on the GPU by test_gpu_numba) build without one."""
+    import importlib.util
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parent.parent / "examples"
+
+    def load(name):
+        spec = importlib.util.spec_from_file_location(name, folder / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    h3, f3 = types.Array(types.float16, 3, "C"), types.Array(types.float32, 3, "C")
+    example = load("numba_gemm")
+    G = (bx.Size(64, 64, 64) + bx.Precision(bx.float16, bx.float16, bx.float32) + bx.Function.MM
+         + bx.Arrangement(R, C, R) + bx.MaxAlignment + bx.SM(90) + bx.Block())
+    _, sass, _ = compile_kernel(example.make_kernel(G).py_func, (h3, h3, types.float32[::1], h3), 90)
+    assert "HMMA" in opcodes(sass) and not opcodes(sass) & {"STL", "LDL"}
+    attention = load("numba_attention")
+    scores, output = attention.descriptors(64, 64, 90)
+    kernel = attention.make_kernel(scores, output, 0.125)
+    _, sass, _ = compile_kernel(kernel.py_func, (h3, h3, h3, f3), 90)
+    assert "HMMA" in opcodes(sass) and not opcodes(sass) & {"STL", "LDL"}
