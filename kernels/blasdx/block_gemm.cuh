@@ -932,7 +932,21 @@ struct BlockGemm {
 
 template <class Cfg, bool MMA = Cfg::use_mma> struct fragment_shape;
 
-template <class Cfg> struct fragment_shape<Cfg, true> {
+// Where element idx of a fragment shape S sits in C (item idx / PER_ITEM at S's row_base /
+// col_base, element idx % PER_ITEM at its row_offset / col_offset), and whether it is in C.
+template <class S> struct fragment_walk {
+    __device__ __forceinline__ static int row(int tid, int idx) {
+        return S::row_base(tid, idx / S::PER_ITEM) + S::row_offset(idx % S::PER_ITEM);
+    }
+    __device__ __forceinline__ static int col(int tid, int idx) {
+        return S::col_base(tid, idx / S::PER_ITEM) + S::col_offset(idx % S::PER_ITEM);
+    }
+    __device__ __forceinline__ static bool valid(int tid, int idx) {
+        return S::active(tid) && S::item_exists(tid, idx / S::PER_ITEM) && row(tid, idx) < S::m && col(tid, idx) < S::n;
+    }
+};
+
+template <class Cfg> struct fragment_shape<Cfg, true> : fragment_walk<fragment_shape<Cfg, true>> {
     using atom = typename Cfg::atom;
     using acc_type = typename Cfg::accumulator_type;
     using value_type = typename std_conditional<Cfg::is_complex, complex<acc_type>, acc_type>::type;
@@ -966,15 +980,6 @@ template <class Cfg> struct fragment_shape<Cfg, true> {
         return order::c_col(0, (r / CE) % FN, r % CE) - order::c_col(0, 0, 0);
     }
     static constexpr bool FULL_M = m % WM == 0, FULL_N = n % WN == 0;  // no element of any tile is outside C
-    __device__ __forceinline__ static int row(int tid, int idx) {
-        return row_base(tid, idx / PER_ITEM) + row_offset(idx % PER_ITEM);
-    }
-    __device__ __forceinline__ static int col(int tid, int idx) {
-        return col_base(tid, idx / PER_ITEM) + col_offset(idx % PER_ITEM);
-    }
-    __device__ __forceinline__ static bool valid(int tid, int idx) {
-        return active(tid) && item_exists(tid, idx / PER_ITEM) && row(tid, idx) < m && col(tid, idx) < n;
-    }
     __device__ __forceinline__ static value_type get(const item_type* regs, int idx) {
         const int t = idx / PER_ITEM, r = idx % PER_ITEM, i = r / (FN * CE), j = (r / CE) % FN, e = r % CE;
         if constexpr (Cfg::is_complex) {
@@ -994,7 +999,7 @@ template <class Cfg> struct fragment_shape<Cfg, true> {
     }
 };
 
-template <class Cfg> struct fragment_shape<Cfg, false> {
+template <class Cfg> struct fragment_shape<Cfg, false> : fragment_walk<fragment_shape<Cfg, false>> {
     using acc_type = typename Cfg::accumulator_type;
     using value_type = typename std_conditional<Cfg::is_complex, complex<acc_type>, acc_type>::type;
     static constexpr int m = Cfg::m, n = Cfg::n;
@@ -1018,15 +1023,6 @@ template <class Cfg> struct fragment_shape<Cfg, false> {
     __device__ __forceinline__ static int row_offset(int r) { return tiling::row_offset(r / TN); }
     __device__ __forceinline__ static int col_offset(int r) { return tiling::col_offset(r % TN); }
     static constexpr bool FULL_M = m % TM == 0, FULL_N = n % TN == 0;
-    __device__ __forceinline__ static int row(int tid, int idx) {
-        return row_base(tid, idx / PER_ITEM) + row_offset(idx % PER_ITEM);
-    }
-    __device__ __forceinline__ static int col(int tid, int idx) {
-        return col_base(tid, idx / PER_ITEM) + col_offset(idx % PER_ITEM);
-    }
-    __device__ __forceinline__ static bool valid(int tid, int idx) {
-        return active(tid) && item_exists(tid, idx / PER_ITEM) && row(tid, idx) < m && col(tid, idx) < n;
-    }
     __device__ __forceinline__ static value_type get(const item_type* regs, int idx) {
         const int r = idx % PER_ITEM;
         return regs[idx / PER_ITEM][r / TN][r % TN];
