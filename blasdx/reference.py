@@ -219,7 +219,7 @@ def assert_close(got: np.ndarray, ref: np.ndarray, tol: float, what: str = "C",
     """Raise AssertionError naming ``what`` unless every element of ``got`` is within ``tol`` of ``ref``.
 
     Element-wise: ``|got - ref| <= tol * scale + rounding * (|ref| + tol * scale)`` for each
-    element, where ``scale`` is the element's own (:func:`gemm_scale`: |A| |B| + |C|, broadcast
+    element, where ``scale`` is the element's own (:func:`gemm_scale`: ``|A| |B| + |C|``, broadcast
     against ``ref``), or without one, the largest ``|ref|`` (a bound for the whole array, still
     checked on every element), and ``rounding`` that of the result's type (:func:`rounding`).
     ``tol`` 0 asks for equality. Where ``ref`` is NaN or infinite ``got`` must be the same;

@@ -47,6 +47,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if any(item.get_closest_marker(name) for name in ("xdist_group", "gpu", "multigpu")):
             continue
         item.add_marker(pytest.mark.xdist_group(item.module.__name__ if item.module else item.nodeid))
+    # The workers take groups in this order (--no-loadscope-reorder): those that compile the most
+    # (most tests marked slow) first, then by size, so that no long group starts last.
+    groups: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        marker = item.get_closest_marker("xdist_group")
+        groups.setdefault(marker.args[0] if marker else "", []).append(item)
+    order = sorted(groups.values(), key=lambda group: (-sum(bool(i.get_closest_marker("slow")) for i in group),
+                                                       -len(group)))
+    items[:] = [item for group in order for item in group]
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -13,5 +13,7 @@ run() {  # run NAME CMD...: log to $logs/NAME.log, print its summary line
 # every type through the register and shared-memory API (one module fixture compiles them all)
 run fusion-types python3 -m pytest -m gpu -q -x -p no:cacheprovider tests/test_gpu_fusion.py \
   -k "register_and_shared_memory_api_every_type"
-# the wgmma forms (register_api, twice, elements, user_fill, shared_api) at one size
-run wgmma-fusion python3 -m pytest -m gpu -q -x -p no:cacheprovider -n 8 tests/test_gpu_wgmma_fusion.py -k "64x64x64"
+# the wgmma forms (register_api, twice, elements, user_fill, shared_api), each op, two cases: compiled
+# on demand in each worker (the module compiles only the selected cases under xdist)
+run wgmma-fusion python3 -m pytest -m gpu -q -x -p no:cacheprovider -n 4 tests/test_gpu_wgmma_fusion.py \
+  -k "every_api_form and 64x64x64 and (float16xfloat16-float32-rcr or float8_e4m3xfloat8_e4m3-float32)"

@@ -768,6 +768,54 @@ struct BlockGemm {
 
     // ---- CUDA-core path -------------------------------------------------------------------
 
+    // The K values k0 .. k0 + KC of each of the COUNT rows of A (IS_A) or columns of B that work
+    // item g holds (fma_tiling), read as one run each and transformed; zeros past the matrix edge.
+    template <bool IS_A, int LD, int COUNT, int KC, class T, class Op>
+    __device__ __forceinline__ static void load_k_runs(value_type (&v)[COUNT][KC], const T* s, int g, int k0,
+                                                       const Op& op) {
+        using L = fma_tiling<Cfg>;
+#pragma unroll
+        for (int i = 0; i < COUNT; ++i) {
+            const int x = IS_A ? L::row(g, i) : L::col(g, i);
+            if ((IS_A ? L::FULL_M : L::FULL_N) || x < (IS_A ? m : n)) {
+                load_run<KC>(v[i], s + x * LD + k0);
+#pragma unroll
+                for (int c = 0; c < KC; ++c) v[i][c] = transformed(op, v[i][c]);
+            } else {
+#pragma unroll
+                for (int c = 0; c < KC; ++c) v[i][c] = value_type{};
+            }
+        }
+    }
+
+    // K value kk (slot c of v) of each of the COUNT rows of A (IS_A) or columns of B that work item
+    // g holds: V > 1 neighbours along M (N) in one read, else one element, transformed and widened;
+    // zeros past the matrix edge (runs of V rows or columns are wholly inside or outside it).
+    template <bool IS_A, int LD, int V, int COUNT, int KC, class T, class Op>
+    __device__ __forceinline__ static void load_mn_runs(value_type (&v)[COUNT][KC], const T* s, int g, int c, int kk,
+                                                        const Op& op) {
+        using L = fma_tiling<Cfg>;
+#pragma unroll
+        for (int i = 0; i < COUNT; i += V) {
+            const int x = IS_A ? L::row(g, i) : L::col(g, i);
+            if ((IS_A ? L::FULL_M : L::FULL_N) || x < (IS_A ? m : n)) {
+                if constexpr (V > 1) {
+                    value_type run[V];
+                    load_run<V>(run, s + x + kk * LD);
+#pragma unroll
+                    for (int r = 0; r < V; ++r) v[i + r][c] = transformed(op, run[r]);
+                } else if constexpr (IS_A) {
+                    v[i][c] = widen<acc_type, Cfg::conj_a>(transformed(op, matrix_at<Cfg::a_row_major, LD>(s, x, kk)));
+                } else {
+                    v[i][c] = widen<acc_type, Cfg::conj_b>(transformed(op, matrix_at<Cfg::b_row_major, LD>(s, kk, x)));
+                }
+            } else {
+#pragma unroll
+                for (int r = 0; r < V; ++r) v[i + r][c] = value_type{};
+            }
+        }
+    }
+
     // Adds A(:, k0 .. k0 + KC) * B(k0 .. k0 + KC, :) for the TM x TN outputs of work item
     // (gm, gn) into acc (fma_tiling says which). K-contiguous operands are read KC values at
     // a time, operands contiguous along M (N) four rows (columns) at a time; anything else,
@@ -782,77 +830,13 @@ struct BlockGemm {
         constexpr int AV = L::VM > 1 && LDA % 4 == 0 ? 4 : 1;     // rows of A per read
         constexpr int BV = L::VN > 1 && LDB % 4 == 0 ? 4 : 1;     // columns of B per read
         value_type a[TM][KC], b[TN][KC];
-        if constexpr (A_KV) {
-#pragma unroll
-            for (int i = 0; i < TM; ++i) {
-                const int row = L::row(gm, i);
-                if (L::FULL_M || row < m) {
-                    load_run<KC>(a[i], sA + row * LDA + k0);
-#pragma unroll
-                    for (int c = 0; c < KC; ++c) a[i][c] = transformed(a_op, a[i][c]);
-                } else {
-#pragma unroll
-                    for (int c = 0; c < KC; ++c) a[i][c] = value_type{};
-                }
-            }
-        }
-        if constexpr (B_KV) {
-#pragma unroll
-            for (int j = 0; j < TN; ++j) {
-                const int col = L::col(gn, j);
-                if (L::FULL_N || col < n) {
-                    load_run<KC>(b[j], sB + col * LDB + k0);
-#pragma unroll
-                    for (int c = 0; c < KC; ++c) b[j][c] = transformed(b_op, b[j][c]);
-                } else {
-#pragma unroll
-                    for (int c = 0; c < KC; ++c) b[j][c] = value_type{};
-                }
-            }
-        }
+        if constexpr (A_KV) load_k_runs<true, LDA>(a, sA, gm, k0, a_op);
+        if constexpr (B_KV) load_k_runs<false, LDB>(b, sB, gn, k0, b_op);
 #pragma unroll
         for (int c = 0; c < KC; ++c) {
             const int kk = k0 + c;
-            if constexpr (!A_KV) {
-#pragma unroll
-                for (int i = 0; i < TM; i += AV) {
-                    const int row = L::row(gm, i);
-                    if (L::FULL_M || row < m) {  // runs of AV rows are wholly inside or outside (m % 4 == 0)
-                        if constexpr (AV > 1) {
-                            value_type run[AV];
-                            load_run<AV>(run, sA + row + kk * LDA);
-#pragma unroll
-                            for (int v = 0; v < AV; ++v) a[i + v][c] = transformed(a_op, run[v]);
-                        } else {
-                            a[i][c] = widen<acc_type, Cfg::conj_a>(
-                                transformed(a_op, matrix_at<Cfg::a_row_major, LDA>(sA, row, kk)));
-                        }
-                    } else {
-#pragma unroll
-                        for (int v = 0; v < AV; ++v) a[i + v][c] = value_type{};
-                    }
-                }
-            }
-            if constexpr (!B_KV) {
-#pragma unroll
-                for (int j = 0; j < TN; j += BV) {
-                    const int col = L::col(gn, j);
-                    if (L::FULL_N || col < n) {
-                        if constexpr (BV > 1) {
-                            value_type run[BV];
-                            load_run<BV>(run, sB + kk * LDB + col);
-#pragma unroll
-                            for (int v = 0; v < BV; ++v) b[j + v][c] = transformed(b_op, run[v]);
-                        } else {
-                            b[j][c] = widen<acc_type, Cfg::conj_b>(
-                                transformed(b_op, matrix_at<Cfg::b_row_major, LDB>(sB, kk, col)));
-                        }
-                    } else {
-#pragma unroll
-                        for (int v = 0; v < BV; ++v) b[j + v][c] = value_type{};
-                    }
-                }
-            }
+            if constexpr (!A_KV) load_mn_runs<true, LDA, AV>(a, sA, gm, c, kk, a_op);
+            if constexpr (!B_KV) load_mn_runs<false, LDB, BV>(b, sB, gn, c, kk, b_op);
 #pragma unroll
             for (int i = 0; i < TM; ++i)
 #pragma unroll
@@ -948,7 +932,21 @@ struct BlockGemm {
 
 template <class Cfg, bool MMA = Cfg::use_mma> struct fragment_shape;
 
-template <class Cfg> struct fragment_shape<Cfg, true> {
+// Where element idx of a fragment shape S sits in C (item idx / PER_ITEM at S's row_base /
+// col_base, element idx % PER_ITEM at its row_offset / col_offset), and whether it is in C.
+template <class S> struct fragment_walk {
+    __device__ __forceinline__ static int row(int tid, int idx) {
+        return S::row_base(tid, idx / S::PER_ITEM) + S::row_offset(idx % S::PER_ITEM);
+    }
+    __device__ __forceinline__ static int col(int tid, int idx) {
+        return S::col_base(tid, idx / S::PER_ITEM) + S::col_offset(idx % S::PER_ITEM);
+    }
+    __device__ __forceinline__ static bool valid(int tid, int idx) {
+        return S::active(tid) && S::item_exists(tid, idx / S::PER_ITEM) && row(tid, idx) < S::m && col(tid, idx) < S::n;
+    }
+};
+
+template <class Cfg> struct fragment_shape<Cfg, true> : fragment_walk<fragment_shape<Cfg, true>> {
     using atom = typename Cfg::atom;
     using acc_type = typename Cfg::accumulator_type;
     using value_type = typename std_conditional<Cfg::is_complex, complex<acc_type>, acc_type>::type;
@@ -982,15 +980,6 @@ template <class Cfg> struct fragment_shape<Cfg, true> {
         return order::c_col(0, (r / CE) % FN, r % CE) - order::c_col(0, 0, 0);
     }
     static constexpr bool FULL_M = m % WM == 0, FULL_N = n % WN == 0;  // no element of any tile is outside C
-    __device__ __forceinline__ static int row(int tid, int idx) {
-        return row_base(tid, idx / PER_ITEM) + row_offset(idx % PER_ITEM);
-    }
-    __device__ __forceinline__ static int col(int tid, int idx) {
-        return col_base(tid, idx / PER_ITEM) + col_offset(idx % PER_ITEM);
-    }
-    __device__ __forceinline__ static bool valid(int tid, int idx) {
-        return active(tid) && item_exists(tid, idx / PER_ITEM) && row(tid, idx) < m && col(tid, idx) < n;
-    }
     __device__ __forceinline__ static value_type get(const item_type* regs, int idx) {
         const int t = idx / PER_ITEM, r = idx % PER_ITEM, i = r / (FN * CE), j = (r / CE) % FN, e = r % CE;
         if constexpr (Cfg::is_complex) {
@@ -1010,7 +999,7 @@ template <class Cfg> struct fragment_shape<Cfg, true> {
     }
 };
 
-template <class Cfg> struct fragment_shape<Cfg, false> {
+template <class Cfg> struct fragment_shape<Cfg, false> : fragment_walk<fragment_shape<Cfg, false>> {
     using acc_type = typename Cfg::accumulator_type;
     using value_type = typename std_conditional<Cfg::is_complex, complex<acc_type>, acc_type>::type;
     static constexpr int m = Cfg::m, n = Cfg::n;
@@ -1034,15 +1023,6 @@ template <class Cfg> struct fragment_shape<Cfg, false> {
     __device__ __forceinline__ static int row_offset(int r) { return tiling::row_offset(r / TN); }
     __device__ __forceinline__ static int col_offset(int r) { return tiling::col_offset(r % TN); }
     static constexpr bool FULL_M = m % TM == 0, FULL_N = n % TN == 0;
-    __device__ __forceinline__ static int row(int tid, int idx) {
-        return row_base(tid, idx / PER_ITEM) + row_offset(idx % PER_ITEM);
-    }
-    __device__ __forceinline__ static int col(int tid, int idx) {
-        return col_base(tid, idx / PER_ITEM) + col_offset(idx % PER_ITEM);
-    }
-    __device__ __forceinline__ static bool valid(int tid, int idx) {
-        return active(tid) && item_exists(tid, idx / PER_ITEM) && row(tid, idx) < m && col(tid, idx) < n;
-    }
     __device__ __forceinline__ static value_type get(const item_type* regs, int idx) {
         const int r = idx % PER_ITEM;
         return regs[idx / PER_ITEM][r / TN][r % TN];

@@ -12,47 +12,51 @@ namespace blasdx {
 
 // ---- shapes: fragment sizes and element coordinates ----------------------------------------
 
-struct shape_m16n8k16 {  // 16-bit A/B
-    static constexpr int M = 16, N = 8, K = 16, A_ELEMS = 8, B_ELEMS = 4, C_ELEMS = 4;
+// What every 16 x 8 shape shares: B's column and the C fragment (four values, rows g and g + 8,
+// columns 2t and 2t + 1). A shape adds K and where its A and B elements sit.
+struct m16n8_tile {
+    static constexpr int M = 16, N = 8, C_ELEMS = 4;
+    __device__ static int b_col(int lane, int) { return lane >> 2; }
+    __device__ static int c_row(int lane, int e) { return (lane >> 2) + 8 * (e >> 1); }
+    __device__ static int c_col(int lane, int e) { return 2 * (lane & 3) + (e & 1); }
+};
+
+struct shape_m16n8k16 : m16n8_tile {  // 16-bit A/B
+    static constexpr int K = 16, A_ELEMS = 8, B_ELEMS = 4;
     __device__ static int a_row(int lane, int e) { return (lane >> 2) + 8 * ((e >> 1) & 1); }
     __device__ static int a_k(int lane, int e) { return 2 * (lane & 3) + (e & 1) + 8 * (e >> 2); }
     __device__ static int b_k(int lane, int e) { return 2 * (lane & 3) + (e & 1) + 8 * (e >> 1); }
-    __device__ static int b_col(int lane, int) { return lane >> 2; }
-    __device__ static int c_row(int lane, int e) { return (lane >> 2) + 8 * (e >> 1); }
-    __device__ static int c_col(int lane, int e) { return 2 * (lane & 3) + (e & 1); }
 };
 
-struct shape_m16n8k8_16bit {  // 16-bit A/B on sm_75
-    static constexpr int M = 16, N = 8, K = 8, A_ELEMS = 4, B_ELEMS = 2, C_ELEMS = 4;
+struct shape_m16n8k8_16bit : m16n8_tile {  // 16-bit A/B on sm_75
+    static constexpr int K = 8, A_ELEMS = 4, B_ELEMS = 2;
     __device__ static int a_row(int lane, int e) { return (lane >> 2) + 8 * (e >> 1); }
     __device__ static int a_k(int lane, int e) { return 2 * (lane & 3) + (e & 1); }
     __device__ static int b_k(int lane, int e) { return 2 * (lane & 3) + e; }
-    __device__ static int b_col(int lane, int) { return lane >> 2; }
-    __device__ static int c_row(int lane, int e) { return (lane >> 2) + 8 * (e >> 1); }
-    __device__ static int c_col(int lane, int e) { return 2 * (lane & 3) + (e & 1); }
 };
 
-struct shape_m16n8k8_tf32 {
-    static constexpr int M = 16, N = 8, K = 8, A_ELEMS = 4, B_ELEMS = 2, C_ELEMS = 4;
-    __device__ static int a_row(int lane, int e) { return (lane >> 2) + 8 * (e & 1); }
-    __device__ static int a_k(int lane, int e) { return (lane & 3) + 4 * (e >> 1); }
-    __device__ static int b_k(int lane, int e) { return (lane & 3) + 4 * e; }
-    __device__ static int b_col(int lane, int) { return lane >> 2; }
-    __device__ static int c_row(int lane, int e) { return (lane >> 2) + 8 * (e >> 1); }
-    __device__ static int c_col(int lane, int e) { return 2 * (lane & 3) + (e & 1); }
-};
-
-struct shape_m16n8k32 {  // 8-bit A/B (integers, fp8)
-    static constexpr int M = 16, N = 8, K = 32, A_ELEMS = 16, B_ELEMS = 8, C_ELEMS = 4;
+struct shape_m16n8k32 : m16n8_tile {  // 8-bit A/B (integers, fp8)
+    static constexpr int K = 32, A_ELEMS = 16, B_ELEMS = 8;
     __device__ static int a_row(int lane, int e) { return (lane >> 2) + 8 * ((e >> 2) & 1); }
     __device__ static int a_k(int lane, int e) { return 4 * (lane & 3) + (e & 3) + 16 * (e >> 3); }
     __device__ static int b_k(int lane, int e) { return 4 * (lane & 3) + (e & 3) + 16 * (e >> 2); }
-    __device__ static int b_col(int lane, int) { return lane >> 2; }
-    __device__ static int c_row(int lane, int e) { return (lane >> 2) + 8 * (e >> 1); }
-    __device__ static int c_col(int lane, int e) { return 2 * (lane & 3) + (e & 1); }
 };
 
-struct shape_m8n8k4 {  // f64
+// One element per register (tf32, and f64 on sm_90's DMMA): 16 x 8 tiles with K = 4, 8 or 16.
+// A holds K / 2 elements per thread, element e at row g + 8 * (e % 2), k = t + 4 * (e / 2); B
+// holds K / 4, element e at k = t + 4 * e, column g.
+template <int K_>
+struct shape_m16n8_word : m16n8_tile {
+    static constexpr int K = K_, A_ELEMS = K / 2, B_ELEMS = K / 4;
+    static_assert(K == 4 || K == 8 || K == 16, "16 x 8 tiles of one element per register have K = 4, 8, 16");
+    __device__ static int a_row(int lane, int e) { return (lane >> 2) + 8 * (e & 1); }
+    __device__ static int a_k(int lane, int e) { return (lane & 3) + 4 * (e >> 1); }
+    __device__ static int b_k(int lane, int e) { return (lane & 3) + 4 * e; }
+};
+using shape_m16n8k8_tf32 = shape_m16n8_word<8>;
+template <int K> using shape_m16n8_f64 = shape_m16n8_word<K>;
+
+struct shape_m8n8k4 {  // f64 before sm_90
     static constexpr int M = 8, N = 8, K = 4, A_ELEMS = 1, B_ELEMS = 1, C_ELEMS = 2;
     __device__ static int a_row(int lane, int) { return lane >> 2; }
     __device__ static int a_k(int lane, int) { return lane & 3; }
@@ -60,21 +64,6 @@ struct shape_m8n8k4 {  // f64
     __device__ static int b_col(int lane, int) { return lane >> 2; }
     __device__ static int c_row(int lane, int) { return lane >> 2; }
     __device__ static int c_col(int lane, int e) { return 2 * (lane & 3) + e; }
-};
-
-// f64 on sm_90 (DMMA): 16 x 8 tiles with K = 4, 8 or 16. A holds K / 2 doubles per thread,
-// element e at row g + 8 * (e % 2), k = t + 4 * (e / 2); B holds K / 4, element e at
-// k = t + 4 * e, column g; C is the 16 x 8 layout of the other m16n8 shapes.
-template <int K_>
-struct shape_m16n8_f64 {
-    static constexpr int M = 16, N = 8, K = K_, A_ELEMS = K / 2, B_ELEMS = K / 4, C_ELEMS = 4;
-    static_assert(K == 4 || K == 8 || K == 16, "sm_90 DMMA has K = 4, 8, 16 for 16 x 8 tiles");
-    __device__ static int a_row(int lane, int e) { return (lane >> 2) + 8 * (e & 1); }
-    __device__ static int a_k(int lane, int e) { return (lane & 3) + 4 * (e >> 1); }
-    __device__ static int b_k(int lane, int e) { return (lane & 3) + 4 * e; }
-    __device__ static int b_col(int lane, int) { return lane >> 2; }
-    __device__ static int c_row(int lane, int e) { return (lane >> 2) + 8 * (e >> 1); }
-    __device__ static int c_col(int lane, int e) { return 2 * (lane & 3) + (e & 1); }
 };
 
 // ---- atoms: shape + element types + the instruction ----------------------------------------
