@@ -73,6 +73,15 @@ class CacheStats:
         _nvrtc.stats.reset()
         self.compiles = 0
 
+    def count(self, name: str) -> None:
+        """Add one to counter ``name``: the store's own, or ``compiles`` (the LTO-IR step counts here too)."""
+        if name in _store.StoreStats.FIELDS:
+            _store.stats.count(name)
+        elif name == "compiles":
+            self.compiles += 1
+        else:
+            raise AttributeError(name)
+
     def __getattr__(self, name: str) -> int:
         if name in _store.StoreStats.FIELDS:
             return int(getattr(_store.stats, name))
