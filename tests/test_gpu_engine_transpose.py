@@ -133,7 +133,8 @@ def test_m_from_1_to_16384(torch, m):
     x, y = _operand(torch, (m, k), a, gen), _operand(torch, (k, n), a, gen)
     out = torch.full((m, n), float("nan"), device="cuda")
     config = hopper.replace(hopper.PINGPONG, bk=32, transpose_b=True)  # deep M transposes when asked
-    engine = _engine(torch, x, y, None, out, a, c, config if m == 16384 else None)
+    deep = m > 128 * hopper.TRANSPOSE_MAX_TILE_ROWS  # past the rule's tile rows the default repacks y
+    engine = _engine(torch, x, y, None, out, a, c, config if deep else None)
     assert engine.config.transpose_b, engine.describe()
     _check(torch, out, x, y, a, c, None, f"M = {m}: {engine.describe()}")
 
