@@ -39,6 +39,10 @@ inline double __drcp_rn(double v) { return 1.0 / v; }
 inline std::size_t __cvta_generic_to_shared(const void* p) { return reinterpret_cast<std::uintptr_t>(p); }
 inline float __uint_as_float(unsigned v) { float f; std::memcpy(&f, &v, 4); return f; }
 inline unsigned __float_as_uint(float v) { unsigned u; std::memcpy(&u, &v, 4); return u; }
+inline float __int_as_float(int v) { float f; std::memcpy(&f, &v, 4); return f; }
+inline int __float_as_int(float v) { int i; std::memcpy(&i, &v, 4); return i; }
+inline double __longlong_as_double(long long v) { double d; std::memcpy(&d, &v, 8); return d; }
+inline long long __double_as_longlong(double v) { long long i; std::memcpy(&i, &v, 8); return i; }
 // byte i of the result is byte (s >> 4i) & 7 of the eight bytes of x (0-3) and y (4-7)
 inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
     const unsigned long long bytes = x | (static_cast<unsigned long long>(y) << 32);
