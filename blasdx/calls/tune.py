@@ -172,9 +172,14 @@ def _tune(x: Any, vx: Any, vy: Any, mx: Any, my: Any, result: Any, m: int, n: in
     return TuneResult(rule.describe(), rule_ms, best_text, best_ms, tuple(timings))
 
 
+def timing_event_options() -> Any:
+    """cuda.core's options of an event that records time (the field's name is cuda.core's own)."""
+    return _cuda.core().EventOptions(timing_enabled=True)
+
+
 def _time(fn: Any, core: Any, repeats: int) -> float:
     """Milliseconds per launch of ``repeats`` back-to-back launches between two CUDA events (after a warm-up)."""
-    events = _cuda.core().EventOptions(enable_timing=True)
+    events = timing_event_options()
     fn()
     begin = core.record(options=events)
     for _ in range(repeats):
