@@ -622,7 +622,8 @@ class EnginePlan:
         tiles = batch * tiles_m * math.ceil(n / cfg.bn)
         # split K: the splits' f32 / int32 sums of whole tiles, and one counter per tile, consumer and warp
         # (kernels/blasdx/hopper/splitk.cuh), both zero between launches
-        self._split_bytes = (4 * tiles * cfg.bm * cfg.bn, 4 * tiles * (1 if cfg.pingpong else cfg.consumers) * 4)
+        sums = _round_up(4 * tiles * cfg.bm * cfg.bn, _SCRATCH_ALIGNMENT)
+        self._split_bytes = (sums, sums + 4 * tiles * (1 if cfg.pingpong else cfg.consumers) * 4)  # counters' end
 
     def _gemm_kernel(self, staged: bool) -> _Kernel:
         """kernels/hopper_gemm.cu for this plan (``staged``: D stored by TMA)."""
@@ -682,9 +683,9 @@ class EnginePlan:
             if self.route_b.repack is not None:
                 b_ptr = self._prepare(b, self.route_b, self.operand_b, self.n, "b", device_id, scratch, stream)
             workspace = counters = 0
-            if self.splits > 1:  # the splits' f32 or int32 sums of whole tiles (splitk.cuh), zero between launches
-                workspace = scratch.get("split sums", self._split_bytes[0], zero=True)
-                counters = scratch.get("split counters", self._split_bytes[1], zero=True)
+            if self.splits > 1:  # sums and counters in one buffer, zero between launches (splitk.cuh)
+                workspace = scratch.get("split sums", self._split_bytes[1], zero=True)
+                counters = workspace + self._split_bytes[0]
             self._launch_gemm(device_id, stream, a_ptr, b_ptr, c_ptr, d_ptr, workspace, counters, scalars)
 
     def _launch_gemm(self, device_id: int, stream: int, a_ptr: int, b_ptr: int, c_ptr: int, d_ptr: int,
