@@ -149,9 +149,9 @@ def test_launch_on_new_pointers_repoints_the_maps_once(gpu):
     assert gpu.launches[-1].float32(20) == 1.0 and gpu.launches[-1].float32(21) == 1.0
 
 
-def test_a_bound_engine_call_launches_on_pointers(gpu, monkeypatch):
+def test_a_bound_engine_call_launches_on_pointers(gpu):
     """_Bound computes the engine's scalars once (plans reading their operands in place) and launches on pointers."""
-    engine, x, y, acc = _engine((256, 256, 256), 1)
+    _, x, y, acc = _engine((256, 256, 256), 1)
     call = array_gemm.plan_call(x, y, acc, dt.float32, array_gemm._DeviceInfo(90, 132), 0)
     rests = tuple(array_gemm._rest(v) for v in (x, y, acc, acc))
     bound = array_gemm._Bound(call, lambda device: 0, None, None, rests)
