@@ -22,8 +22,8 @@ against ``torch.matmul``.
 
 3. ``bx.scaled_mm`` (fp8, sm_90) against ``torch._scaled_mm`` and ``bx.solve_triangular``
    against ``torch.linalg.solve_triangular``, per call; and the pieces a call is made of
-   (attribute reads, allocation, driver queries, one launch through ctypes and through
-   cuda.bindings).
+   (attribute reads, allocation, driver queries, one launch by blasdx's packed route and
+   through cuda.bindings by CUkernel and by CUfunction, whole calls without the launch).
 
 Each round times ``--calls`` back-to-back calls with ``time.perf_counter`` and synchronises
 afterwards; tables show the median per call over ``--rounds`` rounds (host time while the
@@ -243,8 +243,8 @@ def measure_pieces(desc: bx.Descriptor, calls: int, rounds: int) -> dict[str, fl
     """Host cost of the pieces a call is made of (us per call): where the time of a call goes.
 
     PyTorch attribute reads, torch's allocation, the driver queries a call makes, one launch
-    of ``desc``'s packed kernel (through ctypes and cuda.bindings, by its CUkernel and by its
-    CUfunction), and whole calls with the driver's launch left out.
+    of ``desc``'s packed kernel (blasdx's packed route, and cuda.bindings by its CUkernel and
+    by its CUfunction), and whole calls with the driver's launch left out.
     """
     try:
         import torch
@@ -263,12 +263,10 @@ def measure_pieces(desc: bx.Descriptor, calls: int, rounds: int) -> dict[str, fl
     device_plan = plan.on_device(0)
     packed = device_plan.packed
     buffers = packed.buffers()
-    lib = cuda_driver._libcuda()
-    kernel = int(packed._function)
     block = packed.block
     drv = devices.driver()
-    err, function = drv.cuKernelGetFunction(drv.CUkernel(kernel))
-    by_function = drv.CUfunction(int(function)) if not err else packed._function
+    with devices.on_device(0):
+        by_function = cuda_driver.function_of(packed._kernel)
     stream = cuda_driver.stream_object(handle)
     raw_stream = torch._C._cuda_getCurrentRawStream
     pieces = {
@@ -280,9 +278,7 @@ def measure_pieces(desc: bx.Descriptor, calls: int, rounds: int) -> dict[str, fl
         "as_array(tensor)": lambda: as_array(x, "x", stream=handle),
         "cuCtxGetDevice (cuda.bindings)": drv.cuCtxGetDevice,
         "cuStreamIsCapturing (cuda.bindings)": lambda: cuda_driver.is_capturing(handle),
-        "launch, ctypes cuLaunchKernel": lambda: lib.cuLaunchKernel(kernel, 1, 1, 1, *block, packed.shared_memory,
-                                                                    handle, buffers.address, None),
-        "launch, cuda.bindings cuLaunchKernel": lambda: packed.launch(1, 1, handle, *args),
+        "launch, packed (blasdx's route)": lambda: packed.launch(1, 1, handle, *args),
         "launch, cuda.bindings, CUfunction": lambda: drv.cuLaunchKernel(by_function, 1, 1, 1, *block,
                                                                          packed.shared_memory, stream,
                                                                          buffers.address, 0),
@@ -391,12 +387,6 @@ def main(argv: list[str] | None = None) -> int:
             mark = "" if r["ratio"] <= MATMUL_GOAL else f"  (> goal {MATMUL_GOAL:g}x)"
             print(f"{r['size']:>5} {r['bx_matmul_us']:>13.2f} {r['torch_matmul_us']:>16.2f} {r['ratio']:>6.2f}x "
                   f"{r['bx_mma_out_us']:>16.2f} {r['mma_out_ratio']:>6.2f}x{mark}", flush=True)
-    pieces = measure_pieces(desc, args.calls, args.rounds)
-    save(pieces_us=pieces)
-    if pieces:
-        print("pieces of a call, us each:")
-        for what, us in pieces.items():
-            print(f"  {what:<40} {us:>8.2f}", flush=True)
     others = measure_other_calls(args.calls, args.rounds)
     save(**others)
     for what, found in others.items():
@@ -404,6 +394,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"bx.{what} against torch's, per call:")
             for r in found:
                 print(f"{r['size']:>5} {r['bx_us']:>10.2f} us {r['torch_us']:>10.2f} us {r['ratio']:>6.2f}x")
+    pieces = measure_pieces(desc, args.calls, args.rounds)
+    save(pieces_us=pieces)
+    if pieces:
+        print("pieces of a call, us each:")
+        for what, us in pieces.items():
+            print(f"  {what:<40} {us:>8.2f}", flush=True)
     print(f"wrote {args.out}")
     return 0
 

@@ -248,3 +248,27 @@ def test_execute_bound_with_and_without_stream(torch):
         desc.execute(a, b, c, stream=stream)
         torch.cuda.synchronize()
         assert _error(torch, c, ref) <= tolerance(dt.float16, dt.float32, 32), stream
+
+
+@pytest.mark.parametrize("m,n,k", [(256, 256, 512), (512, 512, 512), (16, 4096, 8192)], ids=str)
+def test_bound_engine_calls_follow_alternating_buffers(torch, m, n, k):
+    """One kind of call, its arrays in several buffers taken in turn: each call reads and writes its own.
+
+    The engine's tensor maps are re-pointed from encodings kept per address (blasdx.launch.cuda_driver
+    .TensorMap): a buffer seen before gets its map back without the driver, and must still be the one read.
+    Split-K shapes (16 x 4096 x 8192) use the pooled split buffer each call.
+    """
+    gen = torch.Generator(device="cuda").manual_seed(m + n + k)
+    xs = [torch.randn(m, k, device="cuda", dtype=torch.float16, generator=gen) for _ in range(3)]
+    ys = [torch.randn(k, n, device="cuda", dtype=torch.float16, generator=gen) for _ in range(2)]
+    accs = [torch.randn(m, n, device="cuda", generator=gen) for _ in range(2)]
+    outs = [torch.empty(m, n, device="cuda") for _ in range(2)]
+    for step in range(12):  # 3 x 2 x 2 pointer combinations, then the same again in another order
+        i, j, o = step % 3, (step // 3) % 2, step % 2
+        x, y, acc, out = xs[i], ys[j], accs[o], outs[o]
+        out.fill_(float("nan"))
+        assert bx.mma(x, y, acc, out=out) is out
+        _check_matmul(torch, out, x, y, acc)
+        _check_matmul(torch, bx.matmul(x, y), x, y)
+    if gpu_sm() == 90:  # the engine's path is the one under test there
+        assert array_gemm.call_plan(xs[0], ys[0], accs[0], out=outs[0]).kind == "hopper"

@@ -902,7 +902,7 @@ class _Bound:
     no checks that depend on dtypes, shapes and strides, no plan look-up. Holds no array."""
 
     __slots__ = ("plan", "device_id", "stream_of", "allocate", "pointer_of", "rests", "block", "empty", "overlap",
-                 "engine", "beta")
+                 "engine", "beta", "scalars")
 
     def __init__(self, plan: CallPlan, stream_of: Any, allocate: Any, pointer_of: Any,
                  rests: tuple[tuple[Any, ...] | None, ...], block: tuple[Any, ...] | None = None,
@@ -919,6 +919,11 @@ class _Bound:
         # the Hopper engine's plan, run directly (its launch reads pointers, strides and shapes of the views)
         self.engine = plan.kernel if plan.kind == "hopper" else None
         self.beta = float(plan.beta)
+        # an engine plan that reads its operands in place launches on pointers, its other parameters computed once
+        self.scalars: tuple[Any, ...] | None = None
+        if isinstance(self.engine, _hopper.EnginePlan) and not self.engine.repacks and not self.empty:
+            rests = [None if r is None else _new_view(ArrayView, (0, *r)) for r in rests]
+            self.scalars = self.engine.scalars(rests[2], rests[3], 1.0, self.beta)
 
     def matmul(self, px: int, py: int) -> Any:
         """``x @ y`` into a new array: allocate, launch."""
@@ -930,7 +935,9 @@ class _Bound:
             if not self.empty:
                 pout = self.pointer_of(out)
                 block = self.block
-                if block is not None and pout % block[3] == 0:
+                if self.scalars is not None:
+                    self.engine.launch(device, handle, px, py, 0, pout, self.scalars)
+                elif block is not None and pout % block[3] == 0:
                     block[0].launch(block[1], handle, (px, py, pout, *block[2]))
                 else:
                     rx, ry, _, ro = self.rests
@@ -953,12 +960,15 @@ class _Bound:
             _raise_overlap(pout, overlap[0], overlap[1], (px, py, pacc))
         device = self.device_id
         handle = self.stream_of(device)
-        rx, ry, racc, ro = self.rests
         token = _devices.enter(device)
         try:
             if out is None:
                 out = self.allocate(handle)
                 pout = self.pointer_of(out)
+            if self.scalars is not None:
+                self.engine.launch(device, handle, px, py, pacc, pout, self.scalars)
+                return out
+            rx, ry, racc, ro = self.rests
             vx, vy = _new_view(ArrayView, (px, *rx)), _new_view(ArrayView, (py, *ry))
             vacc, vout = _new_view(ArrayView, (pacc, *racc)), _new_view(ArrayView, (pout, *ro))
             if self.engine is not None and not self.empty:

@@ -485,15 +485,16 @@ _MAX_GRID_Z = 65535
 
 
 class _Kernel:
-    """A kernel source with its parameter block; compiled on first use, its function handle kept per device."""
+    """A kernel source with its parameter block; compiled on first use, its CUfunction kept per device."""
 
-    __slots__ = ("source", "name", "arch", "shared_memory", "params", "functions", "_compiled")
+    __slots__ = ("source", "name", "arch", "shared_memory", "params", "functions", "handles", "_compiled")
 
     def __init__(self, source: str, name: str, arch: str, params: tuple[str, ...], shared_memory: int = 0) -> None:
         self.source, self.name, self.arch = source, name, arch
         self.shared_memory = shared_memory
         self.params = _driver.ParameterBlock(params)
-        self.functions: dict[int, int] = {}
+        self.functions: dict[int, Any] = {}  # device -> CUfunction (blasdx.launch.cuda_driver.function_of)
+        self.handles: dict[int, int] = {}  # device -> CUkernel address
         self._compiled: Any = None
 
     @property
@@ -503,25 +504,30 @@ class _Kernel:
             self._compiled = cached_compile(self.source, self.name, self.arch)
         return self._compiled
 
-    def function(self, device_id: int) -> int:
-        """The CUkernel address, loaded and opted in to its shared memory on ``device_id`` (current)."""
+    def function(self, device_id: int) -> Any:
+        """The CUfunction, loaded and opted in to its shared memory on ``device_id`` (current)."""
         found = self.functions.get(device_id)
         if found is None:
-            kernel = self.compiled.kernel(dynamic_shared_memory=self.shared_memory, device_id=device_id)
-            found = self.functions[device_id] = int(kernel.handle)
+            handle = self.handles[device_id] = self._load(device_id)
+            found = self.functions[device_id] = _driver.function_of(handle)
         return found
+
+    def _load(self, device_id: int) -> int:
+        """The CUkernel address of the compiled kernel on ``device_id``, opted in to its shared memory."""
+        return int(self.compiled.kernel(dynamic_shared_memory=self.shared_memory, device_id=device_id).handle)
 
     def fill(self, values: tuple[Any, ...]) -> None:
         """Set every scalar parameter (None: a map, set by the caller)."""
-        params = self.params
-        for i, value in enumerate(values):
-            if value is not None:
-                params.set(i, value)
+        self.params.fill(values)
 
     def launch(self, device_id: int, grid: tuple[int, int, int], block: tuple[int, int, int], stream: int,
                cluster: int = 1) -> None:
         """Launch with the parameters as filled (the caller holds the block's lock)."""
-        _driver.launch(self.function(device_id), grid, block, self.shared_memory, stream, self.params, cluster)
+        function = self.functions.get(device_id)
+        if function is None:
+            function = self.function(device_id)
+        _driver.launch(function, grid, block, self.shared_memory, stream, self.params, cluster,
+                       self.handles.get(device_id))
 
 
 class EnginePlan:
@@ -603,6 +609,21 @@ class EnginePlan:
             op = self.store_d
             self._maps.append(_driver.encode_tiled(c.name, ptr_d, op.dims, op.strides, op.box, _SWIZZLE))
             self._mapped.append(ptr_d)
+        params = self._gemm.params  # the maps are set once; their bytes change in place
+        for i, tmap in enumerate((self._maps[0], self._maps[1], self._maps[2] if staged else self._maps[0])):
+            params.set_map(i, tmap)
+        # per call only the pointers change: C, D, split sums, counters (slots 3-6) in one write, the scalars
+        # (slots 7-21) in another when a call's layouts or alpha / beta differ from the last call's
+        self._pack_pointers, self._pointers_offset = params.packer(3, 4)
+        self._pack_scalars, self._scalars_offset = params.packer(7, len(params.kinds) - 7)
+        self._block = (self.config.threads, 1, 1)
+        cfg = self.config
+        tiles_m = math.ceil(math.ceil(m / cfg.bm) / cfg.cluster) * cfg.cluster
+        tiles = batch * tiles_m * math.ceil(n / cfg.bn)
+        # split K: the splits' f32 / int32 sums of whole tiles, and one counter per tile, consumer and warp
+        # (kernels/blasdx/hopper/splitk.cuh), both zero between launches
+        sums = _round_up(4 * tiles * cfg.bm * cfg.bn, _SCRATCH_ALIGNMENT)
+        self._split_bytes = (sums, sums + 4 * tiles * (1 if cfg.pingpong else cfg.consumers) * 4)  # counters' end
 
     def _gemm_kernel(self, staged: bool) -> _Kernel:
         """kernels/hopper_gemm.cu for this plan (``staged``: D stored by TMA)."""
@@ -632,59 +653,64 @@ class EnginePlan:
         Scratch (repacked operands, split-K partial sums) is the call's: safe in a CUDA graph
         capture (blasdx.launch.scratch).
         """
+        scalars = self.scalars(c, d, alpha, beta)
+        self.launch(device_id, stream, a.ptr, b.ptr, 0 if c is None else c.ptr, d.ptr, scalars, a, b)
+
+    def scalars(self, c: Any, d: Any, alpha: float, beta: float) -> tuple[Any, ...]:
+        """The GEMM's parameters after its pointers for results laid out as the views ``c`` (None: no C, beta
+        0) and ``d``, as :meth:`launch` takes them (a call bound to its layouts computes them once)."""
         if c is None:
             beta = 0
-        alpha, beta = scalar(alpha, self.c), scalar(beta, self.c)
-        with _scratch.call_scratch(device_id, stream) if self.needs_scratch else _NO_SCRATCH as scratch:
-            a_ptr, b_ptr, workspace = self._operands_and_workspace(device_id, scratch, stream, a, b)
-            counters = self._counters(scratch) if self.splits > 1 else 0
-            c_ptr, c_strides = (0, (0, 0, 0)) if c is None else (c.ptr, result_strides(c))
-            d_strides = result_strides(d)
-            gemm = self._gemm
-            with gemm.params.lock:
-                self._point_maps(a_ptr, b_ptr, d.ptr)
-                scalars = (c_strides, d_strides, alpha, beta)
-                if scalars == self._scalars:  # the common case: only the addresses change from call to call
-                    gemm.params.set(3, c_ptr)
-                    gemm.params.set(4, d.ptr)
-                    gemm.params.set(5, workspace)
-                    gemm.params.set(6, counters)
-                else:
-                    gemm.fill((None, None, None, c_ptr, d.ptr, workspace, counters, self.m, self.n, self.k,
-                               self.batch, int(self.operand_a.batched), int(self.operand_b.batched), self.splits,
-                               *c_strides, *d_strides, alpha, beta))
-                    self._scalars = scalars
-                if not self._grid_checked:
-                    self._fit_grid(device_id)
-                gemm.launch(device_id, self.grid, (self.config.threads, 1, 1), stream, self.config.cluster)
+        c_strides = (0, 0, 0) if c is None else result_strides(c)
+        return (self.m, self.n, self.k, self.batch, int(self.operand_a.batched), int(self.operand_b.batched),
+                self.splits, *c_strides, *result_strides(d), scalar(alpha, self.c), scalar(beta, self.c))
+
+    @property
+    def repacks(self) -> bool:
+        """Whether an operand is repacked before the GEMM (its launch needs the operand's view)."""
+        return self.route_a.repack is not None or self.route_b.repack is not None
+
+    def launch(self, device_id: int, stream: int, a_ptr: int, b_ptr: int, c_ptr: int, d_ptr: int,
+               scalars: tuple[Any, ...], a: Any = None, b: Any = None) -> None:
+        """One call on pointers (the device current): ``scalars`` from :meth:`scalars`; ``a`` / ``b`` the operands'
+        views, needed only where :attr:`repacks`."""
+        if not self.needs_scratch:
+            self._launch_gemm(device_id, stream, a_ptr, b_ptr, c_ptr, d_ptr, 0, 0, scalars)
+            return
+        with _scratch.call_scratch(device_id, stream) as scratch:
+            if self.route_a.repack is not None:
+                a_ptr = self._prepare(a, self.route_a, self.operand_a, self.m, "a", device_id, scratch, stream)
+            if self.route_b.repack is not None:
+                b_ptr = self._prepare(b, self.route_b, self.operand_b, self.n, "b", device_id, scratch, stream)
+            workspace = counters = 0
+            if self.splits > 1:  # sums and counters in one buffer, zero between launches (splitk.cuh)
+                workspace = scratch.get("split sums", self._split_bytes[1], zero=True)
+                counters = workspace + self._split_bytes[0]
+            self._launch_gemm(device_id, stream, a_ptr, b_ptr, c_ptr, d_ptr, workspace, counters, scalars)
+
+    def _launch_gemm(self, device_id: int, stream: int, a_ptr: int, b_ptr: int, c_ptr: int, d_ptr: int,
+                     workspace: int, counters: int, scalars: tuple[Any, ...]) -> None:
+        """Point the maps, write the parameters that changed and launch the GEMM."""
+        gemm = self._gemm
+        params = gemm.params
+        with params.lock:
+            self._point_maps(a_ptr, b_ptr, d_ptr)
+            if scalars is not self._scalars and scalars != self._scalars:
+                self._pack_scalars(params.data, self._scalars_offset, *scalars)
+            self._scalars = scalars
+            self._pack_pointers(params.data, self._pointers_offset, c_ptr, d_ptr, workspace, counters)
+            if not self._grid_checked:
+                self._fit_grid(device_id)
+            function = gemm.functions.get(device_id)
+            if function is None:
+                function = gemm.function(device_id)
+            _driver.launch(function, self.grid, self._block, gemm.shared_memory, stream, params, self.config.cluster,
+                           gemm.handles.get(device_id))
 
     @property
     def needs_scratch(self) -> bool:
         """Whether a call takes device scratch: a repacked operand or split-K partial sums."""
         return self.splits > 1 or self.route_a.repack is not None or self.route_b.repack is not None
-
-    def _operands_and_workspace(self, device_id: int, scratch: Any, stream: int, a: Any,
-                                b: Any) -> tuple[int, int, int]:
-        """The addresses TMA reads A and B from (repacked first where the routes say); the split workspace.
-
-        ``scratch`` is the call's :class:`~blasdx.launch.scratch.CallScratch`."""
-        a_ptr = self._prepare(a, self.route_a, self.operand_a, self.m, "a", device_id, scratch, stream)
-        b_ptr = self._prepare(b, self.route_b, self.operand_b, self.n, "b", device_id, scratch, stream)
-        workspace = 0
-        if self.splits > 1:  # the splits' f32 or int32 sums of whole tiles (splitk.cuh), zero between launches
-            cfg = self.config
-            tiles_m = math.ceil(math.ceil(self.m / cfg.bm) / cfg.cluster) * cfg.cluster
-            tiles = self.batch * tiles_m * math.ceil(self.n / cfg.bn)
-            workspace = scratch.get("split sums", 4 * tiles * cfg.bm * cfg.bn, zero=True)
-        return a_ptr, b_ptr, workspace
-
-    def _counters(self, scratch: Any) -> int:
-        """The split counters of the GEMM's fixup (kernels/blasdx/hopper/splitk.cuh): one per tile, consumer
-        and warp, zero between launches (zeroed once here when the pool allocates them)."""
-        cfg = self.config
-        tiles_m = math.ceil(math.ceil(self.m / cfg.bm) / cfg.cluster) * cfg.cluster
-        slots = self.batch * tiles_m * math.ceil(self.n / cfg.bn) * (1 if cfg.pingpong else cfg.consumers) * 4
-        return scratch.get("split counters", 4 * slots, zero=True)
 
     def _fit_grid(self, device_id: int) -> None:
         """A persistent grid of clusters no larger than the device runs at once."""
@@ -696,11 +722,11 @@ class EnginePlan:
         self._grid_checked = True
 
     def _point_maps(self, a_ptr: int, b_ptr: int, d_ptr: int) -> None:
-        """Point the tensor maps at this call's operands (under the GEMM's lock; a driver call only on change).
+        """Point the tensor maps at this call's operands (under the GEMM's lock; only those whose address changed).
 
         Without a TMA store, D's parameter takes A's map (the kernel does not read it).
         """
-        maps, mapped, params = self._maps, self._mapped, self._gemm.params
+        maps, mapped = self._maps, self._mapped
         if a_ptr != mapped[0]:
             maps[0].replace_address(a_ptr)
             mapped[0] = a_ptr
@@ -710,10 +736,6 @@ class EnginePlan:
         if len(maps) > 2 and d_ptr != mapped[2]:
             maps[2].replace_address(d_ptr)
             mapped[2] = d_ptr
-        if params.maps.get(0) is not maps[0]:  # the maps are set once; their bytes change in place
-            params.set_map(0, maps[0])
-            params.set_map(1, maps[1])
-            params.set_map(2, maps[2] if len(maps) > 2 else maps[0])
 
     def _prepare(self, view: Any, route_: OperandRoute, op: _Operand, rows: int, slot: str, device_id: int,
                  scratch: Any, stream: int) -> int:

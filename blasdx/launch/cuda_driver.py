@@ -1,23 +1,31 @@
 """The one driver layer: every CUDA driver call blasdx makes to run its kernels, and its launches.
 
+Every launch goes one way: ``cuLaunchKernel`` (``cuLaunchKernelEx`` for clusters) through
+cuda.bindings, by the kernel's CUfunction in the current context (:func:`function_of`; a
+launch by CUkernel makes the driver look that function up on every call), with the
+parameters as one packed block of 8-byte slots and the array of slot pointers the driver
+reads. The driver copies the parameters before the launch returns, so a block is reused
+call after call.
+
 * Packed launches of blasdx's own kernels (:class:`PackedLaunch`): a kernel whose parameter
-  list is fixed by its plan lays it out once -- one 8-byte slot per parameter and the array
-  of slot pointers the driver reads -- and a launch writes the values with one
-  ``struct.pack_into`` and makes one ``cuLaunchKernel`` call (``cuda.core.launch`` converts
-  every argument on every call and rebuilds its configuration). Each thread packs into
-  buffers of its own; the driver copies the parameters before ``cuLaunchKernel`` returns.
+  list is fixed by its plan; a launch writes the values with one ``struct.pack_into`` into
+  the calling thread's block (``cuda.core.launch`` converts every argument on every call
+  and rebuilds its configuration).
 * Parameter blocks with tensor maps (:class:`ParameterBlock`, :func:`launch`): a TMA kernel
-  takes its maps by value (128-byte ``CUtensorMap`` parameters), which ``cuda.core.launch``
-  cannot pass in every version blasdx supports; the Hopper engine keeps one block per plan
-  (a slot per parameter, filled in place) and launches it, in clusters where the plan says.
-* Tensor maps (:func:`encode_tiled`, :meth:`TensorMap.replace_address`), stream-ordered
-  allocation (:func:`allocate_async`, :func:`free_async`), whether a stream captures a CUDA
-  graph (:func:`is_capturing`) and cluster occupancy.
+  takes its maps by value (128-byte ``CUtensorMap`` parameters); the Hopper engine keeps one
+  block per plan (slots written in place, runs of them with one ``struct.pack_into``) and
+  launches it, in clusters where the plan says.
+* Tensor maps (:func:`encode_tiled`, :meth:`TensorMap.replace_address`, which keeps the
+  encoded bytes of the addresses it has seen, so a map re-pointed at a known address is a
+  128-byte copy and no driver call), stream-ordered allocation (:func:`allocate_async`,
+  :func:`free_async`), whether a stream captures a CUDA graph (:func:`is_capturing`) and
+  cluster occupancy.
 * ``cuda.core.launch`` for kernels whose parameters the user typed (:func:`core_launch`).
 
-Launches run in the current context: callers make the operands' device current first
-(:func:`blasdx.launch.devices.enter`). Enum values come from cuda.bindings, the library's
-own names for them.
+Only ``cuTensorMapEncodeTiled`` goes through ctypes: it writes into blasdx's own 64-byte
+aligned storage (once per plan). Launches run in the current context: callers make the
+operands' device current first (:func:`blasdx.launch.devices.enter`). Enum values come from
+cuda.bindings, the library's own names for them.
 """
 
 from __future__ import annotations
@@ -33,8 +41,8 @@ from . import devices as _devices
 
 __all__ = [
     "TensorMap", "ParameterBlock", "PackedLaunch", "SLOT_FORMATS", "TENSOR_MAP_TYPES", "allocate_async",
-    "core_launch", "encode_tiled", "free_async", "is_capturing", "launch", "max_active_clusters", "parameters_of",
-    "stream_object",
+    "core_launch", "encode_tiled", "free_async", "function_of", "is_capturing", "launch", "max_active_clusters",
+    "parameters_of", "stream_object", "zero_async",
 ]
 
 _LIB: list[Any] = []
@@ -51,28 +59,12 @@ def _libcuda() -> Any:
                 lib = ctypes.CDLL("libcuda.so.1")
             except OSError as exc:
                 raise DeviceError(f"the Hopper engine needs the CUDA driver (libcuda.so.1): {exc}") from exc
-            c_uint, p = ctypes.c_uint, ctypes.c_void_p
+            p = ctypes.c_void_p
             lib.cuTensorMapEncodeTiled.argtypes = [
                 p, ctypes.c_int, ctypes.c_uint32, p, p, p, p, p, ctypes.c_int, ctypes.c_int, ctypes.c_int,
                 ctypes.c_int,
             ]
             lib.cuTensorMapEncodeTiled.restype = ctypes.c_int
-            lib.cuTensorMapReplaceAddress.argtypes = [p, p]
-            lib.cuTensorMapReplaceAddress.restype = ctypes.c_int
-            lib.cuLaunchKernel.argtypes = [p, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, p, p, p]
-            lib.cuLaunchKernel.restype = ctypes.c_int
-            lib.cuMemAllocAsync.argtypes = [p, ctypes.c_size_t, p]
-            lib.cuMemAllocAsync.restype = ctypes.c_int
-            lib.cuMemFreeAsync.argtypes = [ctypes.c_uint64, p]
-            lib.cuMemFreeAsync.restype = ctypes.c_int
-            lib.cuMemsetD32Async.argtypes = [ctypes.c_uint64, ctypes.c_uint, ctypes.c_size_t, p]
-            lib.cuMemsetD32Async.restype = ctypes.c_int
-            lib.cuKernelGetFunction.argtypes = [p, p]
-            lib.cuKernelGetFunction.restype = ctypes.c_int
-            lib.cuOccupancyMaxActiveClusters.argtypes = [p, p, p]
-            lib.cuOccupancyMaxActiveClusters.restype = ctypes.c_int
-            lib.cuLaunchKernelEx.argtypes = [p, p, p, p]
-            lib.cuLaunchKernelEx.restype = ctypes.c_int
             lib.cuGetErrorName.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
             lib.cuGetErrorName.restype = ctypes.c_int
             _LIB.append(lib)
@@ -113,21 +105,45 @@ _SWIZZLES = {0: "CU_TENSOR_MAP_SWIZZLE_NONE", 32: "CU_TENSOR_MAP_SWIZZLE_32B", 6
 
 
 class TensorMap:
-    """A 64-byte aligned CUtensorMap (128 bytes) in host memory: the kernel parameter's value."""
+    """A 64-byte aligned CUtensorMap (128 bytes) in host memory: the kernel parameter's value.
 
-    __slots__ = ("_storage", "address")
+    :meth:`replace_address` keeps the bytes the driver encoded for each address it was
+    pointed at (the map's shape, strides and box never change), so pointing it again at an
+    address seen before copies those bytes back and makes no driver call.
+    """
+
+    __slots__ = ("_storage", "address", "_bytes", "_known", "_wrapped")
+
+    KNOWN_LIMIT = 64  # addresses whose encoding a map keeps
 
     def __init__(self) -> None:
         self._storage = ctypes.create_string_buffer(128 + 64)
         base = ctypes.addressof(self._storage)
         self.address = base + (-base % 64)
+        self._bytes = memoryview((ctypes.c_ubyte * 128).from_address(self.address)).cast("B")
+        self._known: dict[int, bytes] = {}
+        self._wrapped: Any = None
+
+    def remember(self, pointer: int) -> None:
+        """The map now holds ``pointer``'s encoding: keep it for later re-pointing."""
+        if len(self._known) >= self.KNOWN_LIMIT:
+            self._known.clear()
+        self._known[pointer] = self._bytes.tobytes()
 
     def replace_address(self, pointer: int) -> None:
         """Point the map at another tensor of the same shape and strides (16-byte aligned)."""
-        lib = _libcuda()
-        code = lib.cuTensorMapReplaceAddress(self.address, pointer)
-        if code:
-            raise ExecutionError(f"cuTensorMapReplaceAddress({pointer:#x}) failed: {_error_name(lib, code)}")
+        found = self._known.get(pointer)
+        if found is not None:
+            self._bytes[:] = found
+            return
+        drv = _devices.driver()
+        wrapped = self._wrapped
+        if wrapped is None:
+            wrapped = self._wrapped = drv.CUtensorMap(_ptr=self.address)
+        (err,) = drv.cuTensorMapReplaceAddress(wrapped, pointer)
+        if int(err):
+            raise ExecutionError(f"cuTensorMapReplaceAddress({pointer:#x}) failed: {getattr(err, 'name', err)}")
+        self.remember(pointer)
 
 
 def encode_tiled(
@@ -169,38 +185,53 @@ def encode_tiled(
             f"cuTensorMapEncodeTiled refused a {type_name} tensor at {pointer:#x} with extents {tuple(dims)}, byte "
             f"strides {tuple(strides)} and box {tuple(box)}: {_error_name(lib, code)}"
         )
+    tmap.remember(pointer)
     return tmap
 
 
-_SLOT_TYPES = {"u64": ctypes.c_uint64, "i32": ctypes.c_int32, "i64": ctypes.c_int64, "f32": ctypes.c_float,
-               "f64": ctypes.c_double}
+#: struct format of each slot kind, padded to 8 bytes: PackedLaunch's letters and ParameterBlock's names.
+SLOT_FORMATS = {"P": "Q", "q": "q", "d": "d", "i": "i4x", "f": "f4x"}
+_KIND_FORMATS = {"u64": "Q", "i64": "q", "f64": "d", "i32": "i4x", "f32": "f4x"}
+_SLOT_BYTES = 8
+_STRUCTS: dict[str, struct.Struct] = {}
+
+
+def _struct(formats: str) -> struct.Struct:
+    """The little-endian struct of consecutive 8-byte slots (memoised)."""
+    found = _STRUCTS.get(formats)
+    if found is None:
+        found = _STRUCTS[formats] = struct.Struct("<" + formats)
+    return found
 
 
 class ParameterBlock:
-    """Storage for a kernel's parameters in order, and the pointer array cuLaunchKernel reads.
+    """A kernel's parameters in order, in one buffer of 8-byte slots, and the pointer array cuLaunchKernel reads.
 
     ``kinds`` names each parameter: "map" (a TensorMap, set with :meth:`set_map`), a scalar
-    slot "u64" (pointers), "i32", "i64", "f32", "f64" (set with :meth:`set`), or "bytesN"
-    (N raw bytes, filled by :func:`parameters_of`). The
-    driver copies the values at launch, so a block is reused call after call; a lock keeps
-    two threads from filling it at once (take it with ``with block.lock:``).
+    slot "u64" (pointers), "i32", "i64", "f32", "f64" (set with :meth:`set`, or a run of them
+    at once with :meth:`packer`), or "bytesN" (N raw bytes, filled by :func:`parameters_of`).
+    The driver copies the values at launch, so a block is reused call after call; a lock
+    keeps two threads from filling it at once (take it with ``with block.lock:``).
     """
 
-    __slots__ = ("kinds", "slots", "maps", "pointers", "lock")
+    __slots__ = ("kinds", "data", "offsets", "maps", "pointers", "address", "lock")
 
     def __init__(self, kinds: Sequence[str]) -> None:
         self.kinds = tuple(kinds)
-        self.slots: list[Any] = []
+        offsets, size = [], 0
+        for kind in self.kinds:
+            offsets.append(size)
+            if kind != "map":
+                width = int(kind[5:]) if kind.startswith("bytes") else _SLOT_BYTES
+                size += -(-width // _SLOT_BYTES) * _SLOT_BYTES
+        self.offsets = tuple(offsets)
+        self.data = (ctypes.c_uint64 * max(size // _SLOT_BYTES, 1))()
+        base = ctypes.addressof(self.data)
         self.maps: dict[int, TensorMap] = {}
-        self.pointers = (ctypes.c_void_p * len(self.kinds))()
+        self.pointers = (ctypes.c_void_p * max(len(self.kinds), 1))(
+            *(0 if kind == "map" else base + offset for kind, offset in zip(self.kinds, self.offsets)))
+        self.address = ctypes.addressof(self.pointers)
         self.lock = threading.Lock()
-        for i, kind in enumerate(self.kinds):
-            if kind == "map":
-                self.slots.append(None)
-            else:
-                slot = (ctypes.c_char * int(kind[5:]))() if kind.startswith("bytes") else _SLOT_TYPES[kind]()
-                self.slots.append(slot)
-                self.pointers[i] = ctypes.addressof(slot)
 
     def set_map(self, index: int, tmap: TensorMap) -> None:
         """Parameter ``index`` is this tensor map (its bytes are read at launch)."""
@@ -209,7 +240,21 @@ class ParameterBlock:
 
     def set(self, index: int, value: Any) -> None:
         """Scalar parameter ``index`` takes ``value``."""
-        self.slots[index].value = value
+        _struct(_KIND_FORMATS[self.kinds[index]]).pack_into(self.data, self.offsets[index], value)
+
+    def packer(self, first: int, count: int) -> tuple[Any, int]:
+        """(pack_into, byte offset) writing scalar parameters ``first`` .. ``first + count - 1`` in one call:
+        ``pack_into(block.data, offset, *values)``."""
+        kinds = self.kinds[first:first + count]
+        if len(kinds) != count or any(kind not in _KIND_FORMATS for kind in kinds):
+            raise ValueError(f"parameters {first}..{first + count - 1} of {self.kinds} are not all scalar slots")
+        return _struct("".join(_KIND_FORMATS[kind] for kind in kinds)).pack_into, self.offsets[first]
+
+    def fill(self, values: Sequence[Any]) -> None:
+        """Set every scalar parameter in order (None: a map, set by the caller)."""
+        for i, value in enumerate(values):
+            if value is not None:
+                self.set(i, value)
 
 
 def parameters_of(values: Sequence[Any]) -> ParameterBlock:
@@ -236,61 +281,35 @@ def parameters_of(values: Sequence[Any]) -> ParameterBlock:
     return block
 
 
-class _LaunchAttribute(ctypes.Structure):
-    """CUlaunchAttribute: an id, padding, and a 64-byte value union."""
-
-    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_uint * 16)]
-
-
-class _LaunchConfig(ctypes.Structure):
-    """CUlaunchConfig."""
-
-    _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3), ("shared_memory", ctypes.c_uint),
-                ("stream", ctypes.c_void_p), ("attrs", ctypes.POINTER(_LaunchAttribute)), ("count", ctypes.c_uint)]
-
-
-def _cluster_config(grid: tuple[int, int, int], block: tuple[int, int, int], shared_memory: int, stream: int,
-                    cluster: int) -> tuple[_LaunchConfig, _LaunchAttribute]:
-    attribute = _LaunchAttribute()
-    attribute.id = _enum("CUlaunchAttributeID", "CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION")
-    attribute.value[0], attribute.value[1], attribute.value[2] = cluster, 1, 1
-    config = _LaunchConfig((ctypes.c_uint * 3)(*grid), (ctypes.c_uint * 3)(*block), shared_memory, stream,
-                           ctypes.pointer(attribute), 1)
-    return config, attribute
+def _check(err: Any, what: str) -> None:
+    if int(err):
+        raise DeviceError(f"{what} failed: {getattr(err, 'name', err)}")
 
 
 def allocate_async(nbytes: int, stream: int) -> int:
     """cuMemAllocAsync: ``nbytes`` of device memory from the current device's pool, ordered on ``stream``."""
-    lib = _libcuda()
-    pointer = ctypes.c_uint64()
-    code = lib.cuMemAllocAsync(ctypes.byref(pointer), nbytes, stream)
-    if code:
-        raise DeviceError(f"cuMemAllocAsync of {nbytes} bytes failed: {_error_name(lib, code)}")
-    return pointer.value
+    err, pointer = _devices.driver().cuMemAllocAsync(nbytes, stream_object(stream))
+    _check(err, f"cuMemAllocAsync of {nbytes} bytes")
+    return int(pointer)
 
 
 def zero_async(pointer: int, words: int, stream: int) -> None:
     """cuMemsetD32Async: ``words`` 32-bit words at ``pointer`` set to zero, ordered on ``stream``."""
-    lib = _libcuda()
-    code = lib.cuMemsetD32Async(pointer, 0, words, stream)
-    if code:
-        raise DeviceError(f"cuMemsetD32Async({pointer:#x}, {words} words) failed: {_error_name(lib, code)}")
+    (err,) = _devices.driver().cuMemsetD32Async(pointer, 0, words, stream_object(stream))
+    _check(err, f"cuMemsetD32Async({pointer:#x}, {words} words)")
 
 
 def free_async(pointer: int, stream: int) -> None:
     """cuMemFreeAsync: give ``pointer`` back once the work queued on ``stream`` before now is done."""
-    lib = _libcuda()
-    code = lib.cuMemFreeAsync(pointer, stream)
-    if code:
-        raise DeviceError(f"cuMemFreeAsync({pointer:#x}) failed: {_error_name(lib, code)}")
+    (err,) = _devices.driver().cuMemFreeAsync(pointer, stream_object(stream))
+    _check(err, f"cuMemFreeAsync({pointer:#x})")
 
 
 def is_capturing(stream: int) -> bool:
     """Whether ``stream`` is capturing a CUDA graph (or holds a capture an error invalidated).
 
     DeviceError when the driver cannot say: the legacy default stream while another stream
-    of its context captures, which no work may use then. (Through cuda.bindings: a fifth of
-    a ctypes call's cost.)
+    of its context captures, which no work may use then.
     """
     found = _STREAMS.get(stream)
     err, status = _devices.driver().cuStreamIsCapturing(found if found is not None else stream_object(stream))
@@ -300,43 +319,84 @@ def is_capturing(stream: int) -> bool:
     return int(status) != 0
 
 
-def max_active_clusters(function: int, block: tuple[int, int, int], shared_memory: int, cluster: int) -> int | None:
-    """How many clusters of ``cluster`` blocks of ``function`` the current device runs at once (None: unknown)."""
-    lib = _libcuda()
+def function_of(handle: int) -> Any:
+    """The driver CUfunction of the CUkernel ``handle`` in the current context, for :func:`launch`.
+
+    A launch by CUfunction costs the driver less than one by CUkernel (which it resolves on
+    every call). Where the driver has no such function (``handle`` is a CUfunction
+    already), the handle itself.
+    """
+    drv = _devices.driver()
     try:
-        handle = ctypes.c_void_p()
-        if lib.cuKernelGetFunction(ctypes.byref(handle), function):  # a CUfunction already
-            handle = ctypes.c_void_p(function)
-        config, _attribute = _cluster_config((cluster, 1, 1), block, shared_memory, 0, cluster)
-        count = ctypes.c_int()
-        if lib.cuOccupancyMaxActiveClusters(ctypes.byref(count), handle, ctypes.byref(config)):
-            return None
-        return count.value
+        err, function = drv.cuKernelGetFunction(drv.CUkernel(handle))
+        if not int(err):
+            return function
+    except (AttributeError, TypeError):  # a driver module without the library API
+        pass
+    return drv.CUfunction(handle)
+
+
+def _cluster_config(drv: Any, grid: tuple[int, int, int], block: tuple[int, int, int], shared_memory: int,
+                    stream: Any, cluster: int) -> Any:
+    """A CUlaunchConfig of ``cluster`` blocks along x."""
+    attribute = drv.CUlaunchAttribute()
+    attribute.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+    attribute.value.clusterDim.x, attribute.value.clusterDim.y, attribute.value.clusterDim.z = cluster, 1, 1
+    config = drv.CUlaunchConfig()
+    config.gridDimX, config.gridDimY, config.gridDimZ = grid
+    config.blockDimX, config.blockDimY, config.blockDimZ = block
+    config.sharedMemBytes = shared_memory
+    config.hStream = stream
+    config.attrs = [attribute]
+    config.numAttrs = 1
+    return config
+
+
+def max_active_clusters(function: Any, block: tuple[int, int, int], shared_memory: int, cluster: int) -> int | None:
+    """How many clusters of ``cluster`` blocks of ``function`` (a CUfunction, or a CUkernel address) the current
+    device runs at once (None: unknown)."""
+    drv = _devices.driver()
+    try:
+        if isinstance(function, int):
+            function = function_of(function)
+        config = _cluster_config(drv, (cluster, 1, 1), block, shared_memory, stream_object(0), cluster)
+        err, count = drv.cuOccupancyMaxActiveClusters(function, config)
+        return None if int(err) else int(count)
     except AttributeError:  # a driver without these entry points
         return None
 
 
-def launch(function: int, grid: tuple[int, int, int], block: tuple[int, int, int], shared_memory: int, stream: int,
-           params: ParameterBlock, cluster: int = 1) -> None:
-    """Launch ``function`` (a CUfunction or CUkernel address) in the current context; ``cluster`` blocks along x."""
-    lib = _libcuda()
+#: Launch results that mean the CUfunction belongs to another context of the device (one the caller made
+#: current): CUDA_ERROR_INVALID_CONTEXT, CUDA_ERROR_INVALID_HANDLE. The CUkernel launches in any context.
+_OTHER_CONTEXT = (201, 400)
+
+
+def launch(function: Any, grid: tuple[int, int, int], block: tuple[int, int, int], shared_memory: int, stream: int,
+           params: ParameterBlock, cluster: int = 1, kernel: int | None = None) -> None:
+    """Launch ``function`` (a CUfunction from :func:`function_of`, or a CUkernel address) in the current context;
+    ``cluster`` blocks along x. ``kernel``: the CUkernel address, launched instead when ``function`` belongs to
+    another context than the current one."""
+    drv = _devices.driver()
+    found = _STREAMS.get(stream)
+    handle = found if found is not None else stream_object(stream)
     if cluster == 1:
-        code = lib.cuLaunchKernel(function, *grid, *block, shared_memory, stream, params.pointers, None)
+        (err,) = drv.cuLaunchKernel(function, *grid, *block, shared_memory, handle, params.address, 0)
+        if err and kernel is not None and int(err) in _OTHER_CONTEXT:
+            (err,) = drv.cuLaunchKernel(drv.CUfunction(kernel), *grid, *block, shared_memory, handle,
+                                        params.address, 0)
     else:
-        config, _attribute = _cluster_config(grid, block, shared_memory, stream, cluster)
-        code = lib.cuLaunchKernelEx(ctypes.byref(config), function, params.pointers, None)
-    if code:
-        raise DeviceError(f"cuLaunchKernel failed: {_error_name(lib, code)} (grid {grid}, block {block}, "
+        config = _cluster_config(drv, grid, block, shared_memory, handle, cluster)
+        (err,) = drv.cuLaunchKernelEx(config, function, params.address, 0)
+        if err and kernel is not None and int(err) in _OTHER_CONTEXT:
+            (err,) = drv.cuLaunchKernelEx(config, drv.CUfunction(kernel), params.address, 0)
+    if err:
+        raise DeviceError(f"cuLaunchKernel failed: {getattr(err, 'name', err)} (grid {grid}, block {block}, "
                           f"{shared_memory} bytes of shared memory, clusters of {cluster})")
 
 
 # ---------------------------------------------------------------------------------------------
-# packed launches of blasdx's own kernels (through cuda.bindings)
+# packed launches of blasdx's own kernels
 # ---------------------------------------------------------------------------------------------
-
-#: struct format of each slot kind, padded to 8 bytes.
-SLOT_FORMATS = {"P": "Q", "q": "q", "d": "d", "i": "i4x", "f": "f4x"}
-_SLOT_BYTES = 8
 
 _STREAMS: dict[int, Any] = {}
 
@@ -352,21 +412,23 @@ def stream_object(handle: int) -> Any:
 
 
 class _Buffers:
-    """One thread's parameter block of a PackedLaunch: the slots and the pointer array the driver reads."""
+    """One thread's parameter block of a PackedLaunch: the slots, the pointer array the driver reads, and the
+    kernel's CUfunction in the context its launches run in (looked up at the thread's first launch)."""
 
-    __slots__ = ("data", "pointers", "address")
+    __slots__ = ("data", "pointers", "address", "function")
 
     def __init__(self, count: int) -> None:
         self.data = (ctypes.c_uint64 * max(count, 1))()
         base = ctypes.addressof(self.data)
         self.pointers = (ctypes.c_void_p * max(count, 1))(*(base + _SLOT_BYTES * i for i in range(count)))
         self.address = ctypes.addressof(self.pointers)
+        self.function: Any = None
 
 
 class PackedLaunch:
     """One loaded kernel with a fixed parameter list: ``launch(grid_x, grid_y, stream_handle, *values)``."""
 
-    __slots__ = ("name", "slots", "block", "shared_memory", "_function", "_struct", "_local", "_driver")
+    __slots__ = ("name", "slots", "block", "shared_memory", "_kernel", "_struct", "_local", "_driver")
 
     def __init__(
         self, kernel: Any, slots: str, block: tuple[int, int, int], shared_memory: int, name: str = ""
@@ -376,15 +438,19 @@ class PackedLaunch:
             raise ValueError(
                 f"slots={slots!r}: unknown slot kinds {unknown}; expected letters of {''.join(SLOT_FORMATS)}"
             )
-        drv = _devices.driver()
         self.name = name
         self.slots = slots
         self.block = tuple(int(v) for v in block)
         self.shared_memory = int(shared_memory)
-        self._function = drv.CUfunction(int(kernel.handle))
+        self._kernel = int(kernel.handle)
         self._struct = struct.Struct("<" + "".join(SLOT_FORMATS[s] for s in slots))
         self._local = threading.local()
-        self._driver = drv
+        self._driver = _devices.driver()
+
+    @property
+    def _function(self) -> Any:
+        """The kernel's handle as the driver takes it (the CUkernel address)."""
+        return self._driver.CUfunction(self._kernel)
 
     def buffers(self) -> _Buffers:
         """The calling thread's parameter block (made on its first launch)."""
@@ -401,12 +467,17 @@ class PackedLaunch:
         except AttributeError:
             buffers = self.buffers()
         self._struct.pack_into(buffers.data, 0, *values)
+        function = buffers.function
+        if function is None:
+            function = buffers.function = function_of(self._kernel)
         bx, by, bz = self.block
         found = _STREAMS.get(stream)
-        (err,) = self._driver.cuLaunchKernel(
-            self._function, grid_x, grid_y, 1, bx, by, bz, self.shared_memory,
-            found if found is not None else stream_object(stream), buffers.address, 0,
-        )
+        handle = found if found is not None else stream_object(stream)
+        (err,) = self._driver.cuLaunchKernel(function, grid_x, grid_y, 1, bx, by, bz, self.shared_memory, handle,
+                                             buffers.address, 0)
+        if err and int(err) in _OTHER_CONTEXT:  # another context of the device is current: launch the CUkernel
+            (err,) = self._driver.cuLaunchKernel(self._function, grid_x, grid_y, 1, bx, by, bz, self.shared_memory,
+                                                 handle, buffers.address, 0)
         if err:
             raise DeviceError(
                 f"launching {self.name or 'the kernel'} on grid ({grid_x}, {grid_y}, 1), block {self.block}, "

@@ -1,0 +1,160 @@
+"""The Hopper engine's launch without a GPU: parameter blocks, tensor maps re-pointed, and a launch on pointers.
+
+The fake driver (tests/fake_driver.py) records every launch with its parameter slots read
+back; a map's slot reads the first 8 bytes of the map, where the stand-in of
+cuTensorMapReplaceAddress below writes the address (the real layout is the driver's own:
+nothing here depends on it). A call bound to its layouts (:meth:`EnginePlan.launch` on
+pointers, its scalars computed once) must launch exactly what :meth:`EnginePlan.run` on
+views launches.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import pytest
+
+from blasdx import dtypes as dt
+from blasdx.calls import matmul as array_gemm
+from blasdx.engine import hopper
+from blasdx.launch import cuda_driver
+from blasdx.launch import scratch as sc
+
+from .fake_driver import install
+from .test_hopper import PTR, plan, view
+
+
+class _Map:
+    """cuda.bindings' CUtensorMap wrapping host memory (``_ptr``)."""
+
+    def __init__(self, _ptr: int) -> None:
+        self.address = _ptr
+
+
+@pytest.fixture
+def gpu(monkeypatch, encoder):
+    """The fake driver, with tensor-map replacement (counted), kernels loaded as fake handles and the scratch
+    calls recorded."""
+    fake = install(monkeypatch)
+    fake.replaced = []
+
+    def replace(tmap, pointer):
+        fake.replaced.append(pointer)
+        ctypes.c_uint64.from_address(tmap.address).value = pointer
+        return (0,)
+
+    fake.CUtensorMap = _Map
+    fake.cuTensorMapReplaceAddress = replace
+    handles = iter(range(0xE000, 0xEF00))
+
+    def load(kernel, device_id):
+        handle = next(handles)
+        fake.params[handle] = len(kernel.params.kinds)
+        return handle
+
+    monkeypatch.setattr(hopper._Kernel, "_load", load)
+    fake.scratch = []
+    addresses = iter(range(0x6000_0000, 0x7000_0000, 0x100_0000))
+
+    def allocate(nbytes, stream):
+        fake.scratch.append(("alloc", nbytes, stream))
+        return next(addresses)
+
+    monkeypatch.setattr(cuda_driver, "allocate_async", allocate)
+    monkeypatch.setattr(cuda_driver, "zero_async", lambda ptr, words, stream: fake.scratch.append(("zero", ptr)))
+    monkeypatch.setattr(cuda_driver, "is_capturing", lambda stream: False)
+    monkeypatch.setattr(sc, "POOL", sc.ScratchPool())
+    return fake
+
+
+def test_parameter_block_packs_runs_as_set_does():
+    kinds = ("map", "u64", "i32", "i64", "f32", "f64", "bytes16", "u64")
+    one, other = cuda_driver.ParameterBlock(kinds), cuda_driver.ParameterBlock(kinds)
+    values = (0xDEAD_BEEF_0000, -7, -(2**40), 0.25, 1e300)
+    for i, value in enumerate(values, start=1):
+        one.set(i, value)
+    pack, offset = other.packer(1, len(values))
+    pack(other.data, offset, *values)
+    assert bytes(one.data) == bytes(other.data)
+    assert ctypes.c_int32.from_address(other.pointers[2]).value == -7
+    assert ctypes.c_double.from_address(other.pointers[5]).value == 1e300
+    assert other.pointers[7] - other.pointers[6] == 16  # the 16-byte slot takes two
+    with pytest.raises(ValueError, match="not all scalar slots"):
+        other.packer(0, 2)  # a map
+    with pytest.raises(ValueError, match="not all scalar slots"):
+        other.packer(5, 2)  # raw bytes
+
+
+def test_tensor_maps_keep_the_encodings_of_addresses_seen(gpu):
+    tmap = cuda_driver.TensorMap()
+    ctypes.c_uint64.from_address(tmap.address).value = 0x1000
+    tmap.remember(0x1000)  # what encode_tiled does with the address it encoded
+    first = bytes((ctypes.c_ubyte * 128).from_address(tmap.address))
+    tmap.replace_address(0x2000)
+    assert gpu.replaced == [0x2000]
+    tmap.replace_address(0x1000)  # seen: its bytes come back without the driver
+    assert gpu.replaced == [0x2000] and bytes((ctypes.c_ubyte * 128).from_address(tmap.address)) == first
+    tmap.replace_address(0x2000)
+    assert gpu.replaced == [0x2000] and ctypes.c_uint64.from_address(tmap.address).value == 0x2000
+    for i in range(cuda_driver.TensorMap.KNOWN_LIMIT + 1):  # bounded: the oldest are forgotten
+        tmap.replace_address(0x10000 + 16 * i)
+    assert len(tmap._known) <= cuda_driver.TensorMap.KNOWN_LIMIT
+
+
+def _engine(shape, splits):
+    m, n, k = shape
+    x, y, acc = view((m, k)), view((k, n), ptr=PTR + 2**30), view((m, n), dt.float32, ptr=PTR + 2**31)
+    p = plan(x, y, acc)
+    assert p.kind == "hopper" and p.kernel.splits == splits, p.describe()
+    return p.kernel, x, y, acc
+
+
+@pytest.mark.parametrize(("shape", "splits"), [((256, 256, 256), 1), ((512, 512, 512), 2)])
+def test_launch_on_pointers_is_run_on_views(gpu, shape, splits):
+    engine, x, y, acc = _engine(shape, splits)
+    out = acc._replace(ptr=PTR + 3 * 2**30)
+    engine.run(0, None, 0, x, y, acc, out, 2.0, 0.5)
+    scalars = engine.scalars(acc, out, 2.0, 0.5)
+    engine.launch(0, 0, x.ptr, y.ptr, acc.ptr, out.ptr, scalars)
+    by_views, by_pointers = gpu.launches
+    assert by_pointers == by_views
+    assert by_views.slots[3:5] == (acc.ptr, out.ptr)
+    assert (by_views.slots[0], by_views.slots[1]) == (0, 0)  # the fake encoder's maps: never re-pointed yet
+    workspace, counters = by_views.slots[5:7]
+    if splits > 1:  # sums and counters in one zeroed pool buffer, counters after the sums
+        assert workspace and counters == workspace + engine._split_bytes[0]
+        assert [e[0] for e in gpu.scratch] == ["alloc", "zero"] and gpu.scratch[0][1] >= engine._split_bytes[1]
+    else:
+        assert (workspace, counters) == (0, 0) and gpu.scratch == []
+    assert by_views.float32(20) == 2.0 and by_views.float32(21) == 0.5
+
+
+def test_launch_on_new_pointers_repoints_the_maps_once(gpu):
+    engine, x, y, acc = _engine((256, 256, 256), 1)
+    out = acc._replace(ptr=PTR + 3 * 2**30)
+    scalars = engine.scalars(acc, out, 1.0, 1.0)
+    calls = [(PTR + 4096, y.ptr + 256, PTR + 2**32), (PTR + 8192, y.ptr + 512, PTR + 2**32 + 512),
+             (PTR + 4096, y.ptr + 256, PTR + 2**32)]
+    for a_ptr, b_ptr, d_ptr in calls:
+        engine.launch(0, 0, a_ptr, b_ptr, acc.ptr, d_ptr, scalars)
+        launch = gpu.launches[-1]
+        assert launch.slots[:2] == (a_ptr, b_ptr) and launch.slots[3:5] == (acc.ptr, d_ptr)
+    # f32 D is not stored by TMA here (its slot is A's map); the third call's addresses were seen before
+    assert engine.store_d is None or gpu.launches[-1].slots[2] == calls[-1][2]
+    assert gpu.replaced.count(PTR + 4096) == 1 and gpu.replaced.count(PTR + 8192) == 1
+    # other alpha / beta rewrite the scalars; the pointers of the call are the ones launched
+    engine.run(0, None, 0, x, y, acc, out, 3.0, 0.0)
+    assert gpu.launches[-1].float32(20) == 3.0 and gpu.launches[-1].float32(21) == 0.0
+    engine.launch(0, 0, x.ptr, y.ptr, acc.ptr, out.ptr, scalars)
+    assert gpu.launches[-1].float32(20) == 1.0 and gpu.launches[-1].float32(21) == 1.0
+
+
+def test_a_bound_engine_call_launches_on_pointers(gpu):
+    """_Bound computes the engine's scalars once (plans reading their operands in place) and launches on pointers."""
+    _, x, y, acc = _engine((256, 256, 256), 1)
+    call = array_gemm.plan_call(x, y, acc, dt.float32, array_gemm._DeviceInfo(90, 132), 0)
+    rests = tuple(array_gemm._rest(v) for v in (x, y, acc, acc))
+    bound = array_gemm._Bound(call, lambda device: 0, None, None, rests)
+    assert bound.scalars == call.kernel.scalars(acc, acc, 1.0, float(call.beta))
+    bound.mma(None, object(), (x.ptr, y.ptr, acc.ptr, PTR + 2**33))
+    assert gpu.launches[-1].slots[3:5] == (acc.ptr, PTR + 2**33)
