@@ -200,19 +200,14 @@ def test_alpha_beta_and_strided_c_d(torch):
             d.fill_(float("nan"))
 
 
-#: Found by this test on an H200: the TMA-store epilogue (N not split) writes past N up to the next
-#: 16 bytes of each row, into the caller's padding; strict, so that the fix makes these fail.
-_TMA_STORE_PAST_N = pytest.mark.xfail(strict=True, reason="the engine's TMA store of D writes past N into D's "
-                                      "padding (up to the row's next 16 bytes)")
-
-
 @pytest.mark.parametrize(("c", "n", "splits"), [
-    pytest.param(dt.float16, 257, 1, marks=_TMA_STORE_PAST_N), (dt.float16, 257, 4), (dt.float16, 256, 1),
-    pytest.param(dt.float32, 257, 1, marks=_TMA_STORE_PAST_N), (dt.float32, 255, 4),
+    (dt.float16, 257, 1), (dt.float16, 257, 4), (dt.float16, 256, 1), (dt.float16, 264, 1), (dt.float32, 257, 1),
+    (dt.float32, 255, 4), (dt.float32, 260, 1),
 ], ids=lambda v: getattr(v, "name", str(v)))
 def test_d_padding_is_never_written(torch, c, n, splits):
-    """D a view of a wider array (its rows 16-byte aligned, so the TMA-store epilogue takes it where
-    K is not split): the columns past N belong to the caller and must keep what they held."""
+    """D a view of a larger array (its rows 16-byte aligned): the columns past N and the rows past M
+    belong to the caller and must keep what they held. N of whole 16 bytes is stored by TMA where K is
+    not split; other N pair by pair (a TMA store past N wrote the rest of the 16 bytes holding N - 1)."""
     a = dt.float16
     gen = torch.Generator(device="cuda").manual_seed(n + splits)
     m, k = 333, 1000
@@ -220,13 +215,17 @@ def test_d_padding_is_never_written(torch, c, n, splits):
     cin = operand(torch, (m, n), c, gen)
     per16 = 16 // c.size
     pad = -n % per16 + per16  # rows of whole 16 bytes, at least one granule of padding past N's
-    storage = torch.full((m, n + pad), float("nan"), device="cuda", dtype=torch_dtype(c))
-    d = storage[:, :n]
+    storage = torch.full((m + 2, n + pad), float("nan"), device="cuda", dtype=torch_dtype(c))
+    d = storage[:m, :n]
     engine = engine_call(torch, x, y, cin, d, c, a, alpha=0.5, beta=-2.0, splits=splits)
+    assert engine.splits == splits
+    assert (engine.store_d is not None) == (splits == 1 and n * c.size % 16 == 0), engine.describe()
     _check(torch, d, x, y, a, c, k, cin, alpha=0.5, beta=-2.0, what=engine.describe())
     written = ~torch.isnan(storage[:, n:])
     assert not written.any(), (f"{engine.describe()}: {int(written.sum())} padding elements written, columns "
                                f"{sorted(set((torch.nonzero(written)[:, 1] + n).tolist()))}")
+    below = ~torch.isnan(storage[m:])
+    assert not below.any(), f"{engine.describe()}: {int(below.sum())} elements of the rows past M written"
 
 
 def test_k_zero_and_empty_results(torch):
