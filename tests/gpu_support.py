@@ -141,9 +141,10 @@ def strided_operand(host: np.ndarray, value: dt.DType, row_major: bool, ld: int)
     return guarded_operand(host, value, row_major, ld).view
 
 
-#: torch.cuda._sleep cycles that keep a stream busy for tens of milliseconds (1.5-2 GHz clocks): work
-#: queued behind them on that stream runs long after anything launched on another stream.
-BUSY_CYCLES = 50_000_000
+#: torch.cuda._sleep cycles that keep a stream busy for about 0.1 s (0.1-0.13 s at 1.5-2 GHz clocks): work
+#: queued behind them on that stream runs long after anything launched on another stream, and a warmed-up
+#: call queues its launches in well under a millisecond.
+BUSY_CYCLES = 200_000_000
 
 
 _STREAMS: list[Any] = []  # the cuda.core streams behind side_stream()'s torch streams, kept alive
@@ -161,6 +162,25 @@ def side_stream():
     core = device.create_stream(options=StreamOptions(nonblocking=True))
     _STREAMS.append(core)
     return torch.cuda.ExternalStream(int(core.handle))
+
+
+@contextlib.contextmanager
+def behind_a_delay(stream, what: str):
+    """Within, ``stream`` (a torch stream) is torch's current stream and busy: a delay of BUSY_CYCLES is
+    queued on it first. Writes queued within run after the delay, then the call, then the reads: a call
+    that launches on any other stream runs during the delay, on the data as it was before the writes, and
+    its result is overwritten or never read. Warm the call up first (compiled, loaded, bound), so that it
+    queues its work well inside the delay. On leaving, checks that the stream was still busy when the last
+    work within was queued (else a launch elsewhere could not be seen), then waits for it."""
+    import torch
+
+    with torch.cuda.stream(stream):
+        torch.cuda._sleep(BUSY_CYCLES)
+        yield
+    busy = not stream.query()
+    stream.synchronize()
+    assert busy, (f"{what}: the stream's delay was over before the work within it was queued (the host blocked "
+                  "or fell behind), so a launch on another stream could not be seen")
 
 
 @contextlib.contextmanager

@@ -121,6 +121,8 @@ def test_tensor_maps_of_arrays(monkeypatch):
         dg.tensor_map_a(view((1000, 512), dt.bfloat16, strides=(1, 1000)))
     with pytest.raises(ExecutionError, match=r"d: TMA stores need a 16-byte aligned address"):
         dg.tensor_map_d(view((1000, 767), dt.float32, strides=(767, 1)))
+    with pytest.raises(ExecutionError, match=r"d: .* N elements of whole 16 bytes .* N = 767 x 4 bytes"):
+        dg.tensor_map_d(view((1000, 767), dt.float32, strides=(768, 1)))  # padded rows, N past 16 bytes
 
 
 def test_clustered_kernels_launch_in_whole_clusters():

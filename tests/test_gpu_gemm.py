@@ -29,7 +29,7 @@ from blasdx.reference import (
 )
 
 from .gpu_support import (
-    BUSY_CYCLES,
+    behind_a_delay,
     check_outside,
     gemm_descriptor,
     gpu_sm,
@@ -351,70 +351,107 @@ def test_beta_zero_never_reads_c(sm):
         run_gemm(desc, row, 1, 0, 5)
 
 
+# ---- streams: each call warmed up, then run on a busy stream behind writes of new data ------------
+# (gpu_support.behind_a_delay: a launch on any other stream runs during the delay, on the old data)
+
+
 def test_cupy_arrays_and_cupy_stream(sm):
     cp = pytest.importorskip("cupy")
-    desc = gemm_descriptor(dt.find_combination(dt.float32, dt.float32, dt.float32, False), (33, 17, 20), sm, (R, R, R))
-    rng = np.random.default_rng(11)
-    a_h, b_h = rng.standard_normal((33, 20)).astype(np.float32), rng.standard_normal((20, 17)).astype(np.float32)
-    c_h = rng.standard_normal((33, 17)).astype(np.float32)
     torch = pytest.importorskip("torch")
+    desc = gemm_descriptor(dt.find_combination(dt.float32, dt.float32, dt.float32, False), (33, 17, 20), sm, (R, R, R))
+    seed = stable_seed("cupy stream")
+    rng = np.random.default_rng(seed)
+    a_h, b_h, c_h, new_a, new_c = (rng.standard_normal(shape).astype(np.float32)
+                                   for shape in ((33, 20), (20, 17), (33, 17), (33, 20), (33, 17)))
     stream = cp.cuda.Stream(non_blocking=True)
     with stream:
         a, b, c = cp.asarray(a_h), cp.asarray(b_h), cp.asarray(c_h)
-        stream.synchronize()
-    with torch.cuda.stream(torch.cuda.ExternalStream(stream.ptr)):
-        torch.cuda._sleep(BUSY_CYCLES)  # the stream busy: a GEMM launched elsewhere would run before c *= 2
-    with stream:
-        c *= 2  # queued before the GEMM on the same stream: the GEMM must see it
+        fresh_a, fresh_c = cp.asarray(new_a), cp.asarray(new_c)
+        a[...] = cp.asarray(a_h)  # warm-up: CuPy builds its copy kernels at their first use, the GEMM loads
+        c.copy()
+        desc.execute(a, b, c, alpha=1.0, beta=0.5, stream=stream)
+    stream.synchronize()
+    with behind_a_delay(torch.cuda.ExternalStream(stream.ptr), f"execute on a CuPy stream (seed {seed})"), stream:
+        a[...] = fresh_a  # queued before the GEMM on its stream: the GEMM must read these
+        c[...] = fresh_c
         desc.execute(a, b, c, alpha=1.0, beta=0.5, stream=stream)
         snapshot = c.copy()  # queued after it: must see its result
-        got = cp.asnumpy(c, stream=stream)
-    stream.synchronize()
-    ref, scale = reference_gemm(a_h, b_h, 2 * c_h, 1.0, 0.5), gemm_scale(a_h, b_h, 2 * c_h, 1.0, 0.5)
-    assert_close(got, ref, 1e-5, what="C", scale=scale)
-    assert_close(cp.asnumpy(snapshot), ref, 1e-5, what="copy of C queued after the GEMM", scale=scale)
+    ref, scale = reference_gemm(new_a, b_h, new_c, 1.0, 0.5), gemm_scale(new_a, b_h, new_c, 1.0, 0.5)
+    assert_close(cp.asnumpy(c), ref, 1e-5, what=f"C (seed {seed})", scale=scale)
+    assert_close(cp.asnumpy(snapshot), ref, 1e-5, what=f"copy of C queued after the GEMM (seed {seed})", scale=scale)
 
 
 def test_torch_stream_orders_work(sm):
     torch = pytest.importorskip("torch")
     desc = gemm_descriptor(dt.find_combination(dt.bfloat16, dt.bfloat16, dt.float32, False), (64, 64, 64), sm,
                            (R, C, C))
+    seed = stable_seed("torch stream")
+    gen = torch.Generator(device="cuda").manual_seed(seed)
     s = side_stream()
     with torch.cuda.stream(s):
-        a = torch.randn(8, 64, 64, device="cuda", dtype=torch.bfloat16)
-        b = torch.randn(8, 64, 64, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
-        c = torch.full((8, 64, 64), float("nan"), device="cuda").transpose(1, 2)  # column-major C
-        torch.cuda._sleep(BUSY_CYCLES)  # s busy: a GEMM launched on another stream would read C's NaN
-        c.fill_(1.0)  # queued on s before the GEMM
+        a, fresh_a = (torch.randn(8, 64, 64, device="cuda", generator=gen).to(torch.bfloat16) for _ in range(2))
+        b = torch.randn(8, 64, 64, device="cuda", generator=gen).to(torch.bfloat16).transpose(1, 2)
+        c, fresh_c = (torch.randn(8, 64, 64, device="cuda", generator=gen).transpose(1, 2) for _ in range(2))
+        desc.execute(a, b, c, alpha=2.0, beta=-1.0, stream=s)  # warm-up; c column-major
+    s.synchronize()
+    with behind_a_delay(s, f"execute on a torch stream (seed {seed})"):
+        a.copy_(fresh_a)  # queued on s before the GEMM, which must read them
+        c.copy_(fresh_c)
         desc.execute(a, b, c, alpha=2.0, beta=-1.0, stream=s)
         snapshot = c.clone()  # queued on s after the GEMM: must see its result
-        expected = 2.0 * (a.double() @ b.double()) - 1.0
-        scale = 2.0 * (a.double().abs() @ b.double().abs()) + 1.0
-    s.synchronize()
+    expected = (2.0 * (fresh_a.double() @ b.double()) - fresh_c.double()).cpu().numpy()
+    scale = (2.0 * (fresh_a.double().abs() @ b.double().abs()) + fresh_c.double().abs()).cpu().numpy()
     for what, got in (("C", c), ("copy of C queued after the GEMM", snapshot)):
-        assert_close(got.double().cpu().numpy(), expected.cpu().numpy(), 1e-5, what=what, scale=scale.cpu().numpy())
+        assert_close(got.double().cpu().numpy(), expected, 1e-5, what=f"{what} (seed {seed})", scale=scale)
 
 
 def test_default_stream_uses_torch_current_stream(sm):
     torch = pytest.importorskip("torch")
     desc = gemm_descriptor(dt.find_combination(dt.float64, dt.float64, dt.float64, False), (16, 16, 16), sm,
                            (R, R, R))
-    a = torch.randn(16, 16, device="cuda", dtype=torch.float64)
-    b = torch.randn(16, 16, device="cuda", dtype=torch.float64)
-    fresh = torch.randn(16, 16, device="cuda", dtype=torch.float64)
+    seed = stable_seed("torch current stream")
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    a, b, fresh = (torch.randn(16, 16, device="cuda", dtype=torch.float64, generator=gen) for _ in range(3))
     c = torch.full((16, 16), float("nan"), device="cuda", dtype=torch.float64)
-    torch.cuda.synchronize()
+    torch.cuda.synchronize()  # made on the default stream, which the side stream does not wait for
     s = side_stream()
-    with torch.cuda.stream(s):  # torch's current stream, busy: execute() without stream= must queue there
-        torch.cuda._sleep(BUSY_CYCLES)
+    with torch.cuda.stream(s):
+        desc.execute(a, b, c)  # warm-up, on torch's current stream
+    s.synchronize()
+    with behind_a_delay(s, f"execute without stream= (seed {seed})"):  # torch's current stream: execute queues there
         a.copy_(fresh)  # the GEMM must read these values, not a's old ones
         desc.execute(a, b, c)
         snapshot = c.clone()
-    s.synchronize()
     ref = (fresh @ b).cpu().numpy()
     scale = (fresh.abs() @ b.abs()).cpu().numpy()
-    assert_close(c.cpu().numpy(), ref, 1e-12, what="C", scale=scale)
-    assert_close(snapshot.cpu().numpy(), ref, 1e-12, what="copy of C queued after the GEMM", scale=scale)
+    assert_close(c.cpu().numpy(), ref, 1e-12, what=f"C (seed {seed})", scale=scale)
+    assert_close(snapshot.cpu().numpy(), ref, 1e-12, what=f"copy of C queued after the GEMM (seed {seed})", scale=scale)
+
+
+def test_blasdx_arrays_on_a_busy_stream(sm):
+    """blasdx's own arrays, written on the stream through torch views of the same memory (DLPack)."""
+    torch = pytest.importorskip("torch")
+    desc = gemm_descriptor(dt.find_combination(dt.int8, dt.int8, dt.int32, False), (48, 40, 64), sm, (R, C, C))
+    seed = stable_seed("blasdx arrays on a stream")
+    rng = np.random.default_rng(seed)
+    a_h, new_a = (random_operand(dt.int8, (48, 64), rng) for _ in range(2))
+    b_h = np.asfortranarray(random_operand(dt.int8, (64, 40), rng))
+    c_h, new_c = (np.asfortranarray(random_operand(dt.int32, (48, 40), rng)) for _ in range(2))
+    a, b, c = bx.to_device(a_h), bx.to_device(b_h), bx.to_device(c_h)
+    s = side_stream()
+    desc.execute(a, b, c, alpha=3, beta=-2, stream=s)  # warm-up
+    s.synchronize()
+    fresh_a, fresh_c = torch.from_numpy(new_a).cuda(), torch.from_numpy(np.ascontiguousarray(new_c)).cuda()
+    torch.cuda.synchronize()
+    view_a, view_c = torch.from_dlpack(a), torch.from_dlpack(c)
+    with behind_a_delay(s, f"execute of blasdx arrays (seed {seed})"):
+        view_a.copy_(fresh_a)
+        view_c.copy_(fresh_c)
+        desc.execute(a, b, c, alpha=3, beta=-2, stream=s)
+        snapshot = view_c.clone()
+    ref = reference_gemm(new_a, b_h, new_c, 3, -2)
+    assert_close(bx.from_device(c), ref, 0.0, what=f"C (seed {seed})")
+    assert_close(snapshot.cpu().numpy(), ref, 0.0, what=f"copy of C queued after the GEMM (seed {seed})")
 
 
 def test_blasdx_device_arrays_round_trip(sm):

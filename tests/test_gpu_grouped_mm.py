@@ -16,7 +16,7 @@ import pytest
 import blasdx as bx
 from blasdx import dtypes as dt
 from blasdx.errors import ExecutionError
-from blasdx.reference import tolerance
+from blasdx.reference import rounding, tolerance
 
 from .gpu_support import require_gpu, torch_dtype
 
@@ -337,6 +337,46 @@ def test_staged_store_fp8(torch, staged):
     sw = torch.rand((groups, n), device="cuda", generator=gen) + 0.5
     got = bx.grouped_mm(x, w, offsets(torch, counts), scale_x=sx, scale_w=sw)
     assert error(got, reference(torch, x, w, counts, sx, sw)) <= fp8_tolerance(E4M3, BF16, k)
+
+
+@pytest.mark.parametrize("n", [776, 777, 250])
+def test_padded_out_is_never_written_past_n(torch, staged, n):
+    """out a view of a larger array (rows of whole 16 bytes), contiguous and masked: every element of each
+    group's product within its own bound, and the columns past N, the rows past the groups' and the rows
+    past each count untouched. N of whole 16 bytes (776) is stored by TMA; other N pair by pair (a TMA
+    store past N wrote the rest of the 16 bytes holding column N - 1)."""
+    from blasdx.calls import grouped_mm as grouped
+
+    from .hopper_support import check
+
+    gen = torch.Generator(device="cuda").manual_seed(43 + n)
+    groups, total, m, k = 6, 1500, 200, 264
+    tol, eps = tolerance(BF16, BF16, k, F32, rounding_apart=True), rounding(BF16)
+    pad = -n % 8 + 8  # at least one 16-byte granule past N
+    counts = sizes(groups, total, "zipf", n)
+    x = operand(torch, (total, k), BF16, gen)
+    w = weights(torch, groups, k, n, BF16, gen, "NK")
+    storage = torch.full((total + 2, n + pad), float("nan"), dtype=torch.bfloat16, device="cuda")
+    bx.grouped_mm(x, w, offsets(torch, counts), out=storage[:total, :n])
+    (call,) = grouped._CALLS.values()  # the fixture emptied the cache: this call's plan
+    assert (call.plan.store_d is not None) == (n * 2 % 16 == 0), call.plan.describe()
+    what = f"contiguous, N = {n}, {call.plan.describe()}"
+    check(torch, storage[:total, :n], reference(torch, x, w, counts), reference(torch, x.abs(), w.abs(), counts), tol,
+          what, eps)
+    written = ~storage[:, n:].isnan()
+    assert not written.any(), f"{what}: {int(written.sum())} padding elements written"
+    assert bool(storage[total:].isnan().all()), f"{what}: rows past the last group written"
+
+    xm = operand(torch, (groups, m, k), BF16, gen)
+    cnt = np.array([0, 1, 64, 129, 200, 77])
+    padded = torch.full((groups, m + 1, n + pad), float("nan"), dtype=torch.bfloat16, device="cuda")
+    bx.grouped_mm(xm, w, counts=torch.tensor(cnt, dtype=torch.int32, device="cuda"), out=padded[:, :m, :n])
+    what = f"masked, N = {n}"
+    for g, rows in enumerate(cnt.tolist()):
+        check(torch, padded[g, :rows, :n], xm[g, :rows].double() @ w[g].double(),
+              xm[g, :rows].double().abs() @ w[g].double().abs(), tol, f"{what}, group {g}", eps)
+        assert bool(padded[g, rows:].isnan().all()), f"{what}, group {g}: rows past its count or padding written"
+        assert bool(padded[g, :rows, n:].isnan().all()), f"{what}, group {g}: columns past N written"
 
 
 def test_clusters_of_one_group(torch):

@@ -18,7 +18,7 @@ from blasdx.calls.matmul import call_plan
 from blasdx.engine import hopper
 from blasdx.reference import rounding, tolerance
 
-from .gpu_support import BUSY_CYCLES, poisoned_new_tensors, side_stream, torch_dtype
+from .gpu_support import behind_a_delay, poisoned_new_tensors, side_stream, torch_dtype
 from .hopper_support import (
     as_input,
     check_product,
@@ -200,19 +200,14 @@ def test_alpha_beta_and_strided_c_d(torch):
             d.fill_(float("nan"))
 
 
-#: Found by this test on an H200: the TMA-store epilogue (N not split) writes past N up to the next
-#: 16 bytes of each row, into the caller's padding; strict, so that the fix makes these fail.
-_TMA_STORE_PAST_N = pytest.mark.xfail(strict=True, reason="the engine's TMA store of D writes past N into D's "
-                                      "padding (up to the row's next 16 bytes)")
-
-
 @pytest.mark.parametrize(("c", "n", "splits"), [
-    pytest.param(dt.float16, 257, 1, marks=_TMA_STORE_PAST_N), (dt.float16, 257, 4), (dt.float16, 256, 1),
-    pytest.param(dt.float32, 257, 1, marks=_TMA_STORE_PAST_N), (dt.float32, 255, 4),
+    (dt.float16, 257, 1), (dt.float16, 257, 4), (dt.float16, 256, 1), (dt.float16, 264, 1), (dt.float32, 257, 1),
+    (dt.float32, 255, 4), (dt.float32, 260, 1),
 ], ids=lambda v: getattr(v, "name", str(v)))
 def test_d_padding_is_never_written(torch, c, n, splits):
-    """D a view of a wider array (its rows 16-byte aligned, so the TMA-store epilogue takes it where
-    K is not split): the columns past N belong to the caller and must keep what they held."""
+    """D a view of a larger array (its rows 16-byte aligned): the columns past N and the rows past M
+    belong to the caller and must keep what they held. N of whole 16 bytes is stored by TMA where K is
+    not split; other N pair by pair (a TMA store past N wrote the rest of the 16 bytes holding N - 1)."""
     a = dt.float16
     gen = torch.Generator(device="cuda").manual_seed(n + splits)
     m, k = 333, 1000
@@ -220,13 +215,17 @@ def test_d_padding_is_never_written(torch, c, n, splits):
     cin = operand(torch, (m, n), c, gen)
     per16 = 16 // c.size
     pad = -n % per16 + per16  # rows of whole 16 bytes, at least one granule of padding past N's
-    storage = torch.full((m, n + pad), float("nan"), device="cuda", dtype=torch_dtype(c))
-    d = storage[:, :n]
+    storage = torch.full((m + 2, n + pad), float("nan"), device="cuda", dtype=torch_dtype(c))
+    d = storage[:m, :n]
     engine = engine_call(torch, x, y, cin, d, c, a, alpha=0.5, beta=-2.0, splits=splits)
+    assert engine.splits == splits
+    assert (engine.store_d is not None) == (splits == 1 and n * c.size % 16 == 0), engine.describe()
     _check(torch, d, x, y, a, c, k, cin, alpha=0.5, beta=-2.0, what=engine.describe())
     written = ~torch.isnan(storage[:, n:])
     assert not written.any(), (f"{engine.describe()}: {int(written.sum())} padding elements written, columns "
                                f"{sorted(set((torch.nonzero(written)[:, 1] + n).tolist()))}")
+    below = ~torch.isnan(storage[m:])
+    assert not below.any(), f"{engine.describe()}: {int(below.sum())} elements of the rows past M written"
 
 
 def test_k_zero_and_empty_results(torch):
@@ -259,28 +258,45 @@ def test_every_config_and_split(torch):
 
 
 def test_streams_and_repeat_calls(torch):
-    """Repeated calls on a busy side stream: each reads its x as rewritten on that stream just before
-    (a launch elsewhere would run during the sleep and read the old values), and work queued after
-    it on the stream sees its result (a copy taken there, else NaN: outputs start poisoned); the
-    parameter block is reused safely."""
+    """bx.matmul (the engine, and one block per problem) and bx.mma into out=, each warmed up and then run
+    again on a busy side stream behind writes of new inputs (gpu_support.behind_a_delay): each call must
+    read its x as rewritten on that stream just before it (a launch on any other stream runs during the
+    delay, on the old values), and work queued after it there must see its result (a copy taken there;
+    new outputs start as NaN). Repeated engine calls reuse the parameter block safely."""
     gen = torch.Generator(device="cuda").manual_seed(15)
     a, c = dt.float16, dt.float16
     s = side_stream()
-    xs = [operand(torch, (512, 256), a, gen) for _ in range(4)]
-    fresh = [operand(torch, (512, 256), a, gen) for _ in range(4)]
-    ys = [operand(torch, (256, 384), a, gen) for _ in range(4)]
-    torch.cuda.synchronize()
+    x, y = operand(torch, (512, 256), a, gen), operand(torch, (256, 384), a, gen)
+    fresh = [operand(torch, (512, 256), a, gen) for _ in range(3)]
+    small_x, small_y, small_fresh = (operand(torch, (8, 64, 64), dt.float32, gen) for _ in range(3))
+    acc, fresh_acc = operand(torch, (512, 384), c, gen), operand(torch, (512, 384), c, gen)
+    out = poisoned(torch, (512, 384), c)  # mma of matmul's types: the same engine kernel
+    torch.cuda.synchronize()  # made on the default stream, which the side stream does not wait for
+    with torch.cuda.stream(s):  # warm-up: compiled, loaded, bound
+        bx.matmul(x, y), bx.matmul(small_x, small_y), bx.mma(x, y, acc, out=out)
+    s.synchronize()
+    assert [call_plan(x, y).kind, call_plan(small_x, small_y).kind, call_plan(x, y, acc, out=out).kind] == [
+        "hopper", "block", "hopper"]
     outs, copies = [], []
-    with torch.cuda.stream(s), poisoned_new_tensors():
-        torch.cuda._sleep(BUSY_CYCLES)
-        for x, new, y in zip(xs, fresh, ys):
+    with poisoned_new_tensors(), behind_a_delay(s, "bx.matmul / bx.mma on a side stream"):
+        for new in fresh[:2]:
             x.copy_(new)
             outs.append(bx.matmul(x, y))
             copies.append(outs[-1].clone())
-    s.synchronize()
-    for i, (x, y, got, copy) in enumerate(zip(fresh, ys, outs, copies)):
-        _check(torch, got, x, y, a, c, 256, what=f"call {i} on the side stream")
-        _check(torch, copy, x, y, a, c, 256, what=f"copy of call {i}'s result queued after it")
+        small_x.copy_(small_fresh)
+        small = bx.matmul(small_x, small_y)
+        small_copy = small.clone()
+        x.copy_(fresh[2])
+        acc.copy_(fresh_acc)
+        bx.mma(x, y, acc, out=out)
+        out_copy = out.clone()
+    for i, (got, copy) in enumerate(zip(outs, copies)):
+        _check(torch, got, fresh[i], y, a, c, 256, what=f"matmul call {i} on the side stream")
+        _check(torch, copy, fresh[i], y, a, c, 256, what=f"copy of matmul call {i}'s result queued after it")
+    for what, got in (("one-block matmul", small), ("copy of the one-block matmul's result", small_copy)):
+        _check(torch, got, small_fresh, small_y, dt.float32, dt.float32, 64, what=what)
+    for what, got in (("mma into out=", out), ("copy of out= queued after the mma", out_copy)):
+        _check(torch, got, fresh[2], y, a, c, 256, fresh_acc, what=what)
 
 
 # ---- the engine in a user's kernel (bx.DeviceGemm) ----------------------------------------------

@@ -26,7 +26,7 @@ from blasdx.engine import hopper
 from blasdx.errors import ExecutionError
 from blasdx.reference import rounding, tolerance
 
-from .gpu_support import poisoned_new_tensors, torch_dtype
+from .gpu_support import behind_a_delay, poisoned_new_tensors, side_stream, torch_dtype
 from .hopper_support import (
     check,
     engine_call,
@@ -300,6 +300,41 @@ def test_scaled_mm_split_k_fast_and_out(torch):
     bx.scaled_mm(x, y, sx, sy, out_dtype=bx.float32, out=out, fast_accumulation=True)
     ref, scale = _scaled_reference(torch, x, y, sx, sy, "row", "column")
     check(torch, out, ref, scale, tolerance(dt.float8_e4m3, dt.float32, k, dt.float32, "wgmma"), "fast, column-major")
+
+
+def test_scaled_mm_on_a_busy_stream(torch):
+    """Warmed up, then on a busy side stream behind writes of new x and scales (gpu_support.behind_a_delay),
+    with a new result and into out=: each call must read the values written just before it on that stream,
+    and a copy queued after it there must see its result."""
+    gen = torch.Generator(device="cuda").manual_seed(73)
+    m, n, k = 300, 520, 1000
+    x, fresh_x = (_operand(torch, (m, k), dt.float8_e4m3, gen) for _ in range(2))
+    y = _operand(torch, (k, n), dt.float8_e4m3, gen, "C")
+    sx, fresh_sx = (_scale_of(torch, "row", m, k, n, gen, True) for _ in range(2))
+    sy, fresh_sy = (_scale_of(torch, "block", m, k, n, gen, False) for _ in range(2))
+    out = poisoned(torch, (m, n), dt.float32)
+    s = side_stream()
+    torch.cuda.synchronize()  # made on the default stream, which the side stream does not wait for
+    with torch.cuda.stream(s):  # warm-up: compiled, loaded, bound
+        bx.scaled_mm(x, y, sx, sy, out_dtype=bx.bfloat16), bx.scaled_mm(x, y, sx, sy, out_dtype=bx.float32, out=out)
+    s.synchronize()
+    first_sy = sy.clone()  # what the first call reads: sy is rewritten after it
+    with poisoned_new_tensors(), behind_a_delay(s, "scaled_mm on a side stream"):
+        x.copy_(fresh_x)
+        sx.copy_(fresh_sx)
+        got = bx.scaled_mm(x, y, sx, sy, out_dtype=bx.bfloat16)
+        got_copy = got.clone()
+        sy.copy_(fresh_sy)
+        bx.scaled_mm(x, y, sx, sy, out_dtype=bx.float32, out=out)
+        out_copy = out.clone()
+    ref, scale = _scaled_reference(torch, fresh_x, y, fresh_sx, first_sy, "row", "block")
+    for what, t in (("new result", got), ("copy of the new result queued after the call", got_copy)):
+        check(torch, t, ref, scale, _fp8_tolerance(dt.float8_e4m3, dt.bfloat16, k, 128), what,
+              rounding=rounding(dt.bfloat16))
+    ref, scale = _scaled_reference(torch, fresh_x, y, fresh_sx, fresh_sy, "row", "block")
+    for what, t in (("out=", out), ("copy of out= queued after the call", out_copy)):
+        check(torch, t, ref, scale, _fp8_tolerance(dt.float8_e4m3, dt.float32, k, 128), what,
+              rounding=rounding(dt.float32))
 
 
 def test_scaled_mm_k_zero_and_against_torch(torch):

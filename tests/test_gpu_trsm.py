@@ -32,8 +32,9 @@ from blasdx.trsm_reference import (
 )
 
 from .gpu_support import (
-    BUSY_CYCLES,
+    behind_a_delay,
     host_to_torch,
+    poisoned_new_tensors,
     require_gpu,
     side_stream,
     stable_seed,
@@ -239,24 +240,25 @@ def test_large_batch(sm):
 
 
 def test_torch_stream_orders_work(sm):
+    """Warmed up, then on a busy side stream behind a write of new B (gpu_support.behind_a_delay): the solve
+    must read B as written just before it on that stream, and a copy queued after it must see X."""
     torch = pytest.importorskip("torch")
     desc = trsm((32, 8), sm, bx.Arrangement(R, R), prec=bx.float64)
-    rng = np.random.default_rng(8)
+    seed = stable_seed("trsm torch stream")
+    rng = np.random.default_rng(seed)
     system = random_triangular(rng, 4, 32, dt.float64, is_complex=False, lower=True, unit=False)
-    b_host = random_operand(dt.float64, (4, 32, 8), rng)
-    a = host_to_torch(system.stored, dt.float64)
-    fresh = host_to_torch(b_host, dt.float64)
-    b = torch.full_like(fresh, float("nan"))
-    torch.cuda.synchronize()
+    b_host, new_b = (random_operand(dt.float64, (4, 32, 8), rng) for _ in range(2))
+    a, b, fresh = (host_to_torch(t, dt.float64) for t in (system.stored, b_host, new_b))
+    torch.cuda.synchronize()  # made on the default stream, which the side stream does not wait for
     stream = side_stream()
-    with torch.cuda.stream(stream):
-        torch.cuda._sleep(BUSY_CYCLES)  # the stream busy: a solve launched elsewhere would read B's NaN
-        b.copy_(fresh)  # queued on the stream before the solve, which must see it
+    desc.execute(a, b, alpha=0.5, stream=stream)  # warm-up
+    stream.synchronize()
+    with behind_a_delay(stream, f"TRSM execute on a torch stream (seed {seed})"):
+        b.copy_(fresh)  # queued on the stream before the solve, which must read it
         desc.execute(a, b, alpha=0.5, stream=stream)
         snapshot = b.clone()  # queued after the solve: must see its result
-    stream.synchronize()
-    check_solution(desc, system, b_host, b.cpu().numpy(), 0.5, "torch stream")
-    check_solution(desc, system, b_host, snapshot.cpu().numpy(), 0.5, "copy of X queued after the solve")
+    check_solution(desc, system, new_b, b.cpu().numpy(), 0.5, f"torch stream (seed {seed})")
+    check_solution(desc, system, new_b, snapshot.cpu().numpy(), 0.5, f"copy of X queued after the solve (seed {seed})")
 
 
 # ---------------------------------------------------------------------------------------------- solve_triangular
@@ -293,6 +295,33 @@ def test_solve_triangular_matches_torch(sm, left, lower, unit, prec, kind):
     expected = torch.linalg.solve_triangular(clean, b, upper=not lower, left=left, unitriangular=unit)
     bound = forward_bound(prec, 48, condition_number(system.exact))
     assert relative_error(got, torch_to_host(expected, value).astype(np.complex128)) <= 4 * bound
+
+
+def test_solve_triangular_on_a_busy_stream(sm):
+    """bx.solve_triangular into a new result and into out=, warmed up, then on a busy side stream behind a
+    write of new b (gpu_support.behind_a_delay): each solve must read b as written just before it there,
+    and a copy queued after it must see its result."""
+    torch = pytest.importorskip("torch")
+    seed = stable_seed("solve_triangular on a busy stream")
+    rng = np.random.default_rng(seed)
+    system = random_triangular(rng, 4, 32, dt.float64, is_complex=False, lower=True, unit=False)
+    b_host, new_b = (random_operand(dt.float64, (4, 32, 8), rng) for _ in range(2))
+    a, b, fresh = (host_to_torch(t, dt.float64) for t in (system.stored, b_host, new_b))
+    out = torch.full_like(b, float("nan"))
+    torch.cuda.synchronize()  # made on the default stream, which the side stream does not wait for
+    s = side_stream()
+    with torch.cuda.stream(s):  # warm-up: compiled, loaded, bound
+        bx.solve_triangular(a, b, lower=True), bx.solve_triangular(a, b, lower=True, out=out)
+    s.synchronize()
+    with poisoned_new_tensors(), behind_a_delay(s, f"solve_triangular on a side stream (seed {seed})"):
+        b.copy_(fresh)
+        x = bx.solve_triangular(a, b, lower=True)
+        x_copy = x.clone()
+        bx.solve_triangular(a, b, lower=True, out=out)
+        out_copy = out.clone()
+    desc = trsm((32, 8), sm, prec=bx.float64)
+    for what, got in (("new result", x), ("copy of the new result", x_copy), ("out=", out), ("copy of out=", out_copy)):
+        check_solution(desc, system, new_b, got.cpu().numpy(), 1, f"{what} (seed {seed})")
 
 
 def test_solve_triangular_broadcasts_and_out(sm):

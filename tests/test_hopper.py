@@ -167,6 +167,13 @@ def test_d_is_stored_by_tma_when_row_major_on_16_bytes(encoder):
     assert "D by direct stores" in p.describe()
     assert "D by direct stores" in plan(view((500, 17)), view((17, 17))).describe()  # 34-byte rows
     assert "2 K splits, D by direct stores" in plan(view((1024, 2048)), view((2048, 1024))).describe()
+    for c, n in ((dt.float16, 257), (dt.float32, 257), (dt.float32, 258)):  # padded rows of 16 bytes, N is not
+        padded = view((333, n), c, strides=(n + (-n * c.size % 16 + 16) // c.size, 1))
+        x, y = view((333, 1000)), col((1000, n))
+        engine, reason = array_gemm._engine_plan(x, y, array_gemm._matrix(x, "x"), array_gemm._matrix(y, "y"), c, 333,
+                                                 n, 1000, 1, array_gemm._DeviceInfo(90, SMS), padded, splits=1)
+        assert engine.splits == 1 and engine.store_d is None and "D by direct stores" in engine.describe(), reason
+    assert hopper._store_geometry(dt.float16, 333, 264, 1, (272, 1, 0, PTR)).dims == (264, 333, 1)
 
 
 def test_tma_refusal_falls_back_to_the_multi_block_kernel(monkeypatch):

@@ -232,8 +232,9 @@ class DeviceGemm:
         geometry = _hopper._store_geometry(self.c, m, n, batch, (rs, cs, bs, view.ptr))
         if geometry is None:
             raise ExecutionError(
-                f"d: TMA stores need a 16-byte aligned address and rows (and problems) of whole 16 bytes; got "
-                f"address {view.ptr:#x}, row stride {rs} x {self.c.size} bytes"
+                f"d: TMA stores need a 16-byte aligned address, rows (and problems) of whole 16 bytes and N "
+                f"elements of whole 16 bytes (a store past N writes the rest of its 16 bytes); got address "
+                f"{view.ptr:#x}, row stride {rs} x {self.c.size} bytes, N = {n} x {self.c.size} bytes"
             )
         return _driver.encode_tiled(self.c.name, view.ptr, geometry.dims, geometry.strides, geometry.box, 128)
 

@@ -823,10 +823,17 @@ def describe_call(a: _dt.DType, c: _dt.DType, m: int, n: int, k: int, batch: int
 
 
 def _store_geometry(c: _dt.DType, m: int, n: int, batch: int, d_layout: tuple[int, int, int, int]) -> _Operand | None:
-    """D's tensor map for the TMA-store epilogue, or None when D is not row-major with 16-byte rows and problems."""
+    """D's tensor map for the TMA-store epilogue, or None when D is not row-major with 16-byte rows and problems,
+    or when a row's N elements do not end on 16 bytes.
+
+    The map's extents are D's logical N x M x batch, yet a TMA store past N writes the whole 16 bytes
+    that hold column N - 1 (seen on an H200: zeros over columns N to the next 16 bytes of a padded D),
+    so only rows of whole 16 bytes leave the caller's padding alone; the others are stored pair by pair.
+    """
     row, col, batch_stride, ptr = d_layout
     size = c.size
-    if col != 1 or ptr % 16 or (m > 1 and (row * size) % 16) or (batch > 1 and (batch_stride * size) % 16):
+    if col != 1 or ptr % 16 or (n * size) % 16 or (m > 1 and (row * size) % 16) or (
+            batch > 1 and (batch_stride * size) % 16):
         return None
     row_bytes = row * size if m > 1 else _round_up(max(n * size, 16), 16)
     batched = batch > 1

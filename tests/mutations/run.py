@@ -41,8 +41,10 @@ class Mutant:
     tests: tuple[str, ...]
 
 
-#: "The wrong stream": a stream of torch's pool on the current device, alive for the process, never
-#: ordered with the call's (the legacy default stream was not used: launches there were ordered on the GPU).
+#: "The wrong stream": a stream of torch's pool on the current device (non-blocking, alive for the process),
+#: never ordered with the call's. The stream tests run on streams of cuda.core or CuPy, never of torch's pool,
+#: so this is never the test's own stream (the legacy default stream was not used: launches there were
+#: ordered on the GPU).
 WRONG = '__import__("torch").cuda.Stream().cuda_stream'
 
 MUTANTS = [
@@ -107,17 +109,20 @@ MUTANTS = [
     ),
     Mutant(
         "execute-wrong-stream",
-        "Descriptor.execute launches on another stream (a new one from torch's pool) instead of the resolved one",
+        "Descriptor.execute launches on another stream (a new one from torch's pool) instead of the resolved one "
+        "(every path: checked, bound, and bx.matmul's one-block problems)",
         (("blasdx/run/execute.py",
-          "        device_plan.launch(batch, handle, launch[4])\n",
-          f"        device_plan.launch(batch, {WRONG}, launch[4])\n"),),
+          "        self.packed.launch(batch if stages == 1 else -(-batch // stages), 1, stream, *args)\n",
+          f"        self.packed.launch(batch if stages == 1 else -(-batch // stages), 1, {WRONG}, *args)\n"),),
         ("tests/test_gpu_gemm.py::test_torch_stream_orders_work",
          "tests/test_gpu_gemm.py::test_default_stream_uses_torch_current_stream",
-         "tests/test_gpu_gemm.py::test_cupy_arrays_and_cupy_stream"),
+         "tests/test_gpu_gemm.py::test_cupy_arrays_and_cupy_stream",
+         "tests/test_gpu_gemm.py::test_blasdx_arrays_on_a_busy_stream"),
     ),
     Mutant(
         "matmul-wrong-stream",
-        "bx.matmul / bx.mma launch every path (Hopper engine, multi-block, one block) on another stream",
+        "bx.matmul / bx.mma launch every path (Hopper engine, multi-block, one block; first and bound calls) on "
+        "another stream",
         (("blasdx/calls/matmul.py",
           "            plan.kernel.run(plan.device_id, core, handle, x_view, y_view, vacc, vout, 1.0, float(plan.beta))\n",
           ("            plan.kernel.run(plan.device_id, *(lambda h: (_arrays.as_core_stream(None, h), h))("
@@ -127,8 +132,44 @@ MUTANTS = [
           f"            _launch_tiled(plan, x_view, y_view, vacc, vout, {WRONG})\n"),
          ("blasdx/calls/matmul.py",
           "        _execute.execute_on(plan.desc, x_view, y_view, vout, 1, plan.beta, handle)\n",
-          f"        _execute.execute_on(plan.desc, x_view, y_view, vout, 1, plan.beta, {WRONG})\n")),
+          f"        _execute.execute_on(plan.desc, x_view, y_view, vout, 1, plan.beta, {WRONG})\n"),
+         ("blasdx/calls/matmul.py",
+          "block[0].launch(block[1], handle, (px, py, pout, *block[2]))",
+          f"block[0].launch(block[1], {WRONG}, (px, py, pout, *block[2]))"),
+         ("blasdx/calls/matmul.py",
+          "self.engine.run(device, None, handle, vx, vy, None, vout, 1.0, 0.0)",
+          f"self.engine.run(device, None, {WRONG}, vx, vy, None, vout, 1.0, 0.0)"),
+         ("blasdx/calls/matmul.py",
+          "self.engine.run(device, None, handle, vx, vy, vacc, vout, 1.0, self.beta)",
+          f"self.engine.run(device, None, {WRONG}, vx, vy, vacc, vout, 1.0, self.beta)")),
         ("tests/test_gpu_hopper.py::test_streams_and_repeat_calls",),
+    ),
+    Mutant(
+        "scaled-mm-wrong-stream",
+        "bx.scaled_mm launches on another stream (first and bound calls)",
+        (("blasdx/calls/scaled_mm.py",
+          "            call.plan.run(call.device_id, core, handle, vx, vy, vsx, vsy, vbias, vout)\n",
+          ("            call.plan.run(call.device_id, *(lambda h: (_arrays.as_core_stream(None, h), h))("
+           f"{WRONG}), vx, vy, vsx, vsy, vbias, vout)\n")),
+         ("blasdx/calls/scaled_mm.py",
+          "call.plan.run(device, None, handle, view(ArrayView, (px, *rx))",
+          f"call.plan.run(device, None, {WRONG}, view(ArrayView, (px, *rx))")),
+        ("tests/test_gpu_hopper_8bit.py::test_scaled_mm_on_a_busy_stream",),
+    ),
+    Mutant(
+        "solve-wrong-stream",
+        "bx.solve_triangular launches on another stream (one block, blocked solver; first and bound calls)",
+        (("blasdx/calls/solve_triangular.py",
+          "            plan.blocked.run(core, handle, va, vb, vout, in_place)\n",
+          ("            plan.blocked.run(*(lambda h: (_arrays.as_core_stream(None, h), h))("
+           f"{WRONG}), va, vb, vout, in_place)\n")),
+         ("blasdx/calls/solve_triangular.py",
+          "            plan.kernel.launch(core, plan.device_id, (va.ptr, vb.ptr, vout.ptr)",
+          f"            plan.kernel.launch(_arrays.as_core_stream(None, {WRONG}), plan.device_id, (va.ptr, vb.ptr, vout.ptr)"),
+         ("blasdx/calls/solve_triangular.py",
+          "plan.kernel.launch(_arrays.core_stream(handle), device, (pa, pb, pout)",
+          f"plan.kernel.launch(_arrays.core_stream({WRONG}), device, (pa, pb, pout)")),
+        ("tests/test_gpu_trsm.py::test_solve_triangular_on_a_busy_stream",),
     ),
     Mutant(
         "trsm-wrong-stream",
