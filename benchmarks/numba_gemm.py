@@ -1,7 +1,7 @@
 """The same Numba-CUDA kernel with a blasdx GEMM and with nvmath-python's device GEMM (cuBLASDx through libmathdx).
 
-    python benchmarks/numba_gemm.py [--quick] [--cases f16->f32 ...] [--sizes 64x64x64 ...] [--budget S]
-                                    [--json PATH]
+    python benchmarks/numba_gemm.py [--quick] [--types f16->f32 ...] [--sizes 64x64x64 ...] [--kinds compute batched]
+                                    [--cases f16->f32:64x64x64:compute ...] [--workers N] [--budget S] [--json PATH]
 
 Two kinds per case, each a Numba kernel written the same way for both libraries (global ->
 shared copies of the library, the register API, the accumulator stored to global memory):
@@ -12,20 +12,28 @@ shared copies of the library, the register API, the accumulator stored to global
   (memory-bound at these sizes: GB/s beside TFLOP/s); blasdx also with C staged in shared
   memory and stored coalesced (``blasdx_shared_c_*``).
 
-GPU time from CUDA events around back-to-back launches after a warm-up; results checked against
-the float64 reference first. Also measured per case: the first compile of a Numba kernel using
-the GEMM (cold blasdx disk cache; nvmath builds its LTO-IR with libmathdx) and a warm one (a new
-kernel object after the in-memory caches are dropped: blasdx reads its disk cache).
+Every (case, size, kind, library) is one task in a fresh worker process (``--workers``, default
+one per core): kernels are built there in parallel, while checking and timing on the GPU take
+turns under one lock, so no two processes run kernels at once. A task's first build is cold
+(a new process, so no in-memory caches; blasdx with an empty disk cache of its own under
+``--cache``) and is timed as typing, code generation, link and module load (``compile`` +
+``bind``, no launch); the warm build is a new kernel object in the same process after blasdx's
+in-memory caches are dropped (it reads its disk cache; nvmath.device keeps its generated code in
+memory only). GPU time from CUDA events around back-to-back launches after a warm-up; results
+are checked against the float64 reference first. ``--budget`` stops the run cleanly: the JSON
+holds every task that finished, and the unfinished ones are named.
 
-Rows of ``benchmarks/results/numba_gemm.json``: {case, size, kind, blasdx_tflops, nvmath_tflops,
-ratio (= blasdx / nvmath), ...}; nvmath fields are null where nvmath.device has no such GEMM
-(bf16, tf32, fp8) or failed (the reason is kept).
+Cases are taken in the order given (``--cases``, else types x sizes x kinds). Rows of
+``benchmarks/results/numba_gemm.json``: {case, size, kind, blasdx_tflops, nvmath_tflops, ratio
+(= blasdx / nvmath), first / warm compile seconds of each, ...}; nvmath fields are null where
+nvmath.device has no such GEMM (bf16, tf32, fp8) or failed (the reason is kept).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import sys
 import tempfile
@@ -37,7 +45,14 @@ import numpy as np
 
 import blasdx as bx
 from blasdx import dtypes as dt
-from blasdx.reference import assert_close, random_operand, reference_gemm, tolerance
+from blasdx.reference import (
+    assert_close,
+    gemm_scale,
+    random_operand,
+    reference_gemm,
+    rounding,
+    tolerance,
+)
 
 TYPES = {
     "f16->f32": (dt.float16, dt.float16, dt.float32),
@@ -86,7 +101,7 @@ def descriptor(case: str, size, sm: int, kind: str) -> bx.Descriptor:
 # ---------------------------------------------------------------------------------------------
 
 
-def blasdx_kernel(G, kind: str):  # noqa: N803 - the GEMM reads as a type
+def blasdx_kernel(G, kind: str):
     from numba import cuda
 
     if kind == "compute":
@@ -139,9 +154,16 @@ def nvmath_gemm(case: str, size, sm: int):
                   arrangement=("row_major", "row_major", "row_major"), execution="Block", sm=sm)
 
 
-def nvmath_kernel(MM, kind: str):  # noqa: N803
+def nvmath_kernel(MM, kind: str):
     from numba import cuda
-    from nvmath.device.common import axpby, clear, copy, copy_fragment, copy_wait, make_tensor  # noqa: F401
+    from nvmath.device.common import (  # noqa: F401
+        axpby,
+        clear,
+        copy,
+        copy_fragment,
+        copy_wait,
+        make_tensor,
+    )
 
     layout_a, layout_b, layout_c = MM.suggest_layout_smem_a(), MM.suggest_layout_smem_b(), MM.suggest_layout_rmem_c()
     a_size, b_size, c_size = layout_a.cosize, layout_b.cosize, layout_c.cosize
@@ -186,7 +208,7 @@ def nvmath_kernel(MM, kind: str):  # noqa: N803
     return cuda.jit(batched)
 
 
-def nvmath_shared_memory(MM) -> int:  # noqa: N803
+def nvmath_shared_memory(MM) -> int:
     return int(MM.get_shared_storage_size_ab(MM.suggest_layout_smem_a(), MM.suggest_layout_smem_b()))
 
 
@@ -208,21 +230,28 @@ class Operands:
         self.b = random_operand(b_t, (batch, k, n), rng)
         self.c_type = c_t
         self.blocks = blocks
-        self.da = cuda.to_device(bits(self.a[0] if kind == "compute" else self.a))
-        self.db = cuda.to_device(bits(self.b[0] if kind == "compute" else self.b))
+        self.host = (bits(self.a[0] if kind == "compute" else self.a), bits(self.b[0] if kind == "compute" else self.b))
+        self.da, self.db = (cuda.device_array(h.shape, h.dtype) for h in self.host)  # filled by upload()
         self.dc = cuda.device_array((blocks, m, n), dtype=bits(np.zeros(1, c_t.host_dtype)).dtype)
+
+    def upload(self) -> None:
+        """A and B to the GPU (under the GPU lock: copies would disturb another task's timing)."""
+        self.da.copy_to_device(self.host[0])
+        self.db.copy_to_device(self.host[1])
 
     def poison(self) -> None:
         self.dc.copy_to_device(np.full(self.dc.shape, 12345 if self.c_type.integral else np.nan, self.dc.dtype))
 
-    def check(self, repeats: int, kind: str, case: str, what: str) -> None:
+    def check(self, repeats: int, kind: str, case: str, what: str, instruction: str | None = None) -> None:
+        """The first and last blocks' C against ``repeats`` times the float64 product, element by element."""
         got = self.dc.copy_to_host()
-        pick = [0, self.blocks - 1]
-        a, b, c = TYPES[case]
-        for p in pick:
-            ref = repeats * reference_gemm(self.a[0 if kind == "compute" else p], self.b[0 if kind == "compute" else p])
-            assert_close(got[p].view(c.host_dtype) if got.dtype != c.host_dtype else got[p], ref,
-                         tolerance(a, c, self.a.shape[-1] * repeats), what=what)
+        a, _, c = TYPES[case]
+        tol = tolerance(a, c, self.a.shape[-1] * repeats, None, instruction, rounding_apart=True)
+        for p in [0, self.blocks - 1]:
+            x, y = self.a[0 if kind == "compute" else p], self.b[0 if kind == "compute" else p]
+            assert_close(got[p].view(c.host_dtype) if got.dtype != c.host_dtype else got[p],
+                         repeats * reference_gemm(x, y), tol, what=what, scale=repeats * gemm_scale(x, y),
+                         rounding=rounding(c))
 
 
 def time_kernel(kernel, blocks: int, threads, smem: int, args: tuple, runs: int) -> float:
@@ -243,15 +272,15 @@ def time_kernel(kernel, blocks: int, threads, smem: int, args: tuple, runs: int)
     return float(np.median(samples))
 
 
-def first_launch_seconds(make, blocks: int, threads, smem: int, args: tuple) -> float:
-    """Wall seconds of building a kernel object and its first launch (typing, codegen, link, load)."""
-    from numba import cuda
+def build_seconds(make, args: tuple):
+    """Wall seconds of building a kernel object for ``args`` and loading it (typing, code generation, link,
+    module load; no launch, so builds in other processes never overlap a timed kernel); the kernel."""
+    import numba
 
     start = time.perf_counter()
     kernel = make()
-    kernel[blocks, threads, 0, smem](*args)
-    cuda.synchronize()
-    return time.perf_counter() - start
+    kernel.compile(tuple(numba.typeof(a) for a in args)).bind()
+    return time.perf_counter() - start, kernel
 
 
 def drop_blasdx_memory_caches() -> None:
@@ -264,102 +293,144 @@ def drop_blasdx_memory_caches() -> None:
     _lowering._ltoir_objects.clear()
 
 
-def run_case(case: str, size, kind: str, sm: int, sms: int, repeats: int, rng, compile_times: bool = True) -> dict:
-    import blasdx.numba  # noqa: F401
+#: the lock every task holds while it runs kernels (set in each worker by :func:`_worker_init`)
+GPU_LOCK = None
+
+
+def _worker_init(lock) -> None:
+    global GPU_LOCK
+    GPU_LOCK = lock
+
+
+class Task(tuple):
+    """(case, size, kind, library): one measurement, run in a worker process of its own."""
+
+    @property
+    def key(self) -> tuple:
+        return self[0], "x".join(map(str, self[1])), self[2]
+
+
+def blocks_of(case: str, size, kind: str, sms: int) -> int:
+    """4 blocks per SM for the compute kind; batched: ~300 MB of A and B, five times the L2, so that every
+    problem comes from DRAM."""
+    m, n, k = size
+    return 4 * sms if kind == "compute" else max(1, int(3e8 // ((m * k + k * n) * TYPES[case][0].size)))
+
+
+def _measure(library: str, case: str, size, kind: str, sm: int, sms: int, repeats: int) -> dict:
+    """Build (first and warm), check and time one library's kernel; fields prefixed with the library."""
+    import numba
+    from numba import cuda
 
     m, n, k = size
-    # batched: ~300 MB of A and B, five times the L2, so that every problem comes from DRAM
-    blocks = 4 * sms if kind == "compute" else max(1, int(3e8 // ((m * k + k * n) * TYPES[case][0].size)))
+    blocks = blocks_of(case, size, kind, sms)
     reps = repeats if kind == "compute" else 1
-    ops = Operands(case, size, kind, blocks, rng)
-    row: dict = {"case": case, "size": "x".join(map(str, size)), "kind": kind, "blocks": blocks, "repeats": reps}
+    ops = Operands(case, size, kind, blocks, np.random.default_rng(5))  # the same data for both libraries
     flops = 2.0 * m * n * k * reps * blocks
-    moved = (ops.a.nbytes + ops.b.nbytes) if kind == "batched" else 0
-    moved += ops.dc.size * ops.dc.dtype.itemsize if kind == "batched" else 0
-
-    G = descriptor(case, size, sm, kind)  # noqa: N806
+    moved = (ops.a.nbytes + ops.b.nbytes + ops.dc.size * ops.dc.dtype.itemsize) if kind == "batched" else 0
     args = (ops.da, ops.db, ops.dc, np.int32(reps))
     check_args = (ops.da, ops.db, ops.dc, np.int32(min(reps, CHECK_REPEATS)))
-    smem = G.shared_memory_size_ab  # the register API needs A and B only
-    row["blasdx_instruction"] = G.instruction
-    row["blasdx_block_dim"] = list(G.block_dim)
-    if compile_times:
-        row["blasdx_first_compile_s"] = first_launch_seconds(lambda: blasdx_kernel(G, kind), blocks, G.block_dim,
-                                                             smem, check_args)
+    out: dict = {"blocks": blocks, "repeats": reps}
+    if library == "blasdx":
+        import blasdx.numba  # noqa: F401
+
+        G = descriptor(case, size, sm, kind)
+        make, threads, smem = (lambda: blasdx_kernel(G, kind)), G.block_dim, G.shared_memory_size_ab
+        out["blasdx_instruction"] = G.instruction
+    else:
+        start = time.perf_counter()  # the first build counts nvmath's Matmul (libmathdx) too
+        MM = nvmath_gemm(case, size, sm)
+        setup = time.perf_counter() - start
+        make, threads, smem = (lambda: nvmath_kernel(MM, kind)), MM.block_dim, nvmath_shared_memory(MM)
+    first, kernel = build_seconds(make, check_args)
+    out[f"{library}_first_compile_s"] = first + (setup if library == "nvmath" else 0.0)
+    if library == "blasdx":
         drop_blasdx_memory_caches()
-        row["blasdx_warm_compile_s"] = first_launch_seconds(lambda: blasdx_kernel(G, kind), blocks, G.block_dim,
-                                                            smem, check_args)
-    kernel = blasdx_kernel(G, kind)
-    ops.poison()
-    kernel[blocks, G.block_dim, 0, smem](*check_args)
-    ops.check(min(reps, CHECK_REPEATS), kind, case, f"blasdx {case} {kind}")
-    ms = time_kernel(kernel, blocks, G.block_dim, smem, args, 3 if kind == "batched" else 2)
-    row["blasdx_ms"], row["blasdx_tflops"] = ms, flops / ms / 1e9
-    if moved:
-        row["blasdx_gbps"] = moved / ms / 1e6
-    print(f"  blasdx {case} {row['size']} {kind}: {row['blasdx_tflops']:.1f} TFLOP/s, first / warm compile "
-          f"{row.get('blasdx_first_compile_s', float('nan')):.2f} / {row.get('blasdx_warm_compile_s', float('nan')):.2f} s",
-          flush=True)
-    if kind == "batched":  # the same problem with C staged in shared memory and stored coalesced
-        kernel = blasdx_kernel(G, "batched-shared")
-        ops.poison()
-        kernel[blocks, G.block_dim, 0, G.shared_memory_size](*args)
-        ops.check(reps, kind, case, f"blasdx {case} batched, C through shared memory")
-        ms_shared = time_kernel(kernel, blocks, G.block_dim, G.shared_memory_size, args, 3)
-        row["blasdx_shared_c_tflops"] = flops / ms_shared / 1e9
-        row["blasdx_shared_c_gbps"] = moved / ms_shared / 1e6
-
-    row.update(nvmath_tflops=None, ratio=None)
-    try:
-        from numba import cuda
-
-        print(f"  nvmath {case} {row['size']} {kind}: building the Matmul and its kernel ...", flush=True)
-        start = time.perf_counter()  # the first compile counts nvmath's Matmul build (libmathdx) too
-        MM = nvmath_gemm(case, size, sm)  # noqa: N806
-        smem, threads = nvmath_shared_memory(MM), MM.block_dim
-        first = nvmath_kernel(MM, kind)
-        first[blocks, threads, 0, smem](*check_args)
-        cuda.synchronize()
-        print(f"  nvmath {case} {row['size']} {kind}: first kernel built and run in "
-              f"{time.perf_counter() - start:.2f} s", flush=True)
-        if compile_times:
-            row["nvmath_first_compile_s"] = time.perf_counter() - start
-            row["nvmath_warm_compile_s"] = first_launch_seconds(lambda: nvmath_kernel(MM, kind), blocks, threads,
-                                                                smem, check_args)
-        kernel = nvmath_kernel(MM, kind)
+    out[f"{library}_warm_compile_s"], _ = build_seconds(make, check_args)
+    out[f"{library}_block_dim"] = list(threads)
+    shared_c = blasdx_kernel(G, "batched-shared") if library == "blasdx" and kind == "batched" else None
+    if shared_c is not None:
+        shared_c.compile(tuple(numba.typeof(a) for a in args)).bind()
+    with GPU_LOCK:
+        ops.upload()
         ops.poison()
         kernel[blocks, threads, 0, smem](*check_args)
-        ops.check(min(reps, CHECK_REPEATS), kind, case, f"nvmath {case} {kind}")
+        ops.check(min(reps, CHECK_REPEATS), kind, case, f"{library} {case} {kind}", out.get("blasdx_instruction"))
         ms = time_kernel(kernel, blocks, threads, smem, args, 3 if kind == "batched" else 2)
-        row["nvmath_ms"], row["nvmath_tflops"] = ms, flops / ms / 1e9
-        print(f"  nvmath {case} {row['size']} {kind}: {row['nvmath_tflops']:.1f} TFLOP/s", flush=True)
-        row["nvmath_block_dim"] = list(threads)
-        if moved:
-            row["nvmath_gbps"] = moved / ms / 1e6
-        row["ratio"] = row["blasdx_tflops"] / row["nvmath_tflops"]
+        if shared_c is not None:  # the same problem with C staged in shared memory and stored coalesced
+            ops.poison()
+            shared_c[blocks, threads, 0, G.shared_memory_size](*args)
+            ops.check(reps, kind, case, f"blasdx {case} batched, C through shared memory", G.instruction)
+            ms_shared = time_kernel(shared_c, blocks, threads, G.shared_memory_size, args, 3)
+            out["blasdx_shared_c_tflops"] = flops / ms_shared / 1e9
+            out["blasdx_shared_c_gbps"] = moved / ms_shared / 1e6
+        cuda.synchronize()
+    out[f"{library}_ms"], out[f"{library}_tflops"] = ms, flops / ms / 1e9
+    if moved:
+        out[f"{library}_gbps"] = moved / ms / 1e6
+    return out
+
+
+def run_task(task: Task, sm: int, sms: int, repeats: int, cache_root: str) -> tuple[tuple, dict]:
+    """One task in its worker: its own empty blasdx disk cache (cold first build); errors become fields."""
+    library, (case, size, kind) = task[3], task[:3]
+    os.environ["BLASDX_CACHE_DIR"] = tempfile.mkdtemp(prefix=f"{library}-", dir=cache_root)
+    try:
+        if library == "nvmath":
+            a, b, c = TYPES[case]
+            if any(t.name not in NVMATH for t in (a, b, c)):
+                return task.key, {"nvmath_error": f"LookupError: nvmath.device has no {case} GEMM"}
+        return task.key, _measure(library, case, size, kind, sm, sms, repeats)
     except Exception as exc:  # noqa: BLE001 - the reason becomes part of the result
-        row["nvmath_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
-    return row
+        return task.key, {f"{library}_error": f"{type(exc).__name__}: {str(exc)[:300]}"}
 
 
 def fmt(value, spec: str = ".1f") -> str:
     return "-" if value is None else format(value, spec)
 
 
+def parse_cases(args, sm: int) -> list[tuple]:
+    """(case, size, kind) in the order asked, those this GPU has."""
+    if args.cases:
+        wanted = []
+        for text in args.cases:
+            case, size, kind = text.split(":")
+            wanted.append((case, tuple(int(x) for x in size.split("x")), kind))
+    elif args.quick:
+        wanted = [(c, s, kind) for c, s in QUICK for kind in args.kinds]
+    else:
+        wanted = [(c, tuple(int(x) for x in s.split("x")), kind) for c in args.types for s in args.sizes
+                  for kind in args.kinds]
+    for case, _, kind in wanted:
+        if case not in TYPES or kind not in ("compute", "batched"):
+            raise SystemExit(f"unknown case {case!r} or kind {kind!r}: types {sorted(TYPES)}, kinds compute, batched")
+    return [w for w in wanted if dt.find_combination(*TYPES[w[0]], False).min_sm <= sm]
+
+
+def merge(rows: dict, key: tuple, fields: dict) -> dict:
+    """Add a task's fields to its row; the ratio once both libraries have a time."""
+    row = rows.setdefault(key, {"case": key[0], "size": key[1], "kind": key[2], "blasdx_tflops": None,
+                                "nvmath_tflops": None, "ratio": None})
+    row.update(fields)
+    if row.get("blasdx_tflops") and row.get("nvmath_tflops"):
+        row["ratio"] = row["blasdx_tflops"] / row["nvmath_tflops"]
+    return row
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="the short case list (GPU jobs)")
-    parser.add_argument("--cases", nargs="*", default=list(TYPES))
+    parser.add_argument("--quick", action="store_true", help="the short case list")
+    parser.add_argument("--types", nargs="*", default=list(TYPES), help=f"of {', '.join(TYPES)}")
     parser.add_argument("--sizes", nargs="*", default=["x".join(map(str, s)) for s in SIZES])
     parser.add_argument("--kinds", nargs="*", default=["compute", "batched"])
+    parser.add_argument("--cases", nargs="*", default=None, help="TYPE:MxNxK:KIND, run in this order (overrides the rest)")
     parser.add_argument("--repeats", type=int, default=400, help="GEMMs per block in the compute kind")
-    parser.add_argument("--budget", type=float, default=None, help="seconds: start no case after this")
+    parser.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1), help="build processes")
+    parser.add_argument("--budget", type=float, default=None, help="seconds: stop then, writing what finished")
+    parser.add_argument("--cache", default=None, help="root of the blasdx disk caches (default: a new temporary folder)")
     parser.add_argument("--json", type=Path, default=RESULTS)
-    parser.add_argument("--compile-times", choices=["all", "first"], default="all",
-                        help="measure first / warm compile times for every case or for the first case of each kind")
     args = parser.parse_args()
     begin = time.perf_counter()
-    os.environ["BLASDX_CACHE_DIR"] = tempfile.mkdtemp(prefix="blasdx-numba-bench-")  # first compiles start cold
     try:
         from numba import cuda
 
@@ -371,43 +442,56 @@ def main() -> int:
         return 0
     major, minor = device.compute_capability
     sm, sms = 10 * major + minor, device.MULTIPROCESSOR_COUNT
-    cases = QUICK if args.quick else [(c, tuple(int(x) for x in s.split("x"))) for c in args.cases for s in args.sizes]
-    rng = np.random.default_rng(5)
-    rows: list[dict] = []
-    header = f"{'case':<12} {'size':<12} {'kind':<8} {'blasdx':>9} {'nvmath':>9} {'ratio':>6}  first/warm compile s"
-    print(f"{device.name.decode() if isinstance(device.name, bytes) else device.name}, sm_{sm}, {sms} SMs; "
-          "TFLOP/s (GPU time)\n" + header)
-    timed_kinds: set[str] = set()
-    for case, size in cases:
-        for kind in args.kinds:
+    name = device.name.decode() if isinstance(device.name, bytes) else str(device.name)
+    cases = parse_cases(args, sm)
+    cache_root = args.cache or tempfile.mkdtemp(prefix="blasdx-numba-bench-")
+    os.makedirs(cache_root, exist_ok=True)
+    tasks = [Task((case, size, kind, library)) for case, size, kind in cases for library in ("blasdx", "nvmath")]
+    print(f"{name}, sm_{sm}, {sms} SMs; {len(tasks)} tasks on {args.workers} workers; TFLOP/s (GPU time)", flush=True)
+    rows: dict = {}
+    for case, size, kind in cases:  # rows in the order asked
+        merge(rows, (case, "x".join(map(str, size)), kind), {})
+
+    def write(unfinished: list[str]) -> None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"date": str(date.today()), "device": name, "sm": sm, "workers": args.workers,
+                                         "rows": list(rows.values()), "unfinished": unfinished},
+                                        indent=1, default=str))
+
+    context = multiprocessing.get_context("spawn")  # CUDA in every worker: no forked contexts
+    pool = context.Pool(args.workers, initializer=_worker_init, initargs=(context.Lock(),), maxtasksperchild=1)
+    pending = {task: pool.apply_async(run_task, (task, sm, sms, args.repeats, cache_root)) for task in tasks}
+    try:
+        while pending:
             if args.budget is not None and time.perf_counter() - begin > args.budget:
-                print(f"out of time budget ({args.budget:.0f} s): stopped before {case} {size} {kind}")
                 break
-            if dt.find_combination(*TYPES[case], False).min_sm > sm:
-                continue
-            compile_times = args.compile_times == "all" or kind not in timed_kinds
-            timed_kinds.add(kind)
-            try:
-                row = run_case(case, size, kind, sm, sms, args.repeats, rng, compile_times)
-            except Exception as exc:  # noqa: BLE001 - one failing case must not hide the others
-                row = {"case": case, "size": "x".join(map(str, size)), "kind": kind, "blasdx_tflops": None,
-                       "nvmath_tflops": None, "ratio": None, "error": f"{type(exc).__name__}: {str(exc)[:300]}"}
-            rows.append(row)
-            compile_text = (f"blasdx {fmt(row.get('blasdx_first_compile_s'), '.2f')}/"
-                            f"{fmt(row.get('blasdx_warm_compile_s'), '.2f')}  nvmath "
-                            f"{fmt(row.get('nvmath_first_compile_s'), '.2f')}/{fmt(row.get('nvmath_warm_compile_s'), '.2f')}")
-            print(f"{case:<12} {row['size']:<12} {kind:<8} {fmt(row.get('blasdx_tflops')):>9} "
-                  f"{fmt(row.get('nvmath_tflops')):>9} {fmt(row.get('ratio'), '.2f'):>6}  {compile_text}"
-                  + (f"  [{row['error']}]" if "error" in row else "")
-                  + (f"  [nvmath: {row['nvmath_error'][:90]}]" if "nvmath_error" in row else ""), flush=True)
-            args.json.parent.mkdir(parents=True, exist_ok=True)
-            args.json.write_text(json.dumps({"date": str(date.today()), "device": str(device.name), "sm": sm,
-                                             "rows": rows}, indent=1, default=str))
-    both = [r["ratio"] for r in rows if r.get("ratio")]
+            done = [t for t, r in pending.items() if r.ready()]
+            for task in done:
+                key, fields = pending.pop(task).get()
+                row = merge(rows, key, fields)
+                error = fields.get(f"{task[3]}_error")
+                print(f"{row['case']:<12} {row['size']:<12} {row['kind']:<8} {task[3]:<7} "
+                      + (f"[{error[:110]}]" if error else
+                         f"{fmt(fields.get(task[3] + '_tflops')):>8} TFLOP/s, first / warm build "
+                         f"{fmt(fields.get(task[3] + '_first_compile_s'), '.2f')} / "
+                         f"{fmt(fields.get(task[3] + '_warm_compile_s'), '.2f')} s")
+                      + (f"  ratio {row['ratio']:.2f}" if row.get("ratio") else ""), flush=True)
+                write([])
+            if not done:
+                time.sleep(0.2)
+    finally:
+        unfinished = [f"{t[0]}:{'x'.join(map(str, t[1]))}:{t[2]}:{t[3]}" for t in pending]
+        pool.terminate()
+        pool.join()
+    if unfinished:
+        print(f"out of the time budget ({args.budget:.0f} s): {len(unfinished)} tasks unfinished: "
+              + " ".join(unfinished[:12]), flush=True)
+    write(unfinished)
+    both = [r["ratio"] for r in rows.values() if r.get("ratio")]
     if both:
-        print(f"cases both run: {len(both)}, blasdx >= nvmath in {sum(r >= 1.0 for r in both)}, "
+        print(f"cases both ran: {len(both)}, blasdx >= nvmath in {sum(r >= 1.0 for r in both)}, "
               f"min ratio {min(both):.2f}, geomean {float(np.exp(np.mean(np.log(both)))):.2f}")
-    print(f"wrote {args.json}")
+    print(f"wrote {args.json} ({time.perf_counter() - begin:.0f} s)")
     return 0
 
 

@@ -16,8 +16,12 @@ import numpy as np
 from . import dtypes as _dt
 
 __all__ = [
+    "FP8_WGMMA_FRACTION_BITS",
+    "FP8_WGMMA_GROUP",
     "MARGINS",
     "assert_close",
+    "fp8_wgmma_allowance",
+    "fp8_wgmma_sum",
     "gemm_scale",
     "ozaki_bound",
     "random_operand",
@@ -49,14 +53,11 @@ def tolerance(
       K 4 * 2^-24 * sqrt(K): the tensor cores' f32 sums do not round to nearest, so their
       error grows with K (wgmma, H100: 1.6e-5 at K = 14336, 1.9e-5 at K = 16384);
     - fp8: 1e-4, since fp8 tensor cores may keep fewer accumulator bits than full f32;
-      with ``instruction`` a ``wgmma`` one (sm_90a), the sum stays in the tensor core's fp8
-      accumulator, which keeps about 14 significant bits per addition (measured on H100:
-      1.03e-4 at K = 128): 2 * 2^-14 per 32-deep K step, at least 1e-4. The Hopper engine's fp8
-      (``instruction`` "wgmma") with ``promotion`` = P > 0 adds the tensor core's sum into f32
-      registers every P K elements, the sum starting afresh each time, so the tensor core's
-      error is that of a P-deep product whatever K is: the allowance above for K = P
-      (4.9e-4 at P = 128, the default), at least 1e-4; the f32 additions of the intervals add
-      only about 2^-24 * sqrt(K / P);
+      with ``instruction`` a ``wgmma`` one (sm_90a), the sum stays in the tensor core's narrow
+      accumulator: :func:`fp8_wgmma_allowance` (the model, its sources and the proof), at least
+      1e-4. With ``promotion`` = P > 0 (the Hopper engine) the tensor core's sum starts afresh
+      every P K elements and is added into f32 registers, so its error is that of a P-deep product
+      whatever K is;
     - float32 as three tf32 products (``scheme`` "3xtf32", blasdx.engine.emulation): float32's bound
       (each stage's tensor-core sum is added into the accumulator with rounded f32 adds) plus
       8 * 2^-22 for the parts (what hi and tf32(lo) miss of x is at most 2^-21 ``|x|`` per operand,
@@ -85,8 +86,7 @@ def tolerance(
     elif a in (_dt.float8_e4m3, _dt.float8_e5m2):
         base = 1e-4
         if instruction is not None and instruction.startswith("wgmma"):
-            depth = min(k, promotion) if promotion else k
-            base = max(base, 2 * math.ceil(depth / 32) * 2.0**-14)
+            base = max(base, fp8_wgmma_allowance(k, promotion))
     else:
         base = max(1e-5, 4 * 2.0**-24 * math.sqrt(k))
     if c == _dt.bfloat16 and not rounding_apart:
@@ -97,6 +97,78 @@ def tolerance(
         if accumulator == _dt.float16:
             base += 2 * _U["float16"] * math.sqrt(k)
     return base
+
+
+#: Hopper's fp8 wgmma sum as measured (:func:`fp8_wgmma_allowance`): products summed in groups of
+#: this many K elements, each group's terms cut to this many bits below its largest one.
+FP8_WGMMA_GROUP = 16
+FP8_WGMMA_FRACTION_BITS = 13
+
+
+def fp8_wgmma_allowance(k: int, promotion: int | None = None) -> float:
+    """Largest error of an fp8 ``wgmma`` product relative to ``sum_k |a_k b_k|`` (+ the epilogue's).
+
+    The model (what Hopper's fp8 tensor cores do, :func:`fp8_wgmma_sum` simulates it): products of
+    fp8 values are exact (at most 8 significant bits); the tensor core adds them a group of n K
+    elements at a time into its accumulator in fixed point: the group's products and the running
+    sum are aligned to the exponent E of the largest of them and every one is cut to F bits below
+    2^E, truncating toward zero, before an exact sum; the accumulator holds the result (at most 20
+    significant bits, exact in f32). Sources: DeepSeek-V3's technical report (alignment of the
+    products to the largest exponent, only the top 14 bits kept, the rest truncated, the
+    accumulator itself kept to that precision) and the DeepGEMM issues on it; SageAttention's
+    measurement of mma f32.e4m3 on Ada / Hopper (an e8m13 accumulator: a C with more than 13
+    fraction bits comes back with the lower 10 zeroed); an H100 wgmma probe of the same (13
+    fraction bits, round toward zero); Khattak and Mikaitis' bit-accurate models of the V100 ...
+    B200 tensor cores (alignment to the largest exponent, truncation, no final rounding to nearest).
+    n = 16, F = 13 and truncation toward zero reproduce this project's H100 measurements of
+    e4m3 -> f32 (docs/performance.md: normwise 4.6e-5, 7.5e-5, 1.26e-4 promoted every 32, 64, 128;
+    2.1e-4, 5.4e-4, 1.3e-3 unpromoted at K = 256, 1024, 4096) within 8%; n = 32 misses the first
+    by 23%, truncation toward -inf (a sign-filled shift) gives 2-30x the measured errors.
+
+    The bound: in a group, a term t is cut only below u = 2^(E - F), so it loses less than u,
+    and u <= 2^-F max|t|. A group has at most n + 1 terms; the first group of a sum starts from a
+    zero accumulator and its largest product is exact (8 bits <= F + 1), so at most n - 1 of its
+    terms are cut. Truncation toward zero never raises a magnitude, so the accumulator, and with it
+    every group's largest term, stays within S_j, the sum of |a_k b_k| over the K elements this
+    tensor-core sum covers. A sum of G = ceil(depth / n) groups (depth = K, or the promotion
+    interval P, each P-deep sum starting afresh and S the sum of the S_j) thus errs by less than
+    ``(G (n + 1) - 2) 2^-F S``; the f32 additions of the promoted sums and alpha, beta's epilogue
+    round ceil(K / P) + 2 times more, each by at most 2^-24 of a value within 2 S. The bound is
+    attained to within a few percent by one large product followed by products just below u
+    (tests/test_reference.py builds that case): no smaller allowance holds for every input.
+    Random operands (``random_operand``) stay far inside it: at K = 64 the worst of 3.6M modelled
+    elements is 2.45e-4 of |A| |B| against 8.06e-3 (the earlier allowance, 2 * 2^-14 per 32-deep
+    step, was that worst element's size, not a bound), while a sign-flipped element is off by
+    2 |C| (median 0.27 of |A| |B|, 33x the allowance; 1.6% of elements are within it).
+    """
+    depth = min(k, promotion) if promotion else k
+    groups = max(1, math.ceil(depth / FP8_WGMMA_GROUP))
+    cut = (groups * (FP8_WGMMA_GROUP + 1) - 2) * 2.0**-FP8_WGMMA_FRACTION_BITS
+    return cut + (math.ceil(k / depth) + 2) * 2.0**-23
+
+
+def fp8_wgmma_sum(a: np.ndarray, b: np.ndarray, promotion: int | None = None, group: int = FP8_WGMMA_GROUP,
+                  fraction_bits: int = FP8_WGMMA_FRACTION_BITS, toward: str = "zero") -> np.ndarray:
+    """``a @ b`` as Hopper's fp8 wgmma sums it (:func:`fp8_wgmma_allowance`'s model), in float64.
+
+    ``a`` (..., M, K) and ``b`` (..., K, N) hold fp8 values. Each group of ``group`` K elements and
+    the accumulator are aligned to their largest exponent E and cut to multiples of 2^(E -
+    ``fraction_bits``) (``toward`` "zero", or "floor" for a two's-complement shift), then added
+    exactly; with ``promotion`` = P the accumulator starts afresh every P K elements and its sums
+    are added in f32, rounding to nearest, as the Hopper engine's promotion does.
+    """
+    wa, wb = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    cut = {"zero": np.trunc, "floor": np.floor}[toward]
+    shape = np.broadcast_shapes(wa.shape[:-2], wb.shape[:-2]) + (wa.shape[-2], wb.shape[-1])
+    total, acc = np.zeros(shape, dtype=np.float32), np.zeros(shape)
+    for k0 in range(0, wa.shape[-1], group):
+        if promotion and k0 and k0 % promotion == 0:
+            total, acc = total + acc.astype(np.float32), np.zeros(shape)
+        terms = wa[..., :, k0:k0 + group, None] * wb[..., None, k0:k0 + group, :]  # (..., M, group, N), exact
+        largest = np.maximum(np.abs(acc), np.abs(terms).max(axis=-2))
+        unit = np.where(largest > 0, np.ldexp(1.0, np.frexp(largest)[1] - 1 - fraction_bits), 1.0)
+        acc = cut(acc / unit) * unit + (cut(terms / unit[..., None, :]) * unit[..., None, :]).sum(axis=-2)
+    return (total + acc.astype(np.float32)).astype(np.float64)
 
 
 _ROUNDING = {"float16": 2.0**-11, "bfloat16": 2.0**-8, "float32": 2.0**-24, "float64": 2.0**-53}
