@@ -58,7 +58,8 @@ def plan(x, y, acc=None, sm=90):
     ((512, 512, 512), "pingpong", 2),
     ((512, 2112, 7168), "pingpong", 3),  # 68 tiles: three splits, 204 units in two rounds
     ((2048, 2112, 7168), "pingpong", 1),  # 272 tiles (2.06 waves): halves in 5 rounds gain too little
-    ((16, 8192, 8192), "narrow", 4),  # decode: 32 tiles of 64 x 256, four splits of 2048
+    ((16, 8192, 8192), "decode", 2),  # decode, swapped: 64 tiles of 128 weight rows x 16, two splits of 4096
+    ((33, 8192, 8192), "narrow", 4),  # past the swapped tile's 32 rows: 32 tiles of 64 x 256, four splits of 2048
     ((64, 4096, 14336), "narrow", 8),
     ((128, 8192, 28672), "pingpong", 2),
     ((8192, 8192, 512), "pingpong", 1),  # short K: epilogues under products beat clusters
@@ -66,7 +67,7 @@ def plan(x, y, acc=None, sm=90):
 def test_config_rule(shape, config, splits):
     m, n, k = shape
     chosen, n_splits = hopper.choose_config(dt.bfloat16, m, n, k, 1, SMS)
-    assert chosen == hopper.replace(hopper.CONFIGS[config], bk=64)
+    assert chosen == hopper.replace(hopper.CONFIGS[config], bk=64)  # decode: 16 rows, DECODE's own bn
     assert n_splits == splits
 
 
@@ -176,6 +177,25 @@ def test_d_is_stored_by_tma_when_row_major_on_16_bytes(encoder):
     assert hopper._store_geometry(dt.float16, 333, 264, 1, (272, 1, 0, PTR)).dims == (264, 333, 1)
 
 
+def test_decode_plans_compute_the_transposed_product(encoder):
+    x, y = view((16, 4096)), col((4096, 4096))  # weights stored [N, K], read transposed
+    engine = plan(x, y).kernel
+    assert engine.swapped and (engine.m, engine.n) == (4096, 16) and engine.config.bn == 16
+    assert (engine.route_a.argument, engine.route_b.argument) == ("y", "x") and engine.route_a.k_major
+    assert "A and B swapped" in engine.describe() and "D by direct stores" in engine.describe()
+    out = view((16, 4096), dt.float32)  # the kernel's rows are D's columns: strides swap, pointers swap
+    params = engine.scalars(None, out, 1.0, 0.0)
+    assert params[:3] == (4096, 16, 4096) and params[10:13] == (1, 4096, 0)
+    assert plan(view((17, 4096)), col((4096, 4096))).kernel.config.bn == 32
+    assert not plan(view((33, 4096)), col((4096, 4096))).kernel.swapped
+    # x column-major: the swapped B tile would be MN-major and 16 wide, which TMA panels cannot hold
+    assert not plan(col((16, 4096)), col((4096, 4096))).kernel.swapped
+    with pytest.raises(ValueError, match="x is not row-major"):
+        array_gemm._engine_plan(col((16, 4096)), y, array_gemm._matrix(col((16, 4096)), "x"), array_gemm._matrix(y, "y"),
+                                dt.float32, 16, 4096, 4096, 1, array_gemm._DeviceInfo(90, SMS),
+                                config=hopper.replace(hopper.DECODE, bk=64))
+
+
 def test_tma_refusal_falls_back_to_the_multi_block_kernel(monkeypatch):
     def refuse(*args, **kwargs):
         raise array_gemm.ExecutionError("cuTensorMapEncodeTiled refused: CUDA_ERROR_INVALID_VALUE")
@@ -253,11 +273,12 @@ def test_engine_compiles_with_wgmma_tma_and_no_spills(a, b, c, a_k_major, b_k_ma
 @pytest.mark.parametrize("name", sorted(n for n, c in hopper.CONFIGS.items() if not c.split_tf32))
 def test_every_config_compiles(name):
     config = hopper.replace(hopper.CONFIGS[name], bk=64)
-    compiled = cached_compile(hopper.gemm_source(dt.bfloat16, dt.float32, config, True, False), hopper.KERNEL_NAME,
-                              "sm_90a")
+    swapped = config.swap_ab  # A is the weights (here MN-major), B the few rows of x, K-major
+    source = hopper.gemm_source(dt.bfloat16, dt.float32, config, not swapped, swapped)
+    compiled = cached_compile(source, hopper.KERNEL_NAME, "sm_90a")
     sass = compiled.sass()
     assert compiled.local_memory == 0 and "HGMMA" in sass and "UTMASTG" not in sass  # direct stores
-    width = {"wide": 256, "square": 128, "narrow": 256, "pingpong": 128, "wide clusters": 256}[name]
+    width = {"wide": 256, "square": 128, "narrow": 256, "pingpong": 128, "wide clusters": 256, "decode": 16}[name]
     assert f"HGMMA.64x{width}x16.F32.BF16" in sass
 
 

@@ -104,6 +104,7 @@ class EngineConfig:
     split_tf32: bool = False  # float32 operands split into tf32 parts in each stage (three products)
     promote_stages: int = 1  # with the split: stages the tensor cores sum between promotions
     transpose_b: bool = False  # B (tf32 / 8-bit, MN-major) transposed in shared memory (transpose.cuh)
+    swap_ab: bool = False  # D^T = B^T A^T: the long N side fills the wgmma's M, the few rows of M its N (decode)
 
     @property
     def threads(self) -> int:
@@ -128,8 +129,9 @@ class EngineConfig:
         promotion = f", f32 promotion every {self.promotion} K" if self.promotion else ""
         split = f", 3xtf32 split, promoted every {self.promote_stages} stages" if self.split_tf32 else ""
         transpose = ", B transposed in shared memory" if self.transpose_b else ""
+        swap = ", A and B swapped (D^T = B^T A^T)" if self.swap_ab else ""
         return (f"{self.bm}x{self.bn}x{self.bk}, {self.stages} stages, {consumers}{pingpong}, group {self.group_m}"
-                f"{cluster}{promotion}{split}{transpose}")
+                f"{cluster}{promotion}{split}{transpose}{swap}")
 
 
 def ring_bytes(stages: int) -> int:
@@ -159,9 +161,17 @@ WIDE_CLUSTERS = EngineConfig(128, 256, 64, 4, 2, cluster=2)
 # apart and added into the accumulator per stage (gemm.cuh, multiply_promoted), which takes
 # two more accumulators per consumer: 64 x 128 each (the square tile shared by 2 consumers).
 SPLIT_SQUARE = EngineConfig(128, 128, 32, 3, 2, split_tf32=True, promote_stages=2)
+# Decode (at most SWAP_MAX_M rows of 16-bit x, row-major): the product is computed transposed, D^T = y^T x^T,
+# so the weights fill 128-row wgmma tiles and the few rows of x a 16- or 32-wide N; a stage is then mostly
+# weights (18 KB at bn = 16), so many stages keep enough bytes in flight for the memory-bound stream.
+DECODE = EngineConfig(128, 16, 64, 10, 2, swap_ab=True)
+#: The most output rows the decode configuration takes (its N tile: M rounded up to 16 or 32).
+SWAP_MAX_M = 32
+#: ... and the fewest columns.
+SWAP_MIN_N = 256
 CONFIGS = {"wide": WIDE, "square": SQUARE, "narrow": NARROW, "pingpong": PINGPONG, "wide clusters": WIDE_CLUSTERS,
            "split square": SPLIT_SQUARE, "split square p1": replace(SPLIT_SQUARE, promote_stages=1),
-           "split square p4": replace(SPLIT_SQUARE, promote_stages=4)}
+           "split square p4": replace(SPLIT_SQUARE, promote_stages=4), "decode": DECODE}
 
 # Measured with benchmarks/scaled_mm.py --sweep (H100, 2026-11-23, TFLOP/s; e4m3 -> f16 promoted
 # every 128 K / fast, int8 -> int32; two runs, the second's figures, the first's where they differ):
@@ -183,6 +193,12 @@ MIN_STEPS_PER_SPLIT = 16
 MAX_SPLITS = 16
 
 
+def decodes(a: _dt.DType, m: int, n: int, promotion: int) -> bool:
+    """Whether the rule computes an M x N product transposed (:data:`DECODE`): 16-bit inputs, M <= SWAP_MAX_M
+    and N at least SWAP_MIN_N (the swapped M: whole 128-row tiles of weights)."""
+    return a.size == 2 and m <= SWAP_MAX_M and n >= SWAP_MIN_N and not promotion
+
+
 def choose_config(a: _dt.DType, m: int, n: int, k: int, batch: int, multiprocessors: int,
                   scheme: str = "native", promotion: int = 0) -> tuple[EngineConfig, int]:
     """The tile configuration and K split count of an M x N x K product with ``batch`` problems.
@@ -200,6 +216,9 @@ def choose_config(a: _dt.DType, m: int, n: int, k: int, batch: int, multiprocess
     wide_tiles = batch * math.ceil(m / WIDE.bm) * math.ceil(n / WIDE.bn)
     if scheme == "3xtf32":
         config = SPLIT_SQUARE
+    elif decodes(a, m, n, promotion):
+        config = replace(DECODE, bn=16 if m <= 16 else 32, bk=bk)
+        return config, balanced_splits(config, n, m, k, batch, multiprocessors)
     elif m <= 64:
         config = NARROW
     elif wide_tiles >= CLUSTER_WAVES * multiprocessors and math.ceil(k / bk) >= CLUSTER_MIN_K_STEPS:
@@ -568,6 +587,22 @@ class EnginePlan:
                     pass
         self.config = config or chosen
         self.splits = splits if splits is not None else (chosen_splits if config is None else 1)
+        if self.config.swap_ab:
+            refused = swap_refused(a, b, route_a, route_b)
+            if refused and config is not None:
+                raise ValueError(f"configuration {self.config} does not run these operands: {refused}")
+            if refused:  # the rule's decode tile does not take these operands: the narrow tile, unswapped
+                self.config = replace(NARROW, bk=self.config.bk)
+                self.splits = balanced_splits(self.config, m, n, k, batch, multiprocessors)
+            else:  # from here on the plan computes D^T = B^T A^T: every A / B / row / column quantity swaps
+                a, b, m, n, route_a, route_b = b, a, n, m, route_b, route_a
+                lda, ldb, batch_a, batch_b, ptr_a, ptr_b = ldb, lda, batch_b, batch_a, ptr_b, ptr_a
+                batch_stride_a, batch_stride_b = batch_stride_b, batch_stride_a
+                self.a, self.b, self.m, self.n, self.route_a = a, b, m, n, route_a
+                if d_layout is None:
+                    d_layout = (n, 1, m * n if batch > 1 else 0, 0)
+                d_layout = (d_layout[1], d_layout[0], d_layout[2], d_layout[3])
+        self.swapped = self.config.swap_ab
         staged_guess = d_layout is None or _store_geometry(c, m, n, batch, d_layout) is not None
         self.config, self.splits, route_b = place_transposition(
             self.config, self.splits, route_b, b, m, n, k, batch, multiprocessors, staged_guess,
@@ -662,8 +697,12 @@ class EnginePlan:
         if c is None:
             beta = 0
         c_strides = (0, 0, 0) if c is None else result_strides(c)
+        d_strides = result_strides(d)
+        if self.swapped:  # the kernel's rows are the result's columns
+            c_strides = (c_strides[1], c_strides[0], c_strides[2])
+            d_strides = (d_strides[1], d_strides[0], d_strides[2])
         return (self.m, self.n, self.k, self.batch, int(self.operand_a.batched), int(self.operand_b.batched),
-                self.splits, *c_strides, *result_strides(d), scalar(alpha, self.c), scalar(beta, self.c))
+                self.splits, *c_strides, *d_strides, scalar(alpha, self.c), scalar(beta, self.c))
 
     @property
     def repacks(self) -> bool:
@@ -673,7 +712,9 @@ class EnginePlan:
     def launch(self, device_id: int, stream: int, a_ptr: int, b_ptr: int, c_ptr: int, d_ptr: int,
                scalars: tuple[Any, ...], a: Any = None, b: Any = None) -> None:
         """One call on pointers (the device current): ``scalars`` from :meth:`scalars`; ``a`` / ``b`` the operands'
-        views, needed only where :attr:`repacks`."""
+        views, needed only where :attr:`repacks`. With :attr:`swapped` the kernel reads y as A and x as B."""
+        if self.swapped:
+            a_ptr, b_ptr, a, b = b_ptr, a_ptr, b, a
         if not self.needs_scratch:
             self._launch_gemm(device_id, stream, a_ptr, b_ptr, c_ptr, d_ptr, 0, 0, scalars)
             return
@@ -789,6 +830,18 @@ class _NoScratch:
 _NO_SCRATCH = _NoScratch()
 
 
+def swap_refused(a: _dt.DType, b: _dt.DType, route_a: OperandRoute, route_b: OperandRoute) -> str | None:
+    """Why x and y cannot be swapped into B and A (:data:`DECODE`), or None: x^T becomes B, whose narrow tile
+    TMA loads K-major only (x row-major), and neither operand may need a repack (both 16-bit, read in place)."""
+    if a.size != 2 or b.size != 2:
+        return "the swapped tile takes 16-bit operands"
+    if not route_a.k_major:
+        return "x is not row-major (the swapped B tile is K-major only)"
+    if route_a.repack is not None or route_b.repack is not None:
+        return "an operand is repacked"
+    return None
+
+
 def _describe(config: EngineConfig, splits: int, route_a: OperandRoute, route_b: OperandRoute, tma_store: bool) -> str:
     text = f"hopper wgmma+TMA, {config}, {splits} K split{'s' if splits > 1 else ''}"
     text += ", D by TMA" if tma_store else ", D by direct stores"
@@ -815,6 +868,11 @@ def describe_call(a: _dt.DType, c: _dt.DType, m: int, n: int, k: int, batch: int
                     m * k, batch > 1)
     route_b = route("y", a, _SCRATCH_ALIGNMENT, not b_row_major, n if b_row_major else k, k if b_row_major else n,
                     k * n, batch > 1)
+    if config.swap_ab:
+        if swap_refused(a, a, route_a, route_b) is None:  # described as the plan runs it: D^T = y^T x^T
+            return _describe(config, splits, route_b, route_a, False)  # x K-major: nothing to transpose
+        config = replace(NARROW, bk=config.bk)
+        splits = balanced_splits(config, m, n, k, batch, multiprocessors)
     geometry = _store_geometry(c, m, n, batch, (n, 1, m * n if batch > 1 else 0, 0))
     config, splits, route_b = place_transposition(config, splits, route_b, a, m, n, k, batch, multiprocessors,
                                                   geometry is not None)

@@ -116,7 +116,8 @@ struct DeviceGemm {
 
     using SA = StageOperand<typename Cfg::a_type, BM, BK, Cfg::a_k_major>;
     using SB = StageOperand<typename Cfg::b_type, BN, BK, Cfg::b_k_major || TRANSPOSE_B>;
-    using SR = StageOperand<typename Cfg::b_type, BN, BK, false>;  // B's MN-major tile as TMA loads it
+    // B's MN-major tile as TMA loads it (only with the transposition: narrower tiles have no MN-major form)
+    using SR = typename std_conditional<TRANSPOSE_B, StageOperand<typename Cfg::b_type, BN, BK, false>, SB>::type;
     using Acc = Accumulator<ATOMS_M, BN, typename accumulator_of<Cfg>::type>;
     using Part = Accumulator<1, promotion_width<BN>::value, float>;  // fp8: the tensor cores' sums of one interval
     using Sched = typename scheduler_of<Cfg, Scheduler<BM, BN, BK, Cfg::group_m, CLUSTER>>::type;
@@ -137,7 +138,7 @@ struct DeviceGemm {
     static_assert(CLUSTER == 1 || CLUSTER == 2, "clusters of one or two blocks");
     static_assert(!PINGPONG || CONSUMERS == 2, "ping-pong takes two consumers");
     static_assert(WG_M % 64 == 0 && ATOMS_M <= 2, "a consumer owns one or two 64-row slices of the tile");
-    static_assert(BN == 64 || BN == 128 || BN == 256, "one wgmma spans the tile's N: 64, 128 or 256");
+    static_assert(BN == 16 || BN == 32 || BN == 64 || BN == 128 || BN == 256, "one wgmma spans the tile's N: 16 to 256");
     static_assert(STAGES >= 2, "the producer loads ahead while consumers multiply");
     static_assert(!SPLIT || (CLUSTER == 1 && sizeof(typename Cfg::a_type) == 4 && sizeof(typename Cfg::b_type) == 4),
                   "the tf32 split takes float32 operands, without clusters");
