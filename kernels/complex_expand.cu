@@ -13,7 +13,7 @@
 // tiles of B through shared memory, so that reads run along B's contiguous dimension and
 // writes along the result's columns. Grid (column tiles, row tiles, problems); a block loops
 // over problems z, z + gridDim.z, ...
-#include "blasdx/types.cuh"
+#include "blasdx/complex_tile.cuh"
 
 extern "C" __global__ void
     blasdx_complex_expand(const part_type* __restrict__ src, part_type* __restrict__ dst, int rows, int cols,
@@ -22,20 +22,10 @@ extern "C" __global__ void
     __shared__ part_type re[32][33];
     __shared__ part_type im[32][33];
     const int r0 = blockIdx.y * 32, c0 = blockIdx.x * 32;
-    const bool down = src_col != 1;  // B runs along its rows (K): threads read down a column of the tile
     for (int p = blockIdx.z; p < batch; p += gridDim.z) {
         const part_type* s = src + 2 * p * src_batch;
         part_type* t = dst + p * dst_batch;
-        for (int i = threadIdx.y; i < 32; i += 8) {
-            const int dr = down ? int(threadIdx.x) : i, dc = down ? i : int(threadIdx.x);
-            const int r = r0 + dr, c = c0 + dc;
-            if (r < rows && c < cols) {
-                const part_type* e = s + 2 * (r * src_row + c * src_col);
-                re[dr][dc] = e[0];
-                im[dr][dc] = e[1];
-            }
-        }
-        __syncthreads();
+        blasdx::stage_complex_tile(re, im, s, r0, c0, rows, cols, src_row, src_col);
         // thread x walks K (the result's contiguous dimension); i walks the tile's columns
         for (int i = threadIdx.y; i < 32; i += 8) {
             const int r = r0 + threadIdx.x, c = c0 + i;

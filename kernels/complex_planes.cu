@@ -7,7 +7,7 @@
 // three real results back together into a complex D (with real alpha and beta).
 //
 // Expects the prelude to define `part_type` (float or double).
-#include "blasdx/types.cuh"
+#include "blasdx/complex_tile.cuh"
 
 // Planes p = 0, 1, 2 (re, im, re + im) of a batch of complex rows x cols matrices (element
 // strides src_row, src_col, src_batch, in complex elements), each written row-major with
@@ -21,20 +21,10 @@ extern "C" __global__ void
     __shared__ part_type re[32][33];
     __shared__ part_type im[32][33];
     const int r0 = blockIdx.y * 32, c0 = blockIdx.x * 32;
-    const bool down = src_col != 1;  // the source runs along its rows: threads read down a column of the tile
     for (int p = blockIdx.z; p < batch; p += gridDim.z) {
         const part_type* s = src + 2 * p * src_batch;
         part_type* t = dst + p * dst_batch;
-        for (int i = threadIdx.y; i < 32; i += 8) {
-            const int dr = down ? int(threadIdx.x) : i, dc = down ? i : int(threadIdx.x);
-            const int r = r0 + dr, c = c0 + dc;
-            if (r < rows && c < cols) {
-                const part_type* e = s + 2 * (r * src_row + c * src_col);
-                re[dr][dc] = e[0];
-                im[dr][dc] = e[1];
-            }
-        }
-        __syncthreads();
+        blasdx::stage_complex_tile(re, im, s, r0, c0, rows, cols, src_row, src_col);
         for (int i = threadIdx.y; i < 32; i += 8) {
             const int r = r0 + i, c = c0 + threadIdx.x;
             if (r < rows && c < cols) {

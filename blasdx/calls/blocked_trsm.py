@@ -38,22 +38,8 @@ from typing import Any, NamedTuple
 from .. import dtypes as _dt
 from ..arrays import ArrayView
 from ..codegen.trsm import OutputLayout
-from ..describe.operators import (
-    SM,
-    Alignment,
-    Arrangement,
-    Block,
-    Diag,
-    FillMode,
-    Function,
-    LeadingDimension,
-    Precision,
-    Side,
-    Size,
-    Type,
-    col_major,
-    row_major,
-)
+from ..describe.operators import Size
+from ..describe.trsm import solve_description
 from ..engine import layouts as _layouts
 from ..errors import UnsupportedError
 from ..launch import scratch as _scratch
@@ -259,14 +245,9 @@ class BlockedSolve:
         for chunks in [c for c in counts if c >= wanted]:
             width = dim // chunks
             al_out = _tiled.copy_width(_PLACEHOLDER, item, width, chunks, dim * dim, batch)
-            desc = (
-                Size(dim, width) + Precision(self.real) + (Type.complex if self.dtype.is_complex else Type.real)
-                + Function.TRSM + Side.left + (FillMode.lower if self.lower else FillMode.upper)
-                + (Diag.unit if self.unit else Diag.non_unit)
-                + Arrangement(row_major if a.row_major else col_major, row_major)
-                + LeadingDimension(a.ld, self.leaf)
-                + Alignment(al_a, _tiled.copy_width(_PLACEHOLDER, item, width, chunks, 0, 1), al_out) + SM(self.sm)
-                + Block()
+            desc = solve_description(
+                Size(dim, width), self.real, self.dtype.is_complex, (self.lower, True, self.unit), (a.row_major, True),
+                (a.ld, self.leaf), (al_a, _tiled.copy_width(_PLACEHOLDER, item, width, chunks, 0, 1), al_out), self.sm,
             )
             try:
                 desc.validate()
@@ -384,12 +365,9 @@ class BlockedSolve:
         step = w * x.col_stride
         al_a = _tiled.copy_width(a_ptr, item, 0, 1, a.batch_stride, a.batch or 1)
         al_x = _tiled.copy_width(x_ptr, item, step, chunks, x.batch_stride, self.batch)
-        desc = (
-            Size(dim, w) + Precision(self.real) + (Type.complex if self.dtype.is_complex else Type.real)
-            + Function.TRSM + Side.left + (FillMode.lower if self.lower else FillMode.upper)
-            + (Diag.unit if self.unit else Diag.non_unit)
-            + Arrangement(row_major if a.row_major else col_major, row_major if x.row_major else col_major)
-            + LeadingDimension(a.ld, x.ld) + Alignment(al_a, al_x, al_x) + SM(self.sm) + Block()
+        desc = solve_description(
+            Size(dim, w), self.real, self.dtype.is_complex, (self.lower, True, self.unit), (a.row_major, x.row_major),
+            (a.ld, x.ld), (al_a, al_x, al_x), self.sm,
         )
         desc.validate()
         return kernel_for(desc, OutputLayout(x.row_major, x.ld, al_x))

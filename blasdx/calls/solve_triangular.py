@@ -27,22 +27,8 @@ from .. import dtypes as _dt
 from ..arrays import ArrayView, as_array, resolve_stream
 from ..arrays import keys as _keys
 from ..codegen.trsm import OutputLayout
-from ..describe.operators import (
-    SM,
-    Alignment,
-    Arrangement,
-    Block,
-    Diag,
-    FillMode,
-    Function,
-    LeadingDimension,
-    Precision,
-    Side,
-    Size,
-    Type,
-    col_major,
-    row_major,
-)
+from ..describe.operators import Size
+from ..describe.trsm import solve_description
 from ..errors import ExecutionError, UnsupportedError
 from ..launch import devices as _devices
 from ..plan.trsm import TRSM_TYPES
@@ -153,7 +139,7 @@ def _chunked_descriptor(
     A chunk is a set of consecutive right-hand sides (columns of b on the left, rows on the
     right), solved by its own block with the whole A; the alignments cover every chunk's start.
     """
-    lower, left, unit = flags
+    left = flags[1]
     m, n = mb.rows, mb.cols
     width = n if left else m
     b_step = (1 if mb.row_major else mb.ld) if left else (mb.ld if mb.row_major else 1)
@@ -167,13 +153,10 @@ def _chunked_descriptor(
         al_a = _tiled.copy_width(pointers[0], item, 0, 1, ma.batch_stride, ma.batch or 1)
         al_b = _tiled.copy_width(pointers[1], item, w * b_step, chunks, mb.batch_stride, mb.batch or 1)
         al_o = _tiled.copy_width(pointers[2], item, w * o_step, chunks, out_batch_stride, batch)
-        desc = (
-            Size(m, w) if left else Size(w, n)
-        ) + Precision(real) + (Type.complex if is_complex else Type.real) + Function.TRSM + (
-            Side.left if left else Side.right
-        ) + (FillMode.lower if lower else FillMode.upper) + (Diag.unit if unit else Diag.non_unit) + Arrangement(
-            row_major if ma.row_major else col_major, row_major if mb.row_major else col_major
-        ) + LeadingDimension(ma.ld, mb.ld) + Alignment(al_a, al_b, al_b) + SM(sm) + Block()
+        desc = solve_description(
+            Size(m, w) if left else Size(w, n), real, is_complex, flags, (ma.row_major, mb.row_major),
+            (ma.ld, mb.ld), (al_a, al_b, al_b), sm,
+        )
         try:
             desc.validate()
         except UnsupportedError:  # does not fit one block: try more chunks

@@ -13,9 +13,6 @@ with ``os.replace``, deleted and rebuilt when corrupt.
 from __future__ import annotations
 
 import hashlib
-import json
-import os
-import struct
 import threading
 from dataclasses import replace
 from pathlib import Path
@@ -35,7 +32,6 @@ __all__ = ["Ltoir", "LtoirCache", "compile_ltoir", "descriptor_ltoir", "ltoir_ke
 
 _MAGIC = b"BLASDXL1"
 _SUFFIX = ".ltoir"
-_DIGEST = 32
 
 
 def ltoir_key(source: str, name: str, arch: str, options: CompileOptions = DEFAULT_OPTIONS) -> str:
@@ -43,91 +39,24 @@ def ltoir_key(source: str, name: str, arch: str, options: CompileOptions = DEFAU
     return hashlib.sha256(b"ltoir\n" + _cache.cache_key(source, name, arch, options).encode()).hexdigest()
 
 
-class LtoirCache:
+class LtoirCache(_store.EntryFiles[tuple[bytes, dict[str, Any]]]):
     """LTO-IR entries under ``root``: ``<root>/<key[:2]>/<key>.ltoir``, written atomically."""
 
-    def __init__(self, root: Path) -> None:
-        self.root = Path(root)
+    suffix = _SUFFIX
+    magic = _MAGIC
+    size_field = "size"
 
-    def path_for(self, key: str) -> Path:
-        """The file of ``key``."""
-        return self.root / key[:2] / f"{key}{_SUFFIX}"
+    def _fields(self, value: Ltoir) -> tuple[dict[str, Any], bytes]:
+        """Arch, name and log; the LTO-IR."""
+        return {"arch": value.arch, "name": value.name, "log": value.log}, value.data
 
-    def get(self, key: str) -> tuple[bytes, dict[str, Any]] | None:
-        """(LTO-IR, header) of ``key``, or None; a corrupt entry is deleted and reported as absent."""
-        path = self.path_for(key)
-        try:
-            data = path.read_bytes()
-        except OSError:
-            return None
-        try:
-            return _decode(data, key)
-        except (ValueError, KeyError, TypeError, struct.error) as exc:
-            _store.stats.count("corrupt_entries")
-            _store._warn("blasdx cache: discarding corrupt entry %s (%s); it will be rebuilt", path, exc)
-            _unlink(path)
-            return None
-
-    def put(self, key: str, ltoir: Ltoir) -> Path | None:
-        """Write the entry (temp file + os.replace); None when the folder is not writable."""
-        import tempfile
-
-        path = self.path_for(key)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{key[:16]}-", suffix=".tmp")
-            try:
-                with os.fdopen(fd, "wb") as handle:
-                    handle.write(_encode(key, ltoir))
-                os.replace(tmp, path)
-            except BaseException:
-                _unlink(Path(tmp))
-                raise
-        except OSError as exc:
-            _store._warn("blasdx cache: cannot write %s (%s); continuing without disk cache", path, exc)
-            return None
-        _store.stats.count("disk_writes")
-        return path
-
-    def entries(self) -> list[Path]:
-        """Every LTO-IR entry file."""
-        return sorted(self.root.glob(f"??/*{_SUFFIX}")) if self.root.is_dir() else []
+    def _value(self, header: dict[str, Any], payload: bytes) -> tuple[bytes, dict[str, Any]]:
+        """(LTO-IR, header)."""
+        return payload, header
 
     def clear(self) -> int:
         """Delete every LTO-IR entry; returns how many."""
-        return sum(_unlink(path) for path in self.entries())
-
-
-def _encode(key: str, ltoir: Ltoir) -> bytes:
-    header = json.dumps(
-        {"key": key, "arch": ltoir.arch, "name": ltoir.name, "log": ltoir.log, "size": len(ltoir.data)},
-        sort_keys=True,
-    ).encode()
-    body = _MAGIC + struct.pack("<I", len(header)) + header + ltoir.data
-    return body + hashlib.sha256(body).digest()
-
-
-def _decode(data: bytes, key: str) -> tuple[bytes, dict[str, Any]]:
-    if len(data) < len(_MAGIC) + 4 + _DIGEST or not data.startswith(_MAGIC):
-        raise ValueError("bad magic or truncated")
-    body, digest = data[:-_DIGEST], data[-_DIGEST:]
-    if hashlib.sha256(body).digest() != digest:
-        raise ValueError("checksum mismatch")
-    (size,) = struct.unpack_from("<I", body, len(_MAGIC))
-    start = len(_MAGIC) + 4
-    header = json.loads(body[start : start + size])
-    payload = body[start + size :]
-    if header["key"] != key or header["size"] != len(payload):
-        raise ValueError("header does not match the entry")
-    return payload, header
-
-
-def _unlink(path: Path) -> int:
-    try:
-        path.unlink()
-        return 1
-    except OSError:
-        return 0
+        return sum(_store._unlink(path) for path in self.entries())
 
 
 _memory: dict[str, Ltoir] = {}

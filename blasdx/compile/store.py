@@ -42,7 +42,7 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Generic, TypeVar
 
 from .compiled import CompiledKernel
 from .cubin import ResourceUsage
@@ -50,6 +50,7 @@ from .cubin import ResourceUsage
 __all__ = [
     "CacheInfo",
     "DiskCache",
+    "EntryFiles",
     "StoreStats",
     "cache_dir",
     "cache_enabled",
@@ -73,6 +74,7 @@ _SCHEMA = 1
 _MAGIC = b"BLASDXK1"
 _SUFFIX = ".bdx"
 _DIGEST = 32  # bytes of the trailing sha256
+T = TypeVar("T")
 
 
 def _warn(message: str, *args: Any) -> None:
@@ -158,17 +160,30 @@ class _Entry:
     log: str
 
 
-class DiskCache:
-    """Cubin entries under ``root``: ``<root>/<key[:2]>/<key>.bdx``, written atomically."""
+class EntryFiles(Generic[T]):
+    """Entries of one kind under ``root``: ``<root>/<key[:2]>/<key><suffix>``, each the magic, a JSON header
+    and a payload ended by a sha256 of all of it, written atomically (the cubins here, LTO-IR beside them)."""
+
+    suffix: ClassVar[str]
+    magic: ClassVar[bytes]
+    size_field: ClassVar[str]  # the header field that holds the payload's length
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
 
     def path_for(self, key: str) -> Path:
         """The file of ``key``."""
-        return self.root / key[:2] / f"{key}{_SUFFIX}"
+        return self.root / key[:2] / f"{key}{self.suffix}"
 
-    def get(self, key: str) -> _Entry | None:
+    def _fields(self, value: Any) -> tuple[dict[str, Any], bytes]:
+        """The header fields (besides the key and the size) and the payload of ``value``."""
+        raise NotImplementedError
+
+    def _value(self, header: dict[str, Any], payload: bytes) -> T:
+        """Inverse of ``_fields``; ValueError when the header is not of this kind."""
+        raise NotImplementedError
+
+    def get(self, key: str) -> T | None:
         """The entry of ``key``, or None if absent; a corrupt entry is deleted and reported as absent."""
         path = self.path_for(key)
         try:
@@ -176,17 +191,18 @@ class DiskCache:
         except OSError:
             return None
         try:
-            return _decode(data, key)
+            return self._value(*_decode(data, key, self.magic, self.size_field))
         except (ValueError, KeyError, TypeError, struct.error) as exc:
             stats.count("corrupt_entries")
             _warn("blasdx cache: discarding corrupt entry %s (%s); it will be rebuilt", path, exc)
             _unlink(path)
             return None
 
-    def put(self, key: str, compiled: CompiledKernel) -> Path | None:
+    def put(self, key: str, value: Any) -> Path | None:
         """Write the entry of ``key`` (temp file + os.replace); None if the folder is not writable."""
         path = self.path_for(key)
-        data = _encode(key, compiled)
+        fields, payload = self._fields(value)
+        data = _encode(self.magic, {**fields, "key": key, self.size_field: len(payload)}, payload)
         import tempfile
 
         try:
@@ -207,7 +223,28 @@ class DiskCache:
 
     def entries(self) -> list[Path]:
         """Every entry file."""
-        return sorted(self.root.glob(f"??/*{_SUFFIX}")) if self.root.is_dir() else []
+        return sorted(self.root.glob(f"??/*{self.suffix}")) if self.root.is_dir() else []
+
+
+class DiskCache(EntryFiles[_Entry]):
+    """Cubin entries under ``root``: ``<root>/<key[:2]>/<key>.bdx``, written atomically."""
+
+    suffix = _SUFFIX
+    magic = _MAGIC
+    size_field = "cubin_size"
+
+    def _fields(self, value: CompiledKernel) -> tuple[dict[str, Any], bytes]:
+        """Schema, kernel name, arch, resource usage and log; the cubin."""
+        header = {"schema": _SCHEMA, "kernel_name": value.kernel_name, "arch": value.arch,
+                  "resources": value.resources.as_dict(), "log": value.log}
+        return header, value.cubin
+
+    def _value(self, header: dict[str, Any], payload: bytes) -> _Entry:
+        """The entry of a header of this schema."""
+        if header["schema"] != _SCHEMA:
+            raise ValueError("header does not match the entry")
+        resources = ResourceUsage.from_dict(header["resources"])
+        return _Entry(payload, header["kernel_name"], header["arch"], resources, header["log"])
 
     def clear(self) -> int:
         """Delete every entry (cubins and LTO-IR), leftover temp file and the ``failed`` folder; returns
@@ -225,39 +262,27 @@ class DiskCache:
         return removed
 
 
-def _encode(key: str, compiled: CompiledKernel) -> bytes:
-    """MAGIC, header length, JSON header, cubin, sha256 of all of it."""
-    header = json.dumps(
-        {
-            "schema": _SCHEMA,
-            "key": key,
-            "kernel_name": compiled.kernel_name,
-            "arch": compiled.arch,
-            "resources": compiled.resources.as_dict(),
-            "log": compiled.log,
-            "cubin_size": len(compiled.cubin),
-        },
-        sort_keys=True,
-    ).encode()
-    body = _MAGIC + struct.pack("<I", len(header)) + header + compiled.cubin
+def _encode(magic: bytes, header: dict[str, Any], payload: bytes) -> bytes:
+    """``magic``, header length, JSON header, payload, sha256 of all of it."""
+    text = json.dumps(header, sort_keys=True).encode()
+    body = magic + struct.pack("<I", len(text)) + text + payload
     return body + hashlib.sha256(body).digest()
 
 
-def _decode(data: bytes, key: str) -> _Entry:
-    """Inverse of ``_encode``; ValueError when anything does not add up."""
-    if len(data) < len(_MAGIC) + 4 + _DIGEST or not data.startswith(_MAGIC):
+def _decode(data: bytes, key: str, magic: bytes, size_field: str) -> tuple[dict[str, Any], bytes]:
+    """Inverse of ``_encode`` for the entry of ``key``; ValueError when anything does not add up."""
+    if len(data) < len(magic) + 4 + _DIGEST or not data.startswith(magic):
         raise ValueError("bad magic or truncated")
     body, checksum = data[:-_DIGEST], data[-_DIGEST:]
     if hashlib.sha256(body).digest() != checksum:
         raise ValueError("checksum mismatch")
-    (size,) = struct.unpack_from("<I", body, len(_MAGIC))
-    start = len(_MAGIC) + 4
+    (size,) = struct.unpack_from("<I", body, len(magic))
+    start = len(magic) + 4
     header = json.loads(body[start : start + size])
-    cubin = body[start + size :]
-    if header["schema"] != _SCHEMA or header["key"] != key or header["cubin_size"] != len(cubin):
+    payload = body[start + size :]
+    if header["key"] != key or header[size_field] != len(payload):
         raise ValueError("header does not match the entry")
-    resources = ResourceUsage.from_dict(header["resources"])
-    return _Entry(cubin, header["kernel_name"], header["arch"], resources, header["log"])
+    return header, payload
 
 
 def _unlink(path: Path) -> int:

@@ -23,16 +23,32 @@ from .backend import runtime
 from .descriptor import FUNCTION_CLASSES, Descriptor
 from .operators import (
     SM, Alignment, Arrangement, BatchesPerBlock, Block, BlockDim, Diag, FillMode, Function, LeadingDimension,
-    MantissaBits, Precision, Side, Size, TransposeMode, Type, row_major,
+    MantissaBits, Precision, Side, Size, TransposeMode, Type, col_major, row_major,
 )
 
-__all__ = ["TrsmDescriptor", "supported_types"]
+__all__ = ["TrsmDescriptor", "solve_description", "supported_types"]
 
 
 def supported_types() -> str:
     """The TRSM type table, for messages."""
     names = ", ".join(t.name for t in _plan.TRSM_TYPES)
     return f"{names} (real or complex), computed in their own precision"
+
+
+def solve_description(size: Size, real: _dt.DType, is_complex: bool, flags: tuple[bool, bool, bool],
+                      row_major_ab: tuple[bool, bool], ld: tuple[int, int], alignment: tuple[int, int, int],
+                      sm: int) -> Descriptor:
+    """The block TRSM of one call's operands, with ``flags`` (lower, left, unit): what the array calls
+    ask for, one spelling for the whole-solve and the blocked solver's leaves."""
+    lower, left, unit = flags
+    a_row, b_row = row_major_ab
+    return (
+        size + Precision(real) + (Type.complex if is_complex else Type.real) + Function.TRSM
+        + (Side.left if left else Side.right) + (FillMode.lower if lower else FillMode.upper)
+        + (Diag.unit if unit else Diag.non_unit)
+        + Arrangement(row_major if a_row else col_major, row_major if b_row else col_major)
+        + LeadingDimension(*ld) + Alignment(*alignment) + SM(sm) + Block()
+    )
 
 
 def _check_at_least(name: str, value: int, size: Size, known: tuple[int, str, str] | None,

@@ -102,55 +102,19 @@ struct WarpgroupFusion {
     // completed; else at once (wait<PENDING>(frag, a) before touching acc or a again).
     template <bool WAIT, class Fragment>
     __device__ static void accumulate(Fragment& frag, register_a<Cfg>& a, const b_type* sB, int tid) {
-        using shape = typename Fragment::shape;
-        constexpr int ALL = shape::ITEMS * W::REGS;
-        if (!shape::active(tid)) return;
-        reg_type* acc = reinterpret_cast<reg_type*>(frag.regs);
         const u32 b_base = shared_address(sB);
         fence_registers(a);
+        W::template issue_group<WAIT>(frag, tid, [&](reg_type* acc, int t, int tile) {
+            const int n0 = W::tile_n0(tile);
 #pragma unroll
-        for (int r = 0; r < ALL; ++r) wgmma::fence_operand(acc[r]);
-        wgmma::fence();
-#pragma unroll
-        for (int t = 0; t < shape::ITEMS; ++t) {
-            if (shape::item_exists(tid, t)) {
-                const int n0 = W::tile_n0(shape::tile(tid, t));
-#pragma unroll
-                for (int s = 0; s < register_a<Cfg>::STEPS; ++s) issue(acc + t * W::REGS, a.regs[t][s], b_base, n0, 16 * s);
-            }
-        }
-        wgmma::commit();
-        if constexpr (WAIT) {
-            wgmma::wait<0>();
-#pragma unroll
-            for (int r = 0; r < ALL; ++r) wgmma::fence_operand(acc[r]);
-        }
+            for (int s = 0; s < register_a<Cfg>::STEPS; ++s) issue(acc, a.regs[t][s], b_base, n0, 16 * s);
+        });
     }
 
     // acc += A B with A and B in the panels, issued as one group; WAIT as above.
     template <bool WAIT, class Fragment>
     __device__ static void accumulate(Fragment& frag, const typename Cfg::a_type* sA, const b_type* sB, int tid) {
-        using shape = typename Fragment::shape;
-        constexpr int ALL = shape::ITEMS * W::REGS;
-        if (!shape::active(tid)) return;
-        reg_type* acc = reinterpret_cast<reg_type*>(frag.regs);
-        const u32 a_base = shared_address(sA), b_base = shared_address(sB);
-#pragma unroll
-        for (int r = 0; r < ALL; ++r) wgmma::fence_operand(acc[r]);
-        wgmma::fence();
-#pragma unroll
-        for (int t = 0; t < shape::ITEMS; ++t) {
-            if (shape::item_exists(tid, t)) {
-                const int tile = shape::tile(tid, t);
-                W::issue_tile(acc + t * W::REGS, a_base, b_base, W::tile_m0(tile), W::tile_n0(tile));
-            }
-        }
-        wgmma::commit();
-        if constexpr (WAIT) {
-            wgmma::wait<0>();
-#pragma unroll
-            for (int r = 0; r < ALL; ++r) wgmma::fence_operand(acc[r]);
-        }
+        W::template accumulate<WAIT>(frag, sA, sB, tid);
     }
 
     // Waits until at most PENDING of this warpgroup's wgmma groups are in flight; the registers of
@@ -158,11 +122,7 @@ struct WarpgroupFusion {
     // or changed only after this point.
     template <int PENDING, class Fragment>
     __device__ __forceinline__ static void wait(Fragment& frag) {
-        constexpr int ALL = Fragment::shape::ITEMS * W::REGS;
-        reg_type* acc = reinterpret_cast<reg_type*>(frag.regs);
-        wgmma::wait<PENDING>();
-#pragma unroll
-        for (int r = 0; r < ALL; ++r) wgmma::fence_operand(acc[r]);
+        W::template wait<PENDING>(frag);
     }
     __device__ __forceinline__ static void fence_registers(register_a<Cfg>& a) {
 #pragma unroll

@@ -238,29 +238,45 @@ struct WarpgroupGemm {
     // This thread's shared-memory stores become visible to wgmma (then sync the block).
     __device__ __forceinline__ static void proxy_fence() { wgmma::proxy_fence(); }
 
-    // frag += A * B for every tile thread tid owns: all tiles issued, then one wait.
-    template <class Fragment>
-    __device__ static void accumulate(Fragment& frag, const a_type* sA, const b_type* sB, int tid) {
+    // One wgmma group over a fragment: issue_item(acc, t, tile) for every item t (tile `tile`,
+    // registers acc) thread tid owns, between the fences its accumulators need. WAIT: returns
+    // once the group has completed; else at once (wait<PENDING>(frag) before touching it again).
+    template <bool WAIT, class Fragment, class Issue>
+    __device__ __forceinline__ static void issue_group(Fragment& frag, int tid, const Issue& issue_item) {
         using shape = typename Fragment::shape;
         constexpr int ALL = shape::ITEMS * REGS;
         static_assert(sizeof(frag.regs) == ALL * sizeof(reg_type), "a fragment item is one tile's registers");
         if (!shape::active(tid)) return;
         reg_type* acc = reinterpret_cast<reg_type*>(frag.regs);
-        const u32 a_base = shared_address(sA), b_base = shared_address(sB);
 #pragma unroll
         for (int r = 0; r < ALL; ++r) wgmma::fence_operand(acc[r]);
         wgmma::fence();
 #pragma unroll
         for (int t = 0; t < shape::ITEMS; ++t) {
-            if (shape::item_exists(tid, t)) {
-                const int tile = shape::tile(tid, t);
-                issue_tile(acc + t * REGS, a_base, b_base, tile_m0(tile), tile_n0(tile));
-            }
+            if (shape::item_exists(tid, t)) issue_item(acc + t * REGS, t, shape::tile(tid, t));
         }
         wgmma::commit();
-        wgmma::wait<0>();
+        if constexpr (WAIT) wait<0>(frag);
+    }
+
+    // Waits until at most PENDING of this warpgroup's wgmma groups are in flight; the registers of
+    // frag are read or changed only after this point.
+    template <int PENDING, class Fragment>
+    __device__ __forceinline__ static void wait(Fragment& frag) {
+        constexpr int ALL = Fragment::shape::ITEMS * REGS;
+        reg_type* acc = reinterpret_cast<reg_type*>(frag.regs);
+        wgmma::wait<PENDING>();
 #pragma unroll
         for (int r = 0; r < ALL; ++r) wgmma::fence_operand(acc[r]);
+    }
+
+    // frag += A * B for every tile thread tid owns: all tiles issued as one group, then (WAIT) one wait.
+    template <bool WAIT = true, class Fragment>
+    __device__ static void accumulate(Fragment& frag, const a_type* sA, const b_type* sB, int tid) {
+        const u32 a_base = shared_address(sA), b_base = shared_address(sB);
+        issue_group<WAIT>(frag, tid, [&](reg_type* acc, int, int tile) {
+            issue_tile(acc, a_base, b_base, tile_m0(tile), tile_n0(tile));
+        });
     }
 
     // ---- A through registers: wgmma with an A transform ------------------------------------

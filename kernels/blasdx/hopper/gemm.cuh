@@ -203,31 +203,15 @@ struct DeviceGemm {
     __device__ __forceinline__ static void produce(unsigned char* smem, Stages* ring, const TensorMap* map_a,
                                                    const TensorMap* map_b, const Sched& sched, bool batched_a,
                                                    bool batched_b) {
-        RingState<STAGES> at;
-        const int rank = CLUSTER > 1 ? int(cluster_rank()) : 0;
-        for (int unit = blockIdx.x / CLUSTER; unit < sched.units; unit += gridDim.x / CLUSTER) {
-            const auto w = sched.work(unit, rank);  // the scheduler's Work (a grouped one carries more)
-            const bool has_a = w.m0 < sched.m;  // a cluster's last tile row may lie past M
-            for (int step = w.k_begin; step < w.k_end; ++step) {
-                wait(&ring->empty[at.stage], at.parity ^ 1);
-                unsigned char* s = stage(smem, at.stage);
-                u64* full = &ring->full[at.stage];
-                arrive_expect_bytes(full, (has_a ? SA::BYTES : 0) + SB::BYTES);
+        produce_stages<STAGES, CLUSTER, STAGE_BYTES, SA::BYTES, SB::BYTES>(
+            smem, ring, sched, [&](unsigned char* s, u64* full, const auto& w, int step, bool has_a, int rank) {
                 if (has_a) SA::load(s, map_a, full, w.m0, step * BK, batched_a ? w.batch : 0);
                 if constexpr (TRANSPOSE_B) {  // B's MN-major tile into the raw area
                     load_b<SR>(s + OPERAND_BYTES, map_b, full, w, step, batched_b, rank);
                 } else {
                     load_b<SB>(s + SA::BYTES, map_b, full, w, step, batched_b, rank);
                 }
-                at.advance();
-            }
-        }
-        if constexpr (CLUSTER > 1) {  // stay until every consumer of the cluster has freed every stage here
-            for (int i = 0; i < STAGES; ++i) {
-                wait(&ring->empty[at.stage], at.parity ^ 1);
-                at.advance();
-            }
-        }
+            });
     }
 
     // B's tile of a unit's K step into dst as LB lays it out; in a cluster, this block's part into every block.

@@ -60,5 +60,35 @@ struct RingState {
     }
 };
 
+// The TMA producer's walk (one thread): for every K step of every unit this block takes (units
+// blockIdx.x / CLUSTER on, gridDim.x / CLUSTER apart), wait until the next stage is free, expect
+// its bytes (A's only where the unit's tile row lies inside M) and load_step(stage, its full
+// barrier, work, step, has_a, rank); in a cluster, then stay until every consumer of the cluster
+// has freed every stage here.
+template <int STAGES, int CLUSTER, int STAGE_BYTES, int A_BYTES, int B_BYTES, class Sched, class LoadStep>
+__device__ __forceinline__ void produce_stages(unsigned char* smem, Ring<STAGES>* ring, const Sched& sched,
+                                               const LoadStep& load_step) {
+    RingState<STAGES> at;
+    const int rank = CLUSTER > 1 ? int(cluster_rank()) : 0;
+    for (int unit = blockIdx.x / CLUSTER; unit < sched.units; unit += gridDim.x / CLUSTER) {
+        const auto w = sched.work(unit, rank);  // the scheduler's Work (a grouped one carries more)
+        const bool has_a = w.m0 < sched.m;      // a cluster's last tile row may lie past M
+        for (int step = w.k_begin; step < w.k_end; ++step) {
+            wait(&ring->empty[at.stage], at.parity ^ 1);
+            unsigned char* s = smem + at.stage * STAGE_BYTES;
+            u64* full = &ring->full[at.stage];
+            arrive_expect_bytes(full, (has_a ? A_BYTES : 0) + B_BYTES);
+            load_step(s, full, w, step, has_a, rank);
+            at.advance();
+        }
+    }
+    if constexpr (CLUSTER > 1) {  // stay until every consumer of the cluster has freed every stage here
+        for (int i = 0; i < STAGES; ++i) {
+            wait(&ring->empty[at.stage], at.parity ^ 1);
+            at.advance();
+        }
+    }
+}
+
 }  // namespace hopper
 }  // namespace blasdx
