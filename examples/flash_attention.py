@@ -4,18 +4,20 @@
                                        [--dtype float16|bfloat16] [--pipeline overlap|stages|turns|serial]
 
 Q, K, V and O are (batch, heads, S, D) in PyTorch's layout, f16 or bf16, D = 64 or 128, any S.
-A block owns BLOCK_M = 128 queries of one head (two warpgroups, 64 rows each) and streams the
-head's keys and values through shared memory BLOCK_N at a time, two tiles in flight: while
-tile j is multiplied, tile j + 1 is on its way (cp.async). Per tile, GEMM ``QK`` (wgmma) leaves
-the scores in registers; the online softmax walks them by row (``blasdx::rows``), rescaling the
-output accumulator as the running maximum grows; the probabilities, rounded to 16 bits in
-place, are the register A of GEMM ``PV`` (``PV::a_registers``), so P never touches shared
-memory. The last tiles of a head are zero-filled past S and masked. Q K^T of the next tile and
-P V of this one run asynchronously while the softmax works (``execute_async``); the pipeline
-either syncs the block once per tile ("overlap", the default for D = 64), or keeps a full and a
-free barrier per shared-memory stage with the two warpgroups taking turns at their GEMMs
-("turns", the default for D = 128; "stages" without the turns). The script checks sampled heads
-against a float64 reference and the whole output against PyTorch's SDPA, then times both.
+A block owns BLOCK_M = 128 queries of one head (two warpgroups, 64 rows each). The kernel below is
+the attention logic; the machinery is the device API's: ``blasdx::kv_stream`` (kv_stream.cuh)
+streams the head's keys and values through shared memory BLOCK_N at a time with cp.async, the next
+tiles in flight while this one is multiplied, and issues Q K^T of the next tile and P V of this one
+together (``execute_async``) so that the softmax runs under P V; ``blasdx::online_softmax``
+(online_softmax.cuh) keeps the running row maxima and sums on the scores in registers and rescales
+the output accumulator when a maximum grows. The probabilities, rounded to 16 bits in place, are the
+register A of GEMM ``PV`` (``PV::a_registers``), so P never touches shared memory. The last tiles of
+a head are zero-filled past S and masked. The stream's pipelining is one template parameter:
+"overlap" (one block barrier per tile, the default for D = 64), "turns" (a full and a free barrier
+per shared-memory stage, the two warpgroups taking turns at their GEMMs; the default for D = 128),
+"stages" (the barriers without the turns) or "serial" (each GEMM completes in turn). The script
+checks sampled heads against a float64 reference and the whole output against PyTorch's SDPA, then
+times both.
 """
 
 from __future__ import annotations
@@ -31,186 +33,47 @@ import blasdx as bx
 from blasdx.reference import assert_close, tolerance
 
 SOURCE = r"""
+#include "blasdx/kv_stream.cuh"
+#include "blasdx/online_softmax.cuh"
 using T = QK::a_value_type;
-#define MINUS_INFINITY __int_as_float(0xff800000)
 constexpr int BLOCK_M = QK::m, BLOCK_N = QK::n, D = QK::k;
-static_assert(PV::m == BLOCK_M && PV::k == BLOCK_N && PV::n == D, "P V multiplies the scores' tile by a V tile");
-constexpr int K_BYTES = (QK::shared_b_bytes + 1023) / 1024 * 1024, V_BYTES = (PV::shared_b_bytes + 1023) / 1024 * 1024;
-constexpr int V_STAGES = PIPELINE >= 2 ? 3 : 2;
-constexpr bool TURNS = PIPELINE == 3;  // the decoupled pipeline refills V two tiles ahead
-constexpr int O_LD = D + 8;  // staged output rows (the 8 spread the banks)
-static_assert(QK::shared_b_offset + 2 * K_BYTES + V_STAGES * V_BYTES + QK::shared_memory_slack == SHARED_BYTES, "layout");
-static_assert(BLOCK_M * O_LD * 2 <= 2 * (K_BYTES + V_BYTES), "O is staged over the K/V stages");
+using Stream = blasdx::kv_stream<QK, PV, blasdx::kv_pipelining(PIPELINE)>;  // K / V tiles through shared memory
+static_assert(Stream::shared_memory_size == SHARED_BYTES, "the launch gives the stream's shared memory");
 
 // q, k, v, o: (batch * heads, seq, D); grid (query tiles, batch * heads); scale_log2 = log2(e) / sqrt(D).
 extern "C" __global__ void __launch_bounds__(QK::max_threads_per_block, MIN_BLOCKS)
-flash_attention(const QK::a_value_type* q, const QK::b_value_type* k, const PV::b_value_type* v, PV::a_value_type* o,
-                int seq, float scale_log2) {
+flash_attention(const T* q, const T* k, const T* v, T* o, int seq, float scale_log2) {
     extern __shared__ __align__(1024) unsigned char smem[];
-    const auto buffers = QK::slice_shared_memory_ab(smem);  // Q, then K0 K1, then V0 V1 (V2)
-    T* sQ = buffers.a;
-    unsigned char* stages = reinterpret_cast<unsigned char*>(buffers.b);
-    auto sK = [&](int j) { return reinterpret_cast<T*>(stages + (j % 2) * K_BYTES); };
-    auto sV = [&](int j) { return reinterpret_cast<T*>(stages + 2 * K_BYTES + (j % V_STAGES) * V_BYTES); };
-    const int tile = CAUSAL ? gridDim.x - 1 - blockIdx.x : blockIdx.x;  // causal: longest rows first
-    const int q0 = tile * BLOCK_M;
+    const int q0 = (CAUSAL ? gridDim.x - 1 - blockIdx.x : blockIdx.x) * BLOCK_M;  // causal: longest rows first
     const long long head = (long long)blockIdx.y * seq * D;
-    const int last_key = CAUSAL ? min(seq, q0 + BLOCK_M) : seq;
-    const int tiles = (last_key + BLOCK_N - 1) / BLOCK_N;
-
-    PV::accumulator out;  // O, unnormalised
-    auto out_rows = blasdx::rows(out);
-    constexpr int R = decltype(out_rows)::count;
-    float row_max[R], row_sum[R];
-    for (int r = 0; r < R; ++r) row_max[r] = MINUS_INFINITY, row_sum[r] = 0.0f;
-    // The online softmax of one tile of scores, in place: masked, exponentiated against the running
-    // maximum (P, unnormalised), the row sums carried on. The maximum moves only where a row's grows
-    // past it by more than 8 in log2 units (P stays below 2^8), for all rows of a warp at once, so
-    // most tiles leave O as it is; returns whether O's rows must shrink by rescale[r].
-    auto softmax = [&](QK::accumulator& scores, int j, float (&rescale)[R]) {
-        auto s = blasdx::rows(scores);
+    const int keys = CAUSAL ? min(seq, q0 + BLOCK_M) : seq;  // the keys this tile's queries see
+    Stream stream(smem, q + head + (long long)q0 * D, seq - q0, k + head, v + head, seq, keys);  // Q, K 0 ... on their way
+    blasdx::online_softmax<QK::accumulator> softmax(scale_log2);  // running row maxima and sums
+    // S of key tile j -> P, unnormalised, in place (keys past S, or past the query, masked first);
+    // returns whether O must shrink because the running maxima moved
+    auto softmax_tile = [&](QK::accumulator& s, int j) {
         const int k0 = j * BLOCK_N;
-        if (k0 + BLOCK_N > seq || (CAUSAL && k0 + BLOCK_N > q0 + 1)) {  // keys past S, or past the query
-            s.transform([&](int r, int col, float x) {
-                return k0 + col < seq && (!CAUSAL || k0 + col <= q0 + s.row(r)) ? x : MINUS_INFINITY;
-            });
+        if (k0 + BLOCK_N > seq || (CAUSAL && k0 + BLOCK_N > q0 + 1)) {
+            softmax.mask(s, [&](int row, int col) { return k0 + col < seq && (!CAUSAL || k0 + col <= q0 + row); });
         }
-        float tile_max[R], shift[R], tile_sum[R];
-        s.max(tile_max);
-        bool grows = false;  // the first tile has a key for every row: it grows them all from -inf
-        for (int r = 0; r < R; ++r) grows |= (tile_max[r] - row_max[r]) * scale_log2 > 8.0f;
-        grows = __any_sync(0xffffffffu, grows);
-        for (int r = 0; r < R; ++r) {
-            const float new_max = grows ? fmaxf(row_max[r], tile_max[r]) : row_max[r];
-            rescale[r] = exp2f((row_max[r] - new_max) * scale_log2);
-            row_max[r] = new_max;
-            shift[r] = new_max * scale_log2;
-        }
-        s.transform([&](int r, int, float x) { return exp2f(x * scale_log2 - shift[r]); });
-        s.thread_reduce(tile_sum, 0.0f, [](float a, float b) { return a + b; });  // this thread's part
-        for (int r = 0; r < R; ++r) row_sum[r] = row_sum[r] * rescale[r] + tile_sum[r];
-        return grows;
+        return softmax.update(s);
     };
-    auto k_tile = [&](int j) { return k + head + (long long)j * BLOCK_N * D; };
-    auto v_tile = [&](int j) { return v + head + (long long)j * BLOCK_N * D; };
 
-#if PIPELINE >= 2  // stages: per-stage barriers (3: and the warpgroups take turns at their GEMMs)
-    // As below, with a full and a free barrier per stage instead of a block barrier per tile: a
-    // stage is read once its copies landed and refilled once its last reader is done, so the two
-    // warpgroups may drift apart (one's softmax under the other's GEMMs). K is refilled two tiles
-    // ahead at the top of a tile, V two tiles ahead at its end (three V stages).
-    __shared__ blasdx::stage_barrier k_full[2], k_free[2], v_full[V_STAGES], v_free[V_STAGES];
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < 2; ++s) k_full[s].init(QK::max_threads_per_block), k_free[s].init(QK::max_threads_per_block);
-        for (int s = 0; s < V_STAGES; ++s) v_full[s].init(QK::max_threads_per_block), v_free[s].init(QK::max_threads_per_block);
-    }
-    __syncthreads();
-    QK::load_a<D>(q + head + (long long)q0 * D, sQ, seq - q0);  // rows past S are zeros
-    QK::load_b<D>(k_tile(0), sK(0), seq);
-    k_full[0].arrive_after_copies();
-    if (tiles > 1) QK::load_b<D>(k_tile(1), sK(1), seq - BLOCK_N);
-    k_full[1].arrive_after_copies();
-    PV::load_b<D>(v_tile(0), sV(0), seq);
-    v_full[0].arrive_after_copies();
-    if (tiles > 1) PV::load_b<D>(v_tile(1), sV(1), seq - BLOCK_N);
-    v_full[1].arrive_after_copies();
-    k_full[0].wait(0);
-    QK::shared_fence();
-    auto scores = QK::execute(sQ, sK(0));
-    k_free[0].arrive();
-    float rescale[R];
-    softmax(scores, 0, rescale);  // O is still zero
-    PV::a_registers p(scores);  // P rounded to T, in registers
-    if (TURNS) blasdx::warpgroup_turns::start();
-    for (int j = 0; j + 1 < tiles; ++j) {
-        if (j + 2 < tiles) {  // K j + 2 over K j, once every thread is done with it
-            k_free[j % 2].wait(j / 2);
-            QK::load_b<D>(k_tile(j + 2), sK(j + 2), seq - (j + 2) * BLOCK_N);
-            k_full[j % 2].arrive_after_copies();
-        }
-        k_full[(j + 1) % 2].wait((j + 1) / 2);
-        v_full[j % V_STAGES].wait(j / V_STAGES);
-        QK::shared_fence();
-        scores.clear();
-        if (TURNS) blasdx::warpgroup_turns::take();
-        QK::execute_async(sQ, sK(j + 1), scores);
-        PV::execute_async(p, sV(j), out);  // O += P V
-        if (TURNS) blasdx::warpgroup_turns::pass();
-        QK::wait<1>(scores);  // Q K^T j + 1 is done (groups complete in order), P V j runs on
-        k_free[(j + 1) % 2].arrive();
-        const bool shrink = softmax(scores, j + 1, rescale);
-        PV::wait<0>(out, p);
-        v_free[j % V_STAGES].arrive();
-        if (shrink) out_rows.transform([&](int r, int, float x) { return x * rescale[r]; });
-        p = PV::a_registers(scores);
-        if (j + 2 < tiles) {  // V j + 2 over V j - 1, once every thread is done with it
-            if (j >= 1) v_free[(j + 2) % V_STAGES].wait((j - 1) / V_STAGES);
-            PV::load_b<D>(v_tile(j + 2), sV(j + 2), seq - (j + 2) * BLOCK_N);
-            v_full[(j + 2) % V_STAGES].arrive_after_copies();
-        }
-    }
-    if (TURNS) blasdx::warpgroup_turns::finish();
-    v_full[(tiles - 1) % V_STAGES].wait((tiles - 1) / V_STAGES);
-    QK::shared_fence();
-    PV::execute(p, sV(tiles - 1), out);
-#elif PIPELINE == 1  // overlap: one block barrier per tile
-    // Per tile j: Q K^T of tile j + 1 and P V of tile j are issued together; softmax(j + 1) runs while
-    // P V j is on the tensor cores. Copies run ahead: K j + 2 and V j + 1 stream in during tile j.
-    // (No branch around the asynchronous GEMMs inside the loop: ptxas would serialise them.)
-    QK::load_a<D>(q + head + (long long)q0 * D, sQ, seq - q0);  // rows past S are zeros
-    QK::load_b<D>(k_tile(0), sK(0), seq);
-    QK::copy_commit();
-    if (tiles > 1) QK::load_b<D>(k_tile(1), sK(1), seq - BLOCK_N);
-    PV::load_b<D>(v_tile(0), sV(0), seq);
-    QK::copy_commit();
-    QK::copy_wait<1>();  // Q and K 0
-    auto scores = QK::execute(sQ, sK(0));
-    float rescale[R];
-    softmax(scores, 0, rescale);  // O is still zero
-    PV::a_registers p(scores);  // P rounded to T, in registers
-    for (int j = 0; j + 1 < tiles; ++j) {
-        QK::copy_wait<0>();  // K j + 1 and V j landed; every warpgroup is done with Q K^T j and P V j - 1
-        scores.clear();
-        QK::execute_async(sQ, sK(j + 1), scores);
-        PV::execute_async(p, sV(j), out);  // O += P V
-        if (j + 2 < tiles) QK::load_b<D>(k_tile(j + 2), sK(j + 2), seq - (j + 2) * BLOCK_N);  // over K j
-        PV::load_b<D>(v_tile(j + 1), sV(j + 1), seq - (j + 1) * BLOCK_N);                     // over V j - 1
-        QK::copy_commit();
-        QK::wait<1>(scores);  // Q K^T j + 1 is done (groups complete in order), P V j runs on
-        const bool shrink = softmax(scores, j + 1, rescale);
-        PV::wait<0>(out, p);
-        if (shrink) out_rows.transform([&](int r, int, float x) { return x * rescale[r]; });
+    PV::accumulator out;                  // O, unnormalised
+    auto scores = stream.first_scores();  // S = Q K^T of key tile 0
+    softmax_tile(scores, 0);              // O is still zero: nothing to rescale
+    PV::a_registers p(scores);            // P rounded to T, in registers
+    for (int j = 0; j + 1 < stream.tiles(); ++j) {
+        stream.multiply(j, scores, p, out);  // S = Q K^T of tile j + 1 and O += P V of tile j, in flight together
+        stream.wait_scores(j, scores);       // S is done; P V runs on under the softmax
+        const bool shrink = softmax_tile(scores, j + 1);
+        stream.wait_output(j, out, p);       // O += P V is done
+        if (shrink) softmax.rescale(out);
         p = PV::a_registers(scores);
     }
-    QK::copy_wait<0>();  // V of the last tile
-    PV::execute(p, sV(tiles - 1), out);
-#else  // serial: each GEMM completes before the softmax
-    QK::load_a<D>(q + head + (long long)q0 * D, sQ, seq - q0);  // rows past S are zeros
-    QK::load_b<D>(k_tile(0), sK(0), seq);
-    PV::load_b<D>(v_tile(0), sV(0), seq);
-    QK::copy_commit();
-    for (int j = 0; j < tiles; ++j) {
-        QK::copy_wait<0>();  // tile j has landed and every warp is done with tile j - 1
-        if (j + 1 < tiles) {  // tile j + 1 streams in over tile j - 1 while tile j is multiplied
-            QK::load_b<D>(k_tile(j + 1), sK(j + 1), seq - (j + 1) * BLOCK_N);
-            PV::load_b<D>(v_tile(j + 1), sV(j + 1), seq - (j + 1) * BLOCK_N);
-            QK::copy_commit();
-        }
-        auto scores = QK::execute(sQ, sK(j));
-        float rescale[R];
-        if (softmax(scores, j, rescale)) out_rows.transform([&](int r, int, float x) { return x * rescale[r]; });
-        PV::execute(PV::a_registers(scores), sV(j), out);  // O += P V, P rounded to T in registers
-    }
-#endif
-
-    out_rows.all_reduce(row_sum, [](float a, float b) { return a + b; });
-    for (int r = 0; r < R; ++r) row_sum[r] = 1.0f / row_sum[r];
-    out_rows.transform([&](int r, int, float x) { return x * row_sum[r]; });
-    __syncthreads();  // every warp is done with the stages: O is staged over them
-    T* sO = sK(0);
-    out.store(sO, O_LD);
-    __syncthreads();
-    PV::store_c<D, O_LD>(sO, o + head + (long long)q0 * D, seq - q0);  // whole rows, 16 bytes at a time
+    stream.multiply_last(p, out);  // O += P V of the last tile
+    softmax.finish(out);           // O / row sums
+    stream.store(out, o + head + (long long)q0 * D, seq - q0);  // whole rows, 16 bytes at a time
 }
 """
 

@@ -22,8 +22,11 @@ import blasdx as bx
 from .attention_kernels import (
     chain_gemms,
     compile_chain,
+    compile_kv_stream,
+    compile_online_softmax,
     compile_row_stats,
     row_stats_gemm,
+    stream_gemms,
 )
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -81,10 +84,13 @@ def test_example_kernel_without_pipelining(d) -> None:
     sass = kernel.compiled.sass()
     no_local_memory(kernel)
     block_n = kernel.gemms["QK"].n
+    # the same steps as the pipelined kernels (Q K^T of tile 0 first, P V of the last tile after the loop),
+    # each GEMM complete before the next
     shapes = collections.Counter(re.findall(r"\bHGMMA\.(64x\d+x16)", sass))
-    expected = collections.Counter({f"64x{block_n}x16": d // 16})
-    expected[f"64x{d}x16"] += block_n // 16
+    expected = collections.Counter({f"64x{block_n}x16": 2 * (d // 16)})
+    expected[f"64x{d}x16"] += 2 * (block_n // 16)
     assert shapes == expected
+    assert "WARPGROUP.DEPBAR.LE gsb0, 0x1" not in sass  # never a wait that leaves a group in flight
 
 
 def test_example_rejects_bad_options() -> None:
@@ -214,3 +220,63 @@ def test_register_a_overloads_leave_other_plans_alone(sm) -> None:
             + bx.Function.MM + bx.SM(sm) + bx.Block())
     kernel = bx.compile_kernel(source, "k", {"GEMM": desc})
     assert kernel.local_memory == 0
+
+
+@pytest.mark.parametrize("sm,size,threads,mma", [
+    (80, (64, 32, 64), 128, "HMMA"),
+    ((90, True), (128, 64, 64), 256, "HGMMA"),
+])
+def test_online_softmax_compiles(sm, size, threads, mma) -> None:
+    kernel = compile_online_softmax(row_stats_gemm(sm, size=size, threads=threads))
+    sass = kernel.compiled.sass()
+    no_local_memory(kernel)
+    assert opcodes(sass, mma) > 0 or re.search(rf"\b{mma}\.", sass)
+    assert "MUFU.EX2" in sass   # P = 2^(s * scale_log2 - shift)
+    assert "VOTE.ANY" in sass   # one vote per warp on whether the maxima move
+    assert "SHFL.BFLY" in sass  # tile maxima and the final sums across the quad
+
+
+def test_online_softmax_needs_matching_rows() -> None:
+    source = r"""
+    #include "blasdx/online_softmax.cuh"
+    extern "C" __global__ void k(float* o) {
+        A::accumulator s;
+        B::accumulator out;
+        blasdx::online_softmax<A::accumulator> softmax(1.0f);
+        softmax.finish(out);
+        out.store(o);
+    }"""
+    a = row_stats_gemm((90, True), size=(128, 64, 64), threads=256)  # one 64-row tile per warpgroup: 2 slots
+    b = row_stats_gemm((90, True), size=(256, 64, 64), threads=256)  # two tiles per warpgroup: 4 slots
+    with pytest.raises(bx.CompileError, match="O has this softmax's row slots"):
+        bx.compile_kernel(source, "k", {"A": a, "B": b})
+
+
+@pytest.mark.parametrize("pipelining", ["serial", "overlap", "stages", "turns"])
+def test_kv_stream_compiles(pipelining) -> None:
+    gemms = stream_gemms()
+    kernel = compile_kv_stream(gemms, pipelining)
+    sass = kernel.compiled.sass()
+    no_local_memory(kernel)
+    assert len(re.findall(r"\bHGMMA\.64x64x16", sass)) == 2 * (64 // 16) * 2  # Q K^T and P V, first / loop / last
+    assert opcodes(sass, "LDGSTS") > 0
+    assert "serialized" not in kernel.compiled.log
+    assert ("SYNCS.PHASECHK" in sass) == (pipelining in ("stages", "turns"))
+    assert ("BAR.ARV" in sass) == (pipelining == "turns")
+
+
+def test_kv_stream_needs_wgmma() -> None:
+    source = r"""
+    #include "blasdx/kv_stream.cuh"
+    extern "C" __global__ void k(const QK::a_value_type* q, QK::a_value_type* o, int seq) {
+        extern __shared__ __align__(1024) unsigned char smem[];
+        blasdx::kv_stream<QK, PV, blasdx::kv_pipelining::overlap> stream(smem, q, seq, q, q, seq, seq);
+        PV::accumulator out;
+        stream.store(out, o, seq);
+    }"""
+    common = (bx.Precision(bx.float16, bx.float16, bx.float32) + bx.Type.real + bx.Function.MM + bx.SM(90)
+              + bx.Block() + bx.BlockDim(128))
+    gemms = {"QK": bx.Size(64, 32, 64) + bx.Arrangement(bx.row_major, bx.col_major, bx.row_major) + common,
+             "PV": bx.Size(64, 64, 32) + bx.Arrangement(bx.row_major, bx.row_major, bx.row_major) + common}
+    with pytest.raises(bx.CompileError, match="the K / V stream runs on wgmma"):
+        bx.compile_kernel(source, "k", gemms)

@@ -22,8 +22,11 @@ from blasdx.reference import assert_close, tolerance
 from .attention_kernels import (
     chain_gemms,
     compile_chain,
+    compile_kv_stream,
+    compile_online_softmax,
     compile_row_stats,
     row_stats_gemm,
+    stream_gemms,
 )
 from .gpu_support import gpu_sm
 
@@ -183,3 +186,70 @@ def test_async_chain(hopper, dtype) -> None:
     ref = (exact.to(tdtype).double() @ b2.double()).cpu().numpy()
     assert_close(o.double().cpu().numpy(), ref, tolerance(dtype, dtype, g1.k), what="O")
     assert_close(s2.double().cpu().numpy(), exact.cpu().numpy(), tolerance(dtype, bx.float32, g1.k), what="S2")
+
+
+def _softmax64(s, keys: int, scale: float):
+    """Row softmax of scale * s in float64 over the first `keys` columns (the rest: zero weight)."""
+    import numpy as np
+
+    x = s * scale
+    x[:, keys:] = -np.inf
+    p = np.exp(x - x.max(axis=1, keepdims=True))
+    return p / p.sum(axis=1, keepdims=True)
+
+
+@pytest.mark.parametrize("tiles,keys", [(1, 32), (1, 5), (4, 128), (5, 130)])
+@pytest.mark.parametrize("sm,size,threads", [(90, (64, 32, 64), 128), ((90, True), (128, 64, 64), 256)],
+                         ids=["mma_sync", "wgmma"])
+def test_online_softmax(sm, size, threads, tiles: int, keys: int) -> None:
+    """blasdx::online_softmax over `tiles` score tiles whose scores grow by 12 (log2 units) tile by tile,
+    so that the maxima move and O is rescaled each time, keys past `keys` masked:
+    O(r, c) = sum_j P(r, j n + c)."""
+    if gpu_sm() != 90:
+        pytest.skip("needs a compute capability 9.0 GPU (the descriptors target sm_90 and sm_90a)")
+    import numpy as np
+
+    torch = pytest.importorskip("torch")
+    m, n, k = size
+    keys = min(keys, tiles * n)
+    kernel = compile_online_softmax(row_stats_gemm(sm, size=size, threads=threads))
+    torch.manual_seed(tiles * 1000 + keys)
+    a = torch.rand(m, k, device="cuda", dtype=torch.float16)
+    a[:, 0] = 1.0
+    b = torch.rand(tiles * n, k, device="cuda", dtype=torch.float16) - 0.5  # column-major k x (tiles n)
+    b[:, 0] = 12.0 * (torch.arange(tiles * n, device="cuda") // n).half()   # + 12 per tile, exactly
+    o = torch.full((m, n), float("nan"), device="cuda")
+    scale_log2 = 1.0
+    kernel.launch(1, (a, b, o, tiles, keys, scale_log2))
+    torch.cuda.synchronize()
+    a64, b64 = a.double().cpu().numpy(), b.double().cpu().numpy()
+    ref = _softmax64(a64 @ b64.T, keys, scale_log2 * np.log(2.0)).reshape(m, tiles, n).sum(axis=1)
+    # P = 2^(s - max): an error e in the f32 scores moves P by ln2 e relatively, in numerator and sum
+    # alike; the sums themselves carry f32 rounding over the keys
+    score_error = tolerance(bx.float16, bx.float32, k) * float((np.abs(a64) @ np.abs(b64).T).max())
+    tol = 2 * np.log(2.0) * scale_log2 * score_error + tolerance(bx.float32, bx.float32, tiles * n)
+    assert_close(o.double().cpu().numpy(), ref, tol, what="O")
+
+
+@pytest.mark.parametrize("pipelining", ["serial", "overlap", "stages", "turns"])
+@pytest.mark.parametrize("seq,q_rows", [(64, 128), (1000, 77), (129, 1)])
+def test_kv_stream(hopper, pipelining: str, seq: int, q_rows: int) -> None:
+    """blasdx::kv_stream with the plain online softmax: O = softmax(Q K^T) V for one tile of queries
+    (q_rows of 128 stored), rows past q_rows of O left alone."""
+    import numpy as np
+    import torch
+
+    gemms = stream_gemms()
+    kernel = compile_kv_stream(gemms, pipelining)
+    torch.manual_seed(seq + q_rows)
+    q = torch.randn(128, 64, device="cuda", dtype=torch.float16)
+    k, v = (torch.randn(seq, 64, device="cuda", dtype=torch.float16) for _ in range(2))
+    o = torch.full((128, 64), float("nan"), device="cuda", dtype=torch.float16)
+    scale_log2 = float(np.log2(np.e) / 8.0)
+    kernel.launch(1, (q, k, v, o, q_rows, seq, scale_log2))
+    torch.cuda.synchronize()
+    p = _softmax64(q.double().cpu().numpy() @ k.double().cpu().numpy().T, seq, 1 / 8.0)
+    ref = p @ v.double().cpu().numpy()
+    got = o.double().cpu().numpy()
+    assert_close(got[:q_rows], ref[:q_rows], tolerance(bx.float16, bx.float16, seq), what="O")
+    assert np.isnan(got[q_rows:]).all(), "the stream stored rows past q_rows"
