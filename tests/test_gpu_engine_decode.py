@@ -1,0 +1,74 @@
+"""The engine's decode path on the GPU: products of at most 32 rows of 16-bit x computed transposed
+(D^T = y^T x^T, blasdx.engine.hopper.DECODE), checked element by element against float64.
+
+Rows 1 to 32 (and 33, past the path), N and K odd and even, weights stored [N, K] (read transposed) and
+[K, N], split K and not, bx.mma with alpha / beta into a poisoned, padded out= whose padding must stay.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import blasdx as bx
+from blasdx import dtypes as dt
+from blasdx.calls.matmul import call_plan
+from blasdx.engine import hopper
+from blasdx.reference import rounding, tolerance
+
+from .gpu_support import poisoned_new_tensors, torch_dtype
+from .hopper_support import check_product, engine_call, hopper_torch, operand, poisoned
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def torch():
+    return hopper_torch()
+
+
+def _check(torch, got, x, y, a, c, k, acc=None, alpha=1.0, beta=1.0, what=""):
+    tol = tolerance(a, c, max(k, 1), dt.float32, rounding_apart=True)
+    check_product(torch, got, x, y, tol, acc, alpha, beta, what, rounding(c))
+
+
+@pytest.mark.parametrize("m", [1, 5, 16, 17, 31, 32, 33])
+@pytest.mark.parametrize(("n", "k"), [(256, 64), (4097, 1000), (4096, 4096)])
+@pytest.mark.parametrize("weights", ["NK", "KN"])
+@pytest.mark.parametrize(("a", "c"), [(dt.bfloat16, dt.float32), (dt.float16, dt.float16), (dt.float16, dt.float32)],
+                         ids=lambda t: t.name)
+def test_decode_products(torch, m, n, k, weights, a, c):
+    gen = torch.Generator(device="cuda").manual_seed(m * 131 + n + k + len(weights))
+    x = operand(torch, (m, k), a, gen)
+    y = operand(torch, (n, k), a, gen).t() if weights == "NK" else operand(torch, (k, n), a, gen)
+    acc = operand(torch, (m, n), c, gen)
+    out = poisoned(torch, (m, n), c)
+    engine = engine_call(torch, x, y, acc, out, c, a, alpha=0.75, beta=-0.5)
+    assert engine.swapped == (m <= hopper.SWAP_MAX_M), engine.describe()
+    _check(torch, out, x, y, a, c, k, acc, alpha=0.75, beta=-0.5, what=f"{m}x{n}x{k} {weights}: {engine.describe()}")
+
+
+@pytest.mark.parametrize("splits", [1, 3])
+def test_decode_into_a_padded_out(torch, splits):
+    """A swapped plan stores D's columns as the kernel's rows: the padding past N and the rows past M stay."""
+    a, c = dt.bfloat16, dt.float32
+    gen = torch.Generator(device="cuda").manual_seed(40 + splits)
+    m, n, k = 13, 1000, 2048
+    x, y = operand(torch, (m, k), a, gen), operand(torch, (n, k), a, gen).t()
+    storage = torch.full((m + 3, n + 7), float("nan"), device="cuda", dtype=torch_dtype(c))
+    out = storage[:m, :n]
+    engine = engine_call(torch, x, y, None, out, c, a, beta=0.0, config=hopper.replace(hopper.DECODE, bk=64),
+                         splits=splits)
+    assert engine.swapped and engine.splits == splits
+    _check(torch, out, x, y, a, c, k, what=engine.describe())
+    assert torch.isnan(storage[:, n:]).all() and torch.isnan(storage[m:]).all(), "padding written"
+
+
+def test_matmul_takes_the_decode_path(torch):
+    """bx.matmul on a Llama-like decode shape: the new result fully written (allocations poisoned)."""
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    x = operand(torch, (16, 4096), dt.bfloat16, gen)
+    w = operand(torch, (6144, 4096), dt.bfloat16, gen)
+    with poisoned_new_tensors():
+        got = bx.matmul(x, w.t())
+    assert "A and B swapped" in call_plan(x, w.t()).describe()
+    _check(torch, got, x, w.t(), dt.bfloat16, dt.float32, 4096, what="bx.matmul 16x6144x4096")
