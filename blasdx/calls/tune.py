@@ -36,7 +36,8 @@ __all__ = ["CANDIDATES", "SPLITS", "TuneResult", "tune"]
 #: Candidate configurations: a base of blasdx.engine.hopper.CONFIGS and what changes in it.
 CANDIDATES = [("narrow", {}), ("narrow", {"bn": 128, "stages": 8}), ("pingpong", {}),
               ("pingpong", {"bm": 64, "bn": 256, "stages": 4}), ("pingpong", {"cluster": 2}), ("wide", {}),
-              ("wide clusters", {}), ("square", {})]
+              ("wide clusters", {}), ("square", {}), ("decode", {}), ("decode", {"bn": 32}),
+              ("decode", {"bm": 64, "consumers": 1, "stages": 12})]
 #: K split counts tried with each (each split at least 4 K steps deep).
 SPLITS = (1, 2, 3, 4, 6, 8, 12, 16)
 
