@@ -204,7 +204,8 @@ struct DeviceGemm {
                                                    const TensorMap* map_b, const Sched& sched, bool batched_a,
                                                    bool batched_b) {
         produce_stages<STAGES, CLUSTER, STAGE_BYTES, SA::BYTES, SB::BYTES>(
-            smem, ring, sched, [&](unsigned char* s, u64* full, const auto& w, int step, bool has_a, int rank) {
+            smem, ring, sched,  // a named Work, not a generic lambda: some NVRTC releases take those for host code
+            [&](unsigned char* s, u64* full, const Work& w, int step, bool has_a, int rank) {
                 if (has_a) SA::load(s, map_a, full, w.m0, step * BK, batched_a ? w.batch : 0);
                 if constexpr (TRANSPOSE_B) {  // B's MN-major tile into the raw area
                     load_b<SR>(s + OPERAND_BYTES, map_b, full, w, step, batched_b, rank);
