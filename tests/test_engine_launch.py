@@ -158,3 +158,41 @@ def test_a_bound_engine_call_launches_on_pointers(gpu):
     assert bound.scalars == call.kernel.scalars(acc, acc, 1.0, float(call.beta))
     bound.mma(None, object(), (x.ptr, y.ptr, acc.ptr, PTR + 2**33))
     assert gpu.launches[-1].slots[3:5] == (acc.ptr, PTR + 2**33)
+
+
+def test_a_decode_plan_reads_y_as_a_and_x_as_b(gpu):
+    """The swapped plan (D^T = y^T x^T): A's map follows y, B's map x, and D's strides are exchanged."""
+    x, y = view((16, 4096)), view((4096, 4096), strides=(1, 4096), ptr=PTR + 2**30)
+    engine = plan(x, y).kernel
+    assert engine.swapped
+    out = view((16, 4096), dt.float32, ptr=PTR + 2**31)
+    moved_x, moved_y = x._replace(ptr=PTR + 5 * 2**28), y._replace(ptr=PTR + 7 * 2**28)
+    engine.run(0, None, 0, moved_x, moved_y, None, out, 1.0, 0.0)
+    engine.launch(0, 0, moved_x.ptr, moved_y.ptr, 0, out.ptr, engine.scalars(None, out, 1.0, 0.0))
+    by_views, by_pointers = gpu.launches
+    assert by_pointers == by_views
+    assert (by_views.slots[0], by_views.slots[1]) == (moved_y.ptr, moved_x.ptr)
+    assert by_views.slots[7:10] == (4096, 16, 4096)  # the kernel's M is the weights' N
+
+
+@pytest.mark.parametrize("k", [256, 8192])  # one split, and K split (tiles few, K deep)
+def test_scaled_plans_launch_with_their_scratch(gpu, k):
+    """bx.scaled_mm's plan (its own parameter block) launches through the engine's operand and split preparation."""
+    from blasdx.calls import scaled_mm
+
+    e4m3 = dt.float8_e4m3
+    m = n = 256
+    route_a = hopper.route("x", e4m3, PTR, True, k, m, m * k, False)
+    route_b = hopper.route("y", e4m3, PTR + 2**30, True, k, n, n * k, False)
+    engine = scaled_mm.ScaledPlan(e4m3, e4m3, dt.float16, m, n, k, route_a, route_b, k, k, PTR, PTR + 2**30, 132,
+                                  None, "tensor", "tensor")
+    x, y = view((m, k), e4m3), view((k, n), e4m3, strides=(1, k), ptr=PTR + 2**30)
+    sx, sy = view((), dt.float32, ptr=PTR + 2**31), view((), dt.float32, ptr=PTR + 2**31 + 256)
+    d = view((m, n), dt.float16, ptr=PTR + 3 * 2**30)
+    engine.run(0, None, 0, x, y, sx, sy, None, d)
+    (launch,) = gpu.launches
+    workspace, counters = launch.slots[4:6]
+    assert launch.slots[3] == d.ptr and (workspace != 0) == (engine.splits > 1)
+    assert (engine.splits > 1) == (k == 8192), engine.describe()
+    if engine.splits > 1:
+        assert counters == workspace + engine._split_bytes[0]

@@ -132,12 +132,11 @@ class ScaledPlan(_hopper.EnginePlan):
         """D = (x * sx) @ (y * sy) [+ bias] on ``stream`` (the views' scalings are this plan's); scratch as
         :meth:`EnginePlan.run`'s, safe in a CUDA graph capture."""
         with _scratch.call_scratch(device_id, stream) if self.needs_scratch else _hopper._NO_SCRATCH as scratch:
-            a_ptr, b_ptr, workspace = self._operands_and_workspace(device_id, scratch, stream, x, y)
+            a_ptr, b_ptr, workspace, counters = self.prepare(device_id, scratch, stream, x.ptr, y.ptr, x, y)
             sx_row, sx_col = _strides(sx)
             sy_row, sy_col = _strides(sy)
             d_row, d_col, _ = _hopper.result_strides(d)
             bias_ptr = 0 if bias is None else bias.ptr
-            counters = self._counters(scratch) if self.splits > 1 else 0
             gemm = self._gemm
             with gemm.params.lock:
                 self._point_maps(a_ptr, b_ptr, d.ptr)

@@ -719,15 +719,22 @@ class EnginePlan:
             self._launch_gemm(device_id, stream, a_ptr, b_ptr, c_ptr, d_ptr, 0, 0, scalars)
             return
         with _scratch.call_scratch(device_id, stream) as scratch:
-            if self.route_a.repack is not None:
-                a_ptr = self._prepare(a, self.route_a, self.operand_a, self.m, "a", device_id, scratch, stream)
-            if self.route_b.repack is not None:
-                b_ptr = self._prepare(b, self.route_b, self.operand_b, self.n, "b", device_id, scratch, stream)
-            workspace = counters = 0
-            if self.splits > 1:  # sums and counters in one buffer, zero between launches (splitk.cuh)
-                workspace = scratch.get("split sums", self._split_bytes[1], zero=True)
-                counters = workspace + self._split_bytes[0]
+            a_ptr, b_ptr, workspace, counters = self.prepare(device_id, scratch, stream, a_ptr, b_ptr, a, b)
             self._launch_gemm(device_id, stream, a_ptr, b_ptr, c_ptr, d_ptr, workspace, counters, scalars)
+
+    def prepare(self, device_id: int, scratch: Any, stream: int, a_ptr: int, b_ptr: int, a: Any,
+                b: Any) -> tuple[int, int, int, int]:
+        """The addresses TMA reads A and B from (repacked first where the routes say, from the views ``a`` /
+        ``b``), the split sums and the split counters (0 without splits), all from the call's ``scratch``."""
+        if self.route_a.repack is not None:
+            a_ptr = self._prepare(a, self.route_a, self.operand_a, self.m, "a", device_id, scratch, stream)
+        if self.route_b.repack is not None:
+            b_ptr = self._prepare(b, self.route_b, self.operand_b, self.n, "b", device_id, scratch, stream)
+        workspace = counters = 0
+        if self.splits > 1:  # sums and counters in one buffer, zero between launches (splitk.cuh)
+            workspace = scratch.get("split sums", self._split_bytes[1], zero=True)
+            counters = workspace + self._split_bytes[0]
+        return a_ptr, b_ptr, workspace, counters
 
     def _launch_gemm(self, device_id: int, stream: int, a_ptr: int, b_ptr: int, c_ptr: int, d_ptr: int,
                      workspace: int, counters: int, scalars: tuple[Any, ...]) -> None:
