@@ -58,7 +58,7 @@ def plan(x, y, acc=None, sm=90):
     ((512, 512, 512), "pingpong", 2),
     ((512, 2112, 7168), "pingpong", 3),  # 68 tiles: three splits, 204 units in two rounds
     ((2048, 2112, 7168), "pingpong", 1),  # 272 tiles (2.06 waves): halves in 5 rounds gain too little
-    ((16, 8192, 8192), "decode", 2),  # decode, swapped: 64 tiles of 128 weight rows x 16, two splits of 4096
+    ((16, 8192, 8192), "decode", 1),  # decode, swapped: 128 tiles of 64 weight rows x 16, K whole
     ((33, 8192, 8192), "narrow", 4),  # past the swapped tile's 32 rows: 32 tiles of 64 x 256, four splits of 2048
     ((64, 4096, 14336), "narrow", 8),
     ((128, 8192, 28672), "pingpong", 2),

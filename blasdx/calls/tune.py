@@ -37,7 +37,7 @@ __all__ = ["CANDIDATES", "SPLITS", "TuneResult", "tune"]
 CANDIDATES = [("narrow", {}), ("narrow", {"bn": 128, "stages": 8}), ("pingpong", {}),
               ("pingpong", {"bm": 64, "bn": 256, "stages": 4}), ("pingpong", {"cluster": 2}), ("wide", {}),
               ("wide clusters", {}), ("square", {}), ("decode", {}), ("decode", {"bn": 32}),
-              ("decode", {"bm": 64, "consumers": 1, "stages": 12})]
+              ("decode", {"bm": 128, "consumers": 2, "stages": 10})]
 #: K split counts tried with each (each split at least 4 K steps deep).
 SPLITS = (1, 2, 3, 4, 6, 8, 12, 16)
 

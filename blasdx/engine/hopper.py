@@ -162,9 +162,17 @@ WIDE_CLUSTERS = EngineConfig(128, 256, 64, 4, 2, cluster=2)
 # two more accumulators per consumer: 64 x 128 each (the square tile shared by 2 consumers).
 SPLIT_SQUARE = EngineConfig(128, 128, 32, 3, 2, split_tf32=True, promote_stages=2)
 # Decode (at most SWAP_MAX_M rows of 16-bit x, row-major): the product is computed transposed, D^T = y^T x^T,
-# so the weights fill 128-row wgmma tiles and the few rows of x a 16- or 32-wide N; a stage is then mostly
-# weights (18 KB at bn = 16), so many stages keep enough bytes in flight for the memory-bound stream.
-DECODE = EngineConfig(128, 16, 64, 10, 2, swap_ab=True)
+# so the weights fill 64-row wgmma tiles and the few rows of x a 16- or 32-wide N; a stage is then mostly
+# weights (10 KB at bn = 16), so 12 stages keep enough bytes in flight for the memory-bound stream, and
+# 64-row tiles give twice the tiles of 128-row ones (fewer K splits to fill the SMs).
+# Measured (H200, bf16, GPU time by CUDA-graph replay, us; torch.matmul beside), M x N x K:
+#   16x4096x4096:  64-row/12 stages 10.4 (2 splits), 128-row/10 stages/2 consumers 10.4 (4); torch 9.1
+#   16x6144x4096:  64-row 14.9 (1), 128-row 15.8 (1), 17.4 (2); torch 14.1
+#   16x28672x4096: 64-row 63.0 (1), 128-row 59.8 (1); torch 57.1
+#   16x7168x16384: 64-row 59.3 (1), 128-row 60.2 (1); torch 65.2
+#   16x2112x7168:  64-row 9.7 (4), 128-row 10.7 (4); torch 10.4
+#   Before the swap (64 x 256 tiles, x as A): 16x4096x4096 16.6, 16x6144x4096 19.9.
+DECODE = EngineConfig(64, 16, 64, 12, 1, swap_ab=True)
 #: The most output rows the decode configuration takes (its N tile: M rounded up to 16 or 32).
 SWAP_MAX_M = 32
 #: ... and the fewest columns.
@@ -551,6 +559,9 @@ class _Kernel:
 
 class EnginePlan:
     """What every call of one kind (types, shapes, strides, alignments, device) runs on the engine."""
+
+    #: Whether the plan computes D^T = B^T A^T (:data:`DECODE`; plans of other engines built on this one never do).
+    swapped: bool = False
 
     def __init__(self, a: _dt.DType, c: _dt.DType, m: int, n: int, k: int, batch: int, route_a: OperandRoute,
                  route_b: OperandRoute, lda: int, ldb: int, batch_a: int, batch_b: int, batch_stride_a: int,
