@@ -76,6 +76,9 @@ def test_example_kernel_compiles_to_wgmma(d, dtype, causal, pipeline) -> None:
         assert "ARRIVES.LDGSTSBAR" in sass and "SYNCS.PHASECHK" in sass
     if pipeline == "turns":  # warpgroups hand each other the GEMMs through named barriers
         assert "BAR.ARV" in sass
+        # after the loop warpgroup 0 hands warpgroup 1 one last turn (barrier 2), so that each has
+        # executed as many bar.sync as bar.arrive: racecheck orders warps by blocking barriers passed
+        assert re.search(r"BAR\.ARV 0x2, 0x100\b", sass) and re.search(r"BAR\.SYNC\S* 0x2, 0x100\b", sass)
 
 
 @pytest.mark.parametrize("d", [64, 128])

@@ -175,7 +175,22 @@ class kv_stream {
     __device__ __forceinline__ void multiply_last(typename PV::a_registers& p, typename PV::accumulator& out) {
         const int last = tiles_ - 1;
         if constexpr (BARRIERS) {
-            if constexpr (MODE == kv_pipelining::turns) warpgroup_turns::finish();
+            if constexpr (MODE == kv_pipelining::turns) {
+                warpgroup_turns::finish();
+                // One more turn, warpgroup 0 to 1, so that both warpgroups have executed as many
+                // bar.sync as bar.arrive (n + 1 each after n tiles in the loop). The hardware needs
+                // finish() alone; compute-sanitizer's racecheck orders the accesses of two warps by
+                // how many blocking barriers each has passed (a bar.arrive counts as none), so with
+                // warpgroup 0 one bar.sync ahead it took the __syncthreads() pair of store() for a
+                // race: warpgroup 0's writes of O (STS of out.store) against warpgroup 1's reads of
+                // them (LDS of store_c), never the other way round. Warpgroup 1 takes the second
+                // turn of every tile, so it gets here after warpgroup 0: the wait costs nothing.
+                if (warpgroup_turns::group() == 0) {
+                    warpgroup_turns::arrive(2);
+                } else {
+                    warpgroup_turns::sync(2);
+                }
+            }
             bar().v_full[last % V_STAGES].wait(last / V_STAGES);
             QK::shared_fence();
         } else {
