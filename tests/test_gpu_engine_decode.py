@@ -48,6 +48,34 @@ def test_decode_products(torch, m, n, k, weights, a, c):
     _check(torch, out, x, y, a, c, k, acc, alpha=0.75, beta=-0.5, what=f"{m}x{n}x{k} {weights}: {engine.describe()}")
 
 
+@pytest.mark.parametrize("m", [1, 16, 17, 32])
+@pytest.mark.parametrize(("n", "k"), [(256, 128), (4096, 1000), (3000, 4096)])
+@pytest.mark.parametrize(("a", "c"), [(dt.float8_e4m3, dt.float16), (dt.float8_e5m2, dt.float32), (dt.tfloat32, dt.float32),
+                                      (dt.int8, dt.int32)], ids=lambda t: t.name)
+def test_decode_products_of_k_major_types(torch, m, n, k, a, c):
+    """8-bit and tf32 operands (K-major only: weights stored [N, K]) swapped too; fp8 promoted every 128 K
+    (its own allowance), int8 exact."""
+    gen = torch.Generator(device="cuda").manual_seed(m * 7 + n + k)
+    x, y = operand(torch, (m, k), a, gen), operand(torch, (n, k), a, gen).t()
+    acc = operand(torch, (m, n), c, gen)
+    out = poisoned(torch, (m, n), c)
+    engine = engine_call(torch, x, y, acc, out, c, a, alpha=1, beta=1)
+    assert engine.swapped and ("promotion" in engine.describe()) == (a.size == 1 and not a.integral), engine.describe()
+    what = f"{a.name} {m}x{n}x{k}: {engine.describe()}"
+    if c.integral:
+        ref = torch.matmul(x.to(torch.float64), y.to(torch.float64)) + acc.to(torch.float64)
+        bad = int((out.to(torch.float64) != ref).sum())
+        assert bad == 0, f"{what}: {bad} elements differ from the exact product"
+    else:
+        _check_promoted(torch, out, x, y, a, c, k, acc, what)
+
+
+def _check_promoted(torch, got, x, y, a, c, k, acc, what):
+    promotion = hopper.promotion_of(a) or None
+    tol = tolerance(a, c, max(k, 1), dt.float32, "wgmma", promotion, rounding_apart=True)
+    check_product(torch, got, x, y, tol, acc, 1.0, 1.0, what, rounding(c))
+
+
 @pytest.mark.parametrize("splits", [1, 3])
 def test_decode_into_a_padded_out(torch, splits):
     """A swapped plan stores D's columns as the kernel's rows: the padding past N and the rows past M stay."""

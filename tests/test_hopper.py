@@ -348,7 +348,9 @@ def test_eight_bit_pairs_and_promotion_rule():
         hopper.WIDE_CLUSTERS, bk=128, promotion=128)
     assert hopper.choose_config(e4m3, 4096, 4096, 4096, 1, SMS, promotion=128)[0] == hopper.replace(
         hopper.WIDE, bk=128, promotion=128)
-    assert hopper.choose_config(e4m3, 16, 8192, 8192, 1, SMS, promotion=128) == (
+    assert hopper.choose_config(e4m3, 16, 8192, 8192, 1, SMS, promotion=128) == (  # decode: swapped, promoted
+        hopper.replace(hopper.DECODE, bk=128, promotion=128), 1)
+    assert hopper.choose_config(e4m3, 16, 8192, 8192, 1, SMS, promotion=128, swap=False) == (  # scaled_mm's plans
         hopper.replace(hopper.NARROW, bk=128, promotion=128), 4)
     assert hopper.choose_config(e4m3, 4096, 4096, 4096, 1, SMS)[0] == hopper.replace(hopper.WIDE, bk=128)
     assert hopper.choose_config(dt.int8, 4096, 4096, 4096, 1, SMS)[0] == hopper.replace(hopper.PINGPONG, bk=128)

@@ -106,6 +106,8 @@ def scaled_source(a: _dt.DType, b: _dt.DType, c: _dt.DType, config: _hopper.Engi
 class ScaledPlan(_hopper.EnginePlan):
     """The engine's plan of one kind of scaled_mm call: its GEMM kernel applies the scales and bias."""
 
+    swaps = False  # the scales and the bias follow x's rows and y's columns
+
     def __init__(self, a: _dt.DType, b: _dt.DType, c: _dt.DType, m: int, n: int, k: int,
                  route_a: _hopper.OperandRoute, route_b: _hopper.OperandRoute, lda: int, ldb: int, ptr_a: int,
                  ptr_b: int, multiprocessors: int, d_layout: tuple[int, int, int, int] | None, x_mode: str,

@@ -201,14 +201,14 @@ MIN_STEPS_PER_SPLIT = 16
 MAX_SPLITS = 16
 
 
-def decodes(a: _dt.DType, m: int, n: int, promotion: int) -> bool:
-    """Whether the rule computes an M x N product transposed (:data:`DECODE`): 16-bit inputs, M <= SWAP_MAX_M
-    and N at least SWAP_MIN_N (the swapped M: whole 128-row tiles of weights)."""
-    return a.size == 2 and m <= SWAP_MAX_M and n >= SWAP_MIN_N and not promotion
+def decodes(m: int, n: int) -> bool:
+    """Whether the rule computes an M x N product transposed (:data:`DECODE`): M <= SWAP_MAX_M and N at least
+    SWAP_MIN_N (the swapped M: whole tiles of weights)."""
+    return m <= SWAP_MAX_M and n >= SWAP_MIN_N
 
 
 def choose_config(a: _dt.DType, m: int, n: int, k: int, batch: int, multiprocessors: int,
-                  scheme: str = "native", promotion: int = 0) -> tuple[EngineConfig, int]:
+                  scheme: str = "native", promotion: int = 0, swap: bool = True) -> tuple[EngineConfig, int]:
     """The tile configuration and K split count of an M x N x K product with ``batch`` problems.
 
     The 3xtf32 scheme takes `split square`. Otherwise outputs of at most 64 rows take
@@ -224,8 +224,8 @@ def choose_config(a: _dt.DType, m: int, n: int, k: int, batch: int, multiprocess
     wide_tiles = batch * math.ceil(m / WIDE.bm) * math.ceil(n / WIDE.bn)
     if scheme == "3xtf32":
         config = SPLIT_SQUARE
-    elif decodes(a, m, n, promotion):
-        config = replace(DECODE, bn=16 if m <= 16 else 32, bk=bk)
+    elif swap and decodes(m, n):
+        config = replace(DECODE, bn=16 if m <= 16 else 32, bk=bk, promotion=promotion)
         return config, balanced_splits(config, n, m, k, batch, multiprocessors)
     elif m <= 64:
         config = NARROW
@@ -562,6 +562,9 @@ class EnginePlan:
 
     #: Whether the plan computes D^T = B^T A^T (:data:`DECODE`; plans of other engines built on this one never do).
     swapped: bool = False
+    #: Whether the rule may swap (plans whose kernel reads per-row and per-column data of x and y, such as
+    #: scales, keep them in place).
+    swaps: bool = True
 
     def __init__(self, a: _dt.DType, c: _dt.DType, m: int, n: int, k: int, batch: int, route_a: OperandRoute,
                  route_b: OperandRoute, lda: int, ldb: int, batch_a: int, batch_b: int, batch_stride_a: int,
@@ -586,7 +589,7 @@ class EnginePlan:
         self.route_a, self.route_b = route_a, route_b
         self.routes_given = (route_a, route_b)  # before B's transposition is placed (bx.tune's key)
         promotion = promotion_of(a, fast_accumulation)
-        chosen, chosen_splits = choose_config(a, m, n, k, batch, multiprocessors, scheme, promotion)
+        chosen, chosen_splits = choose_config(a, m, n, k, batch, multiprocessors, scheme, promotion, self.swaps)
         if config is None and splits is None and scheme == "native":  # a configuration bx.tune kept wins
             from .tuning import TUNED, key_of
 
@@ -603,7 +606,7 @@ class EnginePlan:
             if refused and config is not None:
                 raise ValueError(f"configuration {self.config} does not run these operands: {refused}")
             if refused:  # the rule's decode tile does not take these operands: the narrow tile, unswapped
-                self.config = replace(NARROW, bk=self.config.bk)
+                self.config = replace(NARROW, bk=self.config.bk, promotion=self.config.promotion)
                 self.splits = balanced_splits(self.config, m, n, k, batch, multiprocessors)
             else:  # from here on the plan computes D^T = B^T A^T: every A / B / row / column quantity swaps
                 a, b, m, n, route_a, route_b = b, a, n, m, route_b, route_a
@@ -850,9 +853,10 @@ _NO_SCRATCH = _NoScratch()
 
 def swap_refused(a: _dt.DType, b: _dt.DType, route_a: OperandRoute, route_b: OperandRoute) -> str | None:
     """Why x and y cannot be swapped into B and A (:data:`DECODE`), or None: x^T becomes B, whose narrow tile
-    TMA loads K-major only (x row-major), and neither operand may need a repack (both 16-bit, read in place)."""
-    if a.size != 2 or b.size != 2:
-        return "the swapped tile takes 16-bit operands"
+    TMA loads K-major only (x row-major), neither operand may need a repack (read in place: 8-bit and tf32
+    y K-major), and both are of one type."""
+    if a != b:
+        return "the swapped tile takes operands of one type"
     if not route_a.k_major:
         return "x is not row-major (the swapped B tile is K-major only)"
     if route_a.repack is not None or route_b.repack is not None:
@@ -889,7 +893,7 @@ def describe_call(a: _dt.DType, c: _dt.DType, m: int, n: int, k: int, batch: int
     if config.swap_ab:
         if swap_refused(a, a, route_a, route_b) is None:  # described as the plan runs it: D^T = y^T x^T
             return _describe(config, splits, route_b, route_a, False)  # x K-major: nothing to transpose
-        config = replace(NARROW, bk=config.bk)
+        config = replace(NARROW, bk=config.bk, promotion=config.promotion)
         splits = balanced_splits(config, m, n, k, batch, multiprocessors)
     geometry = _store_geometry(c, m, n, batch, (n, 1, m * n if batch > 1 else 0, 0))
     config, splits, route_b = place_transposition(config, splits, route_b, a, m, n, k, batch, multiprocessors,
