@@ -160,6 +160,19 @@ def test_a_bound_engine_call_launches_on_pointers(gpu):
     assert gpu.launches[-1].slots[3:5] == (acc.ptr, PTR + 2**33)
 
 
+def test_a_bound_wide_path_call_runs_on_views(gpu):
+    """Plans with their own kernel parameters (the f32 / f64 wide path) are bound without pointer scalars and
+    launch through their own run."""
+    x, y, acc = (view(s, dt.float64, ptr=PTR + i * 2**30) for i, s in enumerate(((512, 512), (512, 512), (512, 512))))
+    call = array_gemm.plan_call(x, y, acc, dt.float64, array_gemm._DeviceInfo(90, 132), 0)
+    assert call.kind == "hopper" and not call.kernel.on_pointers, call.describe()
+    rests = tuple(array_gemm._rest(v) for v in (x, y, acc, acc))
+    bound = array_gemm._Bound(call, lambda device: 0, None, None, rests)
+    assert bound.scalars is None
+    bound.mma(None, object(), (x.ptr, y.ptr, acc.ptr, PTR + 2**33))
+    assert gpu.launches, "the wide plan did not launch"
+
+
 def test_a_decode_plan_reads_y_as_a_and_x_as_b(gpu):
     """The swapped plan (D^T = y^T x^T): A's map follows y, B's map x, and D's strides are exchanged."""
     x, y = view((16, 4096)), view((4096, 4096), strides=(1, 4096), ptr=PTR + 2**30)

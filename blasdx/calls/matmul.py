@@ -921,7 +921,7 @@ class _Bound:
         self.beta = float(plan.beta)
         # an engine plan that reads its operands in place launches on pointers, its other parameters computed once
         self.scalars: tuple[Any, ...] | None = None
-        if isinstance(self.engine, _hopper.EnginePlan) and not self.engine.repacks and not self.empty:
+        if self.engine is not None and self.engine.on_pointers and not self.engine.repacks and not self.empty:
             rests = [None if r is None else _new_view(ArrayView, (0, *r)) for r in rests]
             self.scalars = self.engine.scalars(rests[2], rests[3], 1.0, self.beta)
 

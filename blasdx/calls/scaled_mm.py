@@ -107,6 +107,7 @@ class ScaledPlan(_hopper.EnginePlan):
     """The engine's plan of one kind of scaled_mm call: its GEMM kernel applies the scales and bias."""
 
     swaps = False  # the scales and the bias follow x's rows and y's columns
+    on_pointers = False  # its kernel's parameters are its own: it runs on views
 
     def __init__(self, a: _dt.DType, b: _dt.DType, c: _dt.DType, m: int, n: int, k: int,
                  route_a: _hopper.OperandRoute, route_b: _hopper.OperandRoute, lda: int, ldb: int, ptr_a: int,

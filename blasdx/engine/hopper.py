@@ -562,6 +562,9 @@ class EnginePlan:
 
     #: Whether the plan computes D^T = B^T A^T (:data:`DECODE`; plans of other engines built on this one never do).
     swapped: bool = False
+    #: Whether :meth:`scalars` / :meth:`launch` run this plan on pointers (plans of other kernels built on this
+    #: one, with their own parameters, run on views through ``run``).
+    on_pointers: bool = True
     #: Whether the rule may swap (plans whose kernel reads per-row and per-column data of x and y, such as
     #: scales, keep them in place).
     swaps: bool = True

@@ -126,6 +126,8 @@ def _params(c: _dt.DType) -> tuple[tuple[str, ...], tuple[str, ...]]:
 class WidePlan(_hopper.EnginePlan):
     """What every call of one kind runs on the wide path (an EnginePlan with its own kernel and launch)."""
 
+    on_pointers = False  # its kernel's parameters are its own: it runs on views
+
     def __init__(self, a: _dt.DType, c: _dt.DType, m: int, n: int, k: int, batch: int, route_a: OperandRoute,
                  route_b: OperandRoute, lda: int, ldb: int, batch_a: int, batch_b: int, batch_stride_a: int,
                  batch_stride_b: int, ptr_a: int, ptr_b: int, multiprocessors: int,
