@@ -1,7 +1,7 @@
-"""The engine's decode path on the GPU: products of at most 32 rows of 16-bit x computed transposed
+"""The engine's decode and medium paths on the GPU: products of at most 64 rows of 16-bit x computed transposed
 (D^T = y^T x^T, blasdx.engine.hopper.DECODE), checked element by element against float64.
 
-Rows 1 to 32 (and 33, past the path), N and K odd and even, weights stored [N, K] (read transposed) and
+Rows 1 to 64 (and 65, past the path: the medium tile), N and K odd and even, weights stored [N, K] (read transposed) and
 [K, N], split K and not, bx.mma with alpha / beta into a poisoned, padded out= whose padding must stay.
 """
 
@@ -31,7 +31,7 @@ def _check(torch, got, x, y, a, c, k, acc=None, alpha=1.0, beta=1.0, what=""):
     check_product(torch, got, x, y, tol, acc, alpha, beta, what, rounding(c))
 
 
-@pytest.mark.parametrize("m", [1, 5, 16, 17, 31, 32, 33])
+@pytest.mark.parametrize("m", [1, 5, 16, 17, 32, 33, 64, 65])
 @pytest.mark.parametrize(("n", "k"), [(256, 64), (4097, 1000), (4096, 4096)])
 @pytest.mark.parametrize("weights", ["NK", "KN"])
 @pytest.mark.parametrize(("a", "c"), [(dt.bfloat16, dt.float32), (dt.float16, dt.float16), (dt.float16, dt.float32)],
@@ -48,8 +48,8 @@ def test_decode_products(torch, m, n, k, weights, a, c):
     _check(torch, out, x, y, a, c, k, acc, alpha=0.75, beta=-0.5, what=f"{m}x{n}x{k} {weights}: {engine.describe()}")
 
 
-@pytest.mark.parametrize("m", [1, 16, 17, 32])
-@pytest.mark.parametrize(("n", "k"), [(256, 128), (4096, 1000), (3000, 4096)])
+@pytest.mark.parametrize("m", [1, 16, 17, 33, 64])
+@pytest.mark.parametrize(("n", "k"), [(256, 128), (4096, 1040), (3000, 4096)])  # 8-bit rows of whole 16 bytes
 @pytest.mark.parametrize(("a", "c"), [(dt.float8_e4m3, dt.float16), (dt.float8_e5m2, dt.float32), (dt.tfloat32, dt.float32),
                                       (dt.int8, dt.int32)], ids=lambda t: t.name)
 def test_decode_products_of_k_major_types(torch, m, n, k, a, c):

@@ -49,26 +49,35 @@ def plan(x, y, acc=None, sm=90):
 # ---- the configuration rule -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("shape", "config", "splits"), [
-    ((8192, 8192, 8192), "wide clusters", 1),  # 2048 wide tiles (15 waves), 128 K steps
-    ((4096, 4096, 4096), "pingpong", 1),
-    ((2048, 2048, 2048), "pingpong", 1),
-    ((1024, 1024, 1024), "pingpong", 2),  # 64 tiles, 16 K steps: two splits of 8 fill the SMs
-    ((1024, 1024, 2048), "pingpong", 2),  # 32 K steps: two splits of 16
-    ((512, 512, 512), "pingpong", 2),
-    ((512, 2112, 7168), "pingpong", 3),  # 68 tiles: three splits, 204 units in two rounds
-    ((2048, 2112, 7168), "pingpong", 1),  # 272 tiles (2.06 waves): halves in 5 rounds gain too little
-    ((16, 8192, 8192), "decode", 1),  # decode, swapped: 128 tiles of 64 weight rows x 16, K whole
-    ((33, 8192, 8192), "narrow", 4),  # past the swapped tile's 32 rows: 32 tiles of 64 x 256, four splits of 2048
-    ((64, 4096, 14336), "narrow", 8),
-    ((128, 8192, 28672), "pingpong", 2),
-    ((8192, 8192, 512), "pingpong", 1),  # short K: epilogues under products beat clusters
+@pytest.mark.parametrize(("shape", "config", "splits", "changes"), [
+    ((8192, 8192, 8192), "wide clusters", 1, {}),  # 2048 wide tiles (15 waves), 128 K steps
+    ((4096, 4096, 4096), "pingpong", 1, {}),
+    ((2048, 2048, 2048), "pingpong", 1, {}),
+    ((1024, 1024, 1024), "pingpong", 2, {}),  # 64 tiles, 16 K steps: two splits of 8 fill the SMs
+    ((1024, 1024, 2048), "pingpong", 2, {}),  # 32 K steps: two splits of 16
+    ((512, 512, 512), "pingpong", 2, {}),
+    ((512, 2112, 7168), "pingpong", 3, {}),  # 68 tiles: three splits, 204 units in two rounds
+    ((2048, 2112, 7168), "pingpong", 1, {}),  # 272 tiles (2.06 waves): halves in 5 rounds gain too little
+    ((16, 8192, 8192), "decode", 1, {}),  # swapped: 128 tiles of 64 weight rows x 16 occupy the SMs, K whole
+    ((16, 4096, 4096), "decode", 2, {}),  # 64 tiles: under half the SMs, balanced splits
+    ((33, 8192, 8192), "decode", 1, {"bn": 64, "stages": hopper.DECODE_64_STAGES}),  # 33-64 rows: a 64-wide N tile
+    ((64, 4096, 14336), "decode", 2, {"bn": 64, "stages": hopper.DECODE_64_STAGES}),
+    ((128, 4096, 4096), "medium", 2, {}),  # 32 ping-pong tiles: 64 medium ones, under half the SMs
+    ((256, 4096, 4096), "medium", 1, {}),
+    ((128, 8192, 28672), "medium", 1, {}),
+    ((128, 28672, 4096), "pingpong", 1, {}),  # 224 ping-pong tiles fill the SMs: no longer medium
+    ((8192, 8192, 512), "pingpong", 1, {}),  # short K: epilogues under products beat clusters
 ])
-def test_config_rule(shape, config, splits):
+def test_config_rule(shape, config, splits, changes):
     m, n, k = shape
     chosen, n_splits = hopper.choose_config(dt.bfloat16, m, n, k, 1, SMS)
-    assert chosen == hopper.replace(hopper.CONFIGS[config], bk=64)  # decode: 16 rows, DECODE's own bn
+    assert chosen == hopper.replace(hopper.CONFIGS[config], bk=64, **changes)
     assert n_splits == splits
+
+
+def test_scaled_plans_never_swap():
+    chosen, _ = hopper.choose_config(dt.bfloat16, 16, 8192, 8192, 1, SMS, swap=False)
+    assert chosen == hopper.replace(hopper.NARROW, bk=64)
 
 
 @pytest.mark.parametrize(("a", "bk"), [(dt.float16, 64), (dt.bfloat16, 64), (dt.tfloat32, 32)])
@@ -187,7 +196,8 @@ def test_decode_plans_compute_the_transposed_product(encoder):
     params = engine.scalars(None, out, 1.0, 0.0)
     assert params[:3] == (4096, 16, 4096) and params[10:13] == (1, 4096, 0)
     assert plan(view((17, 4096)), col((4096, 4096))).kernel.config.bn == 32
-    assert not plan(view((33, 4096)), col((4096, 4096))).kernel.swapped
+    assert plan(view((33, 4096)), col((4096, 4096))).kernel.config.bn == 64
+    assert not plan(view((65, 4096)), col((4096, 4096))).kernel.swapped
     # x column-major: the swapped B tile would be MN-major and 16 wide, which TMA panels cannot hold
     assert not plan(col((16, 4096)), col((4096, 4096))).kernel.swapped
     with pytest.raises(ValueError, match="x is not row-major"):
@@ -278,7 +288,8 @@ def test_every_config_compiles(name):
     compiled = cached_compile(source, hopper.KERNEL_NAME, "sm_90a")
     sass = compiled.sass()
     assert compiled.local_memory == 0 and "HGMMA" in sass and "UTMASTG" not in sass  # direct stores
-    width = {"wide": 256, "square": 128, "narrow": 256, "pingpong": 128, "wide clusters": 256, "decode": 16}[name]
+    width = {"wide": 256, "square": 128, "narrow": 256, "pingpong": 128, "wide clusters": 256, "decode": 16,
+             "medium": 128}[name]
     assert f"HGMMA.64x{width}x16.F32.BF16" in sass
 
 

@@ -173,13 +173,23 @@ SPLIT_SQUARE = EngineConfig(128, 128, 32, 3, 2, split_tf32=True, promote_stages=
 #   16x2112x7168:  64-row 9.7 (4), 128-row 10.7 (4); torch 10.4
 #   Before the swap (64 x 256 tiles, x as A): 16x4096x4096 16.6, 16x6144x4096 19.9.
 DECODE = EngineConfig(64, 16, 64, 12, 1, swap_ab=True)
-#: The most output rows the decode configuration takes (its N tile: M rounded up to 16 or 32).
-SWAP_MAX_M = 32
+#: The most output rows the decode configuration takes (its N tile: M rounded up to 16, 32 or 64) ...
+SWAP_MAX_M = 64
+#: ... with fewer stages at the 64-wide N tile (its stages are twice as large).
+DECODE_64_STAGES = 10
+# Medium (65 to MEDIUM_MAX_M rows, while ping-pong's 128 x 128 tiles would not fill the SMs once): 64 x 128
+# tiles, one consumer, 8 stages. Measured (H200, bf16, CUDA-graph replay, us):
+#   128x4096x4096: medium 14.0 (1 split), ping-pong 19.2 (4 splits); torch 13.3
+#   256x4096x4096: medium 14.7 (1), ping-pong 26.2 (2); torch 15.3
+#   128x4096x14336: medium 39.7 (2), 43.5 (1), ping-pong 43.9 (4); torch 37.7
+#   128x28672x4096 (224 ping-pong tiles): ping-pong 69.2, wide 67.2; torch 67.4
+MEDIUM = EngineConfig(64, 128, 64, 8, 1)
+MEDIUM_MAX_M = 256
 #: ... and the fewest columns.
 SWAP_MIN_N = 256
 CONFIGS = {"wide": WIDE, "square": SQUARE, "narrow": NARROW, "pingpong": PINGPONG, "wide clusters": WIDE_CLUSTERS,
            "split square": SPLIT_SQUARE, "split square p1": replace(SPLIT_SQUARE, promote_stages=1),
-           "split square p4": replace(SPLIT_SQUARE, promote_stages=4), "decode": DECODE}
+           "split square p4": replace(SPLIT_SQUARE, promote_stages=4), "decode": DECODE, "medium": MEDIUM}
 
 # Measured with benchmarks/scaled_mm.py --sweep (H100, 2026-11-23, TFLOP/s; e4m3 -> f16 promoted
 # every 128 K / fast, int8 -> int32; two runs, the second's figures, the first's where they differ):
@@ -211,8 +221,11 @@ def choose_config(a: _dt.DType, m: int, n: int, k: int, batch: int, multiprocess
                   scheme: str = "native", promotion: int = 0, swap: bool = True) -> tuple[EngineConfig, int]:
     """The tile configuration and K split count of an M x N x K product with ``batch`` problems.
 
-    The 3xtf32 scheme takes `split square`. Otherwise outputs of at most 64 rows take
-    `narrow`; long products with many `wide` tiles (at least CLUSTER_WAVES per SM,
+    The 3xtf32 scheme takes `split square`. Otherwise outputs of at most SWAP_MAX_M rows are computed
+    transposed (`decode`, N tile the rows rounded up to 16, 32 or 64), or take `narrow` where the caller
+    keeps x and y in place; up to MEDIUM_MAX_M rows, while `pingpong` tiles would not fill the SMs once,
+    `medium` (these classes are memory-bound: K is split only to occupy at least half of the SMs, see
+    :func:`memory_bound_splits`); long products with many `wide` tiles (at least CLUSTER_WAVES per SM,
     CLUSTER_MIN_K_STEPS deep) take `wide` in clusters of 2; the rest `pingpong`, or `wide`
     for fp8: a promoting consumer (``promotion`` K elements, see PROMOTION) waits for its
     products before it adds them up, so both consumers had better multiply the same stage and
@@ -225,10 +238,15 @@ def choose_config(a: _dt.DType, m: int, n: int, k: int, batch: int, multiprocess
     if scheme == "3xtf32":
         config = SPLIT_SQUARE
     elif swap and decodes(m, n):
-        config = replace(DECODE, bn=16 if m <= 16 else 32, bk=bk, promotion=promotion)
-        return config, balanced_splits(config, n, m, k, batch, multiprocessors)
+        config = replace(DECODE, bn=16 if m <= 16 else 32 if m <= 32 else 64, bk=bk, promotion=promotion)
+        config = replace(config, stages=DECODE.stages if config.bn < 64 else DECODE_64_STAGES)
+        return config, memory_bound_splits(config, n, m, k, batch, multiprocessors)
     elif m <= 64:
         config = NARROW
+    elif (m <= MEDIUM_MAX_M and batch * math.ceil(m / PINGPONG.bm) * math.ceil(n / PINGPONG.bn) < multiprocessors
+          and scheme == "native"):
+        config = replace(MEDIUM, bk=bk, promotion=promotion)
+        return config, memory_bound_splits(config, m, n, k, batch, multiprocessors)
     elif wide_tiles >= CLUSTER_WAVES * multiprocessors and math.ceil(k / bk) >= CLUSTER_MIN_K_STEPS:
         config = WIDE_CLUSTERS
     else:
@@ -316,6 +334,14 @@ def balanced_splits(config: EngineConfig, m: int, n: int, k: int, batch: int, mu
         if cost < SPLIT_GAIN * best_cost:
             best, best_cost = splits, cost
     return best
+
+
+def memory_bound_splits(config: EngineConfig, m: int, n: int, k: int, batch: int, multiprocessors: int) -> int:
+    """K splits of the memory-bound classes (`decode`, `medium`): none once the tiles occupy half of the SMs
+    (the weights stream at full bandwidth from there, and a split's exchange of partial sums only adds
+    traffic: 128x4096x4096 ran 14.0 us unsplit, 15.4 us in 2 splits), else :func:`balanced_splits`."""
+    tiles = batch * math.ceil(m / config.bm) * math.ceil(n / config.bn)
+    return 1 if 2 * tiles > multiprocessors else balanced_splits(config, m, n, k, batch, multiprocessors)
 
 
 def split_count(config: EngineConfig, m: int, n: int, k: int, batch: int, multiprocessors: int) -> int:
