@@ -193,9 +193,17 @@ def test_scaled_plans_launch_with_their_scratch(gpu, k):
     (launch,) = gpu.launches
     workspace, counters = launch.slots[4:6]
     assert launch.slots[3] == d.ptr and (workspace != 0) == (engine.splits > 1)
+    assert launch.slots[6:11] == (m, n, k, engine.splits, sx.ptr) and launch.slots[13] == sy.ptr
+    assert launch.slots[16:] == (0, n, 1)  # no bias; D row-major
     assert (engine.splits > 1) == (k == 8192), engine.describe()
     if engine.splits > 1:
         assert counters == workspace + engine._split_bytes[0]
+    # the bound call launches on pointers what run() launches on views (the pool's scratch again)
+    rests = tuple(None if v is None else array_gemm._rest(v) for v in (x, y, sx, sy, None, d))
+    bound = scaled_mm._Bound(scaled_mm._Call(engine, (m, n), dt.float16, 0), lambda device: 0, None, None, rests, None)
+    assert bound.strides == engine.strides_of(sx, sy, d)
+    bound.run(object(), (x.ptr, y.ptr, sx.ptr, sy.ptr, None, d.ptr))
+    assert gpu.launches[-1] == launch
 
 
 def test_split_sums_come_from_the_pool_unless_the_stream_captures(gpu, monkeypatch):
