@@ -269,6 +269,7 @@ def measure_pieces(desc: bx.Descriptor, calls: int, rounds: int) -> dict[str, fl
         by_function = cuda_driver.function_of(packed._kernel)
     stream = cuda_driver.stream_object(handle)
     raw_stream = torch._C._cuda_getCurrentRawStream
+    tail = ex.python_numbers(args[3:])  # one tuple, as a bound call keeps it: the launch writes the pointers
     pieces = {
         "torch.empty 32x32 f16": lambda: torch.empty((32, 32), dtype=torch.float16, device=x.device),
         "tensor.data_ptr()": x.data_ptr,
@@ -279,6 +280,7 @@ def measure_pieces(desc: bx.Descriptor, calls: int, rounds: int) -> dict[str, fl
         "cuCtxGetDevice (cuda.bindings)": drv.cuCtxGetDevice,
         "cuStreamIsCapturing (cuda.bindings)": lambda: cuda_driver.is_capturing(handle),
         "launch, packed (blasdx's route)": lambda: packed.launch(1, 1, handle, *args),
+        "launch, packed on pointers (bound calls' route)": lambda: packed.launch_pointers(1, handle, *args[:3], tail),
         "launch, cuda.bindings, CUfunction": lambda: drv.cuLaunchKernel(by_function, 1, 1, 1, *block,
                                                                          packed.shared_memory, stream,
                                                                          buffers.address, 0),

@@ -206,6 +206,33 @@ def test_scaled_plans_launch_with_their_scratch(gpu, k):
     (launch,) = gpu.launches
     workspace, counters = launch.slots[4:6]
     assert launch.slots[3] == d.ptr and (workspace != 0) == (engine.splits > 1)
+    assert launch.slots[6:11] == (m, n, k, engine.splits, sx.ptr) and launch.slots[13] == sy.ptr
+    assert launch.slots[16:] == (0, n, 1)  # no bias; D row-major
     assert (engine.splits > 1) == (k == 8192), engine.describe()
     if engine.splits > 1:
         assert counters == workspace + engine._split_bytes[0]
+    # the bound call launches on pointers what run() launches on views (the pool's scratch again)
+    rests = tuple(None if v is None else array_gemm._rest(v) for v in (x, y, sx, sy, None, d))
+    bound = scaled_mm._Bound(scaled_mm._Call(engine, (m, n), dt.float16, 0), lambda device: 0, None, None, rests, None)
+    assert bound.strides == engine.strides_of(sx, sy, d)
+    bound.run(object(), (x.ptr, y.ptr, sx.ptr, sy.ptr, None, d.ptr))
+    assert gpu.launches[-1] == launch
+
+
+def test_split_sums_come_from_the_pool_unless_the_stream_captures(gpu, monkeypatch):
+    """A split call on pointers takes its sums from the pool (one buffer, kept); while its stream captures a graph,
+    a buffer of its own, allocated, zeroed and freed on the stream around the launch, and the pool is left alone."""
+    engine, x, y, acc = _engine((512, 512, 512), 2)
+    out = acc._replace(ptr=PTR + 3 * 2**30)
+    scalars = engine.scalars(acc, out, 1.0, 0.0)
+    engine.launch(0, 0, x.ptr, y.ptr, acc.ptr, out.ptr, scalars)
+    engine.launch(0, 0, x.ptr, y.ptr, acc.ptr, out.ptr, scalars)
+    pooled = gpu.launches[-1].slots[5]
+    assert gpu.launches[-2].slots[5] == pooled and [e[0] for e in gpu.scratch] == ["alloc", "zero"]
+    monkeypatch.setattr(cuda_driver, "is_capturing", lambda stream: True)
+    monkeypatch.setattr(cuda_driver, "free_async", lambda ptr, stream: gpu.scratch.append(("free", ptr)))
+    engine.launch(0, 0, x.ptr, y.ptr, acc.ptr, out.ptr, scalars)
+    own, counters = gpu.launches[-1].slots[5:7]
+    assert own != pooled and counters == own + engine._split_bytes[0]
+    assert gpu.scratch[2:] == [("alloc", engine._split_bytes[1], 0), ("zero", own), ("free", own)]
+    assert [address for address, _ in sc.POOL.held().values()] == [pooled]

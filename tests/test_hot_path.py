@@ -77,6 +77,24 @@ def test_bound_and_full_paths_launch_alike(gpu):
         assert launches[i] == launches[i + 1] == launches[i + 2]
 
 
+
+def test_a_full_launch_between_bound_calls_makes_the_next_rewrite_its_tail(gpu):
+    """A bound call writes the slots after the pointers only when its tail changed (PackedLaunch.launch_pointers);
+    a full launch in between (another batch and alpha) leaves other values there, which the next bound call of
+    the first kind rewrites, the same tail object notwithstanding."""
+    plan = ex.plan_for(F16)
+    plan._bound.clear()
+    F16.execute(*arrays_of(), alpha=2.0)  # full: binds the kind
+    F16.execute(*arrays_of(A_PTR + 256), alpha=2.0)  # bound: writes the whole block
+    F16.execute(*arrays_of(batch=3), alpha=-1.0)  # another kind: the full path's launch
+    F16.execute(*arrays_of(A_PTR + 512), alpha=2.0)  # bound again, its tail unchanged
+    F16.execute(*arrays_of(A_PTR + 768), alpha=2.0)  # bound: the pointers alone are written
+    first, bound, other, again, last = gpu.launches
+    assert other.slots[3:] != first.slots[3:] and other.grid != first.grid
+    for launch, a_ptr in ((bound, A_PTR + 256), (again, A_PTR + 512), (last, A_PTR + 768)):
+        assert launch.slots == (a_ptr,) + first.slots[1:] and launch.grid == first.grid
+    assert all(type(v) in (int, float) for v in plan._bound[next(iter(plan._bound))]._tail[1])
+
 BAD = {
     "misaligned a": (lambda: arrays_of(a_ptr=A_PTR + 1), {}, r"a: address 0x7f1000000001 is not aligned to 2 bytes"),
     "c overlaps a": (lambda: arrays_of(c_ptr=A_PTR + 64), {}, r"c: its memory .* overlaps a's"),

@@ -913,7 +913,8 @@ class _Bound:
         self.allocate = allocate
         self.pointer_of = pointer_of
         self.rests = rests  # x, y, acc, out
-        self.block = block  # matmul on one block per problem: (device plan, batch, arguments after C, C's alignment)
+        # matmul on one block per problem: (its PackedLaunch, grid, arguments after C, C's alignment)
+        self.block = block
         self.empty = plan.batch == 0 or plan.m == 0 or plan.n == 0
         self.overlap = overlap  # (out's span, the others' spans) when out must be checked against them
         # the Hopper engine's plan, run directly (its launch reads pointers, strides and shapes of the views)
@@ -938,7 +939,7 @@ class _Bound:
                 if self.scalars is not None:
                     self.engine.launch(device, handle, px, py, 0, pout, self.scalars)
                 elif block is not None and pout % block[3] == 0:
-                    block[0].launch(block[1], handle, (px, py, pout, *block[2]))
+                    block[0].launch_pointers(block[1], handle, px, py, pout, block[2])
                 else:
                     rx, ry, _, ro = self.rests
                     vx, vy = _new_view(ArrayView, (px, *rx)), _new_view(ArrayView, (py, *ry))
@@ -996,7 +997,9 @@ def _bind_matmul(x: Any, y: Any, out: Any, plan: CallPlan, vx: ArrayView, vy: Ar
     if plan.kind == "block" and not (plan.batch == 0 or plan.m == 0 or plan.n == 0) and type(out) is not DeviceArray:
         eplan = _execute.plan_for(plan.desc)
         launch = eplan.bind(vx, vy, vout, 1, plan.beta, vout.stream)
-        block = (eplan.on_device(plan.device_id), launch.batch, launch.args[3:], eplan.c.alignment)
+        device_plan = eplan.on_device(plan.device_id)
+        block = (device_plan.packed, device_plan.grid(launch.batch), _execute.python_numbers(launch.args[3:]),
+                 eplan.c.alignment)
     bound = _Bound(plan, _keys.library_stream(x), _allocator(x, plan), _pointer_reader(out),
                    (_rest(vx), _rest(vy), None, _rest(vout)), block)
     _remember((rx[0], rx[1] & 15, ry[0], ry[1] & 15), bound)

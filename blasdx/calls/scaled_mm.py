@@ -27,7 +27,6 @@ from ..arrays import keys as _keys
 from ..engine import hopper as _hopper
 from ..errors import DeviceError, ExecutionError
 from ..launch import devices as _devices
-from ..launch import scratch as _scratch
 from . import matmul as _ag
 
 __all__ = ["scaled_mm", "ScaledPlan", "Scaling", "BLOCK", "OUT_DTYPES", "scaling_of"]
@@ -120,6 +119,9 @@ class ScaledPlan(_hopper.EnginePlan):
             raise ValueError("block scales are applied at promotion: they need a configuration that promotes")
         super().__init__(a, c, m, n, k, 1, route_a, route_b, lda, ldb, 1, 1, 0, 0, ptr_a, ptr_b, multiprocessors,
                          d_layout, config, splits, b=b, fast_accumulation=fast_accumulation)
+        # per call every scalar slot (3-18: D, the split sums and counters, the extents, the scales, the bias,
+        # D's strides) in one write
+        self._pack_call, self._call_offset = self._gemm.params.packer(3, len(_PARAMS) - 3)
 
     def _gemm_kernel(self, staged: bool) -> Any:
         source = scaled_source(self.a, self.b, self.c, self.config, self.route_a.k_major, self.route_b.k_major, staged,
@@ -134,20 +136,34 @@ class ScaledPlan(_hopper.EnginePlan):
             sx: ArrayView, sy: ArrayView, bias: ArrayView | None, d: ArrayView) -> None:
         """D = (x * sx) @ (y * sy) [+ bias] on ``stream`` (the views' scalings are this plan's); scratch as
         :meth:`EnginePlan.run`'s, safe in a CUDA graph capture."""
-        with _scratch.call_scratch(device_id, stream) if self.needs_scratch else _hopper._NO_SCRATCH as scratch:
-            a_ptr, b_ptr, workspace, counters = self.prepare(device_id, scratch, stream, x.ptr, y.ptr, x, y)
-            sx_row, sx_col = _strides(sx)
-            sy_row, sy_col = _strides(sy)
-            d_row, d_col, _ = _hopper.result_strides(d)
-            bias_ptr = 0 if bias is None else bias.ptr
-            gemm = self._gemm
-            with gemm.params.lock:
-                self._point_maps(a_ptr, b_ptr, d.ptr)
-                gemm.fill((None, None, None, d.ptr, workspace, counters, self.m, self.n, self.k, self.splits, sx.ptr,
-                           sx_row, sx_col, sy.ptr, sy_row, sy_col, bias_ptr, d_row, d_col))
-                if not self._grid_checked:
-                    self._fit_grid(device_id)
-                gemm.launch(device_id, self.grid, (self.config.threads, 1, 1), stream, self.config.cluster)
+        scales = self.scales(sx.ptr, sy.ptr, 0 if bias is None else bias.ptr, self.strides_of(sx, sy, d))
+        self.launch(device_id, stream, x.ptr, y.ptr, 0, d.ptr, scales, x, y)
+
+    def strides_of(self, sx: ArrayView, sy: ArrayView, d: ArrayView) -> tuple[int, ...]:
+        """The scales' and D's element strides as the kernel takes them (a bound call computes them once)."""
+        d_row, d_col, _ = _hopper.result_strides(d)
+        return (*_strides(sx), *_strides(sy), d_row, d_col)
+
+    @staticmethod
+    def scales(psx: int, psy: int, pbias: int, strides: tuple[int, ...]) -> tuple[int, ...]:
+        """The kernel's parameters after the extents, as :meth:`launch` takes them for its ``scalars``: the
+        scales' pointers and strides, the bias's pointer (0: none) and D's strides (:meth:`strides_of`)."""
+        sx_row, sx_col, sy_row, sy_col, d_row, d_col = strides
+        return (psx, sx_row, sx_col, psy, sy_row, sy_col, pbias, d_row, d_col)
+
+    def _launch_gemm(self, device_id: int, stream: int, a_ptr: int, b_ptr: int, c_ptr: int, d_ptr: int,
+                     workspace: int, counters: int, scalars: tuple[Any, ...]) -> None:
+        """The engine's launch step with this kernel's parameters (``c_ptr`` unused; ``scalars`` from
+        :meth:`scales`): point the maps, write every scalar slot, launch."""
+        gemm = self._gemm
+        params = gemm.params
+        with params.lock:
+            self._point_maps(a_ptr, b_ptr, d_ptr)
+            self._pack_call(params.data, self._call_offset, d_ptr, workspace, counters, self.m, self.n, self.k,
+                            self.splits, *scalars)
+            if not self._grid_checked:
+                self._fit_grid(device_id)
+            gemm.launch(device_id, self.grid, self._block, stream, self.config.cluster)
 
 
 def _strides(view: ArrayView) -> tuple[int, int]:
@@ -347,15 +363,24 @@ def _bound_key(x: Any, y: Any, sx: Any, sy: Any, bias: Any, out: Any, out_dtype:
 
 
 class _Bound:
-    """What every scaled_mm of one kind does once its arrays are known to be of that kind. Holds no array."""
+    """What every scaled_mm of one kind does once its arrays are known to be of that kind. Holds no array.
 
-    __slots__ = ("call", "stream_of", "allocate", "pointer_of", "rests", "overlap")
+    A plan that reads x and y in place launches on pointers, the scales' and D's strides computed once
+    (``strides``); one that repacks an operand, or a K = 0 call, runs on views."""
+
+    __slots__ = ("call", "stream_of", "allocate", "pointer_of", "rests", "overlap", "strides")
 
     def __init__(self, call: _Call, stream_of: Any, allocate: Any, pointer_of: Any,
                  rests: tuple[tuple[Any, ...] | None, ...], overlap: tuple[Any, ...] | None) -> None:
         self.call, self.stream_of, self.allocate, self.pointer_of = call, stream_of, allocate, pointer_of
         self.rests = rests  # x, y, scale_x, scale_y, bias, out
         self.overlap = overlap  # (out's span, the others' spans) for a given out
+        self.strides: tuple[int, ...] | None = None
+        plan = call.plan
+        if isinstance(plan, ScaledPlan) and not plan.repacks:
+            _, _, rsx, rsy, _, rout = rests
+            self.strides = plan.strides_of(_ag._new_view(ArrayView, (0, *rsx)), _ag._new_view(ArrayView, (0, *rsy)),
+                                           _ag._new_view(ArrayView, (0, *rout)))
 
     def run(self, out: Any, pointers: tuple[int | None, ...]) -> Any:
         px, py, psx, psy, pbias, pout = pointers
@@ -370,13 +395,19 @@ class _Bound:
             if out is None:
                 out = self.allocate(handle)
                 pout = self.pointer_of(out)
-            if call.shape[0] and call.shape[1]:
-                rx, ry, rsx, rsy, rbias, rout = self.rests
-                view = _ag._new_view
-                call.plan.run(device, None, handle, view(ArrayView, (px, *rx)), view(ArrayView, (py, *ry)),
-                              view(ArrayView, (psx, *rsx)), view(ArrayView, (psy, *rsy)),
-                              None if pbias is None else view(ArrayView, (pbias, *rbias)),
-                              view(ArrayView, (pout, *rout)))
+            if not (call.shape[0] and call.shape[1]):
+                return out
+            plan = call.plan
+            strides = self.strides
+            if strides is not None:
+                plan.launch(device, handle, px, py, 0, pout,
+                            plan.scales(psx, psy, 0 if pbias is None else pbias, strides))
+                return out
+            rx, ry, rsx, rsy, rbias, rout = self.rests
+            view = _ag._new_view
+            plan.run(device, None, handle, view(ArrayView, (px, *rx)), view(ArrayView, (py, *ry)),
+                     view(ArrayView, (psx, *rsx)), view(ArrayView, (psy, *rsy)),
+                     None if pbias is None else view(ArrayView, (pbias, *rbias)), view(ArrayView, (pout, *rout)))
         finally:
             if token is not None:
                 _devices.leave(token)

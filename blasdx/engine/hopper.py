@@ -761,6 +761,11 @@ class EnginePlan:
         if not self.needs_scratch:
             self._launch_gemm(device_id, stream, a_ptr, b_ptr, c_ptr, d_ptr, 0, 0, scalars)
             return
+        if self._repack is None and not _driver.is_capturing(stream):  # split sums alone, from the pool
+            workspace = _scratch.POOL.get(device_id, stream, "split sums", self._split_bytes[1], True)
+            self._launch_gemm(device_id, stream, a_ptr, b_ptr, c_ptr, d_ptr, workspace,
+                              workspace + self._split_bytes[0], scalars)
+            return
         with _scratch.call_scratch(device_id, stream) as scratch:
             a_ptr, b_ptr, workspace, counters = self.prepare(device_id, scratch, stream, a_ptr, b_ptr, a, b)
             self._launch_gemm(device_id, stream, a_ptr, b_ptr, c_ptr, d_ptr, workspace, counters, scalars)

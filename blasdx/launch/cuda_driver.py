@@ -412,10 +412,11 @@ def stream_object(handle: int) -> Any:
 
 
 class _Buffers:
-    """One thread's parameter block of a PackedLaunch: the slots, the pointer array the driver reads, and the
-    kernel's CUfunction in the context its launches run in (looked up at the thread's first launch)."""
+    """One thread's parameter block of a PackedLaunch: the slots, the pointer array the driver reads, the
+    kernel's CUfunction in the context its launches run in (looked up at the thread's first launch), and the
+    tail (:meth:`PackedLaunch.launch_pointers`) whose values the slots after the first three hold now."""
 
-    __slots__ = ("data", "pointers", "address", "function")
+    __slots__ = ("data", "pointers", "address", "function", "tail")
 
     def __init__(self, count: int) -> None:
         self.data = (ctypes.c_uint64 * max(count, 1))()
@@ -423,12 +424,14 @@ class _Buffers:
         self.pointers = (ctypes.c_void_p * max(count, 1))(*(base + _SLOT_BYTES * i for i in range(count)))
         self.address = ctypes.addressof(self.pointers)
         self.function: Any = None
+        self.tail: tuple[Any, ...] | None = None
 
 
 class PackedLaunch:
-    """One loaded kernel with a fixed parameter list: ``launch(grid_x, grid_y, stream_handle, *values)``."""
+    """One loaded kernel with a fixed parameter list: ``launch(grid_x, grid_y, stream_handle, *values)``, or, for a
+    list that starts with three pointers, ``launch_pointers(grid_x, stream_handle, p0, p1, p2, tail)``."""
 
-    __slots__ = ("name", "slots", "block", "shared_memory", "_kernel", "_struct", "_local", "_driver")
+    __slots__ = ("name", "slots", "block", "shared_memory", "_kernel", "_struct", "_head", "_local", "_driver")
 
     def __init__(
         self, kernel: Any, slots: str, block: tuple[int, int, int], shared_memory: int, name: str = ""
@@ -444,6 +447,7 @@ class PackedLaunch:
         self.shared_memory = int(shared_memory)
         self._kernel = int(kernel.handle)
         self._struct = struct.Struct("<" + "".join(SLOT_FORMATS[s] for s in slots))
+        self._head = _struct("QQQ") if slots[:3] == "PPP" else None  # the three pointers alone
         self._local = threading.local()
         self._driver = _devices.driver()
 
@@ -467,6 +471,26 @@ class PackedLaunch:
         except AttributeError:
             buffers = self.buffers()
         self._struct.pack_into(buffers.data, 0, *values)
+        buffers.tail = None
+        self._launch(buffers, grid_x, grid_y, stream)
+
+    def launch_pointers(self, grid_x: int, stream: int, p0: int, p1: int, p2: int, tail: tuple[Any, ...]) -> None:
+        """:meth:`launch` of ``(p0, p1, p2, *tail)`` on ``grid_x`` blocks: the slots after the pointers are written
+        only when ``tail`` is another object than the one they hold (a bound call keeps one tail per kind of call,
+        of Python ints and floats), so a call writes three pointers."""
+        try:
+            buffers = self._local.buffers
+        except AttributeError:
+            buffers = self.buffers()
+        if buffers.tail is tail:
+            self._head.pack_into(buffers.data, 0, p0, p1, p2)
+        else:
+            self._struct.pack_into(buffers.data, 0, p0, p1, p2, *tail)
+            buffers.tail = tail  # held here, so no other tuple can take its identity
+        self._launch(buffers, grid_x, 1, stream)
+
+    def _launch(self, buffers: _Buffers, grid_x: int, grid_y: int, stream: int) -> None:
+        """cuLaunchKernel of the thread's block as packed, by the CUfunction of the current context."""
         function = buffers.function
         if function is None:
             function = buffers.function = function_of(self._kernel)

@@ -71,6 +71,7 @@ __all__ = [
     "execute_on",
     "load_on_device",
     "prepare",
+    "python_numbers",
 ]
 
 _new_tuple = tuple.__new__  # NamedTuple without its Python-level __new__ (hot path)
@@ -769,7 +770,8 @@ class BoundLayout:
     strides, the byte extents, the device plan and where the stream comes from. Holds no array.
     """
 
-    __slots__ = ("device_id", "device_plan", "batch", "strides", "extents", "stream_of", "known_slot")
+    __slots__ = ("device_id", "device_plan", "batch", "strides", "extents", "stream_of", "known_slot", "packed",
+                 "grid", "_tail")
 
     def __init__(self, device_id: int, device_plan: DevicePlan, batch: int, strides: tuple[Any, ...],
                  extents: tuple[int, ...], stream_of: Any, known_slot: int | None) -> None:
@@ -780,6 +782,18 @@ class BoundLayout:
         self.extents = extents
         self.stream_of = stream_of
         self.known_slot = known_slot  # where the library's stream goes in a call's ``known`` (None: blasdx's)
+        self.packed = device_plan.packed
+        self.grid = device_plan.grid(batch)
+        self._tail: tuple[Any, Any] = (None, ())  # (converted scalars, the launch's slots after the pointers)
+
+    def tail(self, scalars: tuple[Any, ...]) -> tuple[Any, ...]:
+        """The kernel's arguments after the pointers for ``scalars`` (the plan's converted alpha and beta): one
+        tuple of Python numbers per scalars object, so the launch rewrites them only when they change."""
+        seen, tail = self._tail
+        if seen is not scalars:
+            tail = python_numbers((*scalars, *self.strides))
+            self._tail = (scalars, tail)  # one assignment: threads see an old or a new pair
+        return tail
 
     def run(self, plan: ExecutionPlan, a: Any, b: Any, c: Any, pa: int, pb: int, pc: int, alpha: Any,
             beta: Any, stream: Any = None, known: dict[int, int] | None = None) -> bool:
@@ -815,13 +829,19 @@ class BoundLayout:
         token = _devices.enter(device)
         try:
             if self.batch:
-                self.device_plan.launch(self.batch, handle, (pa, pb, pc, *scalars, *self.strides))
+                self.packed.launch_pointers(self.grid, handle, pa, pb, pc, self.tail(scalars))
         finally:
             if token is not None:
                 _devices.leave(token)
         if blasdx_c:
             c._set_stream(handle)
         return True
+
+
+def python_numbers(values: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Kernel arguments as Python ints and floats (numpy scalars converted once: struct packs these faster); a
+    float32 value is exact as a Python float."""
+    return tuple(float(v) if isinstance(v, (float, np.floating)) else int(v) for v in values)
 
 
 def _bind(plan: ExecutionPlan, a: Any, b: Any, c: Any, launch: Launch, device: int, device_plan: DevicePlan) -> None:
