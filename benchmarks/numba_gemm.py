@@ -411,12 +411,11 @@ def nvmath_has(case: str) -> bool:
 
 
 def schedule(cases: list[tuple], libraries: list[str]) -> list[Task]:
-    """The tasks in the order they start: nvmath.device's first (its builds, libmathdx then NVRTC per
-    descriptor, take far longer than blasdx's, so they start while the pool is empty), then blasdx's; each in
-    the order of the cases. Types nvmath.device lacks give no nvmath task (the row says so)."""
-    nvmath = [Task((*c, "nvmath")) for c in cases if "nvmath" in libraries and nvmath_has(c[0])]
-    blasdx = [Task((*c, "blasdx")) for c in cases if "blasdx" in libraries]
-    return nvmath + blasdx
+    """The tasks in the order they start: case by case, nvmath.device's task before blasdx's (its builds,
+    libmathdx then NVRTC over cuBLASDx per descriptor, are the long ones, so each starts as early as its case
+    allows and the libraries take the workers one for one). Types nvmath.device lacks give no nvmath task."""
+    return [Task((*c, library)) for c in cases for library in ("nvmath", "blasdx")
+            if library in libraries and (library == "blasdx" or nvmath_has(c[0]))]
 
 
 def merge(rows: dict, key: tuple, fields: dict) -> dict:
