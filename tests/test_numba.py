@@ -432,3 +432,21 @@ def test_a_warm_build_takes_the_linked_cubin_from_the_disk_cache(monkeypatch, tm
     monkeypatch.setenv("BLASDX_CACHE", "0")
     build(G)
     assert len(links) == 3 and len(list(tmp_path.glob("??/*.nvjl"))) == 2  # no disk cache: linked, nothing kept
+
+
+def test_the_benchmark_starts_each_cases_nvmath_task_before_its_blasdx_task():
+    """benchmarks/numba_gemm.py: nvmath.device's long builds start first, one for one with blasdx's, in case
+    order; no nvmath task for types it lacks."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "numba_gemm.py"
+    spec = importlib.util.spec_from_file_location("numba_gemm_benchmark", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    cases = [("f16->f32", (64, 64, 64), "compute"), ("bf16->f32", (64, 64, 64), "batched"),
+             ("f64", (64, 64, 64), "compute")]
+    order = [(t[0], t[3]) for t in bench.schedule(cases, ["blasdx", "nvmath"])]
+    assert order == [("f16->f32", "nvmath"), ("f16->f32", "blasdx"), ("bf16->f32", "blasdx"), ("f64", "nvmath"),
+                     ("f64", "blasdx")]
+    assert [t[3] for t in bench.schedule(cases, ["nvmath"])] == ["nvmath", "nvmath"]
