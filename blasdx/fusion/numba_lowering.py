@@ -59,7 +59,7 @@ def _link(context: Any, gemm: GemmType) -> None:
 
 #: the kernel's name in the text its cache key hashes (Numba numbers each compile's name)
 _ENTRY = b"__blasdx_entry__"
-_MODULE_ID = re.compile(rb"^; ModuleID = .*$", re.M)
+_MODULE_ID = re.compile(rb"^; ModuleID = .*$", re.MULTILINE)
 
 
 def _link_key(library: Any, cc: tuple) -> str | None:
