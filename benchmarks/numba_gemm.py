@@ -272,15 +272,37 @@ def time_kernel(kernel, blocks: int, threads, smem: int, args: tuple, runs: int)
     return float(np.median(samples))
 
 
-def build_seconds(make, args: tuple):
+def build_seconds(make, args: tuple, smem: int = 0):
     """Wall seconds of building a kernel object for ``args`` and loading it (typing, code generation, link,
-    module load; no launch, so builds in other processes never overlap a timed kernel); the kernel."""
+    module load; no launch, so builds in other processes never overlap a timed kernel); the kernel, opted in
+    to ``smem`` bytes of dynamic shared memory."""
     import numba
 
     start = time.perf_counter()
     kernel = make()
-    kernel.compile(tuple(numba.typeof(a) for a in args)).bind()
-    return time.perf_counter() - start, kernel
+    compiled = kernel.compile(tuple(numba.typeof(a) for a in args))
+    compiled.bind()
+    seconds = time.perf_counter() - start
+    allow_dynamic_shared_memory(compiled, smem)
+    return seconds, kernel
+
+
+def allow_dynamic_shared_memory(compiled, nbytes: int) -> None:
+    """Let a loaded Numba kernel launch with ``nbytes`` of dynamic shared memory: above 48 KB the driver wants
+    an opt-in first (blasdx's LTO-IR opts its kernels in when loaded; nvmath.device's kernels need this)."""
+    if nbytes <= 48 * 1024:
+        return
+    from cuda.bindings import driver
+
+    handle = compiled._codelibrary.get_cufunc().kernel.handle
+    attribute = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    if isinstance(handle, driver.CUkernel):
+        result = driver.cuKernelSetAttribute(attribute, nbytes, handle, driver.CUdevice(0))
+    else:
+        result = driver.cuFuncSetAttribute(handle, attribute, nbytes)
+    err = result[0] if isinstance(result, tuple) else result
+    if int(err) != 0:
+        raise RuntimeError(f"opting the kernel in to {nbytes} B of dynamic shared memory failed: {err}")
 
 
 def drop_blasdx_memory_caches() -> None:
@@ -342,8 +364,10 @@ def _measure(library: str, case: str, size, kind: str, sm: int, sms: int, repeat
         MM = nvmath_gemm(case, size, sm)
         setup = time.perf_counter() - start
         make, threads, smem = (lambda: nvmath_kernel(MM, kind)), MM.block_dim, nvmath_shared_memory(MM)
-    first, kernel = build_seconds(make, check_args)
+    first, kernel = build_seconds(make, check_args, smem)
     out[f"{library}_first_compile_s"] = first + (setup if library == "nvmath" else 0.0)
+    if library == "nvmath":
+        out["nvmath_matmul_s"] = setup  # nvmath.device.Matmul(...) alone (libmathdx)
     if library == "blasdx":
         drop_blasdx_memory_caches()
     out[f"{library}_warm_compile_s"], _ = build_seconds(make, check_args)
@@ -376,10 +400,6 @@ def run_task(task: Task, sm: int, sms: int, repeats: int, cache_root: str) -> tu
     library, (case, size, kind) = task[3], task[:3]
     os.environ["BLASDX_CACHE_DIR"] = tempfile.mkdtemp(prefix=f"{library}-", dir=cache_root)
     try:
-        if library == "nvmath":
-            a, b, c = TYPES[case]
-            if any(t.name not in NVMATH for t in (a, b, c)):
-                return task.key, {"nvmath_error": f"LookupError: nvmath.device has no {case} GEMM"}
         return task.key, _measure(library, case, size, kind, sm, sms, repeats)
     except Exception as exc:  # noqa: BLE001 - the reason becomes part of the result
         return task.key, {f"{library}_error": f"{type(exc).__name__}: {str(exc)[:300]}"}
@@ -407,6 +427,19 @@ def parse_cases(args, sm: int) -> list[tuple]:
     return [w for w in wanted if dt.find_combination(*TYPES[w[0]], False).min_sm <= sm]
 
 
+def nvmath_has(case: str) -> bool:
+    """Whether nvmath.device has a GEMM of these types."""
+    return all(t.name in NVMATH for t in TYPES[case])
+
+
+def schedule(cases: list[tuple], libraries: list[str]) -> list[Task]:
+    """The tasks in the order they start: case by case, nvmath.device's task before blasdx's (its builds,
+    libmathdx then NVRTC over cuBLASDx per descriptor, are the long ones, so each starts as early as its case
+    allows and the libraries take the workers one for one). Types nvmath.device lacks give no nvmath task."""
+    return [Task((*c, library)) for c in cases for library in ("nvmath", "blasdx")
+            if library in libraries and (library == "blasdx" or nvmath_has(c[0]))]
+
+
 def merge(rows: dict, key: tuple, fields: dict) -> dict:
     """Add a task's fields to its row; the ratio once both libraries have a time."""
     row = rows.setdefault(key, {"case": key[0], "size": key[1], "kind": key[2], "blasdx_tflops": None,
@@ -424,6 +457,7 @@ def main() -> int:
     parser.add_argument("--sizes", nargs="*", default=["x".join(map(str, s)) for s in SIZES])
     parser.add_argument("--kinds", nargs="*", default=["compute", "batched"])
     parser.add_argument("--cases", nargs="*", default=None, help="TYPE:MxNxK:KIND, run in this order (overrides the rest)")
+    parser.add_argument("--libraries", nargs="*", default=["blasdx", "nvmath"], choices=["blasdx", "nvmath"])
     parser.add_argument("--repeats", type=int, default=400, help="GEMMs per block in the compute kind")
     parser.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1), help="build processes")
     parser.add_argument("--budget", type=float, default=None, help="seconds: stop then, writing what finished")
@@ -446,11 +480,13 @@ def main() -> int:
     cases = parse_cases(args, sm)
     cache_root = args.cache or tempfile.mkdtemp(prefix="blasdx-numba-bench-")
     os.makedirs(cache_root, exist_ok=True)
-    tasks = [Task((case, size, kind, library)) for case, size, kind in cases for library in ("blasdx", "nvmath")]
+    tasks = schedule(cases, args.libraries)
     print(f"{name}, sm_{sm}, {sms} SMs; {len(tasks)} tasks on {args.workers} workers; TFLOP/s (GPU time)", flush=True)
     rows: dict = {}
     for case, size, kind in cases:  # rows in the order asked
-        merge(rows, (case, "x".join(map(str, size)), kind), {})
+        merge(rows, (case, "x".join(map(str, size)), kind),
+              {} if nvmath_has(case) or "nvmath" not in args.libraries else
+              {"nvmath_error": f"LookupError: nvmath.device has no {case} GEMM"})
 
     def write(unfinished: list[str]) -> None:
         args.json.parent.mkdir(parents=True, exist_ok=True)

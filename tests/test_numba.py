@@ -10,7 +10,14 @@ import pytest
 import blasdx as bx
 from blasdx import dtypes as dt
 
-from .numba_support import compile_kernel, numba_cuda, opcodes, typing_error  # skips without numba-cuda
+from .ltoir_support import require_nvjitlink
+from .numba_support import (  # skips without numba-cuda
+    cc_of,
+    compile_kernel,
+    numba_cuda,
+    opcodes,
+    typing_error,
+)
 
 cuda = numba_cuda
 types = numba_cuda.types
@@ -380,3 +387,72 @@ def test_the_examples_kernels_compile_and_link_for_sm_90a():
     kernel = attention.make_kernel(scores, output, 0.125)
     _, sass, _ = compile_kernel(kernel.py_func, (h3, h3, h3, f3), 90)
     assert "HMMA" in opcodes(sass) and not opcodes(sass) & {"STL", "LDL"}
+
+
+def _dispatcher_without_a_gpu(monkeypatch, sm: int = 90):
+    """Numba's dispatcher compiling for a pretend device of ``sm`` (no driver): compile() types, lowers and
+    runs NVVM; the link is left to the test (bind, which loads the module, does nothing)."""
+    from numba.cuda import codegen, dispatcher
+
+    class Device:
+        compute_capability = divmod(sm, 10)
+
+    monkeypatch.setattr(dispatcher, "get_current_device", lambda: Device())
+    monkeypatch.setattr(dispatcher._Kernel, "bind", lambda self: None)
+    monkeypatch.setattr(codegen.CUDACodeLibrary, "_ensure_cc", lambda self, cc: cc or cc_of(sm))
+
+
+def test_a_warm_build_takes_the_linked_cubin_from_the_disk_cache(monkeypatch, tmp_path):
+    """The first build links (nvJitLink) and keeps the cubin; a new kernel object of the same function (a new
+    number in Numba's names) loads that cubin by its kernel name without linking; another GEMM links anew."""
+    from numba.cuda.cudadrv import driver
+
+    from blasdx.compile import cubin as cubins
+    from blasdx.compile import ltoir as _ltoir
+
+    if _ltoir.linker_identity() is None:
+        pytest.skip("nvJitLink or NVVM is not a wheel: linked cubins are not kept")
+    require_nvjitlink()
+    monkeypatch.setenv("BLASDX_CACHE_DIR", str(tmp_path))
+    _dispatcher_without_a_gpu(monkeypatch)
+    G = gemm(dt.float16, dt.float16, dt.float32, 90, arrangement=(R, R, R), arch_specific=True)
+    sig = arrays(G)
+    links = []
+    complete = driver._Linker.complete
+    monkeypatch.setattr(driver._Linker, "complete", lambda self: links.append(self) or complete(self))
+
+    def build(desc):
+        library = cuda.jit(register_api_kernel(desc)).compile((*sig, types.float32, types.float32))._codelibrary
+        return library, bytes(library.get_cubin().code)
+
+    first, cubin = build(G)
+    assert len(links) == 1 and len(list(tmp_path.glob("??/*.nvjl"))) == 1
+    assert cubins.kernel_names(cubin) == [first._entry_name]
+    second, again = build(G)
+    assert len(links) == 1, "the warm build linked again"
+    assert again == cubin and second._entry_name == first._entry_name
+    assert second._cubin_cache  # kept in memory too: a second get_cubin reads nothing
+    build(gemm(dt.float16, dt.float16, dt.float32, 90, size=(32, 32, 32), arrangement=(R, R, R),
+               arch_specific=True))
+    assert len(links) == 2 and len(list(tmp_path.glob("??/*.nvjl"))) == 2
+    monkeypatch.setenv("BLASDX_CACHE", "0")
+    build(G)
+    assert len(links) == 3 and len(list(tmp_path.glob("??/*.nvjl"))) == 2  # no disk cache: linked, nothing kept
+
+
+def test_the_benchmark_starts_each_cases_nvmath_task_before_its_blasdx_task():
+    """benchmarks/numba_gemm.py: nvmath.device's long builds start first, one for one with blasdx's, in case
+    order; no nvmath task for types it lacks."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "numba_gemm.py"
+    spec = importlib.util.spec_from_file_location("numba_gemm_benchmark", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    cases = [("f16->f32", (64, 64, 64), "compute"), ("bf16->f32", (64, 64, 64), "batched"),
+             ("f64", (64, 64, 64), "compute")]
+    order = [(t[0], t[3]) for t in bench.schedule(cases, ["blasdx", "nvmath"])]
+    assert order == [("f16->f32", "nvmath"), ("f16->f32", "blasdx"), ("bf16->f32", "blasdx"), ("f64", "nvmath"),
+                     ("f64", "blasdx")]
+    assert [t[3] for t in bench.schedule(cases, ["nvmath"])] == ["nvmath", "nvmath"]

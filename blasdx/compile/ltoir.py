@@ -8,12 +8,18 @@ once per key and keeps the result in memory and on disk, keyed exactly like cubi
 arch) with an ``ltoir`` mark. Entries are ``<key>.ltoir`` files in the cache folder: a small
 JSON header, the LTO-IR, and a sha256 of both; written to a temporary file and published
 with ``os.replace``, deleted and rebuilt when corrupt.
+
+The cubins that another JIT links from a kernel and blasdx's LTO-IR are kept too
+(:func:`find_linked` / :func:`keep_linked`, ``<key>.nvjl`` files): nvJitLink's link-time
+optimisation of the inlined GEMM is most of a warm Numba build, and its result is decided by
+the inputs the caller hashes into the key (:func:`linked_key`) and by the linker's version.
 """
 
 from __future__ import annotations
 
 import hashlib
 import threading
+from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,7 +34,8 @@ from .nvrtc import DEFAULT_OPTIONS, CompileOptions
 if TYPE_CHECKING:  # pragma: no cover
     from ..describe.descriptor import Descriptor
 
-__all__ = ["Ltoir", "LtoirCache", "compile_ltoir", "descriptor_ltoir", "ltoir_key"]
+__all__ = ["LinkedCache", "Ltoir", "LtoirCache", "compile_ltoir", "descriptor_ltoir", "find_linked", "keep_linked",
+           "linked_key", "ltoir_key"]
 
 _MAGIC = b"BLASDXL1"
 _SUFFIX = ".ltoir"
@@ -138,3 +145,67 @@ def descriptor_ltoir(desc: Descriptor, options: CompileOptions = DEFAULT_OPTIONS
                      declarations=generated.declarations, fragment_size=generated.fragment_size)
     _by_descriptor[(desc, options)] = result
     return result
+
+
+# ---------------------------------------------------------------------------------------------
+# cubins linked from LTO-IR by another JIT
+# ---------------------------------------------------------------------------------------------
+
+#: Wheels that decide a linked cubin besides its inputs: NVVM (the caller's LTO-IR), nvJitLink, the JIT.
+LINKER_DISTRIBUTIONS = ("nvidia_nvjitlink", "nvidia_nvvm", "cuda_core", "cuda_bindings", "numba_cuda")
+
+
+class LinkedCache(_store.EntryFiles[tuple[bytes, str]]):
+    """Linked cubins under ``root``: ``<root>/<key[:2]>/<key>.nvjl``, written atomically."""
+
+    suffix = ".nvjl"
+    magic = b"BLASDXJ1"
+    size_field = "size"
+
+    def _fields(self, value: tuple[bytes, str]) -> tuple[dict[str, Any], bytes]:
+        """The kernel's name in the cubin; the cubin."""
+        cubin, entry = value
+        return {"entry": entry}, cubin
+
+    def _value(self, header: dict[str, Any], payload: bytes) -> tuple[bytes, str]:
+        """(cubin, kernel name)."""
+        return payload, str(header["entry"])
+
+
+def linker_identity() -> str | None:
+    """The installed NVVM, nvJitLink and JIT wheels, or None when nvJitLink or NVVM is not a wheel (then no
+    version is known without loading them, and linked cubins are not kept)."""
+    found = _nvrtc._wheel_versions(LINKER_DISTRIBUTIONS)
+    if "nvidia_nvjitlink" not in found or "nvidia_nvvm" not in found:
+        return None
+    return " ".join(f"{name} {found[name]}" for name in LINKER_DISTRIBUTIONS if name in found)
+
+
+def linked_key(parts: Iterable[bytes], identity: str) -> str:
+    """sha256 (hex) of a link: every input and option the caller names (each length-prefixed, in order) and
+    the linker's identity."""
+    h = hashlib.sha256(b"linked\n" + identity.encode() + b"\n")
+    for part in parts:
+        h.update(len(part).to_bytes(8, "little"))
+        h.update(part)
+    return h.hexdigest()
+
+
+def _linked_disk() -> LinkedCache | None:
+    return LinkedCache(_cache.cache_dir()) if _cache.cache_enabled() else None
+
+
+def find_linked(key: str) -> tuple[bytes, str] | None:
+    """(cubin, kernel name) of a link kept on disk, or None."""
+    disk = _linked_disk()
+    found = disk.get(key) if disk else None
+    if found is not None:
+        _store.stats.count("disk_hits")
+    return found
+
+
+def keep_linked(key: str, cubin: bytes, entry: str) -> None:
+    """Keep a linked cubin whose kernel is named ``entry`` (nothing when the disk cache is off)."""
+    disk = _linked_disk()
+    if disk:
+        disk.put(key, (cubin, entry))

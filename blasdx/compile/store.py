@@ -252,8 +252,9 @@ class DiskCache(EntryFiles[_Entry]):
         removed = 0
         for path in self.entries():
             removed += _unlink(path)
-        for path in self.root.glob("??/*.ltoir") if self.root.is_dir() else []:  # blasdx.compile.ltoir's
-            removed += _unlink(path)
+        for pattern in ("??/*.ltoir", "??/*.nvjl"):  # blasdx.compile.ltoir's LTO-IR and linked cubins
+            for path in self.root.glob(pattern) if self.root.is_dir() else []:
+                removed += _unlink(path)
         for tmp in self.root.glob("??/.*.tmp") if self.root.is_dir() else []:
             _unlink(tmp)
         import shutil

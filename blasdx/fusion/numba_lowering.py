@@ -11,10 +11,16 @@ Shared buffers are views into the kernel's dynamic shared memory, placed by the 
 setup callback opts the loaded kernels in to the device's whole dynamic shared memory. Copies check
 the global matrix's shape on the device and stop the kernel (``trap``) on a mismatch, before
 reading anything: shapes are run-time values in Numba.
+
+A kernel that calls a GEMM keeps its linked cubin in blasdx's disk cache (:func:`_linked_cubin`):
+nvJitLink's link-time optimisation of the inlined GEMM is most of a warm build, and Numba's own
+``cache=True`` refuses code libraries with linked files.
 """
 
 from __future__ import annotations
 
+import re
+import types as _pytypes
 from typing import Any
 
 from llvmlite import ir
@@ -47,6 +53,65 @@ def _link(context: Any, gemm: GemmType) -> None:
     library.add_linking_file(obj)
     if hasattr(library, "_lto"):  # numba-cuda's CUDACodeLibrary: link this kernel as LTO-IR too
         library._lto = True
+    if hasattr(library, "_cubin_cache") and "get_cubin" not in vars(library):
+        library.get_cubin = _pytypes.MethodType(_linked_cubin, library)
+
+
+#: the kernel's name in the text its cache key hashes (Numba numbers each compile's name)
+_ENTRY = b"__blasdx_entry__"
+_MODULE_ID = re.compile(rb"^; ModuleID = .*$", re.MULTILINE)
+
+
+def _link_key(library: Any, cc: tuple) -> str | None:
+    """The disk key of ``library``'s link for ``cc``: its LLVM IR with the kernel's name set aside, the NVVM
+    and linker options and every linked file; None when something in it cannot be hashed."""
+    from numba.cuda.cudadrv.linkable_code import LinkableCode
+
+    from ..compile import ltoir as _ltoir
+
+    identity = _ltoir.linker_identity()
+    entry = library._entry_name
+    if identity is None or not entry or library.needs_cudadevrt:
+        return None
+    files = []
+    for item in library._linking_files:
+        if isinstance(item, LinkableCode):
+            files.append(str(item.kind).encode() + b"\0" + bytes(item.data))
+        else:
+            return None  # a path: its content may change under the same name
+    options = repr((tuple(cc), sorted(library._nvvm_options.items()), library._max_registers, library._lto))
+    # the kernel's mangled name (after "_ZN") is in its own name and its environment's; the module's ID comment
+    # ends in the compile's number
+    ir_text = _MODULE_ID.sub(b"", "\n".join(library.llvm_strs).encode()).replace(entry[3:].encode(), _ENTRY)
+    return _ltoir.linked_key([options.encode(), ir_text, *sorted(files)], identity)
+
+
+def _linked_cubin(library: Any, cc: Any = None) -> Any:
+    """``CUDACodeLibrary.get_cubin`` through blasdx's disk cache of linked cubins.
+
+    A hit names the kernel as it was when the cubin was linked (an earlier compile's number), so
+    the library loads it by that name.
+    """
+    from cuda.core import ObjectCode
+
+    from ..compile import ltoir as _ltoir
+
+    cc = library._ensure_cc(cc)
+    cubin = library._cubin_cache.get(cc)
+    if cubin:
+        return cubin
+    key = _link_key(library, cc)
+    found = _ltoir.find_linked(key) if key else None
+    if found is not None:
+        data, entry = found
+        library._entry_name = entry
+        cubin = library._cubin_cache[cc] = ObjectCode.from_cubin(data, name=entry)
+        return cubin
+    cubin = type(library).get_cubin(library, cc)
+    if key:
+        data = cubin if isinstance(cubin, bytes) else bytes(cubin.code)
+        _ltoir.keep_linked(key, data, library._entry_name)
+    return cubin
 
 
 def _allow_dynamic_shared_memory(object_code: Any) -> None:
