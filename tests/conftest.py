@@ -94,6 +94,12 @@ def fresh_cache(tmp_path, monkeypatch) -> Path:
     cache.clear_memory_cache()
 
 
+@pytest.fixture(scope="session")
+def build_dir(tmp_path_factory) -> Path:
+    """This process's host-emulation builds (tests/host_emulation.py), shared by its test modules."""
+    return tmp_path_factory.mktemp("emulation")
+
+
 @pytest.fixture
 def encoder(monkeypatch) -> FakeEncoder:
     """The driver's tensor-map encoder replaced by a FakeEncoder, with no call plan remembered from other tests."""
