@@ -8,7 +8,8 @@ matrix or a batch of them). A module takes the pair with its usual element type 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -58,3 +59,13 @@ def fake_hopper(monkeypatch: pytest.MonkeyPatch) -> FakeEncoder:
     monkeypatch.setattr(array_gemm, "_device_info", lambda device_id: array_gemm._DeviceInfo(90, 132))
     monkeypatch.setattr(cuda_driver, "encode_tiled", encoder)
     return encoder
+
+
+@contextlib.contextmanager
+def hopper_calls(monkeypatch: pytest.MonkeyPatch, calls: dict) -> Iterator[FakeEncoder]:
+    """:func:`fake_hopper` for the span of the block, with ``calls`` (a call module's remembered plans) empty
+    on entry and on exit, so that no plan of another test stands in."""
+    encoder = fake_hopper(monkeypatch)
+    calls.clear()
+    yield encoder
+    calls.clear()

@@ -16,7 +16,7 @@ from blasdx.calls import matmul as array_gemm
 from blasdx import dtypes as dt
 from blasdx.errors import DeviceError, ExecutionError
 
-from .array_views import PTR, fake_hopper, views
+from .array_views import PTR, hopper_calls, views
 
 view, col = views(dt.float16)
 
@@ -24,10 +24,8 @@ view, col = views(dt.float16)
 @pytest.fixture(autouse=True)
 def fake_device(monkeypatch):
     """An sm_90 device with 132 SMs (tensor maps checked by the driver's rules); nothing launches."""
-    fake_hopper(monkeypatch)
-    array_gemm._CALLS.clear()
-    yield
-    array_gemm._CALLS.clear()
+    with hopper_calls(monkeypatch, array_gemm._CALLS):
+        yield
 
 
 def plan(x, y, acc=None, result=None, sm=90, sms=132, out=None, allow_block=True, fast=False):

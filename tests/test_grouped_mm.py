@@ -22,7 +22,7 @@ from blasdx.engine import grouped as engine
 from blasdx.engine import hopper
 from blasdx.errors import DeviceError, ExecutionError
 
-from .array_views import PTR, fake_hopper, views
+from .array_views import PTR, hopper_calls, views
 
 BF16, F16, F32, I32 = dt.bfloat16, dt.float16, dt.float32, dt.int32
 E4M3, E5M2 = dt.float8_e4m3, dt.float8_e5m2
@@ -43,11 +43,9 @@ OFFS = view((G,), I32, ptr=PTR + 2**31)
 @pytest.fixture(autouse=True)
 def fake_device(monkeypatch):
     """An sm_90 device with 132 SMs (tensor maps checked by the driver's rules); nothing launches."""
-    encoder = fake_hopper(monkeypatch)
     monkeypatch.setattr(grouped, "STORE_BY_TMA", False)  # the plans below store pair by pair unless a test says
-    grouped._CALLS.clear()
-    yield encoder
-    grouped._CALLS.clear()
+    with hopper_calls(monkeypatch, grouped._CALLS) as encoder:
+        yield encoder
 
 
 # ---- forms and scales ------------------------------------------------------------------------------------

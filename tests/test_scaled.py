@@ -20,7 +20,7 @@ from blasdx import dtypes as dt
 from blasdx.compile.cache import cached_compile
 from blasdx.errors import DeviceError, ExecutionError
 
-from .array_views import PTR, fake_hopper, views
+from .array_views import PTR, hopper_calls, views
 
 E4M3, E5M2, F32 = dt.float8_e4m3, dt.float8_e5m2, dt.float32
 M, N, K = 1000, 768, 1040  # 9 K blocks of 128, the last one partial
@@ -32,10 +32,8 @@ view, col = views(E4M3)
 @pytest.fixture(autouse=True)
 def fake_device(monkeypatch):
     """An sm_90 device with 132 SMs (tensor maps checked by the driver's rules); nothing launches."""
-    fake_hopper(monkeypatch)
-    scaled._CALLS.clear()
-    yield
-    scaled._CALLS.clear()
+    with hopper_calls(monkeypatch, scaled._CALLS):
+        yield
 
 
 def operands(m=M, n=N, k=K):
