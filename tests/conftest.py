@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -92,6 +93,16 @@ def fresh_cache(tmp_path, monkeypatch) -> Path:
     cache.stats.reset()
     yield root
     cache.clear_memory_cache()
+
+
+@pytest.fixture(scope="session")
+def build_dir(tmp_path_factory) -> Iterator[Path]:
+    """This process's host-emulation builds (tests/host_emulation.py), shared by its test modules; the
+    precompiled headers (some 50 MB each) go at the end, the sources and programs stay for a look."""
+    folder = tmp_path_factory.mktemp("emulation")
+    yield folder
+    for headers in folder.glob("pch-*"):
+        shutil.rmtree(headers, ignore_errors=True)
 
 
 @pytest.fixture

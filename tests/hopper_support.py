@@ -21,10 +21,10 @@ from .gpu_support import require_gpu, torch_dtype
 SENTINEL = -1234567  # int32 poison
 
 
-def hopper_torch():
-    """torch, on an sm_90 GPU (the engine's); skips elsewhere (the modules' ``torch`` fixture)."""
+def hopper_torch(reason: str = "the Hopper engine runs on sm_90 GPUs"):
+    """torch, on an sm_90 GPU (the engine's); skips elsewhere, saying ``reason`` (the modules' ``torch`` fixture)."""
     if require_gpu() != 90:
-        pytest.skip("the Hopper engine runs on sm_90 GPUs")
+        pytest.skip(reason)
     import torch
 
     return torch

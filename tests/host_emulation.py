@@ -4,12 +4,16 @@ array), launched block by block. The FMA paths (f32, and f64 on sm_75) run exact
 mma.sync and cp.async are GPU-only and stay out. ``sanitize="thread"`` builds with
 ThreadSanitizer (a missing barrier is a data race), ``"address"`` with AddressSanitizer (global
 buffers read or written out of bounds).
+
+Every build opens with ``#include "emulation.h"``, which holds the C++ standard headers too: g++
+reads it precompiled (one ``.gch`` per build folder and set of flags), which halves a build.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import os
 import shutil
 import subprocess
 import tempfile
@@ -66,8 +70,10 @@ def build(source: str, call: str, shared: str, build_dir: Path, sanitize: str | 
     if not exe.exists():
         cpp = exe.with_suffix(".cpp")
         cpp.write_text(text)
+        headers = ["-I", str(folder)] if (folder := _precompiled(flags, build_dir)) is not None else []
         result = subprocess.run(
-            [compiler() or "g++", *flags, "-I", str(HERE), "-I", str(kernels), "-x", "c++", str(cpp), "-o", str(exe)],
+            [compiler() or "g++", *flags, *headers, "-I", str(HERE), "-I", str(kernels), "-x", "c++", str(cpp), "-o",
+             str(exe)],
             capture_output=True, text=True,
         )
         if result.returncode:
@@ -75,14 +81,39 @@ def build(source: str, call: str, shared: str, build_dir: Path, sanitize: str | 
     return exe
 
 
+def _precompiled(flags: list[str], build_dir: Path) -> Path | None:
+    """A folder of ``build_dir`` holding emulation.h precompiled with ``flags`` (made on first use), or None
+    where g++ cannot precompile it (the builds then parse the header themselves: slower, the same program).
+
+    g++ looks for ``emulation.h.gch`` in each include folder before ``emulation.h`` and takes it when
+    it was made with the same flags, so this folder goes first on the include path."""
+    digest = hashlib.sha256(" ".join(flags).encode())
+    for path in sorted(HERE.iterdir()):
+        digest.update(path.read_bytes())
+    folder = build_dir / f"pch-{digest.hexdigest()[:16]}"
+    header = folder / "emulation.h.gch"
+    if header.exists():
+        return folder
+    folder.mkdir(exist_ok=True)
+    part = folder / f"emulation.h.gch.{os.getpid()}"
+    result = subprocess.run([compiler() or "g++", *flags, "-I", str(HERE), "-x", "c++-header", str(HERE / "emulation.h"),
+                             "-o", str(part)], capture_output=True, text=True)
+    if result.returncode:
+        part.unlink(missing_ok=True)
+        return None
+    os.replace(part, header)  # whole or absent, for a build of another process
+    return folder
+
+
 def run(exe: Path, grid: tuple[int, int], threads: int, shared_bytes: int, a: np.ndarray, b: np.ndarray,
-        out: np.ndarray, work: Path) -> np.ndarray:
-    """Launch on ``grid`` blocks of ``threads``; returns ``out`` after the kernel (a copy)."""
+        out: np.ndarray, work: Path, scalars: tuple[float, ...] = ()) -> np.ndarray:
+    """Launch on ``grid`` blocks of ``threads``; returns ``out`` after the kernel (a copy). The call reads
+    ``scalars`` as ``emulated_scalar(i)`` (values that need no program of their own)."""
     names = [work / name for name in ("a.bin", "b.bin", "out.bin", "result.bin")]
     for array, path in zip((a, b, out), names):
         np.ascontiguousarray(array).tofile(path)
     result = subprocess.run(
-        [str(exe), str(grid[0]), str(grid[1]), str(threads), str(shared_bytes), *map(str, names)],
+        [str(exe), str(grid[0]), str(grid[1]), str(threads), str(shared_bytes), *map(str, names), *map(repr, scalars)],
         capture_output=True, text=True, timeout=600,
     )
     if result.returncode or "WARNING" in result.stderr or "ERROR" in result.stderr:

@@ -15,15 +15,21 @@ import pytest
 import blasdx as bx
 
 KERNELS = r"""
-extern "C" __global__ void shared_api(const unsigned char* a, const unsigned char* b, unsigned char* c,
-                                      SCALAR alpha, SCALAR beta, long long a_bytes, long long b_bytes,
-                                      long long c_bytes) {
-    extern __shared__ __align__(16) unsigned char smem[];
-    void *sa, *sb, *sc;
-    GEMM_slice_shared_memory(smem, &sa, &sb, &sc);
-    const long long p = blockIdx.x;
-    GEMM_load_a(a + p * a_bytes, sa);
-    GEMM_load_b(b + p * b_bytes, sb);
+// Both kernels: the same arguments, and A and B of this block's problem loaded into the GEMM's shared memory.
+#define KERNEL(name)                                                                                           \
+    extern "C" __global__ void name(const unsigned char* a, const unsigned char* b, unsigned char* c,         \
+                                    SCALAR alpha, SCALAR beta, long long a_bytes, long long b_bytes,          \
+                                    long long c_bytes)
+#define LOAD_AB()                                                                                              \
+    extern __shared__ __align__(16) unsigned char smem[];                                                      \
+    void *sa, *sb, *sc;                                                                                        \
+    GEMM_slice_shared_memory(smem, &sa, &sb, &sc);                                                             \
+    const long long p = blockIdx.x;                                                                            \
+    GEMM_load_a(a + p * a_bytes, sa);                                                                          \
+    GEMM_load_b(b + p * b_bytes, sb)
+
+KERNEL(shared_api) {
+    LOAD_AB();
     if (beta != SCALAR(0)) GEMM_load_c(c + p * c_bytes, sc);
     GEMM_copy_wait();
     GEMM_execute(alpha, SCALAR(0), sa, sb, beta, SCALAR(0), sc);
@@ -32,15 +38,8 @@ extern "C" __global__ void shared_api(const unsigned char* a, const unsigned cha
 }
 
 #if FRAGMENT_SIZE > 0
-extern "C" __global__ void register_api(const unsigned char* a, const unsigned char* b, unsigned char* c,
-                                        SCALAR alpha, SCALAR beta, long long a_bytes, long long b_bytes,
-                                        long long c_bytes) {
-    extern __shared__ __align__(16) unsigned char smem[];
-    void *sa, *sb, *sc;
-    GEMM_slice_shared_memory(smem, &sa, &sb, &sc);
-    const long long p = blockIdx.x;
-    GEMM_load_a(a + p * a_bytes, sa);
-    GEMM_load_b(b + p * b_bytes, sb);
+KERNEL(register_api) {
+    LOAD_AB();
     GEMM_copy_wait();
     alignas(16) unsigned char fragment[FRAGMENT_SIZE * FRAGMENT_BYTES];
 #pragma unroll

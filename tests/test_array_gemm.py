@@ -13,41 +13,19 @@ import pytest
 
 import blasdx as bx
 from blasdx.calls import matmul as array_gemm
-from blasdx.launch import cuda_driver
 from blasdx import dtypes as dt
-from blasdx.arrays import ArrayView
 from blasdx.errors import DeviceError, ExecutionError
 
-from .tma_rules import FakeEncoder
+from .array_views import PTR, hopper_calls, views
 
-PTR = 0x7F0000000000  # 256-byte aligned, like every allocator's
-
-
-def view(shape, dtype=dt.float16, strides=None, ptr=PTR, device=0) -> ArrayView:
-    """A device array view; C-contiguous strides (elements) unless given."""
-    if strides is None:
-        strides, acc = [], 1
-        for n in reversed(shape):
-            strides.insert(0, acc)
-            acc *= max(n, 1)
-    return ArrayView(ptr, tuple(shape), tuple(strides), dtype, device, False, None)
-
-
-def col(shape, dtype=dt.float16, ptr=PTR) -> ArrayView:
-    """A column-major matrix (or batch of them)."""
-    rows, cols = shape[-2:]
-    strides = (1, rows) if len(shape) == 2 else (rows * cols, 1, rows)
-    return view(shape, dtype, strides, ptr)
+view, col = views(dt.float16)
 
 
 @pytest.fixture(autouse=True)
 def fake_device(monkeypatch):
     """An sm_90 device with 132 SMs (tensor maps checked by the driver's rules); nothing launches."""
-    monkeypatch.setattr(array_gemm, "_device_info", lambda device_id: array_gemm._DeviceInfo(90, 132))
-    monkeypatch.setattr(cuda_driver, "encode_tiled", FakeEncoder())
-    array_gemm._CALLS.clear()
-    yield
-    array_gemm._CALLS.clear()
+    with hopper_calls(monkeypatch, array_gemm._CALLS):
+        yield
 
 
 def plan(x, y, acc=None, result=None, sm=90, sms=132, out=None, allow_block=True, fast=False):

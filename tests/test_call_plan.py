@@ -12,16 +12,16 @@ import pytest
 from blasdx import dtypes as dt
 from blasdx.calls import matmul as array_gemm
 from blasdx.calls.matmul import call_plan
-from blasdx.launch import cuda_driver
 
-from .test_array_gemm import col, view
-from .tma_rules import FakeEncoder
+from .array_views import fake_hopper, views
+
+
+view, col = views(dt.float16)
 
 
 @pytest.fixture(autouse=True)
 def fake_device(monkeypatch):
-    monkeypatch.setattr(array_gemm, "_device_info", lambda device_id: array_gemm._DeviceInfo(90, 132))
-    monkeypatch.setattr(cuda_driver, "encode_tiled", FakeEncoder())
+    fake_hopper(monkeypatch)
 
 
 def test_matmul_plan_of_the_call_and_not_of_the_newest_cached_one():

@@ -10,19 +10,16 @@ import re
 import pytest
 
 from blasdx import dtypes as dt
-from blasdx.arrays import ArrayView
 from blasdx.calls import matmul as array_gemm
 from blasdx.compile.cache import cached_compile
 from blasdx.engine import hopper
 
-PTR = 0x7F0000000000
+from .array_views import PTR, views
+
 SMS = 132
 
 
-def view(shape, dtype, strides=None) -> ArrayView:
-    if strides is None:
-        strides = (shape[1], 1)
-    return ArrayView(PTR, tuple(shape), tuple(strides), dtype, 0, False, None)
+view = views(dt.float16)[0]
 
 
 def plan(x, y):

@@ -11,16 +11,15 @@ import pytest
 
 import blasdx as bx
 from blasdx import dtypes as dt
-from blasdx.arrays import ArrayView
 from blasdx.calls import matmul as array_gemm
 from blasdx.engine import hopper, tuning
 
-PTR = 0x7F0000000000
+from .array_views import PTR, views
+
 SMS = 132
 
 
-def view(shape, dtype=dt.bfloat16) -> ArrayView:
-    return ArrayView(PTR, tuple(shape), (shape[1], 1), dtype, 0, False, None)
+view = views(dt.bfloat16)[0]
 
 
 def key(m=128, n=1024, k=2048) -> tuning.TuneKey:

@@ -27,11 +27,6 @@ R, C = bx.row_major, bx.col_major
 ORDERS = list(itertools.product((R, C), (R, C)))
 
 
-@pytest.fixture(scope="module")
-def build_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("emulation")
-
-
 def gemm(size, a_order, b_order, *ops, sm=80):
     desc = (bx.Size(*size) + bx.Precision(bx.float32) + bx.Function.MM + bx.Arrangement(a_order, b_order, R)
             + bx.SM(sm) + bx.Block() + bx.MaxAlignment)
@@ -91,12 +86,12 @@ def test_batched_fma(size, extra, orders, beta, build_dir, tmp_path):
     stride_a, stride_b, stride_c = (lda * (m if a_order is R else k), ldb * (k if b_order is R else n), ldc * m)
     alpha = 1.5
     call = ("blasdx_batched_gemm(reinterpret_cast<const float*>(a.data()), reinterpret_cast<const float*>(b.data()), "
-            f"reinterpret_cast<float*>(out.data()), {alpha}f, {beta}f, {stride_a}LL, {stride_b}LL, {stride_c}LL, "
-            f"{batch}LL)")
+            f"reinterpret_cast<float*>(out.data()), {alpha}f, float(emulated_scalar(0)), {stride_a}LL, {stride_b}LL, "
+            f"{stride_c}LL, {batch}LL)")  # beta at run time: one program for both betas
     exe = emu.build(generate(desc).source, call, "blasdx::smem", build_dir)
     grid = -(-batch // desc.plan.stages)  # a block runs `stages` consecutive problems; the last one fewer
     result = emu.run(exe, (grid, 1), desc.max_threads_per_block, desc.kernel_shared_memory_size, a_buf, b_buf,
-                     c_buf, tmp_path)
+                     c_buf, tmp_path, (beta,))
     got = emu.unstorage(result, batch, m, n, True, ldc)
     _check(got, _expect(a, b, c, alpha, beta), k)
 

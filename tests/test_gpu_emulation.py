@@ -15,8 +15,8 @@ from blasdx import dtypes as dt
 from blasdx.calls.matmul import call_plan
 from blasdx.reference import tolerance
 
-from .gpu_support import poisoned_new_tensors, require_gpu
-from .hopper_support import check_product, engine_call
+from .gpu_support import poisoned_new_tensors
+from .hopper_support import check_product, engine_call, hopper_torch
 
 pytestmark = pytest.mark.gpu
 
@@ -25,11 +25,7 @@ LAYOUTS = ["RR", "RC", "CR", "CC"]
 
 @pytest.fixture(scope="module")
 def torch():
-    if require_gpu() != 90:
-        pytest.skip("3xtf32 runs on the Hopper engine (sm_90)")
-    import torch
-
-    return torch
+    return hopper_torch("3xtf32 runs on the Hopper engine (sm_90)")
 
 
 def _random(torch, shape, gen, order="R", scale_range=0):

@@ -18,18 +18,15 @@ from blasdx.calls import matmul as array_gemm
 from blasdx.engine import hopper
 from blasdx.reference import tolerance
 
-from .gpu_support import require_gpu, torch_dtype
+from .gpu_support import torch_dtype
+from .hopper_support import hopper_torch
 
 pytestmark = pytest.mark.gpu
 
 
 @pytest.fixture(scope="module")
 def torch():
-    if require_gpu() != 90:
-        pytest.skip("the Hopper engine runs on sm_90 GPUs")
-    import torch
-
-    return torch
+    return hopper_torch()
 
 
 def _operand(torch, shape, a: dt.DType, gen):

@@ -12,18 +12,14 @@ from blasdx.calls import matmul as array_gemm
 from blasdx.engine import tuning
 from blasdx.reference import tolerance
 
-from .gpu_support import require_gpu
+from .hopper_support import hopper_torch
 
 pytestmark = pytest.mark.gpu
 
 
 @pytest.fixture(scope="module")
 def torch():
-    if require_gpu() != 90:
-        pytest.skip("the Hopper engine runs on sm_90 GPUs")
-    import torch
-
-    return torch
+    return hopper_torch()
 
 
 def test_tune_keeps_the_fastest_and_calls_take_it(torch, tmp_path, monkeypatch):

@@ -18,7 +18,8 @@ import blasdx as bx
 from blasdx.calls.matmul import call_plan
 from blasdx.engine import ozaki
 
-from .gpu_support import poisoned_new_tensors, require_gpu, stable_seed
+from .gpu_support import poisoned_new_tensors, stable_seed
+from .hopper_support import hopper_torch
 
 pytestmark = pytest.mark.gpu
 
@@ -27,12 +28,9 @@ LAYOUTS = ["RR", "RC", "CR", "CC"]
 
 @pytest.fixture(scope="module")
 def torch():
-    if require_gpu() != 90:
-        pytest.skip("the int8 residue products run on the Hopper engine (sm_90)")
+    torch = hopper_torch("the int8 residue products run on the Hopper engine (sm_90)")
     if np.finfo(np.longdouble).nmant < 63:
         pytest.skip("the reference needs an extended-precision long double")
-    import torch
-
     return torch
 
 

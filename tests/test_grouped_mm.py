@@ -21,23 +21,15 @@ from blasdx.compile.cache import cached_compile
 from blasdx.engine import grouped as engine
 from blasdx.engine import hopper
 from blasdx.errors import DeviceError, ExecutionError
-from blasdx.launch import cuda_driver
 
-from .tma_rules import FakeEncoder
+from .array_views import PTR, hopper_calls, views
 
-PTR = 0x7F0000000000
 BF16, F16, F32, I32 = dt.bfloat16, dt.float16, dt.float32, dt.int32
 E4M3, E5M2 = dt.float8_e4m3, dt.float8_e5m2
 G, T, K, N = 8, 3000, 1040, 776  # 9 K blocks of 128, the last one partial; N not a multiple of 128
 
 
-def view(shape, dtype=BF16, strides=None, ptr=PTR, readonly=False) -> ArrayView:
-    if strides is None:
-        strides, acc = [], 1
-        for n in reversed(shape):
-            strides.insert(0, acc)
-            acc *= max(n, 1)
-    return ArrayView(ptr, tuple(shape), tuple(strides), dtype, 0, readonly, None)
+view = views(BF16)[0]
 
 
 def w_nk(groups=G, k=K, n=N, dtype=BF16, ptr=PTR + 2**30) -> ArrayView:
@@ -51,13 +43,9 @@ OFFS = view((G,), I32, ptr=PTR + 2**31)
 @pytest.fixture(autouse=True)
 def fake_device(monkeypatch):
     """An sm_90 device with 132 SMs (tensor maps checked by the driver's rules); nothing launches."""
-    monkeypatch.setattr(array_gemm, "_device_info", lambda device_id: array_gemm._DeviceInfo(90, 132))
-    encoder = FakeEncoder()
-    monkeypatch.setattr(cuda_driver, "encode_tiled", encoder)
     monkeypatch.setattr(grouped, "STORE_BY_TMA", False)  # the plans below store pair by pair unless a test says
-    grouped._CALLS.clear()
-    yield encoder
-    grouped._CALLS.clear()
+    with hopper_calls(monkeypatch, grouped._CALLS) as encoder:
+        yield encoder
 
 
 # ---- forms and scales ------------------------------------------------------------------------------------

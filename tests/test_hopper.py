@@ -18,27 +18,15 @@ from blasdx.launch import cuda_driver
 
 from blasdx.engine import hopper
 from blasdx import dtypes as dt
-from blasdx.arrays import ArrayView
 from blasdx.compile.cache import cached_compile
 
+from .array_views import PTR, views
 
-PTR = 0x7F0000000000
+
 SMS = 132
 
 
-def view(shape, dtype=dt.float16, strides=None, ptr=PTR) -> ArrayView:
-    if strides is None:
-        strides, acc = [], 1
-        for n in reversed(shape):
-            strides.insert(0, acc)
-            acc *= max(n, 1)
-    return ArrayView(ptr, tuple(shape), tuple(strides), dtype, 0, False, None)
-
-
-def col(shape, dtype=dt.float16, ptr=PTR) -> ArrayView:
-    rows, cols = shape[-2:]
-    strides = (1, rows) if len(shape) == 2 else (rows * cols, 1, rows)
-    return view(shape, dtype, strides, ptr)
+view, col = views(dt.float16)
 
 
 def plan(x, y, acc=None, sm=90):

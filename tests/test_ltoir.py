@@ -59,8 +59,10 @@ def _cases():
                 yield pytest.param(types, sm, specific, id=f"{name}-sm{sm}{'a' if specific else ''}")
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture
 def private_cache(tmp_path, monkeypatch):
+    """A cache folder of the test's own and nothing in memory (the other tests share the run's LTO-IR with
+    the Numba tests, which link the same descriptors)."""
     monkeypatch.setenv("BLASDX_CACHE_DIR", str(tmp_path / "cache"))
     _ltoir._memory.clear()
     _ltoir._by_descriptor.clear()
@@ -121,7 +123,7 @@ def test_register_api_only_where_the_accumulator_fits():
     assert small.fragment_size > 0 and codegen.REGISTER_ROLES <= set(small.symbols)
 
 
-def test_disk_hit_runs_no_nvrtc_and_corrupt_entries_are_rebuilt():
+def test_disk_hit_runs_no_nvrtc_and_corrupt_entries_are_rebuilt(private_cache):
     desc = _desc(TYPES["f16-f32"], 80, False, (32, 32, 32))
     first = desc.ltoir()
     assert desc.ltoir() is first  # memory

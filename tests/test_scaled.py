@@ -14,43 +14,26 @@ import pytest
 
 import blasdx as bx
 from blasdx.calls import matmul as array_gemm
-from blasdx.launch import cuda_driver
 from blasdx.engine import hopper
 from blasdx.calls import scaled_mm as scaled
 from blasdx import dtypes as dt
-from blasdx.arrays import ArrayView
 from blasdx.compile.cache import cached_compile
 from blasdx.errors import DeviceError, ExecutionError
 
-from .tma_rules import FakeEncoder
+from .array_views import PTR, hopper_calls, views
 
-PTR = 0x7F0000000000
 E4M3, E5M2, F32 = dt.float8_e4m3, dt.float8_e5m2, dt.float32
 M, N, K = 1000, 768, 1040  # 9 K blocks of 128, the last one partial
 
 
-def view(shape, dtype=E4M3, strides=None, ptr=PTR, readonly=False) -> ArrayView:
-    if strides is None:
-        strides, acc = [], 1
-        for n in reversed(shape):
-            strides.insert(0, acc)
-            acc *= max(n, 1)
-    return ArrayView(ptr, tuple(shape), tuple(strides), dtype, 0, readonly, None)
-
-
-def col(shape, dtype=E4M3, ptr=PTR) -> ArrayView:
-    rows, cols = shape
-    return view(shape, dtype, (1, rows), ptr)
+view, col = views(E4M3)
 
 
 @pytest.fixture(autouse=True)
 def fake_device(monkeypatch):
     """An sm_90 device with 132 SMs (tensor maps checked by the driver's rules); nothing launches."""
-    monkeypatch.setattr(array_gemm, "_device_info", lambda device_id: array_gemm._DeviceInfo(90, 132))
-    monkeypatch.setattr(cuda_driver, "encode_tiled", FakeEncoder())
-    scaled._CALLS.clear()
-    yield
-    scaled._CALLS.clear()
+    with hopper_calls(monkeypatch, scaled._CALLS):
+        yield
 
 
 def operands(m=M, n=N, k=K):

@@ -41,11 +41,6 @@ pytestmark = pytest.mark.skipif(emu.compiler() is None, reason="needs g++ (C++20
 R, C = bx.row_major, bx.col_major
 
 
-@pytest.fixture(scope="module")
-def build_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("emulation")
-
-
 @dataclass
 class Case:
     desc: bx.TrsmDescriptor

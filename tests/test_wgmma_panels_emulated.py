@@ -49,11 +49,6 @@ void load_panels(const unsigned char* a, const unsigned char* b, unsigned char* 
 """
 
 
-@pytest.fixture(scope="module")
-def build_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("emulation")
-
-
 I8, U8, I32 = bx.int8, bx.uint8, bx.int32
 CASES = [
     *[((128, 128, 64), (I8, I8, I32), (a, b, C), (bx.MaxAlignment,))

@@ -4,11 +4,15 @@
 // test takes their plain paths without __CUDA_ARCH__). Built with ThreadSanitizer, a missing
 // barrier shows up as a data race.
 #pragma once
+// Every standard header of a build (launch.inc's too), so that the precompiled emulation.h holds them all.
 #include <barrier>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
+#include <vector>
 using std::fabs;
 using std::fma;
 #define __device__
