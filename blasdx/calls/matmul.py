@@ -550,8 +550,8 @@ def _copy_into(out: Any, acc: Any, stream: int, device_id: int) -> None:
 
 
 def _launch_tiled(plan: CallPlan, vx: ArrayView, vy: ArrayView, cin: ArrayView | None, dout: ArrayView,
-                  handle: int) -> None:
-    """The multi-block kernel: D = x @ y (+ C), on the plan's device (current) and stream ``handle``."""
+                  alpha: float, beta: float, handle: int) -> None:
+    """The multi-block kernel: D = alpha x @ y + beta C, on the plan's device (current) and stream ``handle``."""
     kernel = plan.kernel
     mx, my, _ = plan.strides
     rs_c = cs_c = bs_c = 0
@@ -566,7 +566,7 @@ def _launch_tiled(plan: CallPlan, vx: ArrayView, vy: ArrayView, cin: ArrayView |
     kernel.packed(plan.device_id).launch(
         grid_x, grid_y, handle,
         vx.ptr, vy.ptr, c_ptr, dout.ptr, plan.m, plan.n, plan.k, mx.ld, my.ld, rs_c, cs_c, rs_d, cs_d,
-        mx.batch_stride, my.batch_stride, bs_c, bs_d, plan.batch, 1, plan.beta,
+        mx.batch_stride, my.batch_stride, bs_c, bs_d, plan.batch, alpha, beta,
     )
 
 
@@ -620,7 +620,7 @@ def _run(plan: CallPlan, x_view: ArrayView, y_view: ArrayView, acc: Any, vacc: A
         if plan.kind == "hopper":
             plan.kernel.run(plan.device_id, core, handle, x_view, y_view, vacc, vout, 1.0, float(plan.beta))
         else:
-            _launch_tiled(plan, x_view, y_view, vacc, vout, handle)
+            _launch_tiled(plan, x_view, y_view, vacc, vout, 1, plan.beta, handle)
     else:
         if vacc is not None and vout.ptr != vacc.ptr:
             _copy_into(out, acc, handle, plan.device_id)
