@@ -318,16 +318,6 @@ def _plan(vx: ArrayView, vy: ArrayView, vacc: ArrayView | None, vout: ArrayView 
     return _Call(shape, vx.dtype, step, device_id)
 
 
-def _cached(key: tuple[Any, ...], build: Any) -> _Call:
-    found = _CALLS.get(key)
-    if found is None:
-        found = build()
-        if len(_CALLS) > 1024:
-            _CALLS.clear()
-        _CALLS[key] = found
-    return found
-
-
 def _launch(call: _Call, views: tuple[ArrayView | None, ...], vx: ArrayView, vy: ArrayView, vd: ArrayView,
             stream: Any, handle: int, beta: float, copy_from: ArrayView | None) -> None:
     """Order after the producers, copy acc into out when they differ, run the product into vd."""
@@ -352,7 +342,7 @@ def matmul(x: Any, y: Any, vx: ArrayView, vy: ArrayView, handle: int, known: dic
     call = _CALLS.get(key)
     if call is None:
         device_id = _ag._device_of((vx, vy), ("x", "y"))
-        call = _cached(key, lambda: _plan(vx, vy, None, None, device_id, mantissa_bits))
+        call = _ag._cached_plan(_CALLS, key, lambda: _plan(vx, vy, None, None, device_id, mantissa_bits))
     if stream is not None:
         _devices.check_stream_device(stream, handle, call.device_id)
     token = _devices.enter(call.device_id)
@@ -380,7 +370,7 @@ def mma(x: Any, y: Any, acc: Any, out: Any, vx: ArrayView, vy: ArrayView, vacc: 
         if vout is not None:
             views, names = views + (vout,), names + ("out",)
         device_id = _ag._device_of(views, names)
-        call = _cached(key, lambda: _plan(vx, vy, vacc, vout, device_id, mantissa_bits))
+        call = _ag._cached_plan(_CALLS, key, lambda: _plan(vx, vy, vacc, vout, device_id, mantissa_bits))
     if vout is not None:
         if vout.readonly:
             raise ExecutionError("out: the array is read-only; pass a writable array")

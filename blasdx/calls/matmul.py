@@ -580,13 +580,14 @@ def _key(vx: ArrayView, vy: ArrayView, vacc: ArrayView | None, extra: Any) -> tu
             vy.ptr & 15, vy.device_id, acc, extra)
 
 
-def _cached_plan(key: tuple[Any, ...], build: Any) -> CallPlan:
-    plan = _CALLS.get(key)
+def _cached_plan(cache: dict[tuple[Any, ...], Any], key: tuple[Any, ...], build: Any) -> Any:
+    """``cache[key]``, built by ``build()`` on a miss (the cache cleared once it holds over 1024 plans)."""
+    plan = cache.get(key)
     if plan is None:
         plan = build()
-        if len(_CALLS) > 1024:
-            _CALLS.clear()
-        _CALLS[key] = plan
+        if len(cache) > 1024:
+            cache.clear()
+        cache[key] = plan
     return plan
 
 
@@ -673,7 +674,7 @@ def matmul(x: Any, y: Any, *, stream: Any = None, dtype: Any = None, mantissa_bi
     if plan is None:
         _check_shapes(vx, vy, None)  # the arguments before the device (a missing GPU is reported after them)
         device_id = _device_of((vx, vy), ("x", "y"))
-        plan = _cached_plan(key, lambda: _plan_matmul(vx, vy, device_id, mantissa_bits, fast_accumulation))
+        plan = _cached_plan(_CALLS, key, lambda: _plan_matmul(vx, vy, device_id, mantissa_bits, fast_accumulation))
     if stream is not None:
         _devices.check_stream_device(stream, handle, plan.device_id)
     token = _devices.enter(plan.device_id)
@@ -742,7 +743,7 @@ def mma(x: Any, y: Any, acc: Any, *, out: Any = None, fast_accumulation: bool = 
             views, names = views + (vout,), names + ("out",)
         device_id = _device_of(views, names)
         copyable = _one_block_allowed(acc, out, vacc, in_place, device_id)
-        plan = _cached_plan(key, lambda: _plan_mma(vx, vy, vacc, vout, device_id, copyable, fast_accumulation,
+        plan = _cached_plan(_CALLS, key, lambda: _plan_mma(vx, vy, vacc, vout, device_id, copyable, fast_accumulation,
                                                    mantissa_bits))
     if vout is not None:
         if vout.readonly:
