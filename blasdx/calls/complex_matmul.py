@@ -345,14 +345,10 @@ def matmul(x: Any, y: Any, vx: ArrayView, vy: ArrayView, handle: int, known: dic
         call = _ag._cached_plan(_CALLS, key, lambda: _plan(vx, vy, None, None, device_id, mantissa_bits))
     if stream is not None:
         _devices.check_stream_device(stream, handle, call.device_id)
-    token = _devices.enter(call.device_id)
-    try:
+    with _devices.current(call.device_id):
         out = _steps.allocate(x, call.shape, call.dtype, call.device_id, handle)
         vout = as_array(out, "out", stream=handle, known=known)
         _launch(call, (vx, vy), vx, vy, vout, stream, handle, 0.0, None)
-    finally:
-        if token is not None:
-            _devices.leave(token)
     if type(out) is DeviceArray:
         out._set_stream(handle)
     return out
@@ -379,15 +375,11 @@ def mma(x: Any, y: Any, acc: Any, out: Any, vx: ArrayView, vy: ArrayView, vacc: 
         _ag._check_overlap(vout, spans[0][1:], others, (vx.ptr, vy.ptr, vacc.ptr))
     if stream is not None:
         _devices.check_stream_device(stream, handle, call.device_id)
-    token = _devices.enter(call.device_id)
-    try:
+    with _devices.current(call.device_id):
         if vout is None:
             out = _steps.allocate(acc, call.shape, call.dtype, call.device_id, handle)
             vout = as_array(out, "out", stream=handle, known=known)
         _launch(call, (vx, vy, vacc), vx, vy, vout, stream, handle, 1.0, None if in_place else vacc)
-    finally:
-        if token is not None:
-            _devices.leave(token)
     if type(out) is DeviceArray:
         out._set_stream(handle)
     return out
