@@ -309,7 +309,7 @@ def sweep(size: int, gen) -> list[dict]:
                 out = torch.empty((size, size), device="cuda", dtype=_torch_dtype(result) if result != dt.int32
                                   else torch.int32)
                 vout = arrays.as_array(out, "out")
-                run = lambda: array_gemm._launch_tiled(plan, vx, vy, None, vout, handle)  # noqa: E731
+                run = lambda: array_gemm._launch_tiled(plan, vx, vy, None, vout, 1, plan.beta, handle)  # noqa: E731
                 run()
                 torch.cuda.synchronize()
                 assert_close(_host(out[pick], result), ref, tolerance(a, result, size, row.accumulator),

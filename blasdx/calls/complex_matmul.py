@@ -318,16 +318,6 @@ def _plan(vx: ArrayView, vy: ArrayView, vacc: ArrayView | None, vout: ArrayView 
     return _Call(shape, vx.dtype, step, device_id)
 
 
-def _cached(key: tuple[Any, ...], build: Any) -> _Call:
-    found = _CALLS.get(key)
-    if found is None:
-        found = build()
-        if len(_CALLS) > 1024:
-            _CALLS.clear()
-        _CALLS[key] = found
-    return found
-
-
 def _launch(call: _Call, views: tuple[ArrayView | None, ...], vx: ArrayView, vy: ArrayView, vd: ArrayView,
             stream: Any, handle: int, beta: float, copy_from: ArrayView | None) -> None:
     """Order after the producers, copy acc into out when they differ, run the product into vd."""
@@ -352,17 +342,13 @@ def matmul(x: Any, y: Any, vx: ArrayView, vy: ArrayView, handle: int, known: dic
     call = _CALLS.get(key)
     if call is None:
         device_id = _ag._device_of((vx, vy), ("x", "y"))
-        call = _cached(key, lambda: _plan(vx, vy, None, None, device_id, mantissa_bits))
+        call = _ag._cached_plan(_CALLS, key, lambda: _plan(vx, vy, None, None, device_id, mantissa_bits))
     if stream is not None:
         _devices.check_stream_device(stream, handle, call.device_id)
-    token = _devices.enter(call.device_id)
-    try:
+    with _devices.current(call.device_id):
         out = _steps.allocate(x, call.shape, call.dtype, call.device_id, handle)
         vout = as_array(out, "out", stream=handle, known=known)
         _launch(call, (vx, vy), vx, vy, vout, stream, handle, 0.0, None)
-    finally:
-        if token is not None:
-            _devices.leave(token)
     if type(out) is DeviceArray:
         out._set_stream(handle)
     return out
@@ -380,7 +366,7 @@ def mma(x: Any, y: Any, acc: Any, out: Any, vx: ArrayView, vy: ArrayView, vacc: 
         if vout is not None:
             views, names = views + (vout,), names + ("out",)
         device_id = _ag._device_of(views, names)
-        call = _cached(key, lambda: _plan(vx, vy, vacc, vout, device_id, mantissa_bits))
+        call = _ag._cached_plan(_CALLS, key, lambda: _plan(vx, vy, vacc, vout, device_id, mantissa_bits))
     if vout is not None:
         if vout.readonly:
             raise ExecutionError("out: the array is read-only; pass a writable array")
@@ -389,15 +375,11 @@ def mma(x: Any, y: Any, acc: Any, out: Any, vx: ArrayView, vy: ArrayView, vacc: 
         _ag._check_overlap(vout, spans[0][1:], others, (vx.ptr, vy.ptr, vacc.ptr))
     if stream is not None:
         _devices.check_stream_device(stream, handle, call.device_id)
-    token = _devices.enter(call.device_id)
-    try:
+    with _devices.current(call.device_id):
         if vout is None:
             out = _steps.allocate(acc, call.shape, call.dtype, call.device_id, handle)
             vout = as_array(out, "out", stream=handle, known=known)
         _launch(call, (vx, vy, vacc), vx, vy, vout, stream, handle, 1.0, None if in_place else vacc)
-    finally:
-        if token is not None:
-            _devices.leave(token)
     if type(out) is DeviceArray:
         out._set_stream(handle)
     return out

@@ -53,7 +53,7 @@ class GemmStep:
         if plan.kind == "hopper":
             plan.kernel.run(self.device_id, core, handle, x, y, c, d, alpha, beta)
         elif plan.kind == "tiled":
-            _launch_tiled(plan, x, y, c, d, alpha, beta, handle)
+            _ag._launch_tiled(plan, x, y, c, d, alpha, beta, handle)
         else:  # one block per problem, in place
             _execute.execute_on(plan.desc, x, y, d, alpha, beta, handle)
 
@@ -75,27 +75,6 @@ def real_step(x: ArrayView, y: ArrayView, d: ArrayView, accumulate: bool, device
 
 def _meet(one: tuple[int, int], other: tuple[int, int]) -> bool:
     return one[1] > one[0] and other[1] > other[0] and one[0] < other[1] and other[0] < one[1]
-
-
-def _launch_tiled(plan: _ag.CallPlan, vx: ArrayView, vy: ArrayView, cin: ArrayView | None, dout: ArrayView,
-                  alpha: float, beta: float, handle: int) -> None:
-    """The multi-block kernel: D = alpha x @ y + beta C (matmul's launch, with the step's scalars)."""
-    kernel = plan.kernel
-    mx, my, _ = plan.strides
-    rs_c = cs_c = bs_c = 0
-    c_ptr = 0
-    if cin is not None:
-        c_ptr = cin.ptr
-        rs_c, cs_c = cin.strides[-2:]
-        bs_c = cin.strides[0] if len(cin.shape) == 3 and cin.shape[0] > 1 else 0
-    rs_d, cs_d = dout.strides[-2:]
-    bs_d = dout.strides[0] if len(dout.shape) == 3 and dout.shape[0] > 1 else 0
-    grid_x, grid_y, _ = kernel.grid(plan.m, plan.n, plan.batch)
-    kernel.packed(plan.device_id).launch(
-        grid_x, grid_y, handle,
-        vx.ptr, vy.ptr, c_ptr, dout.ptr, plan.m, plan.n, plan.k, mx.ld, my.ld, rs_c, cs_c, rs_d, cs_d,
-        mx.batch_stride, my.batch_stride, bs_c, bs_d, plan.batch, alpha, beta,
-    )
 
 
 def scheme_of(dtype: _dt.DType, mantissa_bits: int | None) -> _emulation.Scheme:

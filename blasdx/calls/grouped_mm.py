@@ -365,8 +365,7 @@ def grouped_mm(x: Any, w: Any, offs: Any = None, *, counts: Any = None, out_dtyp
     bounds = voffs if voffs is not None else vcounts
     if check_offsets and bounds is not None:
         _check_offsets(offs if voffs is not None else counts, "offs" if voffs is not None else "counts", form, stream)
-    token = _devices.enter(call.device_id)
-    try:
+    with _devices.current(call.device_id):
         if out is None:
             shape = form.out_shape[::-1] if along_n else form.out_shape
             out = _ag._allocate(x, shape, c, call.device_id, handle)
@@ -395,9 +394,6 @@ def grouped_mm(x: Any, w: Any, offs: Any = None, *, counts: Any = None, out_dtyp
                     b_ptr = plan.operand_address(call.device_id, handle, "w", vw, scratch)
                     plan.run(call.device_id, handle, a_ptr, b_ptr, 0 if bounds is None else bounds.ptr, vout.ptr,
                              (d_row, d_col, d_group), sxp, swp)
-    finally:
-        if token is not None:
-            _devices.leave(token)
     if type(out) is DeviceArray:
         out._set_stream(handle)
     return out

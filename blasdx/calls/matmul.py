@@ -550,8 +550,8 @@ def _copy_into(out: Any, acc: Any, stream: int, device_id: int) -> None:
 
 
 def _launch_tiled(plan: CallPlan, vx: ArrayView, vy: ArrayView, cin: ArrayView | None, dout: ArrayView,
-                  handle: int) -> None:
-    """The multi-block kernel: D = x @ y (+ C), on the plan's device (current) and stream ``handle``."""
+                  alpha: float, beta: float, handle: int) -> None:
+    """The multi-block kernel: D = alpha x @ y + beta C, on the plan's device (current) and stream ``handle``."""
     kernel = plan.kernel
     mx, my, _ = plan.strides
     rs_c = cs_c = bs_c = 0
@@ -566,7 +566,7 @@ def _launch_tiled(plan: CallPlan, vx: ArrayView, vy: ArrayView, cin: ArrayView |
     kernel.packed(plan.device_id).launch(
         grid_x, grid_y, handle,
         vx.ptr, vy.ptr, c_ptr, dout.ptr, plan.m, plan.n, plan.k, mx.ld, my.ld, rs_c, cs_c, rs_d, cs_d,
-        mx.batch_stride, my.batch_stride, bs_c, bs_d, plan.batch, 1, plan.beta,
+        mx.batch_stride, my.batch_stride, bs_c, bs_d, plan.batch, alpha, beta,
     )
 
 
@@ -580,13 +580,14 @@ def _key(vx: ArrayView, vy: ArrayView, vacc: ArrayView | None, extra: Any) -> tu
             vy.ptr & 15, vy.device_id, acc, extra)
 
 
-def _cached_plan(key: tuple[Any, ...], build: Any) -> CallPlan:
-    plan = _CALLS.get(key)
+def _cached_plan(cache: dict[tuple[Any, ...], Any], key: tuple[Any, ...], build: Any) -> Any:
+    """``cache[key]``, built by ``build()`` on a miss (the cache cleared once it holds over 1024 plans)."""
+    plan = cache.get(key)
     if plan is None:
         plan = build()
-        if len(_CALLS) > 1024:
-            _CALLS.clear()
-        _CALLS[key] = plan
+        if len(cache) > 1024:
+            cache.clear()
+        cache[key] = plan
     return plan
 
 
@@ -620,7 +621,7 @@ def _run(plan: CallPlan, x_view: ArrayView, y_view: ArrayView, acc: Any, vacc: A
         if plan.kind == "hopper":
             plan.kernel.run(plan.device_id, core, handle, x_view, y_view, vacc, vout, 1.0, float(plan.beta))
         else:
-            _launch_tiled(plan, x_view, y_view, vacc, vout, handle)
+            _launch_tiled(plan, x_view, y_view, vacc, vout, 1, plan.beta, handle)
     else:
         if vacc is not None and vout.ptr != vacc.ptr:
             _copy_into(out, acc, handle, plan.device_id)
@@ -673,7 +674,7 @@ def matmul(x: Any, y: Any, *, stream: Any = None, dtype: Any = None, mantissa_bi
     if plan is None:
         _check_shapes(vx, vy, None)  # the arguments before the device (a missing GPU is reported after them)
         device_id = _device_of((vx, vy), ("x", "y"))
-        plan = _cached_plan(key, lambda: _plan_matmul(vx, vy, device_id, mantissa_bits, fast_accumulation))
+        plan = _cached_plan(_CALLS, key, lambda: _plan_matmul(vx, vy, device_id, mantissa_bits, fast_accumulation))
     if stream is not None:
         _devices.check_stream_device(stream, handle, plan.device_id)
     token = _devices.enter(plan.device_id)
@@ -742,7 +743,7 @@ def mma(x: Any, y: Any, acc: Any, *, out: Any = None, fast_accumulation: bool = 
             views, names = views + (vout,), names + ("out",)
         device_id = _device_of(views, names)
         copyable = _one_block_allowed(acc, out, vacc, in_place, device_id)
-        plan = _cached_plan(key, lambda: _plan_mma(vx, vy, vacc, vout, device_id, copyable, fast_accumulation,
+        plan = _cached_plan(_CALLS, key, lambda: _plan_mma(vx, vy, vacc, vout, device_id, copyable, fast_accumulation,
                                                    mantissa_bits))
     if vout is not None:
         if vout.readonly:

@@ -314,8 +314,7 @@ def scaled_mm(x: Any, y: Any, scale_x: Any, scale_y: Any, *, out_dtype: Any = No
         _CALLS[key] = call
     if stream is not None:
         _devices.check_stream_device(stream, handle, call.device_id)
-    token = _devices.enter(call.device_id)
-    try:
+    with _devices.current(call.device_id):
         if out is None:
             out = _ag._allocate(x, call.shape, c, call.device_id, handle)
             vout = as_array(out, "out", stream=handle, known=known)
@@ -325,9 +324,6 @@ def scaled_mm(x: Any, y: Any, scale_x: Any, scale_y: Any, *, out_dtype: Any = No
             if producers:
                 _arrays.wait_for_producers(core, handle, producers)
             call.plan.run(call.device_id, core, handle, vx, vy, vsx, vsy, vbias, vout)
-    finally:
-        if token is not None:
-            _devices.leave(token)
     if type(out) is DeviceArray:
         out._set_stream(handle)
     if stream is None and type(out_dtype) in _KEYED_DTYPES:

@@ -333,8 +333,7 @@ def solve_triangular(
         plan.kernel.on_device(plan.device_id)  # DeviceError before anything is allocated
     if plan.blocked is not None:
         plan.blocked.on_device()
-    token = _devices.enter(plan.device_id)  # the call runs on the operands' device
-    try:
+    with _devices.current(plan.device_id):  # the call runs on the operands' device
         if out is None:
             out = _allocate(b, plan.shape, plan.dtype, plan.device_id, handle)
             vout = as_array(out, "out", stream=handle)
@@ -349,9 +348,6 @@ def solve_triangular(
         else:
             plan.kernel.launch(core, plan.device_id, (va.ptr, vb.ptr, vout.ptr), alpha, plan.strides, plan.chunks,
                                plan.batch)
-    finally:
-        if token is not None:
-            _devices.leave(token)
     if type(out) is _arrays.DeviceArray:
         out._set_stream(handle)
     if stream is None and mantissa_bits is None and plan.blocked is None:

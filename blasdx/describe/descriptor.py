@@ -172,21 +172,23 @@ class Descriptor:
     def __str__(self) -> str:
         lines = [repr(self)]
         if self.is_supported:
-            lines.append(
-                f"  {self.m}x{self.n}x{self.k} {self.type.name} "
-                f"{self.a_value_type} x {self.b_value_type} -> {self.c_value_type}, "
-                f"arrangement {self.arrangement.a.name}/{self.arrangement.b.name}/{self.arrangement.c.name}"
-            )
-            lines.append(
-                f"  instruction {self.instruction}, suggested_block_dim {self.suggested_block_dim}, "
-                f"shared_memory_size {self.shared_memory_size} B"
-            )
+            lines.extend(self._summary())
         else:
             try:
                 self.validate()
             except DescriptorError as exc:
                 lines.append(f"  (not ready: {str(exc).splitlines()[0]})")
         return "\n".join(lines)
+
+    def _summary(self) -> tuple[str, str]:
+        """str()'s lines under repr() for a supported description: the problem, then the kernel's choices."""
+        return (
+            (f"  {self.m}x{self.n}x{self.k} {self.type.name} "
+             f"{self.a_value_type} x {self.b_value_type} -> {self.c_value_type}, "
+             f"arrangement {self.arrangement.a.name}/{self.arrangement.b.name}/{self.arrangement.c.name}"),
+            (f"  instruction {self.instruction}, suggested_block_dim {self.suggested_block_dim}, "
+             f"shared_memory_size {self.shared_memory_size} B"),
+        )
 
     # -- resolved operators -----------------------------------------------------------------
 
@@ -578,14 +580,18 @@ class Descriptor:
             return False
         return True
 
-    def validate(self) -> Descriptor:
-        """Raise the first problem found (DescriptorError / UnsupportedError); return self."""
+    def _check_complete(self) -> None:
+        """DescriptorError unless Size, Function and SM were given (validate's first check)."""
         missing = [k.__name__ for k in (Size, Function, SM) if not self.has(k)]
         if missing:
             raise DescriptorError(
                 f"incomplete descriptor: missing {', '.join(missing)} ({self!r}); a description needs Size, "
                 "Function and SM"
             )
+
+    def validate(self) -> Descriptor:
+        """Raise the first problem found (DescriptorError / UnsupportedError); return self."""
+        self._check_complete()
         self._check_certain_rules(assume_defaults=True)
         self._check_combination()
         need = self.kernel_shared_memory_size

@@ -109,24 +109,15 @@ class TrsmDescriptor(Descriptor):
             self._get(BlockDim),
         )
 
-    def __str__(self) -> str:
-        lines = [repr(self)]
-        if self.is_supported:
-            lines.append(
-                f"  TRSM {self.side.name} {self.fill_mode.name} {self.diag.name}: B {self.m}x{self.n}, "
-                f"A {self.a_dim[0]}x{self.a_dim[1]}, {self.type.name} {self.b_value_type}, arrangement "
-                f"{self.arrangement.a.name}/{self.arrangement.b.name}"
-            )
-            lines.append(
-                f"  instruction {self.instruction}, suggested_block_dim {self.suggested_block_dim}, "
-                f"batches_per_block {self.batches_per_block}, shared_memory_size {self.shared_memory_size} B"
-            )
-        else:
-            try:
-                self.validate()
-            except DescriptorError as exc:
-                lines.append(f"  (not ready: {str(exc).splitlines()[0]})")
-        return "\n".join(lines)
+    def _summary(self) -> tuple[str, str]:
+        """str()'s lines under repr(): the solve, then the kernel's choices."""
+        return (
+            (f"  TRSM {self.side.name} {self.fill_mode.name} {self.diag.name}: B {self.m}x{self.n}, "
+             f"A {self.a_dim[0]}x{self.a_dim[1]}, {self.type.name} {self.b_value_type}, arrangement "
+             f"{self.arrangement.a.name}/{self.arrangement.b.name}"),
+            (f"  instruction {self.instruction}, suggested_block_dim {self.suggested_block_dim}, "
+             f"batches_per_block {self.batches_per_block}, shared_memory_size {self.shared_memory_size} B"),
+        )
 
     # -- the TRSM operators -------------------------------------------------------------------
 
@@ -285,12 +276,7 @@ class TrsmDescriptor(Descriptor):
 
     def validate(self) -> TrsmDescriptor:
         """Raise the first problem found (DescriptorError / UnsupportedError); return self."""
-        missing = [k.__name__ for k in (Size, Function, SM) if not self.has(k)]
-        if missing:
-            raise DescriptorError(
-                f"incomplete descriptor: missing {', '.join(missing)} ({self!r}); a description needs Size, "
-                "Function and SM"
-            )
+        self._check_complete()
         plan = self.plan  # checks the operators and the threads
         need, have = plan.shared_memory, _h.MAX_SHARED_MEMORY[self.sm]
         if need > have:

@@ -27,6 +27,7 @@ __all__ = [
     "as_device",
     "check",
     "check_stream_device",
+    "current",
     "current_device_id",
     "device_count",
     "driver",
@@ -152,6 +153,35 @@ def leave(token: Any) -> None:
     """Undo :func:`enter`: pop the context it pushed (nothing when it pushed none)."""
     if token is not None:
         check(driver().cuCtxPopCurrent(), "restoring the previous CUDA context")
+
+
+class _Exit:
+    """The exit of a call's ``with current(...)``: pop the context it pushed, or nothing when it pushed none."""
+
+    __slots__ = ("pops",)
+
+    def __init__(self, pops: bool) -> None:
+        self.pops = pops
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: Any, error: Any, trace: Any) -> None:
+        if self.pops:
+            leave(self)
+
+
+_POP, _STAY = _Exit(True), _Exit(False)
+
+
+def current(device_id: int) -> _Exit:
+    """``with current(device_id):`` — a call's body with ``device_id`` current, as :func:`enter` / :func:`leave`.
+
+    Enters on the call (not on ``with``) and returns a stateless exit, one object per case: one driver
+    query and no allocation. For full call paths; a ``with`` costs about 0.2 us more than an inline
+    ``try`` / ``finally``, so the bound hot paths keep :func:`enter` / :func:`leave`.
+    """
+    return _STAY if enter(device_id) is None else _POP
 
 
 _CORE_READY = threading.local()

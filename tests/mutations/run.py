@@ -128,8 +128,8 @@ MUTANTS = [
           ("            plan.kernel.run(plan.device_id, *(lambda h: (_arrays.as_core_stream(None, h), h))("
            f"{WRONG}), x_view, y_view, vacc, vout, 1.0, float(plan.beta))\n")),
          ("blasdx/calls/matmul.py",
-          "            _launch_tiled(plan, x_view, y_view, vacc, vout, handle)\n",
-          f"            _launch_tiled(plan, x_view, y_view, vacc, vout, {WRONG})\n"),
+          "            _launch_tiled(plan, x_view, y_view, vacc, vout, 1, plan.beta, handle)\n",
+          f"            _launch_tiled(plan, x_view, y_view, vacc, vout, 1, plan.beta, {WRONG})\n"),
          ("blasdx/calls/matmul.py",
           "        _execute.execute_on(plan.desc, x_view, y_view, vout, 1, plan.beta, handle)\n",
           f"        _execute.execute_on(plan.desc, x_view, y_view, vout, 1, plan.beta, {WRONG})\n"),
