@@ -105,7 +105,7 @@ SPLITS_AT_132_SMS = {(16, 8192, 8192): 1, (16, 2112, 7168): 4, (64, 4096, 14336)
                      (128, 8192, 3072): 1, (128, 2048, 8192): 4, (512, 1024, 4096): 4, (8192, 1024, 512): 1}
 
 
-@pytest.mark.parametrize("shape", list(SPLITS_AT_132_SMS))
+@pytest.mark.parametrize("shape", list(SPLITS_AT_132_SMS), ids=lambda s: "x".join(map(str, s)))
 def test_split_k_shapes(torch, shape):
     m, n, k = shape
     a, c = dt.bfloat16, dt.float32
