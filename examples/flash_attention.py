@@ -237,9 +237,14 @@ def inputs(shape: tuple[int, ...], dtype: Any, out_dtype: Any = None) -> tuple[l
     return qkv, scales, [(t.float() * sc).to(tout) for t, sc in zip(qkv, scales)]
 
 
-def dequantized(t: Any, scale: float | None) -> np.ndarray:
-    """A kernel input as float64 on the host: the value it stands for (scale times an fp8 value)."""
-    return t.double().cpu().numpy() * (1.0 if scale is None else scale)
+def dequantized(t: Any, pick: Any, scale: float | None) -> np.ndarray:
+    """Heads `pick` of a (batch, heads, S, D) kernel input as float64 on the host: the values they stand for
+    (scale times an fp8 value; fp8 heads picked as bytes, which every indexing kernel takes)."""
+    import torch
+
+    heads = t.reshape(-1, *t.shape[-2:])
+    heads = heads[pick] if scale is None else heads.view(torch.uint8)[pick].view(t.dtype)
+    return heads.double().cpu().numpy() * (1.0 if scale is None else scale)
 
 
 def check(kernel: bx.FusedKernel, batch: int, heads: int, seq: int, head_dim: int, dtype: Any, causal: bool,
@@ -258,7 +263,7 @@ def check(kernel: bx.FusedKernel, batch: int, heads: int, seq: int, head_dim: in
     pick = torch.randperm(batch * heads)[:sample].sort().values
     tol = tolerance_of(dtype, seq, out_dtype)
     if sample:
-        ref = reference(*(dequantized(flat(t)[pick], sc) for t, sc in zip((q, k, v), scales or (None,) * 3)), causal)
+        ref = reference(*(dequantized(t, pick, sc) for t, sc in zip((q, k, v), scales or (None,) * 3)), causal)
         assert_close(flat(o)[pick].float().cpu().numpy(), ref, tol, what="O")
     # SDPA on the inputs' values in O's type (fp8: rounded once more, well within the tolerance)
     expected = F.scaled_dot_product_attention(*values, is_causal=causal)
