@@ -1,7 +1,7 @@
 """blasdx's flash-attention forward (examples/flash_attention.py) against PyTorch.
 
     python benchmarks/attention.py [--seq S ...] [--head-dim D ...] [--causal both|yes|no] [--rows N]
-                                   [--dtype float16|bfloat16] [--out benchmarks/results/attention.json]
+                                   [--dtype float16|bfloat16|float8_e4m3] [--out benchmarks/results/attention.json]
 
 Competitors, measured in the same process on the same data: torch SDPA with its flash backend,
 its cuDNN backend (where the installed torch has it), and the unfused form (matmul, scale, mask,
@@ -9,7 +9,8 @@ softmax, matmul; skipped where its S x S scores would not fit). GPU time per cal
 replays (examples/gpu_timing.py). Batch x heads gives about --rows query rows (16K-64K in the
 suite); every case is checked against SDPA before it is timed. Prints a table and writes JSON rows
 {s, d, causal, dtype, blasdx_ms, sdpa_ms, ratio, tflops, ...}; ratio = sdpa_ms / blasdx_ms (above
-1 = blasdx faster).
+1 = blasdx faster). --dtype float8_e4m3: blasdx on fp8 Q, K, V with per-tensor scales (O in f16), every
+competitor on the f16 values they stand for (torch SDPA has no fp8 path): the rows say "sdpa_input": "float16".
 """
 
 from __future__ import annotations
@@ -46,18 +47,18 @@ def measure(seq: int, d: int, causal: bool, dtype, rows: int, variants=()) -> di
     batch = max(1, rows // (seq * heads))
     kernel = fa.build(d, dtype, causal)
     fa.check(kernel, batch, heads, seq, d, dtype, causal, sample=0)  # against SDPA (tests: float64)
-    tdtype = getattr(torch, str(dtype))
-    q, k, v = (torch.randn((batch, heads, seq, d), device="cuda", dtype=tdtype) for _ in range(3))
+    (qx, kx, vx), scales, (q, k, v) = fa.inputs((batch, heads, seq, d), dtype)  # q, k, v: the competitors'
     o = torch.empty_like(q)
     flops = 4 * batch * heads * seq * seq * d * (0.5 if causal else 1.0)
     repeat = max(3, min(20, int(2e12 / flops)))  # calls per graph: a few ms of work per replay at most
-    ours, _ = time_ms(lambda: fa.run(kernel, q, k, v, o), repeat)
+    ours, _ = time_ms(lambda: fa.run(kernel, qx, kx, vx, o, scales), repeat)
     row = {"s": seq, "d": d, "causal": causal, "dtype": str(dtype), "batch": batch, "heads": heads,
-           "blasdx_ms": ours, "registers": kernel.registers, "block_n": kernel.gemms["QK"].n}
+           "blasdx_ms": ours, "registers": kernel.registers, "block_n": kernel.gemms["QK"].n,
+           "sdpa_input": str(q.dtype).removeprefix("torch.")}
     for label, options in variants:  # the same kernel built otherwise, for comparison
         alt = fa.build(d, dtype, causal, **options)
         fa.check(alt, batch, heads, seq, d, dtype, causal, sample=0)
-        row[f"{label}_ms"], _ = time_ms(lambda alt=alt: fa.run(alt, q, k, v, o), repeat)
+        row[f"{label}_ms"], _ = time_ms(lambda alt=alt: fa.run(alt, qx, kx, vx, o, scales), repeat)
     for name, key in (("FLASH_ATTENTION", "sdpa_ms"), ("CUDNN_ATTENTION", "cudnn_ms")):
         ctx = sdpa_backend(name)
         if ctx is None:
@@ -115,7 +116,10 @@ def main() -> int:
     causals = {"both": [False, True], "yes": [True], "no": [False]}[args.causal]
     dtype = fa.DTYPES[args.dtype]
     rows = []
-    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {args.dtype}; ratio = SDPA flash / blasdx")
+    fp8 = args.dtype == "float8_e4m3"
+    against = " (blasdx on fp8 with per-tensor scales, SDPA and unfused on f16 inputs)" if fp8 else ""
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {args.dtype}{against}; "
+          "ratio = SDPA flash / blasdx")
     print(f"{'S':>6} {'D':>4} {'causal':>6} {'blasdx ms':>10} {'TFLOP/s':>8} {'flash ms':>9} {'ratio':>6} "
           f"{'cudnn ms':>9} {'unfused ms':>10} {'x unfused':>9}")
     for seq in args.seq:

@@ -81,6 +81,42 @@ def test_example_kernel_compiles_to_wgmma(d, dtype, causal, pipeline) -> None:
         assert re.search(r"BAR\.ARV 0x2, 0x100\b", sass) and re.search(r"BAR\.SYNC\S* 0x2, 0x100\b", sass)
 
 
+@pytest.mark.parametrize("d,causal,pipeline,out_dtype", [
+    (64, False, None, bx.float16), (128, True, None, bx.float16), (64, True, "stages", bx.float16),
+    (128, False, "serial", bx.float16), (128, True, "overlap", bx.bfloat16),
+])
+def test_example_fp8_kernel_compiles_to_qgmma(d, causal, pipeline, out_dtype) -> None:
+    kernel = fa.build(d, bx.float8_e4m3, causal, pipeline=pipeline, out_dtype=out_dtype)
+    sass = kernel.compiled.sass()
+    no_local_memory(kernel)
+    assert 0 < kernel.registers <= 255
+    block_n = kernel.gemms["QK"].n
+    # Q K^T on e4m3 wgmma: D / 32 steps of m64n<keys>k32, in the prologue and in the loop; P V on 16-bit
+    # wgmma as in the 16-bit kernel: keys / 16 steps of m64n<D>k16 with A in registers, in the loop and the tail
+    assert collections.Counter(re.findall(r"\bQGMMA\.(64x\d+x32)", sass)) == {f"64x{block_n}x32": 2 * (d // 32)}
+    assert collections.Counter(re.findall(r"\bHGMMA\.(64x\d+x16)", sass)) == {f"64x{d}x16": 2 * (block_n // 16)}
+    assert re.search(r"\bQGMMA\.64x\d+x32\.F32\.E4M3\.E4M3\b", sass)
+    # P V in O's type (f16: no suffix, bf16: .BF16); V unpacked from e4m3 pairs to f16 pairs (bf16: then rounded)
+    assert re.search(rf"\bHGMMA\.64x{d}x16\.F32{'' if out_dtype == bx.float16 else '.BF16'}\s", sass)
+    assert "F2FP.F16.E4M3.UNPACK_B" in sass
+    assert opcodes(sass, "LDGSTS") > 0  # Q and K stream in with cp.async
+    assert "STS.128" in sass            # V: 8 fp8 values to 8 16-bit ones per 16-byte store
+    assert "serialized" not in kernel.compiled.log
+    stages = 2 if (pipeline or ("turns" if d == 128 else "overlap")) in ("overlap", "serial") else 3
+    assert kernel.shared_memory == fa.shared_bytes(d, block_n, stages, 1) <= 227 * 1024
+
+
+def test_example_fp8_rejects_bad_types() -> None:
+    with pytest.raises(ValueError, match="dtype=float32: expected one of"):
+        fa.build(64, bx.float32)
+    with pytest.raises(ValueError, match="out_dtype=float32: expected one of"):
+        fa.build(64, bx.float8_e4m3, out_dtype=bx.float32)
+    with pytest.raises(ValueError, match="out_dtype=bfloat16: float16 inputs give O of their own type"):
+        fa.build(64, bx.float16, out_dtype=bx.bfloat16)
+    assert fa.tolerance_of(bx.float8_e4m3, 1000) == fa.tolerance_of(bx.float16, 1000)
+    assert fa.tolerance_of(bx.float8_e4m3, 1000, bx.bfloat16) == fa.tolerance_of(bx.bfloat16, 1000)
+
+
 @pytest.mark.parametrize("d", [64, 128])
 def test_example_kernel_without_pipelining(d) -> None:
     kernel = fa.build(d, bx.float16, True, pipeline="serial")

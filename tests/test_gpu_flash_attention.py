@@ -99,6 +99,50 @@ def test_flash_attention_without_pipelining(hopper, seq: int, d: int, causal: bo
     fa.check(kernel, 1, 3, seq, d, bx.float16, causal, sample=2)
 
 
+FP8_CASES = [(seq, d, causal) for seq in (1, 17, 1000, 4097) for d in (64, 128) for causal in (False, True)]
+
+
+@pytest.mark.parametrize("seq,d,causal", FP8_CASES, ids=lambda v: str(v))
+def test_flash_attention_fp8(hopper, seq: int, d: int, causal: bool) -> None:
+    """fp8 Q, K, V with per-tensor scales (amax / 448), O in f16, the default pipeline: against float64 on the
+    dequantised inputs and SDPA on their f16 values."""
+    import torch
+
+    torch.manual_seed(seq * 11 + d)
+    kernel = fa.build(d, bx.float8_e4m3, causal)
+    assert kernel.local_memory == 0
+    batch, heads = (2, 3) if seq < 4000 else (1, 2)
+    diff = fa.check(kernel, batch, heads, seq, d, bx.float8_e4m3, causal, sample=3)
+    assert diff <= 2 * fa.tolerance_of(bx.float8_e4m3, seq)
+
+
+@pytest.mark.parametrize("d,pipeline,out_dtype", [(64, "stages", bx.float16), (128, "serial", bx.float16),
+                                                  (128, "overlap", bx.float16), (64, "turns", bx.bfloat16),
+                                                  (128, "turns", bx.bfloat16)])
+def test_flash_attention_fp8_variants(hopper, d: int, pipeline: str, out_dtype) -> None:
+    """fp8 inputs through the other pipelines and into bf16 O (V converted to bf16, P V in bf16)."""
+    import torch
+
+    torch.manual_seed(d)
+    kernel = fa.build(d, bx.float8_e4m3, True, pipeline=pipeline, out_dtype=out_dtype)
+    fa.check(kernel, 1, 3, 1000, d, bx.float8_e4m3, True, sample=2)
+
+
+def test_flash_attention_scales_checked(hopper) -> None:
+    """An fp8 kernel needs three positive finite scales, a 16-bit one takes none; both refused before launch."""
+    import torch
+
+    fp8, f16 = fa.build(64, bx.float8_e4m3), fa.build(64, bx.float16)
+    x = torch.zeros((1, 1, 8, 64), device="cuda", dtype=torch.float8_e4m3fn)
+    o = torch.zeros((1, 1, 8, 64), device="cuda", dtype=torch.float16)
+    with pytest.raises(bx.ExecutionError, match="scales: an fp8 kernel takes"):
+        fa.run(fp8, x, x, x, o)
+    with pytest.raises(bx.ExecutionError, match=r"scales: \(1.0, 0.0, 1.0\), expected three finite positive"):
+        fa.run(fp8, x, x, x, o, (1.0, 0.0, 1.0))
+    with pytest.raises(bx.ExecutionError, match="scales: a 16-bit kernel takes none"):
+        fa.run(f16, o, o, o, o, (1.0, 1.0, 1.0))
+
+
 # ---------------------------------------------------------------------------------------------
 # the device-API pieces on their own (tests/attention_kernels.py)
 # ---------------------------------------------------------------------------------------------

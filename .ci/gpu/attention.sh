@@ -13,12 +13,12 @@ timeout 20 python3 - > "$LOGS/build.log" 2>&1 <<'PY'
 import sys; sys.path.insert(0, "examples")
 from concurrent.futures import ProcessPoolExecutor
 import blasdx as bx, flash_attention as fa
-CASES = [(d, dt, c) for d in (64, 128) for dt in ("float16", "bfloat16") for c in (False, True)]
+CASES = [(d, dt, c) for d in (64, 128) for dt in ("float16", "bfloat16", "float8_e4m3") for c in (False, True)]
 def build(case):
     d, dt, c = case
     k = fa.build(d, fa.DTYPES[dt], c)
     return f"D={d} {dt} causal={c}: {k.registers} registers, {k.local_memory} B local"
-with ProcessPoolExecutor(8) as pool:
+with ProcessPoolExecutor(12) as pool:
     for line in pool.map(build, CASES): print(line)
 PY
 echo "build rc=$? ($((SECONDS - start)) s)"; tail -8 "$LOGS/build.log"
@@ -62,6 +62,11 @@ done; done
 for c in False True; do
   ids+=("$T::test_flash_attention[1000-64-bfloat16-$c-overlap]" "$T::test_flash_attention[1000-128-bfloat16-$c-turns]")
 done
+# fp8 Q / K / V with per-tensor scales (e4m3 Q K^T, V converted to f16), the default pipelines
+for s in 1 17 1000 4097; do for c in False True; do
+  ids+=("$T::test_flash_attention_fp8[$s-64-$c]" "$T::test_flash_attention_fp8[$s-128-$c]")
+done; done
+ids+=("$T::test_flash_attention_scales_checked")
 ids+=("$T::test_flash_attention_many_heads" "$T::test_rows_and_bounded_copies" "$T::test_register_a_chain"
       "$T::test_async_chain" "$T::test_online_softmax" "$T::test_kv_stream")
 timeout 60 python3 -m pytest -m gpu -q -x -p no:cacheprovider -n 8 "${ids[@]}" > "$LOGS/tests.log" 2>&1

@@ -17,8 +17,11 @@
 //     stream.store(out, o, q_rows);                      // O (rounded to T) through shared memory
 //
 // QK: the (BLOCK_M x D) x (D x BLOCK_N) scores GEMM (row-major A = Q, column-major B = K^T); PV: the
-// (BLOCK_M x BLOCK_N) x (BLOCK_N x D) GEMM of P (register A) and V (row-major B); both 16-bit
-// wgmma plans on the same threads. q: the block's BLOCK_M query rows (q_rows of them exist), k
+// (BLOCK_M x BLOCK_N) x (BLOCK_N x D) GEMM of P (register A) and V (row-major B); wgmma plans on
+// the same threads, PV 16-bit (QK may be 8-bit: fp8 Q and K). O is stored as PV's A type. TV: V's
+// element type in global memory, PV's B type by default; another one (fp8 V beside f16 P V: 8-bit
+// wgmma reads B K-major only, and V is MN-major) is converted on its way into the panels, through
+// registers (plain loads and stores, no cp.async). q: the block's BLOCK_M query rows (q_rows of them exist), k
 // and v: the head's seq x D keys and values (rows D apart); tiles() = ceil(keys / BLOCK_N) tiles
 // are multiplied (keys <= seq: fewer for a causal tile of queries). Key rows past seq are
 // zero-filled on the way in; the scores of those keys are the kernel's to mask.
@@ -43,12 +46,22 @@
 
 namespace blasdx {
 
+namespace detail {
+template <class A, class B> struct same_type { static constexpr bool value = false; };
+template <class A> struct same_type<A, A> { static constexpr bool value = true; };
+template <class Acc> struct config_of;  // the config of a GEMM, from its accumulator type
+template <class Cfg> struct config_of<accumulator<Cfg>> { using type = Cfg; };
+}  // namespace detail
+
 enum class kv_pipelining { serial = 0, overlap = 1, stages = 2, turns = 3 };
 
-template <class QK, class PV, kv_pipelining MODE>
+template <class QK, class PV, kv_pipelining MODE, class TV = typename PV::b_value_type>
 class kv_stream {
   public:
-    using T = typename QK::a_value_type;
+    using T = typename QK::a_value_type;   // Q and K
+    using TB = typename PV::b_value_type;  // V in the panels
+    using TO = typename PV::a_value_type;  // O
+    static constexpr bool CONVERT_V = !detail::same_type<TV, TB>::value;
     static constexpr int BLOCK_M = QK::m, BLOCK_N = QK::n, D = QK::k;
     static_assert(PV::m == BLOCK_M && PV::k == BLOCK_N && PV::n == D, "P V multiplies the scores' tile by a V tile");
     static_assert(QK::swizzled && PV::swizzled, "the K / V stream runs on wgmma: sm_90a descriptors whose plans are wgmma");
@@ -61,10 +74,10 @@ class kv_stream {
     // Dynamic shared memory the stream needs: Q, K0 K1, V0 V1 (V2), plus the slack to align it.
     static constexpr int shared_memory_size =
         QK::shared_b_offset + 2 * K_BYTES + V_STAGES * V_BYTES + QK::shared_memory_slack;
-    static_assert(BLOCK_M * O_LD * int(sizeof(T)) <= 2 * (K_BYTES + V_BYTES), "O is staged over the K / V stages");
+    static_assert(BLOCK_M * O_LD * int(sizeof(TO)) <= 2 * (K_BYTES + V_BYTES), "O is staged over the K / V stages");
 
     // Starts the copies of Q and of the first K / V tiles.
-    __device__ __forceinline__ kv_stream(void* smem, const T* q, int q_rows, const T* k, const T* v, int seq, int keys)
+    __device__ __forceinline__ kv_stream(void* smem, const T* q, int q_rows, const T* k, const TV* v, int seq, int keys)
         : k_(k), v_(v), seq_(seq), tiles_((keys + BLOCK_N - 1) / BLOCK_N) {
         const auto buffers = QK::slice_shared_memory_ab(smem);
         sQ_ = buffers.a;
@@ -82,9 +95,9 @@ class kv_stream {
             if (tiles_ > 1) load_k(1);
             b.k_full[1].arrive_after_copies();
             load_v(0);
-            b.v_full[0].arrive_after_copies();
+            v_landed(b.v_full[0]);
             if (tiles_ > 1) load_v(1);
-            b.v_full[1].arrive_after_copies();
+            v_landed(b.v_full[1]);
         } else {
             QK::template load_a<D>(q, sQ_, q_rows);  // rows past q_rows are zeros
             load_k(0);
@@ -166,7 +179,7 @@ class kv_stream {
             if (j + 2 < tiles_) {  // V j + 2 over V j - 1, once every thread is done with it
                 if (j >= 1) b.v_free[(j + 2) % V_STAGES].wait((j - 1) / V_STAGES);
                 load_v(j + 2);
-                b.v_full[(j + 2) % V_STAGES].arrive_after_copies();
+                v_landed(b.v_full[(j + 2) % V_STAGES]);
             }
         }
     }
@@ -201,9 +214,9 @@ class kv_stream {
 
     // The first rows of O (rows of them; `out` rounded to T) to o (rows D apart), staged through the
     // K / V stages for whole rows of 16-byte stores.
-    __device__ __forceinline__ void store(const typename PV::accumulator& out, T* o, int rows) {
+    __device__ __forceinline__ void store(const typename PV::accumulator& out, TO* o, int rows) {
         __syncthreads();  // every warp is done with the stages
-        T* sO = sK(0);
+        TO* sO = reinterpret_cast<TO*>(stages_);
         out.store(sO, O_LD);
         __syncthreads();
         PV::template store_c<D, O_LD>(sO, o, rows);
@@ -221,18 +234,61 @@ class kv_stream {
     }
 
     __device__ __forceinline__ T* sK(int j) const { return reinterpret_cast<T*>(stages_ + (j % 2) * K_BYTES); }
-    __device__ __forceinline__ T* sV(int j) const {
-        return reinterpret_cast<T*>(stages_ + 2 * K_BYTES + (j % V_STAGES) * V_BYTES);
+    __device__ __forceinline__ TB* sV(int j) const {
+        return reinterpret_cast<TB*>(stages_ + 2 * K_BYTES + (j % V_STAGES) * V_BYTES);
     }
     __device__ __forceinline__ void load_k(int j) {
         QK::template load_b<D>(k_ + i64(j) * BLOCK_N * D, sK(j), seq_ - j * BLOCK_N);
     }
     __device__ __forceinline__ void load_v(int j) {
-        PV::template load_b<D>(v_ + i64(j) * BLOCK_N * D, sV(j), seq_ - j * BLOCK_N);
+        if constexpr (CONVERT_V) {
+            convert_v(v_ + i64(j) * BLOCK_N * D, sV(j), seq_ - j * BLOCK_N);
+        } else {
+            PV::template load_b<D>(v_ + i64(j) * BLOCK_N * D, sV(j), seq_ - j * BLOCK_N);
+        }
+    }
+    // The stage's barrier sees this thread's arrival once its V copies landed: cp.async's arrival,
+    // or, for converted V (stores already done), the stores fenced for wgmma and a plain arrival.
+    __device__ __forceinline__ static void v_landed(stage_barrier& full) {
+        if constexpr (CONVERT_V) {
+            QK::shared_fence();
+            full.arrive();
+        } else {
+            full.arrive_after_copies();
+        }
+    }
+    // V's tile (rows past `runs` zeros) converted from TV to TB into the panels: VEC elements per
+    // thread and piece, each thread on one column and every STEP-th row (the swizzle repeats every
+    // 8 rows), all loads of the tile issued before the first store.
+    __device__ __forceinline__ static void convert_v(const TV* src, TB* dst, int runs) {
+        constexpr int VEC = 8, PER_ROW = D / VEC, STEP = THREADS / PER_ROW, PASSES = BLOCK_N / STEP;
+        static_assert(THREADS % PER_ROW == 0 && STEP % 8 == 0 && BLOCK_N % STEP == 0, "whole passes of 8-row atoms");
+        static_assert(sizeof(TV) == 1 && sizeof(TB) == 2, "8-bit V converted to 16 bits");
+        using Cfg = typename detail::config_of<typename PV::accumulator>::type;
+        constexpr int PANEL_BYTES = Cfg::b_panel_bytes;
+        using layout = wgmma::panels<TB, Cfg::b_outer, Cfg::b_inner, PANEL_BYTES>;
+        const int tid = threadIdx.x, r0 = tid / PER_ROW, c = (tid % PER_ROW) * VEC;
+        uint2 raw[PASSES];
+#pragma unroll
+        for (int t = 0; t < PASSES; ++t) {
+            raw[t] = r0 + t * STEP < runs ? *reinterpret_cast<const uint2*>(src + i64(r0 + t * STEP) * D + c)
+                                          : make_uint2(0u, 0u);
+        }
+        unsigned char* d = reinterpret_cast<unsigned char*>(dst) + layout::offset(r0, c);
+#pragma unroll
+        for (int t = 0; t < PASSES; ++t) {
+            const TV* e = reinterpret_cast<const TV*>(&raw[t]);
+            uint4 wide;
+            wide.x = detail::pack_pair<TB>(float(e[0]), float(e[1]));
+            wide.y = detail::pack_pair<TB>(float(e[2]), float(e[3]));
+            wide.z = detail::pack_pair<TB>(float(e[4]), float(e[5]));
+            wide.w = detail::pack_pair<TB>(float(e[6]), float(e[7]));
+            *reinterpret_cast<uint4*>(d + t * STEP * PANEL_BYTES) = wide;
+        }
     }
 
     const T* k_;
-    const T* v_;
+    const TV* v_;
     int seq_, tiles_;
     T* sQ_;
     unsigned char* stages_;

@@ -9,7 +9,7 @@
 //         const bool shrink = softmax.update(scores);  // scores -> P (unnormalised), in place
 //         if (shrink) softmax.rescale(out);            // O's rows follow the running maxima
 //         out += P V;                                  // PV's accumulator (the same rows)
-//     softmax.finish(out);                             // O / the row sums
+//     softmax.finish(out);                             // O / the row sums (times a scale of V: finish(out, s))
 //
 // Per row slot r of the calling thread (blasdx::rows): the running maximum m[r] of the scores
 // seen so far and the running sum l[r] of exp(score - m[r]) over them (this thread's elements
@@ -87,13 +87,14 @@ class online_softmax<accumulator<Cfg>> {
         rows(out).transform([&](int r, int, float x) { return x * rescale_[r]; });
     }
 
-    // O / the row sums (whole rows: the quad's partial sums combined): the softmax of all tiles, times V.
-    template <class C> __device__ __forceinline__ void finish(accumulator<C>& out) {
+    // O * numerator / the row sums (whole rows: the quad's partial sums combined): the softmax of all
+    // tiles, times V (numerator: a scale of V folded in, e.g. the per-tensor scale of fp8 V).
+    template <class C> __device__ __forceinline__ void finish(accumulator<C>& out, float numerator = 1.0f) {
         static_assert(accumulator_rows<C>::count == count, "O has this softmax's row slots");
         auto o = rows(out);
         o.all_reduce(sum_, [](float a, float b) { return a + b; });
 #pragma unroll
-        for (int r = 0; r < count; ++r) sum_[r] = 1.0f / sum_[r];
+        for (int r = 0; r < count; ++r) sum_[r] = numerator / sum_[r];
         o.transform([&](int r, int, float x) { return x * sum_[r]; });
     }
 
