@@ -50,8 +50,8 @@ def test_decode_products(torch, m, n, k, weights, a, c):
 
 @pytest.mark.parametrize("m", [1, 16, 17, 33, 64])
 @pytest.mark.parametrize(("n", "k"), [(256, 128), (4096, 1040), (3000, 4096)])  # 8-bit rows of whole 16 bytes
-@pytest.mark.parametrize(("a", "c"), [(dt.float8_e4m3, dt.float16), (dt.float8_e5m2, dt.float32), (dt.tfloat32, dt.float32),
-                                      (dt.int8, dt.int32)], ids=lambda t: t.name)
+@pytest.mark.parametrize(("a", "c"), [(dt.float8_e4m3, dt.float16), (dt.float8_e5m2, dt.float32),
+                                      (dt.tfloat32, dt.float32), (dt.int8, dt.int32)], ids=lambda t: t.name)
 def test_decode_products_of_k_major_types(torch, m, n, k, a, c):
     """8-bit and tf32 operands (K-major only: weights stored [N, K]) swapped too; fp8 promoted every 128 K
     (its own allowance), int8 exact."""

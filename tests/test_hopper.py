@@ -189,7 +189,8 @@ def test_decode_plans_compute_the_transposed_product(encoder):
     # x column-major: the swapped B tile would be MN-major and 16 wide, which TMA panels cannot hold
     assert not plan(col((16, 4096)), col((4096, 4096))).kernel.swapped
     with pytest.raises(ValueError, match="x is not row-major"):
-        array_gemm._engine_plan(col((16, 4096)), y, array_gemm._matrix(col((16, 4096)), "x"), array_gemm._matrix(y, "y"),
+        x_col = col((16, 4096))
+        array_gemm._engine_plan(x_col, y, array_gemm._matrix(x_col, "x"), array_gemm._matrix(y, "y"),
                                 dt.float32, 16, 4096, 4096, 1, array_gemm._DeviceInfo(90, SMS),
                                 config=hopper.replace(hopper.DECODE, bk=64))
 

@@ -161,8 +161,8 @@ WIDE_CLUSTERS = EngineConfig(128, 256, 64, 4, 2, cluster=2)
 # apart and added into the accumulator per stage (gemm.cuh, multiply_promoted), which takes
 # two more accumulators per consumer: 64 x 128 each (the square tile shared by 2 consumers).
 SPLIT_SQUARE = EngineConfig(128, 128, 32, 3, 2, split_tf32=True, promote_stages=2)
-# Decode (at most SWAP_MAX_M rows of 16-bit x, row-major): the product is computed transposed, D^T = y^T x^T,
-# so the weights fill 64-row wgmma tiles and the few rows of x a 16- or 32-wide N; a stage is then mostly
+# Decode (at most SWAP_MAX_M rows of a row-major x, weights read in place): the product is computed transposed,
+# D^T = y^T x^T, so the weights fill 64-row wgmma tiles and the few rows of x a 16-, 32- or 64-wide N; a stage is mostly
 # weights (10 KB at bn = 16), so 12 stages keep enough bytes in flight for the memory-bound stream, and
 # 64-row tiles give twice the tiles of 128-row ones (fewer K splits to fill the SMs).
 # Measured (H200, bf16, GPU time by CUDA-graph replay, us; torch.matmul beside), M x N x K:
@@ -175,8 +175,10 @@ SPLIT_SQUARE = EngineConfig(128, 128, 32, 3, 2, split_tf32=True, promote_stages=
 DECODE = EngineConfig(64, 16, 64, 12, 1, swap_ab=True)
 #: The most output rows the decode configuration takes (its N tile: M rounded up to 16, 32 or 64) ...
 SWAP_MAX_M = 64
-#: ... with fewer stages at the 64-wide N tile (its stages are twice as large).
+#: ... with fewer stages at the 64-wide N tile (its stages are twice as large) ...
 DECODE_64_STAGES = 10
+#: ... and at least this many columns (the swapped M: whole tiles of weights).
+SWAP_MIN_N = 256
 # Medium (65 to MEDIUM_MAX_M rows, while ping-pong's 128 x 128 tiles would not fill the SMs once): 64 x 128
 # tiles, one consumer, 8 stages. Measured (H200, bf16, CUDA-graph replay, us):
 #   128x4096x4096: medium 14.0 (1 split), ping-pong 19.2 (4 splits); torch 13.3
@@ -185,8 +187,6 @@ DECODE_64_STAGES = 10
 #   128x28672x4096 (224 ping-pong tiles): ping-pong 69.2, wide 67.2; torch 67.4
 MEDIUM = EngineConfig(64, 128, 64, 8, 1)
 MEDIUM_MAX_M = 256
-#: ... and the fewest columns.
-SWAP_MIN_N = 256
 CONFIGS = {"wide": WIDE, "square": SQUARE, "narrow": NARROW, "pingpong": PINGPONG, "wide clusters": WIDE_CLUSTERS,
            "split square": SPLIT_SQUARE, "split square p1": replace(SPLIT_SQUARE, promote_stages=1),
            "split square p4": replace(SPLIT_SQUARE, promote_stages=4), "decode": DECODE, "medium": MEDIUM}
