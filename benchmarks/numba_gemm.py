@@ -8,9 +8,12 @@ shared copies of the library, the register API, the accumulator stored to global
 
 * ``compute``: operands in shared memory, ``repeats`` GEMMs per block accumulated in registers
   (the block's tensor-core work alone); 4 blocks per SM.
-* ``batched``: one problem per block, A and B from global memory, C back from registers
-  (memory-bound at these sizes: GB/s beside TFLOP/s); blasdx also with C staged in shared
-  memory and stored coalesced (``blasdx_shared_c_*``).
+* ``batched``: one problem per block, A and B from global memory, C to global memory
+  (memory-bound at these sizes: GB/s beside TFLOP/s), in each library's documented pattern:
+  nvmath.device's register fragment stored with ``copy_fragment``; blasdx's ``execute`` into
+  shared C and ``store_c`` (coalesced 16-byte stores, docs/numba.md), its register API
+  (``fragment_axpby`` from registers) beside it (``blasdx_register_c_*``) and in its place
+  where A, B and C do not fit a block's shared memory (``blasdx_batched_api``).
 
 Every (case, size, kind, library) is one task in a fresh worker process (``--workers``, default
 one per core): kernels are built there in parallel, while checking and timing on the GPU take
@@ -85,15 +88,15 @@ def bits(host: np.ndarray) -> np.ndarray:
 
 
 def descriptor(case: str, size, sm: int, kind: str) -> bx.Descriptor:
-    """Row-major A, B, C with MaxAlignment; wgmma (sm_90a) on Hopper; compute-bound block size and padded
-    shared-memory rows for the compute kind, as blasdx suggests them."""
+    """Row-major A, B, C with MaxAlignment; wgmma (sm_90a) on Hopper; padded shared-memory rows for both
+    kinds (free of bank conflicts, as nvmath's suggested shared layouts are) and the compute-bound block
+    size for the compute kind, as blasdx suggests them."""
     a, b, c = TYPES[case]
     desc = (bx.Size(*size) + bx.Precision(a, b, c) + bx.Function.MM + bx.Arrangement(*ARRANGEMENT)
             + bx.MaxAlignment + bx.SM(sm, arch_specific=sm == 90) + bx.Block())
     if kind == "compute":
         desc = desc + bx.Workload.compute_bound
-        desc = desc + bx.LeadingDimension(*desc.suggested_leading_dimension)
-    return desc
+    return desc + bx.LeadingDimension(*desc.suggested_leading_dimension)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -357,12 +360,19 @@ def _measure(library: str, case: str, size, kind: str, sm: int, sms: int, repeat
     args = (ops.da, ops.db, ops.dc, np.int32(reps))
     check_args = (ops.da, ops.db, ops.dc, np.int32(min(reps, CHECK_REPEATS)))
     out: dict = {"blocks": blocks, "repeats": reps}
+    register_c = None  # blasdx's register API beside its documented shared-memory batched pattern
     if library == "blasdx":
         import blasdx.numba  # noqa: F401
 
         G = descriptor(case, size, sm, kind)
-        make, threads, smem = (lambda: blasdx_kernel(G, kind)), G.block_dim, G.shared_memory_size_ab
+        shared = kind == "batched" and G.shared_memory_size <= MAX_BLOCK_SHARED
+        make, threads, smem = ((lambda: blasdx_kernel(G, "batched-shared")), G.block_dim, G.shared_memory_size) \
+            if shared else ((lambda: blasdx_kernel(G, kind)), G.block_dim, G.shared_memory_size_ab)
         out["blasdx_instruction"] = G.instruction
+        if kind == "batched":
+            out["blasdx_batched_api"] = "shared" if shared else "register"
+        if shared:
+            register_c = blasdx_kernel(G, "batched")
     else:
         start = time.perf_counter()  # the first build counts nvmath's Matmul (libmathdx) too
         MM = nvmath_gemm(case, size, sm)
@@ -376,24 +386,23 @@ def _measure(library: str, case: str, size, kind: str, sm: int, sms: int, repeat
         drop_blasdx_memory_caches()
     out[f"{library}_warm_compile_s"], _ = build_seconds(make, check_args)
     out[f"{library}_block_dim"] = list(threads)
-    # the variant with C staged in shared memory too, where A, B and C fit a block (227 KB)
-    shared_c = (blasdx_kernel(G, "batched-shared")
-                if library == "blasdx" and kind == "batched" and G.shared_memory_size <= MAX_BLOCK_SHARED else None)
-    if shared_c is not None:
-        shared_c.compile(tuple(numba.typeof(a) for a in args)).bind()
+    if register_c is not None:
+        compiled = register_c.compile(tuple(numba.typeof(a) for a in args))
+        compiled.bind()
+        allow_dynamic_shared_memory(compiled, G.shared_memory_size_ab)
     with GPU_LOCK:
         ops.upload()
         ops.poison()
         kernel[blocks, threads, 0, smem](*check_args)
         ops.check(min(reps, CHECK_REPEATS), kind, case, f"{library} {case} {kind}", out.get("blasdx_instruction"))
         ms = time_kernel(kernel, blocks, threads, smem, args, 3 if kind == "batched" else 2)
-        if shared_c is not None:  # the same problem with C staged in shared memory and stored coalesced
+        if register_c is not None:  # the same problem with C stored from registers (fragment_axpby)
             ops.poison()
-            shared_c[blocks, threads, 0, G.shared_memory_size](*args)
-            ops.check(reps, kind, case, f"blasdx {case} batched, C through shared memory", G.instruction)
-            ms_shared = time_kernel(shared_c, blocks, threads, G.shared_memory_size, args, 3)
-            out["blasdx_shared_c_tflops"] = flops / ms_shared / 1e9
-            out["blasdx_shared_c_gbps"] = moved / ms_shared / 1e6
+            register_c[blocks, threads, 0, G.shared_memory_size_ab](*args)
+            ops.check(reps, kind, case, f"blasdx {case} batched, C from registers", G.instruction)
+            ms_register = time_kernel(register_c, blocks, threads, G.shared_memory_size_ab, args, 3)
+            out["blasdx_register_c_tflops"] = flops / ms_register / 1e9
+            out["blasdx_register_c_gbps"] = moved / ms_register / 1e6
         cuda.synchronize()
     out[f"{library}_ms"], out[f"{library}_tflops"] = ms, flops / ms / 1e9
     if moved:

@@ -440,9 +440,8 @@ def test_a_warm_build_takes_the_linked_cubin_from_the_disk_cache(monkeypatch, tm
     assert len(links) == 3 and len(list(tmp_path.glob("??/*.nvjl"))) == 2  # no disk cache: linked, nothing kept
 
 
-def test_the_benchmark_starts_each_cases_nvmath_task_before_its_blasdx_task():
-    """benchmarks/numba_gemm.py: nvmath.device's long builds start first, one for one with blasdx's, in case
-    order; no nvmath task for types it lacks."""
+def _benchmark():
+    """benchmarks/numba_gemm.py as a module."""
     import importlib.util
     from pathlib import Path
 
@@ -450,9 +449,46 @@ def test_the_benchmark_starts_each_cases_nvmath_task_before_its_blasdx_task():
     spec = importlib.util.spec_from_file_location("numba_gemm_benchmark", path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
+    return bench
+
+
+def test_the_benchmark_starts_each_cases_nvmath_task_before_its_blasdx_task():
+    """benchmarks/numba_gemm.py: nvmath.device's long builds start first, one for one with blasdx's, in case
+    order; no nvmath task for types it lacks."""
+    bench = _benchmark()
     cases = [("f16->f32", (64, 64, 64), "compute"), ("bf16->f32", (64, 64, 64), "batched"),
              ("f64", (64, 64, 64), "compute")]
     order = [(t[0], t[3]) for t in bench.schedule(cases, ["blasdx", "nvmath"])]
     assert order == [("f16->f32", "nvmath"), ("f16->f32", "blasdx"), ("bf16->f32", "blasdx"), ("f64", "nvmath"),
                      ("f64", "blasdx")]
     assert [t[3] for t in bench.schedule(cases, ["nvmath"])] == ["nvmath", "nvmath"]
+
+
+def _global_accesses(sass: str) -> set[str]:
+    """The global-memory load and store opcodes of a SASS listing, with their widths (LDGSTS.E.BYPASS...128)."""
+    import re
+
+    return set(re.findall(r"\b((?:LDG|STG|LDGSTS)(?:\.[A-Z0-9]+)*)\b", sass))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case, size", [("f16->f32", (64, 64, 64)), ("f16->f32", (128, 128, 128)),
+                                        ("f32", (64, 64, 64)), ("f32", (128, 128, 128)), ("f64", (64, 64, 64))])
+def test_the_benchmarks_batched_kernels_copy_16_bytes_a_thread_without_bank_conflicting_rows(case, size):
+    """benchmarks/numba_gemm.py's batched kernels for sm_90a: A and B come in as 16-byte cp.async (LDGSTS.128)
+    and nothing else is loaded from global memory; the documented pattern (execute into sC, store_c) stores C
+    as 16-byte STG.128 only; no local memory in either; shared rows are the padded, conflict-free ones (dense
+    rows of 64 or 128 f32 put the FMA path's row reads of a quarter warp on the same banks)."""
+    bench = _benchmark()
+    G = bench.descriptor(case, size, 90, "batched")
+    assert G.leading_dimension == G.suggested_leading_dimension
+    a, b, c = (GLOBAL[t.name] for t in G.precision)
+    sig = (types.Array(a, 3, "C"), types.Array(b, 3, "C"), types.Array(c, 3, "C"), types.int32)
+    for kind in ("batched-shared", "batched"):
+        _, sass, _ = compile_kernel(bench.blasdx_kernel(G, kind).py_func, sig, 90)
+        accesses = _global_accesses(sass)
+        loads = {op for op in accesses if op.startswith("LDG")}
+        assert loads and all(op.startswith("LDGSTS") and op.endswith(".128") for op in loads), (kind, accesses)
+        assert not opcodes(sass) & {"STL", "LDL"}, kind
+        if kind == "batched-shared":
+            assert {op for op in accesses if op.startswith("STG")} == {"STG.E.128"}, accesses
