@@ -19,7 +19,7 @@ import sys
 import time
 from datetime import date
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -27,6 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import blasdx as bx  # noqa: E402
 import cublasdx_harness as dx  # noqa: E402
+from timing import time_ms  # noqa: E402  (the benchmarks' one CUDA-event timer, imported from here by the others)
+from report import cell  # noqa: E402
 from blasdx import dtypes as dt  # noqa: E402
 from blasdx.reference import assert_close, reference_gemm, relative_error, tolerance  # noqa: E402
 
@@ -105,23 +107,6 @@ def write_record(path: str, **fields: Any) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(record, indent=1))
     print(f"wrote {path}")
-
-
-def time_ms(fn: Callable[[], Any], repeats: int = 20) -> float:
-    """Median milliseconds of ``fn`` over CUDA events, after two warm-up calls."""
-    import torch
-
-    for _ in range(2):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return float(np.median(times))
 
 
 def descriptor(name: str, size, sm: int, arch_specific: bool) -> bx.Descriptor:
@@ -388,10 +373,6 @@ def _line(r: dict) -> str:
     return f"{r['case']:12s} {size:12s} {_gbs(r, 'blasdx')}{tflops}  {_gbs(r, 'cublasdx')}  {_gbs(r, 'cublas')}"
 
 
-def _cell(r: dict, key: str, fmt: str, default: str = "n/a") -> str:
-    return format(r[key], fmt) if key in r else default
-
-
 def _table(rows: list[dict]) -> str:
     head = ("| case | M x N x K | instruction | threads | blasdx GB/s | TFLOP/s | % copy | cuBLASDx GB/s | TFLOP/s "
             "| % copy | cuBLAS GB/s (C type) | TFLOP/s | % copy | blasdx / cuBLASDx | blasdx / cuBLAS |")
@@ -401,12 +382,12 @@ def _table(rows: list[dict]) -> str:
         cublas = f"{r['cublas_gbs']:.0f} ({r['cublas_out']})" if "cublas_gbs" in r else \
             ("wrong" if r.get("cublas_check", "ok") != "ok" else "n/a")
         cells = [r["case"], "x".join(map(str, r["size"])), r["instruction"], str(r["block_dim"]),
-                 _cell(r, "blasdx_gbs", ".0f", "wrong"), _cell(r, "blasdx_tflops", ".1f"),
-                 _cell(r, "blasdx_copy_fraction", ".0%"),
-                 _cell(r, "cublasdx_gbs", ".0f", dx_note), _cell(r, "cublasdx_tflops", ".1f"),
-                 _cell(r, "cublasdx_copy_fraction", ".0%"), cublas, _cell(r, "cublas_tflops", ".1f"),
-                 _cell(r, "cublas_copy_fraction", ".0%"), _cell(r, "ratio_vs_cublasdx", ".2f"),
-                 _cell(r, "ratio_vs_cublas", ".2f")]
+                 cell(r, "blasdx_gbs", ".0f", "wrong"), cell(r, "blasdx_tflops", ".1f"),
+                 cell(r, "blasdx_copy_fraction", ".0%"),
+                 cell(r, "cublasdx_gbs", ".0f", dx_note), cell(r, "cublasdx_tflops", ".1f"),
+                 cell(r, "cublasdx_copy_fraction", ".0%"), cublas, cell(r, "cublas_tflops", ".1f"),
+                 cell(r, "cublas_copy_fraction", ".0%"), cell(r, "ratio_vs_cublasdx", ".2f"),
+                 cell(r, "ratio_vs_cublas", ".2f")]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
