@@ -84,6 +84,21 @@ def cuda_sm() -> int | None:
     return 10 * major + minor
 
 
+def gpu_sm(args: argparse.Namespace) -> int | None:
+    """cuda_sm(), with ``args.arch_specific`` (--arch-specific) defaulting to on for SM 90 once there is a GPU."""
+    sm = cuda_sm()
+    if sm is not None and args.arch_specific is None:
+        args.arch_specific = sm == 90
+    return sm
+
+
+def say_unbuilt(missing: list, cases: list, build_dir: Path) -> None:
+    """Say for how many cases cuBLASDx is not built, and how to build it (nothing when all are)."""
+    if missing:
+        print(f"cuBLASDx: not built for {len(missing)} of {len(cases)} cases ({build_dir}); "
+              "build with `python benchmarks/cublasdx_harness.py build`")
+
+
 def pyplot():
     """matplotlib.pyplot on the Agg backend, or None (said once) when matplotlib is missing."""
     try:
@@ -318,18 +333,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     cases = cases_of(args)
-    sm = cuda_sm()
+    sm = gpu_sm(args)
     if sm is None:
         return 0
     import torch
 
-    if args.arch_specific is None:
-        args.arch_specific = sm == 90
     missing = [f"{n} {'x'.join(map(str, s))}" for n, s in cases
                if n in dx.TYPES and dx.availability(n, s, args.build_dir) == "not built"]
-    if missing:
-        print(f"cuBLASDx: not built for {len(missing)} of {len(cases)} cases ({args.build_dir}); "
-              "build with `python benchmarks/cublasdx_harness.py build`")
+    say_unbuilt(missing, cases, args.build_dir)
     gen = torch.Generator(device="cuda").manual_seed(0)
     roof = copy_bandwidth(args.gbytes)
     rows = []

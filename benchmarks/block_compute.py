@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import blasdx as bx  # noqa: E402
 import cublasdx_harness as dx  # noqa: E402
 from batched import (  # noqa: E402
-    SIZES, TYPES, _host, cuda_sm, descriptor, pyplot, random_tensor, time_ms, torch_dtype,
+    SIZES, TYPES, _host, descriptor, gpu_sm, pyplot, random_tensor, say_unbuilt, time_ms, torch_dtype,
 )
 from blasdx import dtypes as dt  # noqa: E402
 from blasdx.reference import assert_close, reference_gemm, tolerance  # noqa: E402
@@ -212,18 +212,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.compile_only:
         return compile_only(args)
     cases = cases_of(args)
-    sm = cuda_sm()
+    sm = gpu_sm(args)
     if sm is None:
         return 0
     import torch
 
-    if args.arch_specific is None:
-        args.arch_specific = sm == 90
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    missing = [c for c in cases if dx.availability(*c, args.build_dir) == "not built"]
-    if missing:
-        print(f"cuBLASDx: not built for {len(missing)} of {len(cases)} cases ({args.build_dir}); "
-              "build with `python benchmarks/cublasdx_harness.py build`")
+    say_unbuilt([c for c in cases if dx.availability(*c, args.build_dir) == "not built"], cases, args.build_dir)
     gen = torch.Generator(device="cuda").manual_seed(0)
     rows = []
     for name, size in cases:
