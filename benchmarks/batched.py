@@ -25,10 +25,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import blasdx as bx  # noqa: E402
 import cublasdx_harness as dx  # noqa: E402
+from report import cell, save_plot  # noqa: E402
 from timing import time_ms  # noqa: E402  (the benchmarks' one CUDA-event timer, imported from here by the others)
-from report import cell  # noqa: E402
+
+import blasdx as bx  # noqa: E402
 from blasdx import dtypes as dt  # noqa: E402
 from blasdx.reference import assert_close, reference_gemm, relative_error, tolerance  # noqa: E402
 
@@ -427,10 +428,7 @@ def _plot(rows: list[dict], roof: float, path: Path) -> None:
     bottom.set_ylabel("TFLOP/s")
     bottom.legend(fontsize=8)
     bottom.set_xticks(x, labels, rotation=90, fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    print(f"plot: {path}")
+    save_plot(plt, fig, path)
 
 
 if __name__ == "__main__":

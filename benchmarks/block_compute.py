@@ -33,6 +33,7 @@ from batched import (  # noqa: E402
 )
 from blasdx import dtypes as dt  # noqa: E402
 from blasdx.reference import assert_close, reference_gemm, tolerance  # noqa: E402
+from report import save_plot  # noqa: E402
 
 SOURCE = r"""
 extern "C" __global__ void __launch_bounds__(GEMM::max_threads_per_block, 1)
@@ -300,10 +301,7 @@ def _plot(rows: list[dict], path: Path) -> None:
     ax.set_ylabel("TFLOP/s (operands in shared memory)")
     ax.set_xticks(x, labels, rotation=90, fontsize=7)
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    print(f"plot: {path}")
+    save_plot(plt, fig, path)
 
 
 if __name__ == "__main__":
