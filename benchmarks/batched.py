@@ -26,7 +26,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import cublasdx_harness as dx  # noqa: E402
-from report import cell, save_plot  # noqa: E402
+from report import case_labels, cell, save_plot  # noqa: E402
 from timing import time_ms  # noqa: E402  (the benchmarks' one CUDA-event timer, imported from here by the others)
 
 import blasdx as bx  # noqa: E402
@@ -407,11 +407,9 @@ def _table(rows: list[dict]) -> str:
 def _plot(rows: list[dict], roof: float, path: Path) -> None:
     """GB/s bars per case with the copy-bandwidth line; TFLOP/s bars with the bandwidth-bound ceiling."""
     plt = pyplot()
-    if plt is None:
+    if plt is None or not rows:
         return
-    if not rows:
-        return
-    labels = [f"{r['case']}\n{'x'.join(map(str, r['size']))}" for r in rows]
+    labels = case_labels(rows)
     x = np.arange(len(rows))
     width = 0.27
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(max(10, len(rows) * 0.6), 9), sharex=True)

@@ -33,7 +33,7 @@ from batched import (  # noqa: E402
 )
 from blasdx import dtypes as dt  # noqa: E402
 from blasdx.reference import assert_close, reference_gemm, tolerance  # noqa: E402
-from report import save_plot  # noqa: E402
+from report import case_labels, save_plot  # noqa: E402
 
 SOURCE = r"""
 extern "C" __global__ void __launch_bounds__(GEMM::max_threads_per_block, 1)
@@ -288,11 +288,9 @@ def _table(rows: list[dict]) -> str:
 def _plot(rows: list[dict], path: Path) -> None:
     """TFLOP/s bars per case, blasdx and cuBLASDx side by side (log scale: FMA and tensor-core cases differ 50x)."""
     plt = pyplot()
-    if plt is None:
+    if plt is None or not rows:
         return
-    if not rows:
-        return
-    labels = [f"{r['case']}\n{'x'.join(map(str, r['size']))}" for r in rows]
+    labels = case_labels(rows)
     x = np.arange(len(rows))
     fig, ax = plt.subplots(figsize=(max(10, len(rows) * 0.5), 5))
     ax.bar(x - 0.2, [r.get("blasdx_tflops", 0) for r in rows], 0.4, label="blasdx (fusion API)")
