@@ -77,7 +77,8 @@ def reference(a: np.ndarray, b: np.ndarray, c: np.ndarray, alpha: complex, beta:
 
 
 def main() -> int:
-    from gpu_timing import time_ms  # examples/ is on sys.path when run as a script
+    from gpu_device import torch_sm  # examples/ is on sys.path when run as a script
+    from gpu_timing import time_ms
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=65536)
@@ -87,13 +88,11 @@ def main() -> int:
 
     import torch
 
-    if not torch.cuda.is_available():
-        kernel = build(90, args.size, args.size, args.size)
+    sm, s = torch_sm(), args.size
+    kernel = build(sm or 90, s, s, s)
+    if sm is None:
         print(f"no GPU: compiled {kernel} ({kernel.registers} registers); skipped the run")
         return 0
-    major, minor = torch.cuda.get_device_capability()
-    s = args.size
-    kernel = build(10 * major + minor, s, s, s)
     print(kernel.gemms["GEMM"])
     print(f"kernel: {kernel.registers} registers, {kernel.shared_memory} B shared memory, block {kernel.block}")
 

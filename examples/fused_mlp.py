@@ -123,7 +123,8 @@ def reference(x: np.ndarray, w: np.ndarray, bias: np.ndarray) -> np.ndarray:
 
 
 def main() -> int:
-    from gpu_timing import time_ms  # examples/ is on sys.path when run as a script
+    from gpu_device import torch_sm  # examples/ is on sys.path when run as a script
+    from gpu_timing import time_ms
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=16384, help="token blocks")
@@ -136,12 +137,11 @@ def main() -> int:
     import torch
     import torch.nn.functional as F
 
-    if not torch.cuda.is_available():
-        kernel = build(90, args.tokens, args.features, args.hidden)
+    sm = torch_sm()
+    kernel = build(sm or 90, args.tokens, args.features, args.hidden)
+    if sm is None:
         print(f"no GPU: compiled {kernel} ({kernel.registers} registers), skipped the run")
         return 0
-    major, minor = torch.cuda.get_device_capability()
-    kernel = build(10 * major + minor, args.tokens, args.features, args.hidden)
     print(kernel.gemms["MLP"])
     print(f"kernel: {kernel.registers} registers, {kernel.local_memory} B local memory, "
           f"{kernel.shared_memory} B shared memory, block {kernel.block}")

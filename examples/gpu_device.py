@@ -1,4 +1,4 @@
-"""The current GPU's SM and a descriptor's compile report, shared by the examples that compile without a GPU."""
+"""The current GPU's SM (through cuda.core or PyTorch) and a descriptor's compile report, shared by the examples."""
 
 from __future__ import annotations
 
@@ -28,3 +28,13 @@ def compile_and_report(desc: Any, *details: str) -> Any:
                f"{desc.kernel_shared_memory_size} B shared memory", f"{kernel.local_memory} B local memory"]
     print(f"compiled for {desc.arch} in {time.perf_counter() - start:.2f} s: {', '.join(figures)}")
     return kernel
+
+
+def torch_sm() -> int | None:
+    """Compute capability of PyTorch's current GPU (e.g. 90), or None when PyTorch sees none."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    major, minor = torch.cuda.get_device_capability()
+    return 10 * major + minor
