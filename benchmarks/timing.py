@@ -9,7 +9,7 @@ import numpy as np
 
 
 def events_ms(fn: Callable[[], Any], repeats: int = 20, warmup: int = 2, calls: int = 1) -> float:
-    """Milliseconds per call of ``fn``: the median over ``repeats`` of ``calls`` back-to-back calls between CUDA events."""
+    """Milliseconds per call of ``fn``: median over ``repeats`` of ``calls`` back-to-back calls between CUDA events."""
     import torch
 
     for _ in range(warmup):

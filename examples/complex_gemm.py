@@ -78,7 +78,7 @@ def reference(a: np.ndarray, b: np.ndarray, c: np.ndarray, alpha: complex, beta:
 
 def main() -> int:
     from gpu_device import torch_sm  # examples/ is on sys.path when run as a script
-    from gpu_timing import time_ms
+    from gpu_timing import print_speedups, time_ms
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=65536)
@@ -112,15 +112,13 @@ def main() -> int:
 
     c = torch.empty_like(c0)
     fused_ms, how = time_ms(lambda: run(kernel, a, b, c))
-    unfused_ms, how_unfused = time_ms(lambda: torch.matmul(torch.conj_physical(a).transpose(-1, -2), b))
-    cublas_ms, how_cublas = time_ms(lambda: torch.matmul(a.mH, b))
+    unfused = time_ms(lambda: torch.matmul(torch.conj_physical(a).transpose(-1, -2), b))
+    cublas = time_ms(lambda: torch.matmul(a.mH, b))
     moved = 3 * a.numel() * a.element_size()
     print(f"{args.batch} problems of {s}x{s}x{s} complex64, C = A^H B (GPU time per call, {how}):")
     print(f"  blasdx fused kernel                 {fused_ms:8.3f} ms  {moved / fused_ms / 1e6:6.0f} GB/s")
-    print(f"  PyTorch conj copy + batched matmul  {unfused_ms:8.3f} ms  ({how_unfused}) -> fused speedup "
-          f"{unfused_ms / fused_ms:.2f}x")
-    print(f"  cuBLAS conjugating itself (a.mH)    {cublas_ms:8.3f} ms  ({how_cublas}) -> fused speedup "
-          f"{cublas_ms / fused_ms:.2f}x")
+    print_speedups(fused_ms, 36, {"PyTorch conj copy + batched matmul": unfused,
+                                  "cuBLAS conjugating itself (a.mH)": cublas})
     return 0
 
 
