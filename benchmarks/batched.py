@@ -19,14 +19,17 @@ import sys
 import time
 from datetime import date
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import blasdx as bx  # noqa: E402
 import cublasdx_harness as dx  # noqa: E402
+from report import case_labels, cell, save_plot  # noqa: E402
+from timing import time_ms  # noqa: E402  (the benchmarks' one CUDA-event timer, imported from here by the others)
+
+import blasdx as bx  # noqa: E402
 from blasdx import dtypes as dt  # noqa: E402
 from blasdx.reference import assert_close, reference_gemm, relative_error, tolerance  # noqa: E402
 
@@ -82,6 +85,21 @@ def cuda_sm() -> int | None:
     return 10 * major + minor
 
 
+def gpu_sm(args: argparse.Namespace) -> int | None:
+    """cuda_sm(), with ``args.arch_specific`` (--arch-specific) defaulting to on for SM 90 once there is a GPU."""
+    sm = cuda_sm()
+    if sm is not None and args.arch_specific is None:
+        args.arch_specific = sm == 90
+    return sm
+
+
+def say_unbuilt(missing: list, cases: list, build_dir: Path) -> None:
+    """Say for how many cases cuBLASDx is not built, and how to build it (nothing when all are)."""
+    if missing:
+        print(f"cuBLASDx: not built for {len(missing)} of {len(cases)} cases ({build_dir}); "
+              "build with `python benchmarks/cublasdx_harness.py build`")
+
+
 def pyplot():
     """matplotlib.pyplot on the Agg backend, or None (said once) when matplotlib is missing."""
     try:
@@ -105,23 +123,6 @@ def write_record(path: str, **fields: Any) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(record, indent=1))
     print(f"wrote {path}")
-
-
-def time_ms(fn: Callable[[], Any], repeats: int = 20) -> float:
-    """Median milliseconds of ``fn`` over CUDA events, after two warm-up calls."""
-    import torch
-
-    for _ in range(2):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return float(np.median(times))
 
 
 def descriptor(name: str, size, sm: int, arch_specific: bool) -> bx.Descriptor:
@@ -333,18 +334,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     cases = cases_of(args)
-    sm = cuda_sm()
+    sm = gpu_sm(args)
     if sm is None:
         return 0
     import torch
 
-    if args.arch_specific is None:
-        args.arch_specific = sm == 90
     missing = [f"{n} {'x'.join(map(str, s))}" for n, s in cases
                if n in dx.TYPES and dx.availability(n, s, args.build_dir) == "not built"]
-    if missing:
-        print(f"cuBLASDx: not built for {len(missing)} of {len(cases)} cases ({args.build_dir}); "
-              "build with `python benchmarks/cublasdx_harness.py build`")
+    say_unbuilt(missing, cases, args.build_dir)
     gen = torch.Generator(device="cuda").manual_seed(0)
     roof = copy_bandwidth(args.gbytes)
     rows = []
@@ -388,10 +385,6 @@ def _line(r: dict) -> str:
     return f"{r['case']:12s} {size:12s} {_gbs(r, 'blasdx')}{tflops}  {_gbs(r, 'cublasdx')}  {_gbs(r, 'cublas')}"
 
 
-def _cell(r: dict, key: str, fmt: str, default: str = "n/a") -> str:
-    return format(r[key], fmt) if key in r else default
-
-
 def _table(rows: list[dict]) -> str:
     head = ("| case | M x N x K | instruction | threads | blasdx GB/s | TFLOP/s | % copy | cuBLASDx GB/s | TFLOP/s "
             "| % copy | cuBLAS GB/s (C type) | TFLOP/s | % copy | blasdx / cuBLASDx | blasdx / cuBLAS |")
@@ -401,12 +394,12 @@ def _table(rows: list[dict]) -> str:
         cublas = f"{r['cublas_gbs']:.0f} ({r['cublas_out']})" if "cublas_gbs" in r else \
             ("wrong" if r.get("cublas_check", "ok") != "ok" else "n/a")
         cells = [r["case"], "x".join(map(str, r["size"])), r["instruction"], str(r["block_dim"]),
-                 _cell(r, "blasdx_gbs", ".0f", "wrong"), _cell(r, "blasdx_tflops", ".1f"),
-                 _cell(r, "blasdx_copy_fraction", ".0%"),
-                 _cell(r, "cublasdx_gbs", ".0f", dx_note), _cell(r, "cublasdx_tflops", ".1f"),
-                 _cell(r, "cublasdx_copy_fraction", ".0%"), cublas, _cell(r, "cublas_tflops", ".1f"),
-                 _cell(r, "cublas_copy_fraction", ".0%"), _cell(r, "ratio_vs_cublasdx", ".2f"),
-                 _cell(r, "ratio_vs_cublas", ".2f")]
+                 cell(r, "blasdx_gbs", ".0f", "wrong"), cell(r, "blasdx_tflops", ".1f"),
+                 cell(r, "blasdx_copy_fraction", ".0%"),
+                 cell(r, "cublasdx_gbs", ".0f", dx_note), cell(r, "cublasdx_tflops", ".1f"),
+                 cell(r, "cublasdx_copy_fraction", ".0%"), cublas, cell(r, "cublas_tflops", ".1f"),
+                 cell(r, "cublas_copy_fraction", ".0%"), cell(r, "ratio_vs_cublasdx", ".2f"),
+                 cell(r, "ratio_vs_cublas", ".2f")]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -414,11 +407,9 @@ def _table(rows: list[dict]) -> str:
 def _plot(rows: list[dict], roof: float, path: Path) -> None:
     """GB/s bars per case with the copy-bandwidth line; TFLOP/s bars with the bandwidth-bound ceiling."""
     plt = pyplot()
-    if plt is None:
+    if plt is None or not rows:
         return
-    if not rows:
-        return
-    labels = [f"{r['case']}\n{'x'.join(map(str, r['size']))}" for r in rows]
+    labels = case_labels(rows)
     x = np.arange(len(rows))
     width = 0.27
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(max(10, len(rows) * 0.6), 9), sharex=True)
@@ -435,10 +426,7 @@ def _plot(rows: list[dict], roof: float, path: Path) -> None:
     bottom.set_ylabel("TFLOP/s")
     bottom.legend(fontsize=8)
     bottom.set_xticks(x, labels, rotation=90, fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    print(f"plot: {path}")
+    save_plot(plt, fig, path)
 
 
 if __name__ == "__main__":

@@ -29,10 +29,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import blasdx as bx  # noqa: E402
 import cublasdx_harness as dx  # noqa: E402
 from batched import (  # noqa: E402
-    SIZES, TYPES, _host, cuda_sm, descriptor, pyplot, random_tensor, time_ms, torch_dtype,
+    SIZES, TYPES, _host, descriptor, gpu_sm, pyplot, random_tensor, say_unbuilt, time_ms, torch_dtype,
 )
 from blasdx import dtypes as dt  # noqa: E402
 from blasdx.reference import assert_close, reference_gemm, tolerance  # noqa: E402
+from report import case_labels, save_plot  # noqa: E402
 
 SOURCE = r"""
 extern "C" __global__ void __launch_bounds__(GEMM::max_threads_per_block, 1)
@@ -212,18 +213,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.compile_only:
         return compile_only(args)
     cases = cases_of(args)
-    sm = cuda_sm()
+    sm = gpu_sm(args)
     if sm is None:
         return 0
     import torch
 
-    if args.arch_specific is None:
-        args.arch_specific = sm == 90
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    missing = [c for c in cases if dx.availability(*c, args.build_dir) == "not built"]
-    if missing:
-        print(f"cuBLASDx: not built for {len(missing)} of {len(cases)} cases ({args.build_dir}); "
-              "build with `python benchmarks/cublasdx_harness.py build`")
+    say_unbuilt([c for c in cases if dx.availability(*c, args.build_dir) == "not built"], cases, args.build_dir)
     gen = torch.Generator(device="cuda").manual_seed(0)
     rows = []
     for name, size in cases:
@@ -292,11 +288,9 @@ def _table(rows: list[dict]) -> str:
 def _plot(rows: list[dict], path: Path) -> None:
     """TFLOP/s bars per case, blasdx and cuBLASDx side by side (log scale: FMA and tensor-core cases differ 50x)."""
     plt = pyplot()
-    if plt is None:
+    if plt is None or not rows:
         return
-    if not rows:
-        return
-    labels = [f"{r['case']}\n{'x'.join(map(str, r['size']))}" for r in rows]
+    labels = case_labels(rows)
     x = np.arange(len(rows))
     fig, ax = plt.subplots(figsize=(max(10, len(rows) * 0.5), 5))
     ax.bar(x - 0.2, [r.get("blasdx_tflops", 0) for r in rows], 0.4, label="blasdx (fusion API)")
@@ -305,10 +299,7 @@ def _plot(rows: list[dict], path: Path) -> None:
     ax.set_ylabel("TFLOP/s (operands in shared memory)")
     ax.set_xticks(x, labels, rotation=90, fontsize=7)
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    print(f"plot: {path}")
+    save_plot(plt, fig, path)
 
 
 if __name__ == "__main__":

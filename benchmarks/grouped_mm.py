@@ -128,7 +128,8 @@ def check(got, x, w, counts, what: str, sx=None, sw=None, samples: int = 16) -> 
     return err
 
 
-def bench_bf16(model: str, shape: int, tokens: int, routing: str) -> dict:
+def bf16_case(model: str, shape: int, tokens: int, routing: str) -> tuple:
+    """(experts, k, n, rows, counts, offs, x, w, out) of one bf16 contiguous case: fresh random x and w."""
     import torch
 
     experts, top, shapes = MODELS[model]
@@ -139,6 +140,13 @@ def bench_bf16(model: str, shape: int, tokens: int, routing: str) -> dict:
     x = torch.randn((rows, k), device="cuda", dtype=torch.bfloat16)
     w = torch.randn((experts, n, k), device="cuda", dtype=torch.bfloat16).transpose(1, 2)  # stored [G, N, K]
     out = torch.empty((rows, n), device="cuda", dtype=torch.bfloat16)
+    return experts, k, n, rows, counts, offs, x, w, out
+
+
+def bench_bf16(model: str, shape: int, tokens: int, routing: str) -> dict:
+    import torch
+
+    experts, k, n, rows, counts, offs, x, w, out = bf16_case(model, shape, tokens, routing)
     flops = 2.0 * rows * k * n
     row = {"model": model, "k": k, "n": n, "dtype": "bf16", "layout": "contiguous", "tokens": tokens,
            "routing": routing, "groups": experts, "rows": rows}
@@ -226,14 +234,7 @@ def sweep_bf16(model: str, shape: int, tokens: int, routing: str) -> dict:
     from blasdx.engine import grouped as engine
     from blasdx.engine import hopper
 
-    experts, top, shapes = MODELS[model]
-    k, n = shapes[shape]
-    rows = tokens * top
-    counts = group_sizes(experts, rows, routing)
-    offs = torch.tensor(np.cumsum(counts), dtype=torch.int32, device="cuda")
-    x = torch.randn((rows, k), device="cuda", dtype=torch.bfloat16)
-    w = torch.randn((experts, n, k), device="cuda", dtype=torch.bfloat16).transpose(1, 2)
-    out = torch.empty((rows, n), device="cuda", dtype=torch.bfloat16)
+    experts, k, n, rows, counts, offs, x, w, out = bf16_case(model, shape, tokens, routing)
     vx, vw, voffs = as_array(x, "x"), as_array(w, "w"), as_array(offs, "offs")
     form = grouped.form_of(vx, vw, voffs, None)
     base = grouped._plan(vx, vw, form, vx.dtype, grouped.Scale("none"), grouped.Scale("none"), x.device.index).plan

@@ -30,8 +30,6 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import date
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import blasdx as bx  # noqa: E402
@@ -41,26 +39,14 @@ from blasdx import arrays
 from blasdx.engine import hopper
 from blasdx import dtypes as dt  # noqa: E402
 from blasdx.reference import tolerance  # noqa: E402
+from timing import events_ms  # noqa: E402
 
 CALLS = 10  # back-to-back calls per timing
 
 
 def loop_ms(fn, repeats: int = 10) -> float:
     """Milliseconds per call: the median over ``repeats`` of CALLS back-to-back calls between CUDA events."""
-    import torch
-
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(CALLS):
-            fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / CALLS)
-    return float(np.median(times))
+    return events_ms(fn, repeats, warmup=3, calls=CALLS)
 
 
 def _expand(s, mode: str, rows: int, cols: int, is_x: bool):

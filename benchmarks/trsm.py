@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import blasdx as bx  # noqa: E402
 from batched import cuda_sm, time_ms  # noqa: E402
+from report import cell  # noqa: E402
 from blasdx import dtypes as dt  # noqa: E402
 from blasdx.reference import relative_error  # noqa: E402
 from blasdx.trsm_reference import (  # noqa: E402
@@ -190,9 +191,9 @@ def main_large(args: argparse.Namespace, sm: int) -> int:
                 torch.cuda.empty_cache()
                 rows.append(row)
                 ratio = f"{row['ratio']:.2f}x" if "ratio" in row else "n/a"
-                print(f"{name} {side} {size} batch {args.batch}: blasdx {_cell(row, 'blasdx_ms', '.3f', 'n/a')} ms, "
-                      f"torch {_cell(row, 'torch_ms', '.3f', 'n/a')} ms, {ratio}; backward error blasdx "
-                      f"{_cell(row, 'blasdx_backward_error', '.1e', 'n/a')} torch {row['torch_backward_error']:.1e}; "
+                print(f"{name} {side} {size} batch {args.batch}: blasdx {cell(row, 'blasdx_ms', '.3f', 'n/a')} ms, "
+                      f"torch {cell(row, 'torch_ms', '.3f', 'n/a')} ms, {ratio}; backward error blasdx "
+                      f"{cell(row, 'blasdx_backward_error', '.1e', 'n/a')} torch {row['torch_backward_error']:.1e}; "
                       f"{row.get('plan', '')}", flush=True)
     print(f"\ndevice {torch.cuda.get_device_name()} (sm_{sm}), torch {torch.__version__}")
     out = Path(args.json if args.json != DEFAULT_JSON else "benchmarks/results/trsm_large.json")
@@ -205,10 +206,6 @@ def main_large(args: argparse.Namespace, sm: int) -> int:
     return 1 if any(r.get("blasdx_check") != "ok" for r in rows) else 0
 
 
-def _cell(r: dict, key: str, fmt: str, default: str) -> str:
-    return format(r[key], fmt) if key in r else default
-
-
 def table(rows: list[dict]) -> str:
     head = ("| type | side | size | batch | threads x batches, chunks | instruction | blasdx ms | GB/s | GFLOP/s "
             "| torch ms | GB/s | GFLOP/s | torch / blasdx |")
@@ -218,10 +215,10 @@ def table(rows: list[dict]) -> str:
         torch_default = "wrong" if r.get("torch_check", "ok") != "ok" else "n/a"
         shape = f"{r['threads']} x {r['batches_per_block']}, {r['chunks']}" if "threads" in r else "n/a"
         cells = [r["case"], r["side"], str(r["size"]), str(r["batch"]), shape, r.get("instruction", "n/a"),
-                 _cell(r, "blasdx_ms", ".3f", blasdx_default), _cell(r, "blasdx_gbs", ".0f", "-"),
-                 _cell(r, "blasdx_gflops", ".0f", "-"), _cell(r, "torch_ms", ".3f", torch_default),
-                 _cell(r, "torch_gbs", ".0f", "-"), _cell(r, "torch_gflops", ".0f", "-"),
-                 _cell(r, "ratio_vs_torch", ".2f", "n/a")]
+                 cell(r, "blasdx_ms", ".3f", blasdx_default), cell(r, "blasdx_gbs", ".0f", "-"),
+                 cell(r, "blasdx_gflops", ".0f", "-"), cell(r, "torch_ms", ".3f", torch_default),
+                 cell(r, "torch_gbs", ".0f", "-"), cell(r, "torch_gflops", ".0f", "-"),
+                 cell(r, "ratio_vs_torch", ".2f", "n/a")]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -259,8 +256,8 @@ def main(argv: list[str] | None = None) -> int:
                 torch.cuda.empty_cache()
                 rows.append(row)
                 ratio = f"{row['ratio_vs_torch']:.2f}x" if "ratio_vs_torch" in row else "n/a"
-                print(f"{name} {side} {size}: blasdx {_cell(row, 'blasdx_ms', '.3f', 'n/a')} ms, torch "
-                      f"{_cell(row, 'torch_ms', '.3f', 'n/a')} ms, {ratio}", flush=True)
+                print(f"{name} {side} {size}: blasdx {cell(row, 'blasdx_ms', '.3f', 'n/a')} ms, torch "
+                      f"{cell(row, 'torch_ms', '.3f', 'n/a')} ms, {ratio}", flush=True)
     print(f"\ndevice {torch.cuda.get_device_name()} (sm_{sm}), torch {torch.__version__}")
     print(table(rows))
     out = Path(args.json)

@@ -18,25 +18,14 @@ import blasdx as bx
 from blasdx.reference import assert_close, random_operand, reference_gemm, tolerance
 
 
-def device_sm() -> int | None:
-    """Compute capability of the current GPU (e.g. 90), or None when there is none."""
-    try:
-        from cuda.core import Device, system
-
-        if system.get_num_devices() < 1:
-            return None
-        major, minor = Device().compute_capability
-        return 10 * major + minor
-    except Exception:
-        return None
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=1_000_000, help="number of independent products")
     parser.add_argument("--size", type=int, default=32, help="M = N = K of each product")
     parser.add_argument("--check", type=int, default=2000, help="problems checked against the float64 reference")
     args = parser.parse_args()
+
+    from gpu_device import compile_and_report, device_sm  # examples/ is on sys.path
 
     sm = device_sm()
     gemm = (
@@ -49,13 +38,7 @@ def main() -> int:
         + bx.SM(sm or 90)
         + bx.Block()
     )
-    print(gemm)
-    start = time.perf_counter()
-    kernel = gemm.compile()
-    print(
-        f"compiled for {gemm.arch} in {time.perf_counter() - start:.2f} s: {kernel.registers} registers, "
-        f"{gemm.kernel_shared_memory_size} B shared memory, {kernel.local_memory} B local memory"
-    )
+    compile_and_report(gemm)
     if sm is None:
         print("no GPU found: skipped the run (the kernel above is what a GPU would execute)")
         return 0

@@ -77,7 +77,8 @@ def reference(a: np.ndarray, b: np.ndarray, c: np.ndarray, alpha: complex, beta:
 
 
 def main() -> int:
-    from gpu_timing import time_ms  # examples/ is on sys.path when run as a script
+    from gpu_device import torch_sm  # examples/ is on sys.path when run as a script
+    from gpu_timing import print_speedups, time_ms
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=65536)
@@ -87,13 +88,11 @@ def main() -> int:
 
     import torch
 
-    if not torch.cuda.is_available():
-        kernel = build(90, args.size, args.size, args.size)
+    sm, s = torch_sm(), args.size
+    kernel = build(sm or 90, s, s, s)
+    if sm is None:
         print(f"no GPU: compiled {kernel} ({kernel.registers} registers); skipped the run")
         return 0
-    major, minor = torch.cuda.get_device_capability()
-    s = args.size
-    kernel = build(10 * major + minor, s, s, s)
     print(kernel.gemms["GEMM"])
     print(f"kernel: {kernel.registers} registers, {kernel.shared_memory} B shared memory, block {kernel.block}")
 
@@ -113,15 +112,13 @@ def main() -> int:
 
     c = torch.empty_like(c0)
     fused_ms, how = time_ms(lambda: run(kernel, a, b, c))
-    unfused_ms, how_unfused = time_ms(lambda: torch.matmul(torch.conj_physical(a).transpose(-1, -2), b))
-    cublas_ms, how_cublas = time_ms(lambda: torch.matmul(a.mH, b))
+    unfused = time_ms(lambda: torch.matmul(torch.conj_physical(a).transpose(-1, -2), b))
+    cublas = time_ms(lambda: torch.matmul(a.mH, b))
     moved = 3 * a.numel() * a.element_size()
     print(f"{args.batch} problems of {s}x{s}x{s} complex64, C = A^H B (GPU time per call, {how}):")
     print(f"  blasdx fused kernel                 {fused_ms:8.3f} ms  {moved / fused_ms / 1e6:6.0f} GB/s")
-    print(f"  PyTorch conj copy + batched matmul  {unfused_ms:8.3f} ms  ({how_unfused}) -> fused speedup "
-          f"{unfused_ms / fused_ms:.2f}x")
-    print(f"  cuBLAS conjugating itself (a.mH)    {cublas_ms:8.3f} ms  ({how_cublas}) -> fused speedup "
-          f"{cublas_ms / fused_ms:.2f}x")
+    print_speedups(fused_ms, 36, {"PyTorch conj copy + batched matmul": unfused,
+                                  "cuBLAS conjugating itself (a.mH)": cublas})
     return 0
 
 

@@ -41,3 +41,9 @@ def time_ms(fn: Any, repeat: int = 20) -> tuple[float, str]:
         samples.append(start.elapsed_time(end) / repeat)
     return sorted(samples)[len(samples) // 2], method
 
+
+
+def print_speedups(fused_ms: float, width: int, rivals: dict[str, tuple[float, str]]) -> None:
+    """Print each rival's time per call and how it was timed (labels padded to ``width``), and the fused speedup."""
+    for label, (ms, how) in rivals.items():
+        print(f"  {label:<{width}}{ms:8.3f} ms  ({how}) -> fused speedup {ms / fused_ms:.2f}x")

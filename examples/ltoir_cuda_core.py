@@ -39,19 +39,6 @@ extern "C" __global__ void batched_gemm(const unsigned char* a, const unsigned c
 """
 
 
-def device_sm() -> int | None:
-    """Compute capability of the current GPU (e.g. 90), or None when there is none."""
-    try:
-        from cuda.core import Device, system
-
-        if system.get_num_devices() < 1:
-            return None
-        major, minor = Device().compute_capability
-        return 10 * major + minor
-    except Exception:  # noqa: BLE001 - no driver or no device: compile only
-        return None
-
-
 def link(gemm: bx.Descriptor):
     """The cubin of KERNEL linked with the GEMM's LTO-IR (cuda.core ObjectCode)."""
     from cuda.core import Linker, LinkerOptions, ObjectCode, Program, ProgramOptions
@@ -74,6 +61,9 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=100_000)
     parser.add_argument("--size", type=int, default=64)
     args = parser.parse_args()
+
+    from gpu_device import device_sm  # examples/ is on sys.path when run as a script
+
     sm = device_sm()
     s = args.size
     gemm = (bx.Size(s, s, s) + bx.Precision(bx.float16, bx.float16, bx.float32) + bx.Function.MM

@@ -28,19 +28,6 @@ from blasdx.trsm_reference import (
 )
 
 
-def device_sm() -> int | None:
-    """Compute capability of the current GPU (e.g. 90), or None when there is none."""
-    try:
-        from cuda.core import Device, system
-
-        if system.get_num_devices() < 1:
-            return None
-        major, minor = Device().compute_capability
-        return 10 * major + minor
-    except Exception:
-        return None
-
-
 def check(system, b_host: np.ndarray, x: np.ndarray, pick: np.ndarray, what: str) -> None:
     """Backward error within 2 n u and forward error within 2 n u cond(A), on the sampled problems."""
     exact, rhs, got = system.exact[pick], b_host[pick], x[pick]
@@ -62,6 +49,8 @@ def main() -> int:
     parser.add_argument("--check", type=int, default=200, help="systems checked against the reference")
     args = parser.parse_args()
 
+    from gpu_device import compile_and_report, device_sm  # examples/ is on sys.path
+
     sm = device_sm()
     trsm = (
         bx.Size(args.size, args.rhs)  # B is S x R; with Side.left, A is S x S
@@ -74,14 +63,7 @@ def main() -> int:
         + bx.SM(sm or 90)
         + bx.Block()
     )
-    print(trsm)
-    start = time.perf_counter()
-    kernel = trsm.compile()
-    print(
-        f"compiled for {trsm.arch} in {time.perf_counter() - start:.2f} s: {kernel.registers} registers, "
-        f"{trsm.max_threads_per_block} threads for {trsm.batches_per_block} systems a block, "
-        f"{trsm.kernel_shared_memory_size} B shared memory, {kernel.local_memory} B local memory"
-    )
+    compile_and_report(trsm, f"{trsm.max_threads_per_block} threads for {trsm.batches_per_block} systems a block")
     if sm is None:
         print("no GPU found: skipped the run (the kernel above is what a GPU would execute)")
         return 0

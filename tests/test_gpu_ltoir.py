@@ -128,11 +128,12 @@ def test_the_cuda_core_example_runs(sm):
     from pathlib import Path
 
     path = Path(__file__).resolve().parent.parent / "examples" / "ltoir_cuda_core.py"
-    argv = sys.argv
+    argv, search = sys.argv, list(sys.path)
     sys.argv = [str(path), "--batch", "20000"]
+    sys.path.insert(0, str(path.parent))  # as `python examples/ltoir_cuda_core.py` has it: gpu_device.py importable
     try:
         with pytest.raises(SystemExit) as done:
             runpy.run_path(str(path), run_name="__main__")
     finally:
-        sys.argv = argv
+        sys.argv, sys.path[:] = argv, search
     assert done.value.code == 0

@@ -1,0 +1,40 @@
+"""The current GPU's SM (through cuda.core or PyTorch) and a descriptor's compile report, shared by the examples."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+
+def device_sm() -> int | None:
+    """Compute capability of the current GPU (e.g. 90), or None when there is none."""
+    try:
+        from cuda.core import Device, system
+
+        if system.get_num_devices() < 1:
+            return None
+        major, minor = Device().compute_capability
+        return 10 * major + minor
+    except Exception:  # noqa: BLE001 - no driver or no device: compile only
+        return None
+
+
+def compile_and_report(desc: Any, *details: str) -> Any:
+    """Print ``desc``, compile it and print the time and the kernel's resources (``details`` after its registers)."""
+    print(desc)
+    start = time.perf_counter()
+    kernel = desc.compile()
+    figures = [f"{kernel.registers} registers", *details,
+               f"{desc.kernel_shared_memory_size} B shared memory", f"{kernel.local_memory} B local memory"]
+    print(f"compiled for {desc.arch} in {time.perf_counter() - start:.2f} s: {', '.join(figures)}")
+    return kernel
+
+
+def torch_sm() -> int | None:
+    """Compute capability of PyTorch's current GPU (e.g. 90), or None when PyTorch sees none."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    major, minor = torch.cuda.get_device_capability()
+    return 10 * major + minor
