@@ -126,10 +126,10 @@ def fp8_wgmma_allowance(k: int, promotion: int | None = None) -> float:
     by 23%, truncation toward -inf (a sign-filled shift) gives 2-30x the measured errors.
 
     The bound: in a group, a term t is cut only below u = 2^(E - F), so it loses less than u,
-    and u <= 2^-F max|t|. A group has at most n + 1 terms; the first group of a sum starts from a
+    and ``u <= 2^-F max|t|``. A group has at most n + 1 terms; the first group of a sum starts from a
     zero accumulator and its largest product is exact (8 bits <= F + 1), so at most n - 1 of its
     terms are cut. Truncation toward zero never raises a magnitude, so the accumulator, and with it
-    every group's largest term, stays within S_j, the sum of |a_k b_k| over the K elements this
+    every group's largest term, stays within S_j, the sum of ``|a_k b_k|`` over the K elements this
     tensor-core sum covers. A sum of G = ceil(depth / n) groups (depth = K, or the promotion
     interval P, each P-deep sum starting afresh and S the sum of the S_j) thus errs by less than
     ``(G (n + 1) - 2) 2^-F S``; the f32 additions of the promoted sums and alpha, beta's epilogue
@@ -137,9 +137,9 @@ def fp8_wgmma_allowance(k: int, promotion: int | None = None) -> float:
     attained to within a few percent by one large product followed by products just below u
     (tests/test_reference.py builds that case): no smaller allowance holds for every input.
     Random operands (``random_operand``) stay far inside it: at K = 64 the worst of 3.6M modelled
-    elements is 2.45e-4 of |A| |B| against 8.06e-3 (the earlier allowance, 2 * 2^-14 per 32-deep
+    elements is 2.45e-4 of ``|A| |B|`` against 8.06e-3 (the earlier allowance, 2 * 2^-14 per 32-deep
     step, was that worst element's size, not a bound), while a sign-flipped element is off by
-    2 |C| (median 0.27 of |A| |B|, 33x the allowance; 1.6% of elements are within it).
+    ``2 |C|`` (median 0.27 of ``|A| |B|``, 33x the allowance; 1.6% of elements are within it).
     """
     depth = min(k, promotion) if promotion else k
     groups = max(1, math.ceil(depth / FP8_WGMMA_GROUP))
