@@ -10,10 +10,7 @@ to change.
 from __future__ import annotations
 
 import collections
-import importlib.util
 import re
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -28,19 +25,9 @@ from .attention_kernels import (
     row_stats_gemm,
     stream_gemms,
 )
+from .test_fusion import load_example
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-
-
-def _example():
-    spec = importlib.util.spec_from_file_location("blasdx_example_flash_attention", EXAMPLES / "flash_attention.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-fa = _example()
+fa = load_example("flash_attention")
 
 
 def opcodes(sass: str, name: str) -> int:

@@ -10,10 +10,6 @@ torch SDPA's result within twice that.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
 import blasdx as bx
@@ -29,21 +25,11 @@ from .attention_kernels import (
     stream_gemms,
 )
 from .gpu_support import gpu_sm
+from .test_fusion import load_example
 
 pytestmark = pytest.mark.gpu
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-
-
-def _example():
-    spec = importlib.util.spec_from_file_location("blasdx_example_flash_attention", EXAMPLES / "flash_attention.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-fa = _example()
+fa = load_example("flash_attention")
 
 
 @pytest.fixture(scope="module")

@@ -5,24 +5,13 @@ tile, a tile of one key, many tiles with a partial last one), D = 64 and 128, ca
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
 from .gpu_support import require_gpu
 from .numba_support import numba_cuda  # noqa: F401 - skips the module without numba-cuda
+from .test_fusion import load_example
 
 pytestmark = pytest.mark.gpu
-
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-
-
-def _example():
-    spec = importlib.util.spec_from_file_location("blasdx_example_numba_flash", EXAMPLES / "numba_flash_attention.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize("seq", [1, 17, 65, 1000])
@@ -32,4 +21,4 @@ def test_numba_flash_attention(seq: int, dim: int, causal: bool) -> None:
     sm = require_gpu()
     if sm < 80:
         pytest.skip("the example's descriptors need mma.sync f16 (sm_80+)")
-    _example().run(3, seq, dim, causal, sm)  # raises AssertionError beyond the float64 tolerance
+    load_example("numba_flash_attention").run(3, seq, dim, causal, sm)  # raises AssertionError beyond the float64 tolerance

@@ -4,29 +4,18 @@ the output accumulator in registers (no local memory)."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
 from .numba_support import compile_kernel, opcodes
+from .test_fusion import load_example
 
 from numba.cuda import types  # noqa: E402 - numba_support skips the module without numba-cuda
-
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-
-
-def _example():
-    spec = importlib.util.spec_from_file_location("blasdx_example_numba_flash", EXAMPLES / "numba_flash_attention.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize("dim", [64, 128])
 @pytest.mark.parametrize("causal", [False, True])
 def test_numba_flash_attention_compiles(dim: int, causal: bool) -> None:
-    example = _example()
+    example = load_example("numba_flash_attention")
     qk, pv = example.descriptors(dim, 90)
     h3, f3 = types.Array(types.float16, 3, "C"), types.Array(types.float32, 3, "C")
     _, sass, _ = compile_kernel(example.make_kernel(qk, pv, causal).py_func, (h3, h3, h3, f3), 90)
@@ -37,7 +26,7 @@ def test_numba_flash_attention_compiles(dim: int, causal: bool) -> None:
 
 
 def test_descriptors_follow_the_head_dim() -> None:
-    example = _example()
+    example = load_example("numba_flash_attention")
     qk, pv = example.descriptors(128, 90)
     assert (qk.m, qk.n, qk.k) == (example.BLOCK_M, example.BLOCK_N, 128)
     assert (pv.m, pv.n, pv.k) == (example.BLOCK_M, 128, example.BLOCK_N)
