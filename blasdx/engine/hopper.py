@@ -634,9 +634,9 @@ class EnginePlan:
             refused = swap_refused(a, b, route_a, route_b)
             if refused and config is not None:
                 raise ValueError(f"configuration {self.config} does not run these operands: {refused}")
-            if refused:  # the rule's decode tile does not take these operands: the narrow tile, unswapped
-                self.config = replace(NARROW, bk=self.config.bk, promotion=self.config.promotion)
-                self.splits = balanced_splits(self.config, m, n, k, batch, multiprocessors)
+            if refused:  # the rule's decode tile does not take these operands: the rule without the swap
+                self.config, self.splits = choose_config(a, m, n, k, batch, multiprocessors, scheme, promotion,
+                                                         swap=False)
             else:  # from here on the plan computes D^T = B^T A^T: every A / B / row / column quantity swaps
                 a, b, m, n, route_a, route_b = b, a, n, m, route_b, route_a
                 lda, ldb, batch_a, batch_b, ptr_a, ptr_b = ldb, lda, batch_b, batch_a, ptr_b, ptr_a
@@ -927,8 +927,7 @@ def describe_call(a: _dt.DType, c: _dt.DType, m: int, n: int, k: int, batch: int
     if config.swap_ab:
         if swap_refused(a, a, route_a, route_b) is None:  # described as the plan runs it: D^T = y^T x^T
             return _describe(config, splits, route_b, route_a, False)  # x K-major: nothing to transpose
-        config = replace(NARROW, bk=config.bk, promotion=config.promotion)
-        splits = balanced_splits(config, m, n, k, batch, multiprocessors)
+        config, splits = choose_config(a, m, n, k, batch, multiprocessors, scheme, config.promotion, swap=False)
     geometry = _store_geometry(c, m, n, batch, (n, 1, m * n if batch > 1 else 0, 0))
     config, splits, route_b = place_transposition(config, splits, route_b, a, m, n, k, batch, multiprocessors,
                                                   geometry is not None)
