@@ -173,12 +173,37 @@ class LinkedCache(_store.EntryFiles[tuple[bytes, str]]):
 
 
 def linker_identity() -> str | None:
-    """The installed NVVM, nvJitLink and JIT wheels, or None when nvJitLink or NVVM is not a wheel (then no
-    version is known without loading them, and linked cubins are not kept)."""
+    """The NVVM, nvJitLink and JIT that decide a linked cubin: wheel versions, or for NVVM / nvJitLink
+    installed outside wheels (a CUDA toolkit) the library file cuda.pathfinder loads, named by path, size
+    and modification time. None when one of them cannot be found (then linked cubins are not kept)."""
     found = _nvrtc._wheel_versions(LINKER_DISTRIBUTIONS)
-    if "nvidia_nvjitlink" not in found or "nvidia_nvvm" not in found:
+    parts = []
+    for name in LINKER_DISTRIBUTIONS:
+        if name in found:
+            parts.append(f"{name} {found[name]}")
+        elif name in _LINKER_LIBRARIES:
+            library = _library_file_identity(_LINKER_LIBRARIES[name])
+            if library is None:
+                return None
+            parts.append(library)
+    return " ".join(parts)
+
+
+#: the shared library of each linker distribution, as cuda.pathfinder names it
+_LINKER_LIBRARIES = {"nvidia_nvjitlink": "nvJitLink", "nvidia_nvvm": "nvvm"}
+
+
+def _library_file_identity(library: str) -> str | None:
+    """'<library> <path> <size> <mtime ns>' of the file cuda.pathfinder loads for ``library`` (the one
+    cuda.bindings and Numba use), None when it finds none."""
+    try:
+        from cuda.pathfinder import load_nvidia_dynamic_lib
+
+        path = load_nvidia_dynamic_lib(library).abs_path
+        status = Path(path).stat()
+    except Exception:  # noqa: BLE001 - not found or not loadable: no identity, no kept links
         return None
-    return " ".join(f"{name} {found[name]}" for name in LINKER_DISTRIBUTIONS if name in found)
+    return f"{library} {path} {status.st_size} {status.st_mtime_ns}"
 
 
 def linked_key(parts: Iterable[bytes], identity: str) -> str:
