@@ -21,3 +21,17 @@ def test_bad_repeats_raise_before_anything_runs(repeats):
 def test_unknown_candidate_names_the_argument():
     with pytest.raises(ExecutionError, match="candidates"):
         bx.tune(None, None, candidates=[("no such configuration", {})])
+
+
+@pytest.mark.parametrize("steps", [1, 3, 4, 7, 8, 31, 64, 100, 128, 1000])
+def test_split_counts_leave_no_split_empty_or_shallow(steps):
+    """Every split count tried covers the K steps in that many non-empty chunks of at least
+    MIN_STEPS_PER_FIXUP_SPLIT steps (ping-pong tiles in 12 splits of 64 K steps, the last one
+    empty, never returned on the GPU)."""
+    counts = _tune.split_counts(steps)
+    assert counts[0] == 1
+    for splits in counts[1:]:
+        chunk = -(-steps // splits)
+        assert chunk >= _tune._hopper.MIN_STEPS_PER_FIXUP_SPLIT
+        assert (splits - 1) * chunk < steps  # the last split starts before the end: none is empty
+    assert 12 not in _tune.split_counts(64) and {2, 4, 8, 16} <= set(_tune.split_counts(64))

@@ -31,7 +31,7 @@ from ..launch import cuda_modules as _cuda
 from ..launch import devices as _devices
 from . import matmul as _ag
 
-__all__ = ["CANDIDATES", "SPLITS", "TuneResult", "tune"]
+__all__ = ["CANDIDATES", "SPLITS", "TuneResult", "split_counts", "tune"]
 
 #: Candidate configurations: a base of blasdx.engine.hopper.CONFIGS and what changes in it.
 CANDIDATES = [("narrow", {}), ("narrow", {"bn": 128, "stages": 8}), ("pingpong", {}),
@@ -136,9 +136,7 @@ def _tune(x: Any, vx: Any, vy: Any, mx: Any, my: Any, result: Any, m: int, n: in
     for base, changes in candidates:
         config = dataclasses.replace(_hopper.CONFIGS[base], bk=128 // a.size, promotion=_hopper.promotion_of(a),
                                      **changes)
-        for splits in SPLITS:
-            if splits > 1 and math.ceil(steps_of / splits) < _hopper.MIN_STEPS_PER_FIXUP_SPLIT:
-                break
+        for splits in split_counts(steps_of):
             try:
                 plans.append(plan_of(config, splits))
             except Exception as exc:  # noqa: BLE001  (a candidate TMA or the scheduler refuses is skipped)
@@ -171,6 +169,20 @@ def _tune(x: Any, vx: Any, vy: Any, mx: Any, my: Any, result: Any, m: int, n: in
         _tuning.TUNED.put(key, dataclasses.asdict(config), splits, best_ms)
     best_text = next(text for text, ms in timings if ms == best_ms)
     return TuneResult(rule.describe(), rule_ms, best_text, best_ms, tuple(timings))
+
+
+def split_counts(steps: int) -> list[int]:
+    """The counts of SPLITS tried on ``steps`` K steps: each split at least MIN_STEPS_PER_FIXUP_SPLIT deep and
+    none empty (12 splits of 64 steps are chunks of 6, the last one empty: that is 11 splits, tried as such
+    only if SPLITS names it)."""
+    counts = []
+    for splits in SPLITS:
+        chunk = math.ceil(steps / splits)
+        if splits > 1 and chunk < _hopper.MIN_STEPS_PER_FIXUP_SPLIT:
+            break
+        if math.ceil(steps / chunk) == splits:
+            counts.append(splits)
+    return counts
 
 
 def timing_event_options() -> Any:
