@@ -221,7 +221,8 @@ def decodes(m: int, n: int) -> bool:
 
 
 def choose_config(a: _dt.DType, m: int, n: int, k: int, batch: int, multiprocessors: int,
-                  scheme: str = "native", promotion: int = 0, swap: bool = True) -> tuple[EngineConfig, int]:
+                  scheme: str = "native", promotion: int = 0, swap: bool = True,
+                  stream_k: bool = False) -> tuple[EngineConfig, int]:
     """The tile configuration and K split count of an M x N x K product with ``batch`` problems.
 
     The 3xtf32 scheme takes `split square`. Otherwise outputs of at most SWAP_MAX_M rows are computed
@@ -235,8 +236,9 @@ def choose_config(a: _dt.DType, m: int, n: int, k: int, batch: int, multiprocess
     fill each other's waits (ping-pong consumers take turns), and fp8's narrow results make
     ping-pong's hidden epilogue worth less than wide tiles' B reuse, promoted or not (the
     fp8 figures beside the configurations). Then :func:`balanced_splits` (the memory-bound classes:
-    :func:`memory_bound_splits`), and stream-K instead of those splits where it is worth it
-    (:func:`stream_k_or_splits`; for `medium` only where the tiles would be split).
+    :func:`memory_bound_splits`), and with ``stream_k`` (plans of kernels/hopper_gemm.cu) stream-K instead of
+    those splits where it is worth it (:func:`stream_k_or_splits`; for `medium` only where the tiles would
+    be split).
     """
     bk = _SWIZZLE // a.size
     wide_tiles = batch * math.ceil(m / WIDE.bm) * math.ceil(n / WIDE.bn)
@@ -252,14 +254,16 @@ def choose_config(a: _dt.DType, m: int, n: int, k: int, batch: int, multiprocess
           and scheme == "native"):
         config = replace(MEDIUM, bk=bk, promotion=promotion)
         splits = memory_bound_splits(config, m, n, k, batch, multiprocessors)
-        return stream_k_or_splits(config, splits, m, n, k, batch, multiprocessors) if splits > 1 else (config, 1)
+        if stream_k and splits > 1:
+            return stream_k_or_splits(config, splits, m, n, k, batch, multiprocessors)
+        return config, splits
     elif wide_tiles >= CLUSTER_WAVES * multiprocessors and math.ceil(k / bk) >= CLUSTER_MIN_K_STEPS:
         config = WIDE_CLUSTERS
     else:
         config = WIDE if a in _FP8 else PINGPONG
     config = replace(config, bk=bk, promotion=promotion)
-    return stream_k_or_splits(config, balanced_splits(config, m, n, k, batch, multiprocessors), m, n, k, batch,
-                              multiprocessors)
+    splits = balanced_splits(config, m, n, k, batch, multiprocessors)
+    return stream_k_or_splits(config, splits, m, n, k, batch, multiprocessors) if stream_k else (config, splits)
 
 
 #: B's MN-major tile is transposed in shared memory (instead of repacking B in global memory) when
@@ -285,21 +289,23 @@ def fit_transposed(config: EngineConfig, itemsize: int, staged_store: bool) -> E
 
 def place_transposition(config: EngineConfig, splits: int, route_b: OperandRoute, b: _dt.DType, m: int, n: int,
                         k: int, batch: int, multiprocessors: int, staged_store: bool,
-                        forced: bool | None = None) -> tuple[EngineConfig, int, OperandRoute]:
+                        forced: bool | None = None, stream_k: bool = False) -> tuple[EngineConfig, int, OperandRoute]:
     """Whether B, repacked only for the instruction, is transposed in shared memory instead: the
     configuration, splits and B's route after the choice.
 
     ``forced`` (a configuration's ``transpose_b`` given by the caller) overrides the rule: at most
-    TRANSPOSE_MAX_TILE_ROWS tile rows. The splits are recounted for the new tile unless forced.
+    TRANSPOSE_MAX_TILE_ROWS tile rows. The splits are recounted for the new tile unless forced (and with
+    ``stream_k``, stream-K weighed again as :func:`choose_config` does).
     """
     wanted = forced if forced is not None else math.ceil(m / config.bm) <= TRANSPOSE_MAX_TILE_ROWS
     if wanted and route_b.transposable and not config.split_tf32 and argument_b_transposable(b):
         route_b = OperandRoute(route_b.argument, False, transpose=True)
         config = fit_transposed(config, b.size, staged_store and splits == 1)
         if forced is None:
-            config, splits = stream_k_or_splits(replace(config, stream_k=False),
-                                                balanced_splits(config, m, n, k, batch, multiprocessors), m, n, k,
-                                                batch, multiprocessors)
+            config = replace(config, stream_k=False)
+            splits = balanced_splits(config, m, n, k, batch, multiprocessors)
+            if stream_k:
+                config, splits = stream_k_or_splits(config, splits, m, n, k, batch, multiprocessors)
             config = fit_transposed(config, b.size, staged_store and splits == 1 and not config.stream_k)
         return config, splits, route_b
     return (replace(config, transpose_b=False) if config.transpose_b else config), splits, route_b
@@ -666,6 +672,12 @@ class EnginePlan:
     #: scales, keep them in place).
     swaps: bool = True
 
+    @property
+    def streams_k(self) -> bool:
+        """Whether the rule may choose stream-K: for the engine's own kernel (kernels/hopper_gemm.cu, run on
+        pointers); plans of other kernels built on this one keep their rule until their GPU tests cover it."""
+        return self.on_pointers
+
     def __init__(self, a: _dt.DType, c: _dt.DType, m: int, n: int, k: int, batch: int, route_a: OperandRoute,
                  route_b: OperandRoute, lda: int, ldb: int, batch_a: int, batch_b: int, batch_stride_a: int,
                  batch_stride_b: int, ptr_a: int, ptr_b: int, multiprocessors: int,
@@ -689,7 +701,8 @@ class EnginePlan:
         self.route_a, self.route_b = route_a, route_b
         self.routes_given = (route_a, route_b)  # before B's transposition is placed (bx.tune's key)
         promotion = promotion_of(a, fast_accumulation)
-        chosen, chosen_splits = choose_config(a, m, n, k, batch, multiprocessors, scheme, promotion, self.swaps)
+        chosen, chosen_splits = choose_config(a, m, n, k, batch, multiprocessors, scheme, promotion, self.swaps,
+                                              self.streams_k)
         if config is None and splits is None and scheme == "native":  # a configuration bx.tune kept wins
             from .tuning import TUNED, key_of
 
@@ -699,6 +712,8 @@ class EnginePlan:
                     config, splits = EngineConfig(**tuned[0]), tuned[1]
                 except TypeError:  # fields of another version of EngineConfig: the rule
                     pass
+        if config is None and splits is not None and chosen.stream_k:  # K splits asked for: the rule's tile, split
+            chosen = replace(chosen, stream_k=False)
         self.config = config or chosen
         self.splits = splits if splits is not None else (chosen_splits if config is None else 1)
         if self.config.swap_ab:
@@ -707,7 +722,7 @@ class EnginePlan:
                 raise ValueError(f"configuration {self.config} does not run these operands: {refused}")
             if refused:  # the rule's decode tile does not take these operands: the rule without the swap
                 self.config, self.splits = choose_config(a, m, n, k, batch, multiprocessors, scheme, promotion,
-                                                         swap=False)
+                                                         swap=False, stream_k=self.streams_k)
             else:  # from here on the plan computes D^T = B^T A^T: every A / B / row / column quantity swaps
                 a, b, m, n, route_a, route_b = b, a, n, m, route_b, route_a
                 lda, ldb, batch_a, batch_b, ptr_a, ptr_b = ldb, lda, batch_b, batch_a, ptr_b, ptr_a
@@ -720,7 +735,7 @@ class EnginePlan:
         staged_guess = d_layout is None or _store_geometry(c, m, n, batch, d_layout) is not None
         self.config, self.splits, route_b = place_transposition(
             self.config, self.splits, route_b, b, m, n, k, batch, multiprocessors, staged_guess,
-            None if config is None else config.transpose_b)
+            None if config is None else config.transpose_b, self.streams_k)
         self.route_b = route_b
         if self.config.split_tf32 != (scheme == "3xtf32"):
             raise ValueError(f"configuration {self.config} does not run the {scheme} scheme")
@@ -996,7 +1011,8 @@ def describe_call(a: _dt.DType, c: _dt.DType, m: int, n: int, k: int, batch: int
     if not serves(a, c, scheme):
         raise ValueError(f"the engine runs {', '.join(f'{x.name} -> {y.name}' for x, y in sorted(SERVED, key=str))}"
                          f" (and float32 -> float32 as 3xtf32); not {a.name} -> {c.name} ({scheme})")
-    config, splits = choose_config(a, m, n, k, batch, multiprocessors, scheme, promotion_of(a, fast_accumulation))
+    config, splits = choose_config(a, m, n, k, batch, multiprocessors, scheme, promotion_of(a, fast_accumulation),
+                                   stream_k=True)
     route_a = route("x", a, _SCRATCH_ALIGNMENT, a_row_major, k if a_row_major else m, m if a_row_major else k,
                     m * k, batch > 1)
     route_b = route("y", a, _SCRATCH_ALIGNMENT, not b_row_major, n if b_row_major else k, k if b_row_major else n,
@@ -1004,10 +1020,11 @@ def describe_call(a: _dt.DType, c: _dt.DType, m: int, n: int, k: int, batch: int
     if config.swap_ab:
         if swap_refused(a, a, route_a, route_b) is None:  # described as the plan runs it: D^T = y^T x^T
             return _describe(config, splits, route_b, route_a, False)  # x K-major: nothing to transpose
-        config, splits = choose_config(a, m, n, k, batch, multiprocessors, scheme, config.promotion, swap=False)
+        config, splits = choose_config(a, m, n, k, batch, multiprocessors, scheme, config.promotion, swap=False,
+                                       stream_k=True)
     geometry = _store_geometry(c, m, n, batch, (n, 1, m * n if batch > 1 else 0, 0))
     config, splits, route_b = place_transposition(config, splits, route_b, a, m, n, k, batch, multiprocessors,
-                                                  geometry is not None)
+                                                  geometry is not None, stream_k=True)
     store = splits == 1 and geometry is not None
     return _describe(config, splits, route_a, route_b, store)
 
