@@ -361,7 +361,7 @@ def split_estimate(config: EngineConfig, splits: int, m: int, n: int, k: int, ba
 
 #: Stream-K (kernels/blasdx/hopper/scheduler.cuh) replaces the rule's splits where its estimate is below this
 #: fraction of theirs ...
-STREAM_K_GAIN = 0.96
+STREAM_K_GAIN = 0.97
 #: ... for outputs of at most this many waves of tiles over the SMs (deeper ones lose at most a last partial
 #: wave of many, which the estimate's few per cent do not outweigh the partial sums' traffic for) ...
 STREAM_K_MAX_WAVES = 4
@@ -657,7 +657,10 @@ def _stream_k_units(config: EngineConfig, waves: int, tiles: int, k: int, multip
         raise ValueError(f"stream-K takes its splits as waves, at least {_streamk.MIN_WAVES}, not {waves}")
     if k <= 0 or multiprocessors <= 0:
         raise ValueError(f"stream-K needs K > 0 and SMs, not K = {k} on {multiprocessors}")
-    return _streamk.decomposition(tiles, math.ceil(k / config.bk), multiprocessors, waves).units
+    d = _streamk.decomposition(tiles, math.ceil(k / config.bk), multiprocessors, waves)
+    if d.iterations >= 2**31:
+        raise ValueError(f"{d.iterations} stream-K iterations exceed the scheduler's 32-bit range")
+    return d.units
 
 
 class EnginePlan:

@@ -3,7 +3,7 @@
 A stream-K launch (an EngineConfig with ``stream_k``) takes its launch's ``splits`` as ``waves`` (at
 least 2): of the output's ``tiles``, the last ``min(tiles, tiles mod blocks + (waves - 1) * blocks)``
 are shared. Their (tile, K step) iterations, tile-major, are cut into one contiguous range per
-block of the persistent grid, so a last partial wave of tiles no longer leaves SMs idle; the tiles
+block of the persistent grid (q or q + 1 iterations each), so a last partial wave of tiles no longer leaves SMs idle; the tiles
 before them run whole, ``blocks`` at a time. A block's range meets one or more tiles (one unit each);
 the units of one tile add up their partial sums as K splits do (splitk.cuh). :func:`work` is the
 scheduler's ``work(unit)`` in Python (the tests check the decomposition on it) and
@@ -34,15 +34,30 @@ class Decomposition:
     pieces: int  # the most units a block's range is cut into
     units: int
 
+    @property
+    def per_block(self) -> int:
+        """q: the iterations of a range (the first ``longer`` ranges take one more)."""
+        return self.iterations // self.sk_blocks
+
+    @property
+    def longer(self) -> int:
+        """r: the ranges of q + 1 iterations."""
+        return self.iterations % self.sk_blocks
+
+    def begin_of(self, block: int) -> int:
+        """The first shared iteration of block ``block``'s range (``block`` <= sk_blocks)."""
+        return block * self.per_block + min(block, self.longer)
+
     def owner(self, x: int) -> int:
         """The block whose range holds shared iteration ``x``."""
-        return ((x + 1) * self.sk_blocks - 1) // self.iterations
+        split = self.longer * (self.per_block + 1)
+        return x // (self.per_block + 1) if x < split else self.longer + (x - split) // self.per_block
 
     def range_of(self, block: int) -> tuple[int, int]:
         """Block ``block``'s shared iterations [begin, end) (empty past sk_blocks)."""
         if block >= self.sk_blocks:
             return 0, 0
-        return block * self.iterations // self.sk_blocks, (block + 1) * self.iterations // self.sk_blocks
+        return self.begin_of(block), self.begin_of(block + 1)
 
 
 @dataclass(frozen=True)
@@ -61,8 +76,8 @@ def decomposition(tiles: int, steps: int, blocks: int, waves: int) -> Decomposit
     shared = min(tiles, tiles % blocks + (waves - 1) * blocks)
     iterations = shared * steps
     sk_blocks = min(blocks, iterations)
-    longest = -(-iterations // sk_blocks) if sk_blocks else 0
-    pieces = (longest - 1) // steps + 2 if longest else 0
+    longest = -(-iterations // sk_blocks)
+    pieces = (longest - 1) // steps + 2
     dp_tiles = tiles - shared
     return Decomposition(tiles, steps, blocks, dp_tiles, iterations, sk_blocks, pieces, dp_tiles + pieces * blocks)
 

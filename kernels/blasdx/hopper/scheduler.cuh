@@ -76,24 +76,26 @@ struct Scheduler {
 
 // Stream-K with data-parallel tiles first. Of the T = batch x tiles output tiles, the last
 // SK = min(T, T mod G + (waves - 1) x G) (G: the blocks of the grid, `waves` >= 2 the launch's
-// `splits` argument) are shared: their SK x steps (tile, K step) iterations, tile-major, are cut
-// into G contiguous ranges, block b taking [b I / G', (b + 1) I / G') for b < G' = min(G, I) (so
-// every such range has at least one iteration). The T - SK tiles before them (a multiple of G)
-// are whole units, G at a time. A block's range meets one or more tiles: one unit per tile met,
-// its K steps the range's part of that tile. Units are numbered so that block b's are b, b + G,
-// ...: first the data-parallel tiles (unit = tile), then block b's i-th stream-K piece at
-// DP + i x G + b; blocks with fewer pieces than the most any block has get units of no work
+// `splits` argument) are shared: their I = SK x steps (tile, K step) iterations, tile-major, are cut
+// into contiguous ranges of q = I / G' or q + 1 iterations, one per block b < G' = min(G, I) (the
+// first r = I mod G' blocks take q + 1; every range has at least one iteration). The T - SK tiles
+// before them (a multiple of G) are whole units, G at a time. A block's range meets one or more tiles:
+// one unit per tile met, its K steps the range's part of that tile. Units are numbered so that block
+// b's are b, b + G, ...: first the data-parallel tiles (unit = tile), then block b's i-th stream-K
+// piece at DP + i x G + b; blocks with fewer pieces than the most any block has get units of no work
 // (parts = 0) at the end of their walk. A tile's parts are the blocks whose ranges meet it:
-// owner(last iteration) - owner(first iteration) + 1.
+// owner(last iteration) - owner(first iteration) + 1. I stays below 2^31 (the host checks), so all of
+// it is 32-bit arithmetic.
 template <int BM, int BN, int BK, int GROUP_M, int CLUSTER_M = 1>
 struct StreamKScheduler {
     static_assert(CLUSTER_M == 1, "stream-K takes blocks of their own (no clusters)");
     int m, rows, tiles_n, tiles, steps, units;
-    int blocks;     // G: the persistent grid
-    int dp_tiles;   // whole tiles, before the shared ones
-    int sk_blocks;  // G': blocks with a stream-K range
-    int pieces;     // the most units a block's stream-K range is cut into
-    long long iterations;  // I: the shared tiles' K steps
+    int blocks;      // G: the persistent grid
+    int dp_tiles;    // whole tiles, before the shared ones
+    int sk_blocks;   // G': blocks with a stream-K range
+    int iterations;  // I: the shared tiles' K steps
+    int per_block, longer;  // q = I / G' and r = I mod G': blocks b < r take q + 1 iterations
+    int pieces;      // the most units a block's stream-K range is cut into
 
     __device__ __forceinline__ StreamKScheduler(int m_, int n, int k, int batch, int waves) {
         m = m_;
@@ -102,18 +104,25 @@ struct StreamKScheduler {
         tiles = rows * tiles_n;
         steps = (k + BK - 1) / BK;  // at least 1: the host takes stream-K only for K > 0
         blocks = int(gridDim.x);
-        const long long all = (long long)batch * tiles;
-        const long long shared = min(all, all % blocks + (long long)(waves - 1) * blocks);
-        dp_tiles = int(all - shared);
+        const int all = batch * tiles;
+        const int shared = min(all, all % blocks + (waves - 1) * blocks);
+        dp_tiles = all - shared;
         iterations = shared * steps;
-        sk_blocks = int(min((long long)blocks, iterations));
-        const long long longest = sk_blocks > 0 ? (iterations + sk_blocks - 1) / sk_blocks : 0;
-        pieces = longest > 0 ? int((longest - 1) / steps) + 2 : 0;
+        sk_blocks = min(blocks, iterations);
+        per_block = iterations / sk_blocks;
+        longer = iterations - per_block * sk_blocks;
+        pieces = (per_block + (longer > 0) - 1) / steps + 2;
         units = dp_tiles + pieces * blocks;
     }
 
+    // The first iteration of block b's range (b <= sk_blocks).
+    __device__ __forceinline__ int begin_of(int b) const { return b * per_block + min(b, longer); }
+
     // The block whose range holds iteration x.
-    __device__ __forceinline__ int owner(long long x) const { return int(((x + 1) * sk_blocks - 1) / iterations); }
+    __device__ __forceinline__ int owner(int x) const {
+        const int split = longer * (per_block + 1);  // the longer ranges' iterations
+        return x < split ? x / (per_block + 1) : longer + (x - split) / per_block;
+    }
 
     __device__ __forceinline__ Work work(int unit, int /*rank*/ = 0) const {
         Work w;
@@ -127,19 +136,19 @@ struct StreamKScheduler {
         }
         const int u = unit - dp_tiles, b = u % blocks;
         w.split = u / blocks;
-        const long long begin = b < sk_blocks ? b * iterations / sk_blocks : 0;
-        const long long end = b < sk_blocks ? (b + 1) * iterations / sk_blocks : 0;
-        const long long t = begin / steps + w.split;  // the shared tile this piece falls in
+        const int begin = b < sk_blocks ? begin_of(b) : 0;
+        const int end = b < sk_blocks ? begin_of(b + 1) : 0;
+        const int t = begin / steps + w.split;  // the shared tile this piece falls in
         if (begin >= end || t * steps >= end) {  // past the block's range: no work
             tile_origin<BM, BN, GROUP_M, 1>(w, 0, tiles, rows, tiles_n, 0);
             w.k_begin = w.k_end = 0;
             w.parts = 0;
             return w;
         }
-        const long long first = t * steps;
-        tile_origin<BM, BN, GROUP_M, 1>(w, dp_tiles + int(t), tiles, rows, tiles_n, 0);
-        w.k_begin = int(max(begin, first) - first);
-        w.k_end = int(min(end, first + steps) - first);
+        const int first = t * steps;
+        tile_origin<BM, BN, GROUP_M, 1>(w, dp_tiles + t, tiles, rows, tiles_n, 0);
+        w.k_begin = max(begin, first) - first;
+        w.k_end = min(end, first + steps) - first;
         w.parts = owner(first + steps - 1) - owner(first) + 1;
         return w;
     }
