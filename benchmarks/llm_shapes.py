@@ -416,9 +416,11 @@ SWEEP_SHAPES = [
 SWEEP_CONFIGS = [
     ("narrow", {}), ("narrow", {"bn": 128, "stages": 8}), ("narrow", {"bn": 64, "stages": 10}),
     ("pingpong", {}), ("pingpong", {"bm": 64, "bn": 256, "stages": 4}), ("pingpong", {"bm": 64, "bn": 128, "stages": 8}),
-    ("wide", {}), ("pingpong", {"cluster": 2}),
+    ("wide", {}), ("pingpong", {"cluster": 2}), ("pingpong", {"stream_k": True}), ("medium", {"stream_k": True}),
 ]
 SWEEP_SPLITS = (1, 2, 4, 8, 16)
+#: the waves a stream-K configuration shares (its launch's splits) in the sweep
+SWEEP_WAVES = (2, 3)
 
 
 def _sweep_operands(torch, kind: str, m: int, n: int, k: int, layout: str, gen):
@@ -475,16 +477,17 @@ def sweep(gen, shapes=SWEEP_SHAPES, configs=SWEEP_CONFIGS, split_counts=SWEEP_SP
         out = torch.empty((m, n), device="cuda", dtype={dt.float32: torch.float32, dt.float16: torch.float16}[result])
         vout = arrays.as_array(out, "out")
         promotion = hopper.promotion_of(a)
-        default = hopper.choose_config(a, m, n, k, 1, device.multiprocessors, promotion=promotion)
+        default = hopper.choose_config(a, m, n, k, 1, device.multiprocessors, promotion=promotion, stream_k=True)
         for base, changes in configs:
             if "only" in changes and kind not in changes["only"]:
                 continue
             changes = {key: value for key, value in changes.items() if key != "only"}
             config = dataclasses.replace(hopper.CONFIGS[base], bk=128 // a.size, promotion=promotion, **changes)
-            for splits in split_counts:
+            for splits in SWEEP_WAVES if config.stream_k else split_counts:
                 steps = math.ceil(k / config.bk)
                 units = math.ceil(m / config.bm) * math.ceil(n / config.bn)
-                if splits > 1 and (steps < 2 * splits or units >= device.multiprocessors * (2 if splits == 2 else 1)):
+                if not config.stream_k and splits > 1 and (
+                        steps < 2 * splits or units >= device.multiprocessors * (2 if splits == 2 else 1)):
                     continue  # splits only where the tiles leave SMs idle
                 entry = {"class": cls, "type": kind, "shape": [m, n, k], "layout": layout, "config": str(config),
                          "splits": splits, "default": (config, splits) == default}

@@ -11,6 +11,7 @@ compile for sm_90a without local memory.
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import math
 import re
 import subprocess
@@ -72,7 +73,7 @@ def check_decomposition(tiles: int, steps: int, blocks: int, waves: int) -> None
     for t, pieces in covered.items():
         pieces.sort()
         assert pieces[0][0] == 0 and pieces[-1][1] == steps
-        assert all(a[1] == b[0] for a, b in zip(pieces, pieces[1:])), f"tile {t}: K steps covered exactly once"
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(pieces)), f"tile {t}: K steps covered exactly once"
         assert all(p[2] == len(pieces) for p in pieces), f"tile {t}: parts are its units"
         blocks_of = [p[3] for p in pieces]
         assert blocks_of == sorted(blocks_of), "a tile's K steps go to blocks in order"
@@ -84,6 +85,35 @@ def check_decomposition(tiles: int, steps: int, blocks: int, waves: int) -> None
 @given(tiles=st.integers(1, 1200), steps=st.integers(1, 300), blocks=st.integers(1, 140), waves=st.integers(2, 5))
 def test_every_iteration_is_covered_once(tiles, steps, blocks, waves):
     check_decomposition(tiles, steps, blocks, waves)
+
+
+@settings(max_examples=150, deadline=None)
+@given(tiles=st.integers(1, 400), steps=st.integers(1, 80), blocks=st.integers(1, 140), waves=st.integers(2, 4),
+       order=st.randoms(use_true_random=False))
+def test_fixup_protocol_finishes_every_tile_once(tiles, steps, blocks, waves, order):
+    """splitk.cuh's exchange on the model's pieces, arriving in any order: each piece adds its K steps' sum
+    into its tile's slot and counts itself; the arrival that brings the count to the tile's parts resets the
+    count, takes the total and zeroes the slot. Every tile is finished once, with all of its K steps, and the
+    slots and counts are zero afterwards (ready for the next launch, as a CUDA-graph replay needs)."""
+    d = streamk.decomposition(tiles, steps, blocks, waves)
+    pieces = [p for u in range(d.units) if (p := streamk.work(d, u)) is not None]
+    order.shuffle(pieces)
+    value = [[(t * 131 + s * 7) % 97 + 1 for s in range(steps)] for t in range(tiles)]  # exact in any order
+    sums, counts, finished = [0] * tiles, [0] * tiles, {}
+    for p in pieces:
+        part = sum(value[p.tile][p.k_begin:p.k_end])
+        if p.parts == 1:
+            total = part
+        else:
+            sums[p.tile] += part
+            counts[p.tile] += 1
+            if counts[p.tile] != p.parts:
+                continue
+            counts[p.tile], total, sums[p.tile] = 0, sums[p.tile], 0
+        assert p.tile not in finished, "a tile is finished once"
+        finished[p.tile] = total
+    assert finished == {t: sum(value[t]) for t in range(tiles)}
+    assert not any(sums) and not any(counts)
 
 
 @pytest.mark.parametrize(("tiles", "steps", "blocks"), [

@@ -5,10 +5,13 @@ bf16 -> f32, tf32 -> f32, e4m3 / e5m2 -> f16 | f32, int8 / uint8 -> int32, and f
 float32 accuracy as three tf32 products when a call asks for it: blasdx.engine.emulation) through
 kernels/hopper_gemm.cu: TMA loads into a stage ring,
 warp-specialised wgmma consumers, a persistent grid, and split K when the output has too
-few tiles to fill the GPU. This module decides everything a call needs from the operands'
-shapes, strides and pointers (:class:`EnginePlan`), once per kind of call:
+few tiles to fill the GPU, or stream-K when the last wave of tiles would leave SMs idle (the
+last tiles' K steps shared evenly by all blocks: blasdx.engine.streamk). This module decides
+everything a call needs from the operands' shapes, strides and pointers (:class:`EnginePlan`),
+once per kind of call:
 
-* the tile configuration and the number of K splits (:func:`choose_config`, the one rule);
+* the tile configuration and the number of K splits or stream-K waves (:func:`choose_config`, the
+  one rule);
 * each operand's route (:class:`OperandRoute`): read in place by TMA, or first repacked
   into a K-major scratch copy (kernels/repack.cu) when TMA cannot describe it (a row or
   batch stride that is not a multiple of 16 bytes) or the instruction cannot read its
@@ -792,7 +795,7 @@ class EnginePlan:
         cfg = self.config
         tiles_m = math.ceil(math.ceil(m / cfg.bm) / cfg.cluster) * cfg.cluster
         tiles = batch * tiles_m * math.ceil(n / cfg.bn)
-        # split K: the splits' f32 / int32 sums of whole tiles, and one counter per tile, consumer and warp
+        # split K and stream-K: the f32 / int32 sums of whole tiles, and one counter per tile, consumer and warp
         # (kernels/blasdx/hopper/splitk.cuh), both zero between launches
         sums = _round_up(4 * tiles * cfg.bm * cfg.bn, _SCRATCH_ALIGNMENT)
         self._split_bytes = (sums, sums + 4 * tiles * (1 if cfg.pingpong else cfg.consumers) * 4)  # counters' end

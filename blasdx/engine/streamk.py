@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Decomposition", "Piece", "decomposition", "work", "estimate", "MIN_WAVES"]
+__all__ = ["MIN_WAVES", "Decomposition", "Piece", "decomposition", "estimate", "work"]
 
 #: The fewest waves a stream-K launch shares: the partial wave and one whole wave before it, so no block's
 #: range is a sliver of one tile.
