@@ -311,6 +311,12 @@ def test_plans_run_stream_k_on_a_block_per_sm_with_direct_stores(encoder):
     assert medium.config.stream_k and medium.config.bm == 64 and not medium.config.pingpong
 
 
+def test_describe_call_says_stream_k():
+    text = hopper.describe_call(dt.bfloat16, dt.float32, 2048, 2112, 7168, b_row_major=False)
+    assert "ping-pong, group 8, stream-K, over the last 2 waves of tiles, D by direct stores" in text
+    assert "stream-K" not in hopper.describe_call(dt.bfloat16, dt.float32, 8192, 8192, 8192)
+
+
 def test_batched_plans_share_the_tiles_of_all_problems(encoder):
     p = plan(view((4, 512, 7168)), col((7168, 2112))).kernel  # 4 x 68 tiles
     assert p.config.stream_k and p.units == streamk.decomposition(272, 112, SMS, 2).units

@@ -16,13 +16,13 @@ tfloat32-float32-narrow-4 or scaled_mm_with_row_major_y and block or tfloat32-fl
 echo "=== engine GPU tests exit $? ($((SECONDS - start)) s)"
 grep -E " passed| failed|^FAILED|^ERROR|Error:" "$logs/test_gpu_engine.log" | grep -v Warning | cut -c1-400 | head -20
 start=$SECONDS  # the kernel is in the cache from the tests above
-timeout 40 compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m pytest -m gpu -q -n 0 -p no:cacheprovider \
+timeout 50 compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m pytest -m gpu -q -n 0 -p no:cacheprovider \
   tests/test_gpu_engine_streamk.py -k sanitized_case > "$logs/memcheck_streamk.log" 2>&1
 echo "=== compute-sanitizer memcheck, one stream-K launch: exit $? ($((SECONDS - start)) s)"
 grep -E "ERROR SUMMARY|passed|failed|Invalid" "$logs/memcheck_streamk.log" | head -5
 start=$SECONDS
-timeout 30 python3 benchmarks/llm_shapes.py --shapes 512x2112x7168 2048x2112x7168 512x6144x4096 128x2112x7168 \
-  --types bf16 --budget 22 --workers 16 --json "$logs/llm_shapes_streamk.json" > "$logs/llm_shapes_streamk.log" 2>&1
+timeout 28 python3 benchmarks/llm_shapes.py --shapes 512x2112x7168 2048x2112x7168 512x6144x4096 128x2112x7168 \
+  --types bf16 --budget 20 --workers 16 --json "$logs/llm_shapes_streamk.json" > "$logs/llm_shapes_streamk.log" 2>&1
 echo "=== llm_shapes stream-K shapes exit $? ($((SECONDS - start)) s)"
 grep -E "^\| bf16|geomean|compiled|out of time" "$logs/llm_shapes_streamk.log" | cut -c1-170
 start=$SECONDS
