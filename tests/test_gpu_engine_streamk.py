@@ -70,7 +70,8 @@ def test_every_type_class_and_layout(torch, a, c, name, changes, layout):
 
 
 @pytest.mark.parametrize(("m", "n", "k"), [(1, 2112, 7168), (17, 1000, 3000), (255, 4097, 1000), (1000, 17, 2000),
-                                           (4097, 1000, 776), (2048, 2112, 7168), (129, 2112, 7168)])
+                                           (4097, 1000, 776), (2048, 2112, 7168), (129, 2112, 7168),
+                                           (100, 100, 65536)])  # one tile shared by every block
 @pytest.mark.parametrize("waves", [2, 3])
 def test_odd_sizes_and_waves(torch, m, n, k, waves):
     gen = torch.Generator(device="cuda").manual_seed(m + n + waves)
