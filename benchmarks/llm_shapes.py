@@ -1,7 +1,8 @@
 """The Hopper engine on the layer shapes of real LLMs, against torch on the same data.
 
     python benchmarks/llm_shapes.py [--quick] [--types bf16 f16 tf32 e4m3 fp8-tensor ...]
-                                    [--ms 16 128 2048] [--layouts nk kn] [--sweep] [--json PATH]
+                                    [--ms 16 128 2048] [--layouts nk kn] [--shapes 512x6144x4096 ...]
+                                    [--sweep] [--json PATH]
 
 Every case is x [M, K] @ w with the weight stored the way frameworks store it: ``nk``, the
 row-major [N, K] weight of a linear layer read transposed (y column-major, K-major: what
@@ -104,9 +105,18 @@ class Case:
         return f"{self.dtype} {self.model} {self.m}x{self.n}x{self.k} {self.layout}"
 
 
+def model_of(k: int, n: int) -> str:
+    """The first model with a K x N layer, or "custom"."""
+    return next((model for model, kn in MODELS.items() if (k, n) in kn), "custom")
+
+
 def suite(types: list[str], ms: list[int] | None, layouts: list[str], quick: bool | dict,
-          kn: list[tuple[int, int]] | None = None) -> list[Case]:
-    """The cases to run, in order: type by type, shape by shape, M ascending; ``kn`` keeps only those K x N."""
+          kn: list[tuple[int, int]] | None = None, shapes: list[tuple[int, int, int]] | None = None) -> list[Case]:
+    """The cases to run, in order: type by type, shape by shape, M ascending; ``kn`` keeps only those K x N;
+    ``shapes`` (M, N, K) runs exactly those, in the order given, for every type and layout asked for."""
+    if shapes is not None:
+        return [Case(t, model_of(k, n), m, n, k, layout) for t in types for m, n, k in shapes for layout in layouts
+                if layout == "nk" or not t.startswith("fp8-")]
     cases = []
     preset = QUICK if quick is True else quick or None
     for t in types:
@@ -406,9 +416,11 @@ SWEEP_SHAPES = [
 SWEEP_CONFIGS = [
     ("narrow", {}), ("narrow", {"bn": 128, "stages": 8}), ("narrow", {"bn": 64, "stages": 10}),
     ("pingpong", {}), ("pingpong", {"bm": 64, "bn": 256, "stages": 4}), ("pingpong", {"bm": 64, "bn": 128, "stages": 8}),
-    ("wide", {}), ("pingpong", {"cluster": 2}),
+    ("wide", {}), ("pingpong", {"cluster": 2}), ("pingpong", {"stream_k": True}), ("medium", {"stream_k": True}),
 ]
 SWEEP_SPLITS = (1, 2, 4, 8, 16)
+#: the waves a stream-K configuration shares (its launch's splits) in the sweep
+SWEEP_WAVES = (2, 3)
 
 
 def _sweep_operands(torch, kind: str, m: int, n: int, k: int, layout: str, gen):
@@ -465,16 +477,17 @@ def sweep(gen, shapes=SWEEP_SHAPES, configs=SWEEP_CONFIGS, split_counts=SWEEP_SP
         out = torch.empty((m, n), device="cuda", dtype={dt.float32: torch.float32, dt.float16: torch.float16}[result])
         vout = arrays.as_array(out, "out")
         promotion = hopper.promotion_of(a)
-        default = hopper.choose_config(a, m, n, k, 1, device.multiprocessors, promotion=promotion)
+        default = hopper.choose_config(a, m, n, k, 1, device.multiprocessors, promotion=promotion, stream_k=True)
         for base, changes in configs:
             if "only" in changes and kind not in changes["only"]:
                 continue
             changes = {key: value for key, value in changes.items() if key != "only"}
             config = dataclasses.replace(hopper.CONFIGS[base], bk=128 // a.size, promotion=promotion, **changes)
-            for splits in split_counts:
+            for splits in SWEEP_WAVES if config.stream_k else split_counts:
                 steps = math.ceil(k / config.bk)
                 units = math.ceil(m / config.bm) * math.ceil(n / config.bn)
-                if splits > 1 and (steps < 2 * splits or units >= device.multiprocessors * (2 if splits == 2 else 1)):
+                if not config.stream_k and splits > 1 and (
+                        steps < 2 * splits or units >= device.multiprocessors * (2 if splits == 2 else 1)):
                     continue  # splits only where the tiles leave SMs idle
                 entry = {"class": cls, "type": kind, "shape": [m, n, k], "layout": layout, "config": str(config),
                          "splits": splits, "default": (config, splits) == default}
@@ -577,6 +590,8 @@ def main() -> int:
     parser.add_argument("--ms", nargs="*", type=int, default=None, help="M values (default: the suite's)")
     parser.add_argument("--layouts", nargs="*", default=list(LAYOUTS), choices=list(LAYOUTS))
     parser.add_argument("--kn", nargs="*", default=None, metavar="KxN", help="only these weight shapes (K x N)")
+    parser.add_argument("--shapes", nargs="*", default=None, metavar="MxNxK",
+                        help="exactly these shapes (M x N x K) for each type and layout asked for")
     parser.add_argument("--sweep", action="store_true", help="time the engine's candidate configurations first")
     parser.add_argument("--no-suite", action="store_true", help="only the sweep")
     parser.add_argument("--budget", type=float, default=1e9, help="seconds: stop starting new cases after this")
@@ -604,7 +619,9 @@ def main() -> int:
         out.write_text(json.dumps(result, indent=1))
 
     kn = None if args.kn is None else [tuple(int(v) for v in text.lower().split("x")) for text in args.kn]
-    cases = [] if args.no_suite else suite(args.types, args.ms, args.layouts, CORE if args.core else args.quick, kn)
+    shapes = None if args.shapes is None else [tuple(int(v) for v in text.lower().split("x")) for text in args.shapes]
+    cases = [] if args.no_suite else suite(args.types, args.ms, args.layouts, CORE if args.core else args.quick, kn,
+                                           shapes)
     if cases and sm == 90:
         t0 = time.monotonic()
         warm(cases, args.workers)

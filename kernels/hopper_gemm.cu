@@ -10,7 +10,9 @@
 // box {128 / sizeof(c_type), 64, 1}); otherwise every element pair is stored directly with
 // D's strides. With splits > 1 (direct stores only) the splits of a tile add their partial
 // sums (of the accumulator's type: f32, or s32 for integers) into `workspace` and the last one
-// to finish stores D (blasdx/hopper/splitk.cuh); `workspace` (a tile's sums) and `counters`
+// to finish stores D (blasdx/hopper/splitk.cuh). With HopperConfig::stream_k (direct stores only)
+// `splits` is the stream-K waves (>= 2, blasdx/hopper/scheduler.cuh) and the blocks that share a
+// tile add their sums up the same way; `workspace` (a tile's sums) and `counters`
 // (one int per tile, consumer and warp) are zero between launches. C is read only when beta != 0. Strides are in
 // elements.
 #include "blasdx/hopper/gemm.cuh"
@@ -41,6 +43,7 @@ extern "C" __global__ void __launch_bounds__(blasdx::hopper::Engine::THREADS, 1)
     extern __shared__ __align__(16) unsigned char smem[];
     const Engine::Sched sched(m, n, k, batch, splits);
     const Final final_(c, d, m, n, c_row, c_col, c_batch, d_row, d_col, d_batch, alpha, beta);
+    static_assert(!(Engine::STREAM_K && HopperConfig::store_by_tma), "stream-K tiles are finished by direct stores");
     if constexpr (HopperConfig::store_by_tma) {
         const StageThroughShared<TC, Final> epi{&map_d, final_};
         Engine::run(smem, &map_a, &map_b, sched, batched_a != 0, batched_b != 0, epi);

@@ -107,7 +107,7 @@ def test_routes_say_why_an_operand_is_repacked():
 
 @pytest.mark.parametrize("layout", ["RR", "RC", "CR", "CC"])
 def test_tensor_maps_of_every_layout(encoder, layout):
-    m, n, k = 2000, 1200, 704  # rows of 4000, 2400, 1408 bytes: whole 16 bytes; 160 tiles, not split
+    m, n, k = 4000, 2400, 704  # rows of 8000, 4800, 1408 bytes: whole 16 bytes; 608 tiles (4.6 waves), whole
     x = view((m, k)) if layout[0] == "R" else col((m, k))
     y = view((k, n)) if layout[1] == "R" else col((k, n))
     p = plan(x, y)
@@ -127,12 +127,12 @@ def test_tensor_maps_of_every_layout(encoder, layout):
 
 
 def test_tensor_maps_of_batches_and_broadcasts(encoder):
-    p = plan(view((6, 1024, 512), dt.bfloat16), view((512, 768), dt.bfloat16))  # 288 tiles: not split
+    p = plan(view((6, 1024, 512), dt.bfloat16), view((512, 1536), dt.bfloat16))  # 576 tiles: whole
     assert p.kind == "hopper" and p.batch == 6
     map_a, map_b, map_d = encoder.calls
-    assert map_d.dims == (768, 1024, 6) and map_d.strides == (4 * 768, 4 * 768 * 1024)
+    assert map_d.dims == (1536, 1024, 6) and map_d.strides == (4 * 1536, 4 * 1536 * 1024)
     assert map_a.dims == (512, 1024, 6) and map_a.strides == (1024, 1024 * 1024)
-    assert map_b.dims == (768, 512, 1)  # broadcast: one problem, any valid batch stride
+    assert map_b.dims == (1536, 512, 1)  # broadcast: one problem, any valid batch stride
     assert p.kernel.operand_a.batched and not p.kernel.operand_b.batched
 
 

@@ -5,10 +5,13 @@ bf16 -> f32, tf32 -> f32, e4m3 / e5m2 -> f16 | f32, int8 / uint8 -> int32, and f
 float32 accuracy as three tf32 products when a call asks for it: blasdx.engine.emulation) through
 kernels/hopper_gemm.cu: TMA loads into a stage ring,
 warp-specialised wgmma consumers, a persistent grid, and split K when the output has too
-few tiles to fill the GPU. This module decides everything a call needs from the operands'
-shapes, strides and pointers (:class:`EnginePlan`), once per kind of call:
+few tiles to fill the GPU, or stream-K when the last wave of tiles would leave SMs idle (the
+last tiles' K steps shared evenly by all blocks: blasdx.engine.streamk). This module decides
+everything a call needs from the operands' shapes, strides and pointers (:class:`EnginePlan`),
+once per kind of call:
 
-* the tile configuration and the number of K splits (:func:`choose_config`, the one rule);
+* the tile configuration and the number of K splits or stream-K waves (:func:`choose_config`, the
+  one rule);
 * each operand's route (:class:`OperandRoute`): read in place by TMA, or first repacked
   into a K-major scratch copy (kernels/repack.cu) when TMA cannot describe it (a row or
   batch stride that is not a multiple of 16 bytes) or the instruction cannot read its
@@ -28,6 +31,7 @@ from .. import dtypes as _dt
 from ..compile.cache import cached_compile
 from ..launch import cuda_driver as _driver
 from ..launch import scratch as _scratch
+from . import streamk as _streamk
 
 __all__ = [
     "SERVED", "EngineConfig", "OperandRoute", "EnginePlan", "choose_config", "split_count", "serves", "route",
@@ -105,6 +109,7 @@ class EngineConfig:
     promote_stages: int = 1  # with the split: stages the tensor cores sum between promotions
     transpose_b: bool = False  # B (tf32 / 8-bit, MN-major) transposed in shared memory (transpose.cuh)
     swap_ab: bool = False  # D^T = B^T A^T: the long N side fills the wgmma's M, the few rows of M its N (decode)
+    stream_k: bool = False  # the last tiles' K steps shared by all blocks; the launch's splits are its waves
 
     @property
     def threads(self) -> int:
@@ -130,8 +135,9 @@ class EngineConfig:
         split = f", 3xtf32 split, promoted every {self.promote_stages} stages" if self.split_tf32 else ""
         transpose = ", B transposed in shared memory" if self.transpose_b else ""
         swap = ", A and B swapped (D^T = B^T A^T)" if self.swap_ab else ""
+        stream_k = ", stream-K" if self.stream_k else ""
         return (f"{self.bm}x{self.bn}x{self.bk}, {self.stages} stages, {consumers}{pingpong}, group {self.group_m}"
-                f"{cluster}{promotion}{split}{transpose}{swap}")
+                f"{cluster}{promotion}{split}{transpose}{swap}{stream_k}")
 
 
 def ring_bytes(stages: int) -> int:
@@ -218,7 +224,8 @@ def decodes(m: int, n: int) -> bool:
 
 
 def choose_config(a: _dt.DType, m: int, n: int, k: int, batch: int, multiprocessors: int,
-                  scheme: str = "native", promotion: int = 0, swap: bool = True) -> tuple[EngineConfig, int]:
+                  scheme: str = "native", promotion: int = 0, swap: bool = True,
+                  stream_k: bool = False) -> tuple[EngineConfig, int]:
     """The tile configuration and K split count of an M x N x K product with ``batch`` problems.
 
     The 3xtf32 scheme takes `split square`. Otherwise outputs of at most SWAP_MAX_M rows are computed
@@ -231,7 +238,10 @@ def choose_config(a: _dt.DType, m: int, n: int, k: int, batch: int, multiprocess
     products before it adds them up, so both consumers had better multiply the same stage and
     fill each other's waits (ping-pong consumers take turns), and fp8's narrow results make
     ping-pong's hidden epilogue worth less than wide tiles' B reuse, promoted or not (the
-    fp8 figures beside the configurations). Then :func:`split_count`.
+    fp8 figures beside the configurations). Then :func:`balanced_splits` (the memory-bound classes:
+    :func:`memory_bound_splits`), and with ``stream_k`` (plans of kernels/hopper_gemm.cu) stream-K instead of
+    those splits where it is worth it (:func:`stream_k_or_splits`; for `medium` only where the tiles would
+    be split).
     """
     bk = _SWIZZLE // a.size
     wide_tiles = batch * math.ceil(m / WIDE.bm) * math.ceil(n / WIDE.bn)
@@ -246,13 +256,17 @@ def choose_config(a: _dt.DType, m: int, n: int, k: int, batch: int, multiprocess
     elif (m <= MEDIUM_MAX_M and batch * math.ceil(m / PINGPONG.bm) * math.ceil(n / PINGPONG.bn) < multiprocessors
           and scheme == "native"):
         config = replace(MEDIUM, bk=bk, promotion=promotion)
-        return config, memory_bound_splits(config, m, n, k, batch, multiprocessors)
+        splits = memory_bound_splits(config, m, n, k, batch, multiprocessors)
+        if stream_k and splits > 1:
+            return stream_k_or_splits(config, splits, m, n, k, batch, multiprocessors)
+        return config, splits
     elif wide_tiles >= CLUSTER_WAVES * multiprocessors and math.ceil(k / bk) >= CLUSTER_MIN_K_STEPS:
         config = WIDE_CLUSTERS
     else:
         config = WIDE if a in _FP8 else PINGPONG
     config = replace(config, bk=bk, promotion=promotion)
-    return config, balanced_splits(config, m, n, k, batch, multiprocessors)
+    splits = balanced_splits(config, m, n, k, batch, multiprocessors)
+    return stream_k_or_splits(config, splits, m, n, k, batch, multiprocessors) if stream_k else (config, splits)
 
 
 #: B's MN-major tile is transposed in shared memory (instead of repacking B in global memory) when
@@ -278,20 +292,24 @@ def fit_transposed(config: EngineConfig, itemsize: int, staged_store: bool) -> E
 
 def place_transposition(config: EngineConfig, splits: int, route_b: OperandRoute, b: _dt.DType, m: int, n: int,
                         k: int, batch: int, multiprocessors: int, staged_store: bool,
-                        forced: bool | None = None) -> tuple[EngineConfig, int, OperandRoute]:
+                        forced: bool | None = None, stream_k: bool = False) -> tuple[EngineConfig, int, OperandRoute]:
     """Whether B, repacked only for the instruction, is transposed in shared memory instead: the
     configuration, splits and B's route after the choice.
 
     ``forced`` (a configuration's ``transpose_b`` given by the caller) overrides the rule: at most
-    TRANSPOSE_MAX_TILE_ROWS tile rows. The splits are recounted for the new tile unless forced.
+    TRANSPOSE_MAX_TILE_ROWS tile rows. The splits are recounted for the new tile unless forced (and with
+    ``stream_k``, stream-K weighed again as :func:`choose_config` does).
     """
     wanted = forced if forced is not None else math.ceil(m / config.bm) <= TRANSPOSE_MAX_TILE_ROWS
     if wanted and route_b.transposable and not config.split_tf32 and argument_b_transposable(b):
         route_b = OperandRoute(route_b.argument, False, transpose=True)
         config = fit_transposed(config, b.size, staged_store and splits == 1)
         if forced is None:
+            config = replace(config, stream_k=False)
             splits = balanced_splits(config, m, n, k, batch, multiprocessors)
-            config = fit_transposed(config, b.size, staged_store and splits == 1)
+            if stream_k:
+                config, splits = stream_k_or_splits(config, splits, m, n, k, batch, multiprocessors)
+            config = fit_transposed(config, b.size, staged_store and splits == 1 and not config.stream_k)
         return config, splits, route_b
     return (replace(config, transpose_b=False) if config.transpose_b else config), splits, route_b
 
@@ -315,13 +333,10 @@ def balanced_splits(config: EngineConfig, m: int, n: int, k: int, batch: int, mu
     MIN_STEPS_PER_FIXUP_SPLIT deep; a count replaces a smaller one only when its estimate is
     below SPLIT_GAIN times the smaller one's.
     """
-    slots = max(1, multiprocessors // config.cluster)
-    tiles = batch * math.ceil(math.ceil(m / config.bm) / config.cluster) * math.ceil(n / config.bn)
     steps = math.ceil(k / config.bk)
 
     def estimate(splits: int) -> int:
-        chunk = math.ceil(steps / splits)
-        return math.ceil(tiles * math.ceil(steps / chunk) / slots) * (chunk + (SPLIT_COST_STEPS if splits > 1 else 0))
+        return split_estimate(config, splits, m, n, k, batch, multiprocessors)
 
     best, best_cost = 1, estimate(1)
     for splits in range(2, MAX_SPLITS + 1):
@@ -334,6 +349,58 @@ def balanced_splits(config: EngineConfig, m: int, n: int, k: int, batch: int, mu
         if cost < SPLIT_GAIN * best_cost:
             best, best_cost = splits, cost
     return best
+
+
+def split_estimate(config: EngineConfig, splits: int, m: int, n: int, k: int, batch: int,
+                   multiprocessors: int) -> int:
+    """The time of a launch in ``splits`` K splits, in K steps (:func:`balanced_splits`'s estimate): its rounds of
+    units times a unit's K steps, plus SPLIT_COST_STEPS when split."""
+    slots = max(1, multiprocessors // config.cluster)
+    tiles = batch * math.ceil(math.ceil(m / config.bm) / config.cluster) * math.ceil(n / config.bn)
+    steps = math.ceil(k / config.bk)
+    chunk = math.ceil(steps / splits)
+    return math.ceil(tiles * math.ceil(steps / chunk) / slots) * (chunk + (SPLIT_COST_STEPS if splits > 1 else 0))
+
+
+#: Stream-K (kernels/blasdx/hopper/scheduler.cuh) replaces the rule's splits where its estimate is below this
+#: fraction of theirs ...
+STREAM_K_GAIN = 0.97
+#: ... for outputs of at most this many waves of tiles over the SMs (deeper ones lose at most a last partial
+#: wave of many, which the estimate's few per cent do not outweigh the partial sums' traffic for) ...
+STREAM_K_MAX_WAVES = 4
+#: ... sharing the last partial wave and one whole wave before it (more waves only add tiles with partial sums).
+STREAM_K_WAVES = _streamk.MIN_WAVES
+
+
+def stream_k_eligible(config: EngineConfig) -> bool:
+    """Whether ``config`` may run stream-K: the ping-pong and medium tiles without clusters, tf32 split, swap or
+    fp8-sized wide tiles (those classes' rules stay as measured)."""
+    medium = (config.bm, config.bn, config.consumers) == (MEDIUM.bm, MEDIUM.bn, MEDIUM.consumers)
+    return ((config.pingpong or medium) and config.cluster == 1 and not config.split_tf32 and not config.swap_ab)
+
+
+def stream_k_estimate(config: EngineConfig, m: int, n: int, k: int, batch: int, multiprocessors: int,
+                      waves: int = STREAM_K_WAVES) -> int:
+    """The time of a stream-K launch in K steps (blasdx.engine.streamk.estimate: each piece that shares a tile
+    costs SPLIT_COST_STEPS, as a split does)."""
+    tiles = batch * math.ceil(m / config.bm) * math.ceil(n / config.bn)
+    return _streamk.estimate(tiles, math.ceil(k / config.bk), multiprocessors, waves, SPLIT_COST_STEPS)
+
+
+def stream_k_or_splits(config: EngineConfig, splits: int, m: int, n: int, k: int, batch: int,
+                       multiprocessors: int) -> tuple[EngineConfig, int]:
+    """``config`` with ``splits`` K splits, or in stream-K over STREAM_K_WAVES waves where that is worth it: an
+    eligible configuration (:func:`stream_k_eligible`), K > 0, at most STREAM_K_MAX_WAVES waves of tiles, and a
+    stream-K estimate below STREAM_K_GAIN times the splits' (wave quantisation: 2048x2112x7168's 272 tiles
+    run 3 rounds of 112 K steps unsplit, 235 in stream-K; 512x2112x7168's 68 tiles 80 in 3 splits, 62)."""
+    tiles = batch * math.ceil(m / config.bm) * math.ceil(n / config.bn)
+    if (not stream_k_eligible(config) or k <= 0 or multiprocessors <= 0
+            or tiles > STREAM_K_MAX_WAVES * multiprocessors):
+        return config, splits
+    current = split_estimate(config, splits, m, n, k, batch, multiprocessors)
+    if stream_k_estimate(config, m, n, k, batch, multiprocessors) < STREAM_K_GAIN * current:
+        return replace(config, stream_k=True), STREAM_K_WAVES
+    return config, splits
 
 
 def memory_bound_splits(config: EngineConfig, m: int, n: int, k: int, batch: int, multiprocessors: int) -> int:
@@ -464,6 +531,7 @@ def config_members(a: _dt.DType, b: _dt.DType, config: EngineConfig, a_k_major: 
         *([f"    static constexpr bool split_tf32 = true; static constexpr int promote_stages = "
            f"{config.promote_stages};"] if config.split_tf32 else []),
         *(["    static constexpr bool b_transpose = true;"] if config.transpose_b else []),
+        *(["    static constexpr bool stream_k = true;"] if config.stream_k else []),
     ]
 
 
@@ -583,6 +651,21 @@ class _Kernel:
                        self.handles.get(device_id))
 
 
+def _stream_k_units(config: EngineConfig, waves: int, tiles: int, k: int, multiprocessors: int) -> int:
+    """The work units of a stream-K launch (StreamKScheduler) on a block per SM; ValueError where the
+    configuration, its waves or the shape cannot run stream-K."""
+    if config.cluster != 1 or config.split_tf32 or config.swap_ab:
+        raise ValueError(f"configuration {config} cannot run stream-K (clusters, the tf32 split or a swap)")
+    if waves < _streamk.MIN_WAVES:
+        raise ValueError(f"stream-K takes its splits as waves, at least {_streamk.MIN_WAVES}, not {waves}")
+    if k <= 0 or multiprocessors <= 0:
+        raise ValueError(f"stream-K needs K > 0 and SMs, not K = {k} on {multiprocessors}")
+    d = _streamk.decomposition(tiles, math.ceil(k / config.bk), multiprocessors, waves)
+    if d.iterations >= 2**31:
+        raise ValueError(f"{d.iterations} stream-K iterations exceed the scheduler's 32-bit range")
+    return d.units
+
+
 class EnginePlan:
     """What every call of one kind (types, shapes, strides, alignments, device) runs on the engine."""
 
@@ -594,6 +677,12 @@ class EnginePlan:
     #: Whether the rule may swap (plans whose kernel reads per-row and per-column data of x and y, such as
     #: scales, keep them in place).
     swaps: bool = True
+
+    @property
+    def streams_k(self) -> bool:
+        """Whether the rule may choose stream-K: for the engine's own kernel (kernels/hopper_gemm.cu, run on
+        pointers); plans of other kernels built on this one keep their rule until their GPU tests cover it."""
+        return self.on_pointers
 
     def __init__(self, a: _dt.DType, c: _dt.DType, m: int, n: int, k: int, batch: int, route_a: OperandRoute,
                  route_b: OperandRoute, lda: int, ldb: int, batch_a: int, batch_b: int, batch_stride_a: int,
@@ -618,7 +707,8 @@ class EnginePlan:
         self.route_a, self.route_b = route_a, route_b
         self.routes_given = (route_a, route_b)  # before B's transposition is placed (bx.tune's key)
         promotion = promotion_of(a, fast_accumulation)
-        chosen, chosen_splits = choose_config(a, m, n, k, batch, multiprocessors, scheme, promotion, self.swaps)
+        chosen, chosen_splits = choose_config(a, m, n, k, batch, multiprocessors, scheme, promotion, self.swaps,
+                                              self.streams_k)
         if config is None and splits is None and scheme == "native":  # a configuration bx.tune kept wins
             from .tuning import TUNED, key_of
 
@@ -628,6 +718,8 @@ class EnginePlan:
                     config, splits = EngineConfig(**tuned[0]), tuned[1]
                 except TypeError:  # fields of another version of EngineConfig: the rule
                     pass
+        if config is None and splits is not None and chosen.stream_k:  # K splits asked for: the rule's tile, split
+            chosen = replace(chosen, stream_k=False)
         self.config = config or chosen
         self.splits = splits if splits is not None else (chosen_splits if config is None else 1)
         if self.config.swap_ab:
@@ -636,7 +728,7 @@ class EnginePlan:
                 raise ValueError(f"configuration {self.config} does not run these operands: {refused}")
             if refused:  # the rule's decode tile does not take these operands: the rule without the swap
                 self.config, self.splits = choose_config(a, m, n, k, batch, multiprocessors, scheme, promotion,
-                                                         swap=False)
+                                                         swap=False, stream_k=self.streams_k)
             else:  # from here on the plan computes D^T = B^T A^T: every A / B / row / column quantity swaps
                 a, b, m, n, route_a, route_b = b, a, n, m, route_b, route_a
                 lda, ldb, batch_a, batch_b, ptr_a, ptr_b = ldb, lda, batch_b, batch_a, ptr_b, ptr_a
@@ -649,7 +741,7 @@ class EnginePlan:
         staged_guess = d_layout is None or _store_geometry(c, m, n, batch, d_layout) is not None
         self.config, self.splits, route_b = place_transposition(
             self.config, self.splits, route_b, b, m, n, k, batch, multiprocessors, staged_guess,
-            None if config is None else config.transpose_b)
+            None if config is None else config.transpose_b, self.streams_k)
         self.route_b = route_b
         if self.config.split_tf32 != (scheme == "3xtf32"):
             raise ValueError(f"configuration {self.config} does not run the {scheme} scheme")
@@ -660,10 +752,15 @@ class EnginePlan:
                                   self.config.bk)
         self.tiles = math.ceil(math.ceil(m / self.config.bm) / cluster) * math.ceil(n / self.config.bn)
         self.units = batch * self.splits * self.tiles  # of clusters
+        if self.config.stream_k:
+            self.units = _stream_k_units(self.config, self.splits, batch * self.tiles, k, multiprocessors)
         if self.units >= 2**31:
             raise ValueError(f"{self.units} work units exceed the scheduler's 32-bit range")
-        # clusters: as many as run at once, read off the device at the first run (an SM's pair may be missing)
+        # clusters: as many as run at once, read off the device at the first run (an SM's pair may be missing);
+        # stream-K shares its iterations among a block per SM
         self.grid = (cluster * max(1, min(self.units, multiprocessors // cluster)), 1, 1)
+        if self.config.stream_k:
+            self.grid = (multiprocessors, 1, 1)
         self._grid_checked = cluster == 1
         if d_layout is None:
             d_layout = (n, 1, m * n if batch > 1 else 0, 0)
@@ -698,7 +795,7 @@ class EnginePlan:
         cfg = self.config
         tiles_m = math.ceil(math.ceil(m / cfg.bm) / cfg.cluster) * cfg.cluster
         tiles = batch * tiles_m * math.ceil(n / cfg.bn)
-        # split K: the splits' f32 / int32 sums of whole tiles, and one counter per tile, consumer and warp
+        # split K and stream-K: the f32 / int32 sums of whole tiles, and one counter per tile, consumer and warp
         # (kernels/blasdx/hopper/splitk.cuh), both zero between launches
         sums = _round_up(4 * tiles * cfg.bm * cfg.bn, _SCRATCH_ALIGNMENT)
         self._split_bytes = (sums, sums + 4 * tiles * (1 if cfg.pingpong else cfg.consumers) * 4)  # counters' end
@@ -899,7 +996,8 @@ def swap_refused(a: _dt.DType, b: _dt.DType, route_a: OperandRoute, route_b: Ope
 
 
 def _describe(config: EngineConfig, splits: int, route_a: OperandRoute, route_b: OperandRoute, tma_store: bool) -> str:
-    text = f"hopper wgmma+TMA, {config}, {splits} K split{'s' if splits > 1 else ''}"
+    shared = f"over the last {splits} waves of tiles" if config.stream_k else f"{splits} K split{'s' * (splits > 1)}"
+    text = f"hopper wgmma+TMA, {config}, {shared}"
     text += ", D by TMA" if tma_store else ", D by direct stores"
     for r in (route_a, route_b):
         layout = "K-major" if r.k_major else "MN-major"
@@ -919,7 +1017,8 @@ def describe_call(a: _dt.DType, c: _dt.DType, m: int, n: int, k: int, batch: int
     if not serves(a, c, scheme):
         raise ValueError(f"the engine runs {', '.join(f'{x.name} -> {y.name}' for x, y in sorted(SERVED, key=str))}"
                          f" (and float32 -> float32 as 3xtf32); not {a.name} -> {c.name} ({scheme})")
-    config, splits = choose_config(a, m, n, k, batch, multiprocessors, scheme, promotion_of(a, fast_accumulation))
+    config, splits = choose_config(a, m, n, k, batch, multiprocessors, scheme, promotion_of(a, fast_accumulation),
+                                   stream_k=True)
     route_a = route("x", a, _SCRATCH_ALIGNMENT, a_row_major, k if a_row_major else m, m if a_row_major else k,
                     m * k, batch > 1)
     route_b = route("y", a, _SCRATCH_ALIGNMENT, not b_row_major, n if b_row_major else k, k if b_row_major else n,
@@ -927,10 +1026,11 @@ def describe_call(a: _dt.DType, c: _dt.DType, m: int, n: int, k: int, batch: int
     if config.swap_ab:
         if swap_refused(a, a, route_a, route_b) is None:  # described as the plan runs it: D^T = y^T x^T
             return _describe(config, splits, route_b, route_a, False)  # x K-major: nothing to transpose
-        config, splits = choose_config(a, m, n, k, batch, multiprocessors, scheme, config.promotion, swap=False)
+        config, splits = choose_config(a, m, n, k, batch, multiprocessors, scheme, config.promotion, swap=False,
+                                       stream_k=True)
     geometry = _store_geometry(c, m, n, batch, (n, 1, m * n if batch > 1 else 0, 0))
     config, splits, route_b = place_transposition(config, splits, route_b, a, m, n, k, batch, multiprocessors,
-                                                  geometry is not None)
+                                                  geometry is not None, stream_k=True)
     store = splits == 1 and geometry is not None
     return _describe(config, splits, route_a, route_b, store)
 

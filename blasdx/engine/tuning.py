@@ -20,7 +20,15 @@ from typing import Any
 
 from ..compile.cache import cache_dir, cache_enabled
 
-__all__ = ["TUNED", "TUNED_FILE", "TuneKey", "TunedConfigs", "key_of"]
+__all__ = ["CANDIDATES", "TUNED", "TUNED_FILE", "TuneKey", "TunedConfigs", "key_of"]
+
+#: ``bx.tune``'s candidate configurations: a base of blasdx.engine.hopper.CONFIGS and what changes in it.
+#: Stream-K candidates (``stream_k``) take the K split counts tried as their waves (1 is refused).
+CANDIDATES = [("narrow", {}), ("narrow", {"bn": 128, "stages": 8}), ("pingpong", {}),
+              ("pingpong", {"bm": 64, "bn": 256, "stages": 4}), ("pingpong", {"cluster": 2}), ("wide", {}),
+              ("wide clusters", {}), ("square", {}), ("decode", {}), ("decode", {"bn": 32}),
+              ("decode", {"bm": 128, "consumers": 2, "stages": 10}), ("pingpong", {"stream_k": True}),
+              ("medium", {"stream_k": True})]
 
 TUNED_FILE = "tuned-engine.json"
 _VERSION = 1  # of the file's layout

@@ -33,6 +33,9 @@
 //                          and the transposing threads (warps 1-3 of the producer warpgroup and
 //                          one more warpgroup after the consumers) rewrite it K-major
 //                          (transpose.cuh) before the consumers read the stage
+//   stream_k (optional)    the last tiles' K steps shared evenly by all blocks (StreamKScheduler in
+//                          scheduler.cuh; the launch's `splits` is then its waves); the tiles
+//                          several blocks cover are added up as K splits are (splitk.cuh)
 //   cluster_m              blocks per cluster along M (1 or 2): the blocks of a cluster take
 //                          vertically adjacent tiles and each loads half of their common B
 //                          tile, multicast into both (half the B traffic through L2); a
@@ -80,6 +83,12 @@ template <class Cfg> struct promotion_of<Cfg, void_t<decltype(Cfg::promotion)>> 
     static constexpr int value = Cfg::promotion;
 };
 
+// Cfg::stream_k when the configuration names it, else false.
+template <class Cfg, class = void> struct streams_k { static constexpr bool value = false; };
+template <class Cfg> struct streams_k<Cfg, void_t<decltype(Cfg::stream_k)>> {
+    static constexpr bool value = Cfg::stream_k;
+};
+
 // Cfg::scheduler when the configuration names one (group_scheduler.cuh), else Default.
 template <class Cfg, class Default, class = void> struct scheduler_of { using type = Default; };
 template <class Cfg, class Default> struct scheduler_of<Cfg, Default, void_t<typename Cfg::scheduler>> {
@@ -120,7 +129,10 @@ struct DeviceGemm {
     using SR = typename std_conditional<TRANSPOSE_B, StageOperand<typename Cfg::b_type, BN, BK, false>, SB>::type;
     using Acc = Accumulator<ATOMS_M, BN, typename accumulator_of<Cfg>::type>;
     using Part = Accumulator<1, promotion_width<BN>::value, float>;  // fp8: the tensor cores' sums of one interval
-    using Sched = typename scheduler_of<Cfg, Scheduler<BM, BN, BK, Cfg::group_m, CLUSTER>>::type;
+    static constexpr bool STREAM_K = streams_k<Cfg>::value;
+    using Sched = typename scheduler_of<
+        Cfg, typename std_conditional<STREAM_K, StreamKScheduler<BM, BN, BK, Cfg::group_m, CLUSTER>,
+                                      Scheduler<BM, BN, BK, Cfg::group_m, CLUSTER>>::type>::type;
     using Stages = Ring<STAGES>;
 
     static constexpr int OPERAND_BYTES = SA::BYTES + SB::BYTES;
@@ -263,6 +275,9 @@ struct DeviceGemm {
         u32 waited = 0;  // turns of this consumer that waited for the other's
         for (int unit = blockIdx.x / CLUSTER; unit < sched.units; unit += gridDim.x / CLUSTER, ++turn) {
             const auto w = sched.work(unit, rank);  // the scheduler's Work (a grouped one carries more)
+            // No work (stream-K's units past a block's range; they end its walk, so ping-pong turns alternate
+            // over the units with work alone): no stages, no epilogue.
+            if (w.parts == 0) continue;
             if (PINGPONG && turn % CONSUMERS != consumer) {
                 at.skip(w.k_end - w.k_begin);  // the other consumer's stages
                 continue;
