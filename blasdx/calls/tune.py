@@ -33,13 +33,12 @@ from . import matmul as _ag
 
 __all__ = ["CANDIDATES", "SPLITS", "TuneResult", "split_counts", "tune"]
 
-#: Candidate configurations: a base of blasdx.engine.hopper.CONFIGS and what changes in it.
-CANDIDATES = [("narrow", {}), ("narrow", {"bn": 128, "stages": 8}), ("pingpong", {}),
-              ("pingpong", {"bm": 64, "bn": 256, "stages": 4}), ("pingpong", {"cluster": 2}), ("wide", {}),
-              ("wide clusters", {}), ("square", {}), ("decode", {}), ("decode", {"bn": 32}),
-              ("decode", {"bm": 128, "consumers": 2, "stages": 10})]
+#: Candidate configurations: a base of blasdx.engine.hopper.CONFIGS and what changes in it (the engine's list).
+CANDIDATES = _tuning.CANDIDATES
 #: K split counts tried with each (each split at least 4 K steps deep).
 SPLITS = (1, 2, 3, 4, 6, 8, 12, 16)
+#: Waves tried with each stream-K candidate (its "splits" are the waves of tiles it shares out).
+STREAM_K_WAVES = (2, 3, 4)
 
 
 @dataclass(frozen=True)
@@ -136,7 +135,7 @@ def _tune(x: Any, vx: Any, vy: Any, mx: Any, my: Any, result: Any, m: int, n: in
     for base, changes in candidates:
         config = dataclasses.replace(_hopper.CONFIGS[base], bk=128 // a.size, promotion=_hopper.promotion_of(a),
                                      **changes)
-        for splits in split_counts(steps_of):
+        for splits in STREAM_K_WAVES if changes.get("stream_k") else split_counts(steps_of):
             try:
                 plans.append(plan_of(config, splits))
             except Exception as exc:  # noqa: BLE001  (a candidate TMA or the scheduler refuses is skipped)

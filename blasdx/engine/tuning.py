@@ -23,7 +23,7 @@ from ..compile.cache import cache_dir, cache_enabled
 __all__ = ["CANDIDATES", "TUNED", "TUNED_FILE", "TuneKey", "TunedConfigs", "key_of"]
 
 #: ``bx.tune``'s candidate configurations: a base of blasdx.engine.hopper.CONFIGS and what changes in it.
-#: Stream-K candidates (``stream_k``) take the K split counts tried as their waves (1 is refused).
+#: Stream-K candidates (``stream_k``) are tried with waves of tiles (blasdx.calls.tune.STREAM_K_WAVES) for splits.
 CANDIDATES = [("narrow", {}), ("narrow", {"bn": 128, "stages": 8}), ("pingpong", {}),
               ("pingpong", {"bm": 64, "bn": 256, "stages": 4}), ("pingpong", {"cluster": 2}), ("wide", {}),
               ("wide clusters", {}), ("square", {}), ("decode", {}), ("decode", {"bn": 32}),
