@@ -32,6 +32,13 @@ from . import host_emulation
 from .array_views import views
 
 SMS = 132
+
+
+@pytest.fixture(autouse=True)
+def rule_takes_stream_k(monkeypatch):
+    """These tests prove stream-K's machinery as the rule would run it (plans take it only with
+    hopper.STREAM_K_BY_RULE on; see test_plans_keep_their_splits_by_default)."""
+    monkeypatch.setattr(hopper, "STREAM_K_BY_RULE", True)
 view, col = views(dt.bfloat16)
 
 
@@ -309,6 +316,16 @@ def test_plans_run_stream_k_on_a_block_per_sm_with_direct_stores(encoder):
         assert "static constexpr bool stream_k = true;" in source and "store_by_tma = false" in source
     medium = plan(view((128, 7168)), col((7168, 2112))).kernel
     assert medium.config.stream_k and medium.config.bm == 64 and not medium.config.pingpong
+
+
+def test_plans_keep_their_splits_by_default(encoder, monkeypatch):
+    """Off by default (measured slower than the rule's splits on the shapes the estimate picks): plans and
+    describe_call keep the configuration they had before stream-K."""
+    monkeypatch.setattr(hopper, "STREAM_K_BY_RULE", False)
+    engine = plan(view((2048, 7168)), col((7168, 2112))).kernel
+    assert not engine.config.stream_k
+    assert (engine.config.bm, engine.config.bn, engine.config.pingpong) == (128, 128, True)
+    assert "stream-K" not in hopper.describe_call(dt.bfloat16, dt.float32, 2048, 2112, 7168, b_row_major=False)
 
 
 def test_describe_call_says_stream_k():

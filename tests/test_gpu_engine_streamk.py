@@ -22,6 +22,12 @@ from .test_gpu_engine_splitk import _check, _operand, _plan, _poisoned
 pytestmark = pytest.mark.gpu
 
 
+@pytest.fixture(autouse=True)
+def rule_takes_stream_k(monkeypatch):
+    """The rule's own stream-K choices are tested as it would take them (hopper.STREAM_K_BY_RULE, off by default)."""
+    monkeypatch.setattr(hopper, "STREAM_K_BY_RULE", True)
+
+
 @pytest.fixture(scope="module")
 def torch():
     return hopper_torch()

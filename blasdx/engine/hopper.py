@@ -365,6 +365,11 @@ def split_estimate(config: EngineConfig, splits: int, m: int, n: int, k: int, ba
 #: Stream-K (kernels/blasdx/hopper/scheduler.cuh) replaces the rule's splits where its estimate is below this
 #: fraction of theirs ...
 STREAM_K_GAIN = 0.97
+#: Whether plans take stream-K where the rule's estimate says so. Off: on an H200 (2026-11-27, GPU time by
+#: CUDA-graph replay, bf16) the shapes the estimate picks ran slower in stream-K than the same shapes had run
+#: in the rule's splits (512x2112x7168 0.49x torch against 0.57-0.72x, 512x6144x4096 0.53x against 0.61x,
+#: 2048x2112x7168 0.69x), so stream-K stays a bx.tune candidate until its fixups' cost is measured and modelled.
+STREAM_K_BY_RULE = False
 #: ... for outputs of at most this many waves of tiles over the SMs (deeper ones lose at most a last partial
 #: wave of many, which the estimate's few per cent do not outweigh the partial sums' traffic for) ...
 STREAM_K_MAX_WAVES = 4
@@ -682,7 +687,7 @@ class EnginePlan:
     def streams_k(self) -> bool:
         """Whether the rule may choose stream-K: for the engine's own kernel (kernels/hopper_gemm.cu, run on
         pointers); plans of other kernels built on this one keep their rule until their GPU tests cover it."""
-        return self.on_pointers
+        return self.on_pointers and STREAM_K_BY_RULE
 
     def __init__(self, a: _dt.DType, c: _dt.DType, m: int, n: int, k: int, batch: int, route_a: OperandRoute,
                  route_b: OperandRoute, lda: int, ldb: int, batch_a: int, batch_b: int, batch_stride_a: int,
@@ -1018,7 +1023,7 @@ def describe_call(a: _dt.DType, c: _dt.DType, m: int, n: int, k: int, batch: int
         raise ValueError(f"the engine runs {', '.join(f'{x.name} -> {y.name}' for x, y in sorted(SERVED, key=str))}"
                          f" (and float32 -> float32 as 3xtf32); not {a.name} -> {c.name} ({scheme})")
     config, splits = choose_config(a, m, n, k, batch, multiprocessors, scheme, promotion_of(a, fast_accumulation),
-                                   stream_k=True)
+                                   stream_k=STREAM_K_BY_RULE)
     route_a = route("x", a, _SCRATCH_ALIGNMENT, a_row_major, k if a_row_major else m, m if a_row_major else k,
                     m * k, batch > 1)
     route_b = route("y", a, _SCRATCH_ALIGNMENT, not b_row_major, n if b_row_major else k, k if b_row_major else n,
@@ -1027,10 +1032,10 @@ def describe_call(a: _dt.DType, c: _dt.DType, m: int, n: int, k: int, batch: int
         if swap_refused(a, a, route_a, route_b) is None:  # described as the plan runs it: D^T = y^T x^T
             return _describe(config, splits, route_b, route_a, False)  # x K-major: nothing to transpose
         config, splits = choose_config(a, m, n, k, batch, multiprocessors, scheme, config.promotion, swap=False,
-                                       stream_k=True)
+                                       stream_k=STREAM_K_BY_RULE)
     geometry = _store_geometry(c, m, n, batch, (n, 1, m * n if batch > 1 else 0, 0))
     config, splits, route_b = place_transposition(config, splits, route_b, a, m, n, k, batch, multiprocessors,
-                                                  geometry is not None, stream_k=True)
+                                                  geometry is not None, stream_k=STREAM_K_BY_RULE)
     store = splits == 1 and geometry is not None
     return _describe(config, splits, route_a, route_b, store)
 
