@@ -407,3 +407,17 @@ def test_split_reduce_compiles_for_int32():
     reduce = cached_compile(hopper.reduce_source(dt.int32), hopper.REDUCE_NAME, "sm_90")
     assert reduce.local_memory == 0
     assert cached_compile(hopper.repack_source(1), hopper.REPACK_NAME, "sm_90").shared_memory == 32 * 33
+
+
+@pytest.mark.parametrize(("steps", "asked", "run"), [(64, 12, 11), (64, 16, 16), (64, 3, 3), (5, 4, 3), (1, 8, 1),
+                                                     (64, 1, 1)])
+def test_asked_splits_leave_no_split_without_k_steps(encoder, steps, asked, run):
+    """12 splits of 64 K steps are chunks of 6 with the last one empty (such a launch never returned with
+    ping-pong tiles): the plan runs the 11 that the chunks make."""
+    assert hopper.nonempty_splits(steps, asked) == run
+    k = 64 * steps  # 16-bit: 64 K elements a step
+    x, y = view((128, k)), col((k, 4096))
+    engine, reason = array_gemm._engine_plan(x, y, array_gemm._matrix(x, "x"), array_gemm._matrix(y, "y"),
+                                             dt.float32, 128, 4096, k, 1, array_gemm._DeviceInfo(90, SMS),
+                                             config=hopper.replace(hopper.PINGPONG, bk=64), splits=asked)
+    assert engine is not None and engine.splits == run, reason

@@ -179,7 +179,7 @@ def split_counts(steps: int) -> list[int]:
         chunk = math.ceil(steps / splits)
         if splits > 1 and chunk < _hopper.MIN_STEPS_PER_FIXUP_SPLIT:
             break
-        if math.ceil(steps / chunk) == splits:
+        if _hopper.nonempty_splits(steps, splits) == splits:
             counts.append(splits)
     return counts
 

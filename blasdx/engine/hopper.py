@@ -408,6 +408,14 @@ def stream_k_or_splits(config: EngineConfig, splits: int, m: int, n: int, k: int
     return config, splits
 
 
+def nonempty_splits(steps: int, splits: int) -> int:
+    """The split count that cuts ``steps`` K steps into the chunks ``splits`` would, none of them empty (12
+    splits of 64 steps are chunks of 6: 11 splits; a split without K steps never returned with ping-pong tiles)."""
+    if splits <= 1 or steps <= 0:
+        return 1
+    return math.ceil(steps / math.ceil(steps / splits))
+
+
 def memory_bound_splits(config: EngineConfig, m: int, n: int, k: int, batch: int, multiprocessors: int) -> int:
     """K splits of the memory-bound classes (`decode`, `medium`): none once the tiles occupy half of the SMs
     (the weights stream at full bandwidth from there, and a split's exchange of partial sums only adds
@@ -727,6 +735,8 @@ class EnginePlan:
             chosen = replace(chosen, stream_k=False)
         self.config = config or chosen
         self.splits = splits if splits is not None else (chosen_splits if config is None else 1)
+        if not self.config.stream_k:  # splits asked for may leave the last one without K steps
+            self.splits = nonempty_splits(math.ceil(k / self.config.bk), self.splits)
         if self.config.swap_ab:
             refused = swap_refused(a, b, route_a, route_b)
             if refused and config is not None:
