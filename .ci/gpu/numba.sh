@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # blasdx GEMMs inside kernels of other JITs: the fp8 wgmma cases of the Numba and LTO-IR GPU tests (checked
-# against reference.fp8_wgmma_allowance), then as many cases of the Numba benchmark against nvmath.device as
-# the budget leaves (builds in parallel worker processes, GPU timing one task at a time). Runs from the repo
+# against reference.fp8_wgmma_allowance), blasdx's first and warm Numba builds one at a time, then as many
+# cases of the Numba benchmark against nvmath.device as the budget leaves (builds in parallel worker processes, GPU timing one task at a time). Runs from the repo
 # root with $LOGS set; the carried wheels give numba-cuda a numpy it imports under and nvmath-python its
 # libmathdx. Budget: $NUMBA_JOB_SECONDS (default 150).
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH=$PWD:/tmp/site LD_LIBRARY_PATH=/tmp/site/nvidia/cu13/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -21,7 +21,16 @@ echo "=== fp8 tests exit $? ($((SECONDS - start)) s)"
 grep -cE "PASSED" "$logs/test_gpu.log" | sed 's/^/passed: /'
 grep -E "^FAILED|^E  |ERROR" "$logs/test_gpu.log" | head -12 | cut -c1-240
 
-# 2. the same Numba kernel with blasdx and with nvmath.device, in order of priority, until the budget. nvmath's
+# 2. blasdx's first and warm builds one at a time (one worker: a user's build does not share the machine with
+# fifteen others), over every type blasdx serves in Numba
+seq=("f16->f32:64x64x64:compute" "f64:64x64x64:compute" "f32:64x64x64:batched" "bf16->f32:128x128x128:batched"
+     "tf32->f32:64x64x64:compute" "e4m3->f32:64x64x64:compute" "int8->int32:64x64x64:compute"
+     "f16->f32:128x128x128:compute")
+timeout "$(( $(left) * 30 / 100 ))" python3 benchmarks/numba_gemm.py --cases "${seq[@]}" --libraries blasdx \
+  --workers 1 --json "$logs/numba_gemm_builds.json" > "$logs/numba_gemm_builds.log" 2>&1
+echo "=== blasdx builds one at a time: exit $? ($((SECONDS - start)) s)"; grep -E "first / warm" "$logs/numba_gemm_builds.log" | cut -c1-200
+
+# 3. the same Numba kernel with blasdx and with nvmath.device, in order of priority, until the budget. nvmath's
 # tasks start first (benchmarks/numba_gemm.py schedules them so: each of its builds runs libmathdx and NVRTC
 # over cuBLASDx), blasdx's fill the other workers. f64 at 128x128x64: A and B of 128^3 need 256 KB of shared
 # memory, more than a block has (227 KB), for both libraries.
