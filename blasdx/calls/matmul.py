@@ -22,6 +22,7 @@ failure is an :class:`~blasdx.errors.ExecutionError` that quotes the rule it bro
 from __future__ import annotations
 
 import math
+import operator
 from typing import Any, NamedTuple
 
 from .. import arrays as _arrays
@@ -716,9 +717,11 @@ def mma(x: Any, y: Any, acc: Any, *, out: Any = None, fast_accumulation: bool = 
     elsewhere it changes nothing. ``mantissa_bits`` as for :func:`matmul`.
     """
     if stream is None and mantissa_bits is None and fast_accumulation is False:
-        found = _bound_mma(x, y, acc, out)
+        found = _mma_key(x, y, acc, out)
         if found is not None:
-            return found[0].mma(acc, out, found[1])
+            bound = _BOUND.get(found[0])
+            if bound is not None:
+                return bound.mma(acc, out, found[1])
     if not isinstance(fast_accumulation, bool):
         raise ExecutionError(f"fast_accumulation: expected True or False, got {fast_accumulation!r}")
     known: dict[int, int] = {}  # the library streams asked during this call
@@ -855,24 +858,16 @@ def _rest(view: ArrayView) -> tuple[Any, ...]:
     return (view.shape, view.strides, view.dtype, view.device_id, False, None, None)
 
 
+_POINTER_READERS = {"torch": operator.methodcaller("data_ptr"), "cupy": operator.attrgetter("data.ptr")}
+
+
 def _pointer_reader(array: Any) -> Any:
-    """The function reading the data pointer of arrays like ``array`` (PyTorch, CuPy or blasdx's own)."""
-    library = _arrays._library_of(array)
-    if library == "torch":
-        return _torch_pointer
-    return _cupy_pointer if library == "cupy" else _blasdx_pointer
+    """The function reading the data pointer of arrays like ``array`` (PyTorch, CuPy or blasdx's own): a C-level
+    callable, so that reading a bound call's new result costs no Python frame."""
+    return _POINTER_READERS.get(_arrays._library_of(array), _BLASDX_POINTER)  # type: ignore[arg-type]
 
 
-def _torch_pointer(array: Any) -> int:
-    return array.data_ptr()
-
-
-def _cupy_pointer(array: Any) -> int:
-    return array.data.ptr
-
-
-def _blasdx_pointer(array: DeviceArray) -> int:
-    return array._ptr
+_BLASDX_POINTER = operator.attrgetter("_ptr")
 
 
 def _allocator(like: Any, plan: CallPlan) -> Any:
@@ -1023,14 +1018,6 @@ def _mma_key(x: Any, y: Any, acc: Any, out: Any) -> tuple[tuple[Any, ...], tuple
     in_place = rout[1] == racc[1] and rout[0] == racc[0]
     return (rx[0], rx[1] & 15, ry[0], ry[1] & 15, racc[0], racc[1] & 15, rout[0], rout[1] & 15, in_place), (
         rx[1], ry[1], racc[1], rout[1])
-
-
-def _bound_mma(x: Any, y: Any, acc: Any, out: Any) -> tuple[_Bound, tuple[int, int, int, int | None]] | None:
-    found = _mma_key(x, y, acc, out)
-    if found is None:
-        return None
-    bound = _BOUND.get(found[0])
-    return None if bound is None else (bound, found[1])
 
 
 def _bind_mma(x: Any, y: Any, acc: Any, out: Any, plan: CallPlan, vx: ArrayView, vy: ArrayView, vacc: ArrayView,

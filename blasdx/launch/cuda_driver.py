@@ -366,6 +366,9 @@ def max_active_clusters(function: Any, block: tuple[int, int, int], shared_memor
         return None
 
 
+#: The CUlaunchConfigs of cluster launches by (grid, block, shared memory, stream handle, cluster, driver).
+_CONFIGS: dict[tuple[Any, ...], Any] = {}
+
 #: Launch results that mean the CUfunction belongs to another context of the device (one the caller made
 #: current): CUDA_ERROR_INVALID_CONTEXT, CUDA_ERROR_INVALID_HANDLE. The CUkernel launches in any context.
 _OTHER_CONTEXT = (201, 400)
@@ -379,13 +382,20 @@ def launch(function: Any, grid: tuple[int, int, int], block: tuple[int, int, int
     drv = _devices.driver()
     found = _STREAMS.get(stream)
     handle = found if found is not None else stream_object(stream)
-    if cluster == 1:
-        (err,) = drv.cuLaunchKernel(function, *grid, *block, shared_memory, handle, params.address, 0)
+    if cluster == 1:  # the dimensions unpacked, not splatted: no argument tuple is built per call
+        gx, gy, gz = grid
+        bx, by, bz = block
+        (err,) = drv.cuLaunchKernel(function, gx, gy, gz, bx, by, bz, shared_memory, handle, params.address, 0)
         if err and kernel is not None and int(err) in _OTHER_CONTEXT:
-            (err,) = drv.cuLaunchKernel(drv.CUfunction(kernel), *grid, *block, shared_memory, handle,
+            (err,) = drv.cuLaunchKernel(drv.CUfunction(kernel), gx, gy, gz, bx, by, bz, shared_memory, handle,
                                         params.address, 0)
     else:
-        config = _cluster_config(drv, grid, block, shared_memory, handle, cluster)
+        key = (grid, block, shared_memory, stream, cluster, drv)
+        config = _CONFIGS.get(key)
+        if config is None:  # built once per geometry and stream (the driver only reads it)
+            if len(_CONFIGS) > 256:
+                _CONFIGS.clear()
+            config = _CONFIGS[key] = _cluster_config(drv, grid, block, shared_memory, handle, cluster)
         (err,) = drv.cuLaunchKernelEx(config, function, params.address, 0)
         if err and kernel is not None and int(err) in _OTHER_CONTEXT:
             (err,) = drv.cuLaunchKernelEx(config, drv.CUfunction(kernel), params.address, 0)

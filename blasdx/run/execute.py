@@ -826,10 +826,13 @@ class BoundLayout:
             for x in (a, b, c):  # blasdx arrays written on another stream: the full path orders after it
                 if type(x) is DeviceArray and x._stream is not None and x._stream != handle:
                     return False
+        seen, tail = self._tail  # self.tail(scalars), inline
+        if seen is not scalars:
+            tail = self.tail(scalars)
         token = _devices.enter(device)
         try:
             if self.batch:
-                self.packed.launch_pointers(self.grid, handle, pa, pb, pc, self.tail(scalars))
+                self.packed.launch_pointers(self.grid, handle, pa, pb, pc, tail)
         finally:
             if token is not None:
                 _devices.leave(token)
