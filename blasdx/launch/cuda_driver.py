@@ -38,6 +38,7 @@ from typing import Any
 
 from ..errors import DeviceError, ExecutionError
 from . import devices as _devices
+from .caches import remember
 
 __all__ = [
     "TensorMap", "ParameterBlock", "PackedLaunch", "SLOT_FORMATS", "TENSOR_MAP_TYPES", "allocate_async",
@@ -393,9 +394,7 @@ def launch(function: Any, grid: tuple[int, int, int], block: tuple[int, int, int
         key = (grid, block, shared_memory, stream, cluster, drv)
         config = _CONFIGS.get(key)
         if config is None:  # built once per geometry and stream (the driver only reads it)
-            if len(_CONFIGS) > 256:
-                _CONFIGS.clear()
-            config = _CONFIGS[key] = _cluster_config(drv, grid, block, shared_memory, handle, cluster)
+            config = remember(_CONFIGS, key, _cluster_config(drv, grid, block, shared_memory, handle, cluster), 256)
         (err,) = drv.cuLaunchKernelEx(config, function, params.address, 0)
         if err and kernel is not None and int(err) in _OTHER_CONTEXT:
             (err,) = drv.cuLaunchKernelEx(config, drv.CUfunction(kernel), params.address, 0)
@@ -414,11 +413,7 @@ _STREAMS: dict[int, Any] = {}
 def stream_object(handle: int) -> Any:
     """The driver ``CUstream`` of ``handle`` (memoised: building one per launch costs more than the look-up)."""
     found = _STREAMS.get(handle)
-    if found is None:
-        if len(_STREAMS) > 256:
-            _STREAMS.clear()
-        found = _STREAMS[handle] = _devices.driver().CUstream(handle)
-    return found
+    return found if found is not None else remember(_STREAMS, handle, _devices.driver().CUstream(handle), 256)
 
 
 class _Buffers:
