@@ -950,13 +950,7 @@ class _Bound(BoundCall):
                 elif block is not None and pout % block[3] == 0:
                     block[0].launch_pointers(block[1], handle, px, py, pout, block[2])
                 else:
-                    rx, ry, _, ro = self.rests
-                    vx, vy = _new_view(ArrayView, (px, *rx)), _new_view(ArrayView, (py, *ry))
-                    vout = _new_view(ArrayView, (pout, *ro))
-                    if self.engine is not None:
-                        self.engine.run(device, None, handle, vx, vy, None, vout, 1.0, 0.0)
-                    else:
-                        _run(self.plan, vx, vy, None, None, out, vout, None, handle)
+                    self._run_views(handle, None, out, (px, py, 0, pout))
         finally:
             if token is not None:
                 _devices.leave(token)
@@ -975,18 +969,25 @@ class _Bound(BoundCall):
         try:
             if self.scalars is not None:
                 self.engine.launch(device, handle, px, py, pacc, pout, self.scalars)
-                return out
-            rx, ry, racc, ro = self.rests
-            vx, vy = _new_view(ArrayView, (px, *rx)), _new_view(ArrayView, (py, *ry))
-            vacc, vout = _new_view(ArrayView, (pacc, *racc)), _new_view(ArrayView, (pout, *ro))
-            if self.engine is not None and not self.empty:
-                self.engine.run(device, None, handle, vx, vy, vacc, vout, 1.0, self.beta)
             else:
-                _run(self.plan, vx, vy, acc, vacc, out, vout, None, handle)
+                self._run_views(handle, acc, out, (px, py, pacc, pout))
         finally:
             if token is not None:
                 _devices.leave(token)
         return out
+
+    def _run_views(self, handle: int, acc: Any, out: Any, pointers: tuple[int, int, int, int]) -> None:
+        """The call on views of the arrays at ``pointers`` (x, y, acc, out), for plans whose launch reads views:
+        the engine's run, or the plan's (the device current)."""
+        px, py, pacc, pout = pointers
+        rx, ry, racc, ro = self.rests
+        vx, vy = _new_view(ArrayView, (px, *rx)), _new_view(ArrayView, (py, *ry))
+        vacc = None if racc is None else _new_view(ArrayView, (pacc, *racc))
+        vout = _new_view(ArrayView, (pout, *ro))
+        if self.engine is not None and not self.empty:
+            self.engine.run(self.device_id, None, handle, vx, vy, vacc, vout, 1.0, self.beta)
+        else:
+            _run(self.plan, vx, vy, acc, vacc, out, vout, None, handle)
 
 
 def _bind_matmul(x: Any, y: Any, out: Any, plan: CallPlan, vx: ArrayView, vy: ArrayView, vout: ArrayView) -> None:
