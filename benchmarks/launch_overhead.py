@@ -235,18 +235,19 @@ def measure_other_calls(calls: int, rounds: int) -> dict[str, list[dict[str, Any
 
 @contextlib.contextmanager
 def no_launches() -> Iterator[None]:
-    """Every route by which a call reaches the driver's launch made a no-op (the bound paths' packed launches,
-    which hold their PackedLaunch, and the engine's cuda_driver.launch): what a call costs the host without
-    the driver's launch."""
+    """Every launch step made a no-op: PackedLaunch's launch and launch_pointers (packing and driver call; the
+    bound paths hold their PackedLaunch, so the class is patched) and the engine's cuda_driver.launch. What a
+    call costs the host besides its launch."""
     from blasdx.launch import cuda_driver
 
-    packed, launch = cuda_driver.PackedLaunch._launch, cuda_driver.launch
-    cuda_driver.PackedLaunch._launch = lambda self, *args: None  # type: ignore[method-assign]
+    cls = cuda_driver.PackedLaunch
+    saved = (cls.launch, cls.launch_pointers, cuda_driver.launch)
+    cls.launch = cls.launch_pointers = lambda self, *args: None  # type: ignore[method-assign]
     cuda_driver.launch = lambda *args, **kwargs: None
     try:
         yield
     finally:
-        cuda_driver.PackedLaunch._launch, cuda_driver.launch = packed, launch  # type: ignore[method-assign]
+        cls.launch, cls.launch_pointers, cuda_driver.launch = saved  # type: ignore[method-assign]
 
 
 def measure_pieces(desc: bx.Descriptor, calls: int, rounds: int) -> dict[str, float]:

@@ -333,3 +333,27 @@ def test_cluster_launch_configurations_are_built_once_per_geometry_and_stream(gp
         cuda_driver.launch(1, (4, 1, 1), (128, 1, 1), 1024, stream, params, cluster=2)
     assert [args[-2] for args in built] == [cuda_driver.stream_object(0x10), cuda_driver.stream_object(0x20)]
     assert launched[0] is launched[1] and launched[2] is not launched[0]
+
+
+def test_a_bound_launch_that_fails_goes_through_the_full_launch_step(gpu):
+    """launch_pointers launches by the thread's CUfunction itself; a refusal takes PackedLaunch._launch, which
+    launches by the CUkernel when another context of the device is current, and raises otherwise."""
+    from blasdx.errors import DeviceError
+
+    from .fake_driver import CUresult
+
+    F16.execute(*arrays_of())
+    F16.execute(*arrays_of())  # bound: the thread's CUfunction is known
+    launch = gpu.cuLaunchKernel
+    refusals = [CUresult(201)]  # CUDA_ERROR_INVALID_CONTEXT once, then the launches go through
+
+    def refusing(*args):
+        return (refusals.pop(),) if refusals else launch(*args)
+
+    gpu.cuLaunchKernel = refusing
+    gpu.launches.clear()
+    F16.execute(*arrays_of(A_PTR + 256))
+    assert [lc.slots[0] for lc in gpu.launches] == [A_PTR + 256] and not refusals
+    gpu.cuLaunchKernel = lambda *args: (CUresult(1),)  # CUDA_ERROR_INVALID_VALUE, every time
+    with pytest.raises(DeviceError, match=r"launching .* failed"):
+        F16.execute(*arrays_of(A_PTR + 512))

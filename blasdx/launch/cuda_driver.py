@@ -492,7 +492,16 @@ class PackedLaunch:
         else:
             self._struct.pack_into(buffers.data, 0, p0, p1, p2, *tail)
             buffers.tail = tail  # held here, so no other tuple can take its identity
-        self._launch(buffers, grid_x, 1, stream)
+        function = buffers.function
+        if function is not None:  # the thread's CUfunction known: launch here, a frame less than through _launch
+            found = _STREAMS.get(stream)
+            bx, by, bz = self.block
+            (err,) = self._driver.cuLaunchKernel(function, grid_x, 1, 1, bx, by, bz, self.shared_memory,
+                                                 found if found is not None else stream_object(stream),
+                                                 buffers.address, 0)
+            if not err:
+                return
+        self._launch(buffers, grid_x, 1, stream)  # the first launch, or a failed one: _launch retries or raises
 
     def _launch(self, buffers: _Buffers, grid_x: int, grid_y: int, stream: int) -> None:
         """cuLaunchKernel of the thread's block as packed, by the CUfunction of the current context."""
