@@ -250,6 +250,32 @@ def no_launches() -> Iterator[None]:
         cls.launch, cls.launch_pointers, cuda_driver.launch = saved  # type: ignore[method-assign]
 
 
+def ctypes_pieces(function: int, block: tuple[int, int, int], shared_memory: int, stream: int,
+                  params: int) -> dict[str, Callable[[], Any]]:
+    """The driver's launch and capture query called through ctypes (libcuda's C functions, no cuda.bindings
+    wrapper), to weigh against the cuda.bindings rows; empty where libcuda cannot be loaded."""
+    import ctypes
+
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return {}
+    launch = lib.cuLaunchKernel
+    launch.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
+    launch.restype = ctypes.c_int
+    capturing = lib.cuStreamIsCapturing
+    capturing.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
+    capturing.restype = ctypes.c_int
+    status = ctypes.c_int()
+    where = ctypes.byref(status)
+    bx_, by_, bz_ = block
+    return {
+        "launch, ctypes, CUfunction": lambda: launch(function, 1, 1, 1, bx_, by_, bz_, shared_memory, stream, params,
+                                                     None),
+        "cuStreamIsCapturing (ctypes)": lambda: capturing(stream, where),
+    }
+
+
 def measure_pieces(desc: bx.Descriptor, calls: int, rounds: int) -> dict[str, float]:
     """Host cost of the pieces a call is made of (us per call): where the time of a call goes.
 
@@ -320,6 +346,7 @@ def measure_pieces(desc: bx.Descriptor, calls: int, rounds: int) -> dict[str, fl
     pieces["launch, cuda.core (bare)"] = lambda: core_launch(ready.stream, ready.config, ready.kernel, *args)
     pieces["launch, cuda.core (bare), own stream"] = lambda: core_launch(core_stream(side_handle), ready.config,
                                                                          ready.kernel, *args)
+    pieces.update(ctypes_pieces(int(by_function), block, packed.shared_memory, handle, buffers.address))
     found = {name: per_call(fn, calls, rounds, sync) * 1e6 for name, fn in pieces.items()}
     # whole calls with the driver's launch left out: what blasdx itself costs
     sizes = (256, 512)
