@@ -357,3 +357,56 @@ def test_a_bound_launch_that_fails_goes_through_the_full_launch_step(gpu):
     gpu.cuLaunchKernel = lambda *args: (CUresult(1),)  # CUDA_ERROR_INVALID_VALUE, every time
     with pytest.raises(DeviceError, match=r"launching .* failed"):
         F16.execute(*arrays_of(A_PTR + 512))
+
+
+def test_overlap_windows_decide_as_the_full_check():
+    """bx.mma's bound check of out against x, y and acc (pointer differences inside windows) raises exactly when
+    the full path's byte-span check does, empty spans included."""
+    import random
+
+    from blasdx.calls.matmul import _raise_overlap, overlap_windows
+
+    rng = random.Random(3)
+    for _ in range(3000):
+        out_span = tuple(sorted(rng.randrange(0, 64) for _ in range(2)))
+        others = tuple((name, *sorted(rng.randrange(0, 64) for _ in range(2))) for name in ("x", "y", "acc"))
+        pout, pointers = rng.randrange(0, 128), tuple(rng.randrange(0, 128) for _ in range(3))
+        try:
+            _raise_overlap(pout, out_span, others, pointers)
+            full = False
+        except ExecutionError:
+            full = True
+        windows = overlap_windows(out_span, others)
+        fast = windows is not None and any(below < p - pout < above for (below, above), p in zip(windows, pointers))
+        assert fast == full, (out_span, others, pout, pointers)
+
+
+def test_a_bound_mma_refuses_an_out_meeting_its_inputs(torch_calls, gpu, monkeypatch):
+    """bx.mma(out=) bound on the engine (sm_90, kernels neither compiled nor launched): an out whose bytes meet x,
+    y or acc is refused with the full path's error before any launch; an out just past acc is not."""
+    from blasdx.calls import matmul as mm
+    from blasdx.engine import hopper
+    from blasdx.launch import cuda_driver
+
+    from .tma_rules import FakeEncoder
+
+    torch = torch_calls
+    monkeypatch.setattr(cuda_driver, "encode_tiled", FakeEncoder())
+    monkeypatch.setattr(cuda_driver.TensorMap, "replace_address", lambda self, p: None)
+    monkeypatch.setattr(hopper._Kernel, "function", lambda self, device_id: 0)
+    monkeypatch.setattr(mm, "_device_info", lambda device_id: mm._DeviceInfo(90, 132))
+    size = 256 * 256 * 2
+
+    def t(ptr):
+        return torch.Tensor((256, 256), (256, 1), name="float16", itemsize=2, ptr=ptr)
+
+    x, y, acc = t(A_PTR), t(B_PTR), t(C_PTR)
+    bx.mma(x, y, acc, out=t(C_PTR + 2 * size))  # full: binds the kind
+    assert len(mm._BOUND) == 1 and next(iter(mm._BOUND.values())).windows is not None
+    for name, ptr in (("x", A_PTR + 512), ("y", B_PTR - size + 2), ("acc", C_PTR + size - 2)):
+        gpu.launches.clear()
+        with pytest.raises(ExecutionError, match=f"out: its memory overlaps {name}'s"):
+            bx.mma(x, y, acc, out=t(ptr))
+        assert gpu.launches == [], name
+    bx.mma(x, y, acc, out=t(C_PTR + size))  # adjacent to acc: bound, launched
+    assert gpu.launches

@@ -914,7 +914,7 @@ class _Bound(BoundCall):
     """What every call of one kind does once its arrays are known to be of that kind: no reading of views,
     no checks that depend on dtypes, shapes and strides, no plan look-up. Holds no array."""
 
-    __slots__ = ("plan", "rests", "block", "empty", "overlap", "engine", "beta", "scalars")
+    __slots__ = ("plan", "rests", "block", "empty", "overlap", "windows", "engine", "beta", "scalars")
 
     def __init__(self, plan: CallPlan, stream_of: Any, allocate: Any, pointer_of: Any,
                  rests: tuple[tuple[Any, ...] | None, ...], block: tuple[Any, ...] | None = None,
@@ -929,6 +929,9 @@ class _Bound(BoundCall):
         self.block = block
         self.empty = plan.batch == 0 or plan.m == 0 or plan.n == 0
         self.overlap = overlap  # (out's span, the others' spans) when out must be checked against them
+        # the same check on pointer differences, for x, y and acc ((0, 0): never meets)
+        windows = None if overlap is None else overlap_windows(overlap[0], overlap[1])
+        self.windows = None if windows is None else windows + ((0, 0),) * (3 - len(windows))
         # the Hopper engine's plan, run directly (its launch reads pointers, strides and shapes of the views)
         self.engine = plan.kernel if plan.kind == "hopper" else None
         self.beta = float(plan.beta)
@@ -959,9 +962,12 @@ class _Bound(BoundCall):
     def mma(self, acc: Any, out: Any, pointers: tuple[int, int, int, int | None]) -> Any:
         """``x @ y + acc`` into ``out`` (checked against the inputs' memory) or a new array."""
         px, py, pacc, pout = pointers
-        overlap = self.overlap
-        if overlap is not None:
-            _raise_overlap(pout, overlap[0], overlap[1], (px, py, pacc))
+        windows = self.windows
+        if windows is not None:  # overlap_windows: out meets an input exactly when its difference is inside
+            (b0, a0), (b1, a1), (b2, a2) = windows
+            if b0 < px - pout < a0 or b1 < py - pout < a1 or b2 < pacc - pout < a2:
+                overlap = self.overlap
+                _raise_overlap(pout, overlap[0], overlap[1], (px, py, pacc))  # names the array
         handle, token, out, new = self.begin(out)
         if new is not None:
             pout = new
@@ -1040,6 +1046,17 @@ def _bind_mma(x: Any, y: Any, acc: Any, out: Any, plan: CallPlan, vx: ArrayView,
     bound = _Bound(plan, _keys.library_stream(acc if out is None else out), _allocator(acc, plan),
                    _pointer_reader(like), (_rest(vx), _rest(vy), _rest(vacc), _rest(vout)), None, overlap)
     _caches.remember(_BOUND, found[0], bound)
+
+
+def overlap_windows(out_span: tuple[int, int], others: tuple[tuple[str, int, int], ...]
+                    ) -> tuple[tuple[int, int], ...] | None:
+    """:func:`_raise_overlap`'s test as (below, above) per other array: out's bytes meet the array's exactly when
+    ``below < array pointer - out pointer < above`` ((0, 0) for an empty span, which meets nothing); None when
+    out's span is empty."""
+    o_lo, o_hi = out_span
+    if o_hi <= o_lo:
+        return None
+    return tuple((o_lo - hi, o_hi - lo) if hi > lo else (0, 0) for _, lo, hi in others)
 
 
 def _raise_overlap(pout: int, out_span: tuple[int, int], others: tuple[tuple[str, int, int], ...],
