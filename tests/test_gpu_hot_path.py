@@ -272,3 +272,24 @@ def test_bound_engine_calls_follow_alternating_buffers(torch, m, n, k):
         _check_matmul(torch, bx.matmul(x, y), x, y)
     if gpu_sm() == 90:  # the engine's path is the one under test there
         assert array_gemm.call_plan(xs[0], ys[0], accs[0], out=outs[0]).kind == "hopper"
+
+
+def test_cluster_plans_alternating_streams(torch):
+    """A plan of 2-block clusters launches through a CUlaunchConfig kept per geometry and stream
+    (blasdx.launch.cuda_driver.launch): bound calls alternating between two streams each run on their own."""
+    if gpu_sm() != 90:
+        pytest.skip("the engine's cluster plans are sm_90's")
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    x = torch.randn(3, 4096, 2048, device="cuda", dtype=torch.float16, generator=gen)
+    y = torch.randn(3, 2048, 4096, device="cuda", dtype=torch.float16, generator=gen)
+    plan = array_gemm.call_plan(x, y)
+    assert plan.kind == "hopper" and plan.kernel.config.cluster == 2, plan.describe()
+    ref = x.double() @ y.double()
+    main, side = torch.cuda.current_stream(), torch.cuda.Stream()
+    side.wait_stream(main)
+    for step in range(4):
+        with torch.cuda.stream(side if step % 2 else main):  # bx.matmul runs on torch's current stream
+            out = bx.matmul(x, y)
+        torch.cuda.synchronize()
+        err = _error(torch, out, ref)
+        assert err <= tolerance(dt.float16, dt.float16, 2048), f"step {step}: relative error {err:.3e}"

@@ -196,3 +196,217 @@ def test_torch_tensors_are_bound_on_their_current_stream(gpu, monkeypatch):
     with pytest.raises(ExecutionError, match="stream: handle 0x5000 belongs to device 1"):
         gpu.streams[0x5000] = 1
         F16.execute(*tensors(), stream=0x5000)
+
+
+# ---------------------------------------------------------------------------------------------
+# bx.matmul / bx.mma on PyTorch tensors (a stand-in module): keys, stale kinds, the bound calls' start
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def torch_calls(gpu, monkeypatch):
+    """A stand-in torch whose empty() hands out addresses, bx.matmul's device an sm_80 one (one-block plans)."""
+    import itertools
+    import sys
+
+    from blasdx.arrays import torch_adapter
+    from blasdx.calls import matmul as mm
+
+    from .test_arrays import _fake_torch
+
+    torch = _fake_torch(current_stream=0)
+    addresses = itertools.count(0x7F50_0000_0000, 1 << 20)
+
+    def empty(shape, dtype=None, device=None):
+        return torch.Tensor(tuple(shape), (shape[1], 1), name=dtype.name, itemsize=dtype.itemsize,
+                            ptr=next(addresses))
+
+    torch.empty = empty
+    torch.float16 = torch.Tensor((1,), (1,), name="float16", itemsize=2).dtype
+    torch.float32 = torch.Tensor((1,), (1,), name="float32", itemsize=4).dtype
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setattr(torch_adapter, "_TORCH_STREAM", [])
+    monkeypatch.setattr(mm, "_device_info", lambda device_id: mm._DeviceInfo(80, 132))
+    monkeypatch.setattr(mm, "_BOUND", {})
+    monkeypatch.setattr(mm, "_CALLS", {})
+    return torch
+
+
+def test_torch_keys_need_a_real_dtype_read_by_the_full_path_and_a_cuda_tensor(torch_calls):
+    """A tensor has a key once the full path has read its dtype, never for complex dtypes (their conjugation bit
+    is checked there) nor for host tensors; the key changes with dtype, shape, strides and device."""
+    from blasdx.arrays import as_array
+
+    torch = torch_calls
+    x = torch.Tensor((8, 4), (4, 1), name="float64", itemsize=8)
+    assert keys.read(x) is None  # float64 not read yet
+    as_array(x, "x")
+    key, ptr = keys.read(x)
+    assert ptr == x.data_ptr() and key[1:] == ((8, 4), (4, 1), 0)
+    z = torch.Tensor((8, 4), (4, 1), name="complex128", itemsize=16)
+    as_array(z, "z")
+    assert keys.read(z) is None
+    assert keys.read(torch.Tensor((8, 4), (4, 1), name="float64", itemsize=8, cuda=False)) is None
+    others = [torch.Tensor((8, 4), (1, 8), name="float64", itemsize=8),
+              torch.Tensor((4, 8), (8, 1), name="float64", itemsize=8),
+              torch.Tensor((8, 4), (4, 1), name="float64", itemsize=8, device=1)]
+    assert all(keys.read(t)[0] != key for t in others)
+
+
+def test_a_matmul_kind_that_changes_never_launches_with_the_bound_plan(torch_calls, gpu):
+    """Tensors whose strides, dtype or device differ from a bound kind's take the full path: each launch equals
+    the one the full path makes for those tensors with no binding at all."""
+    from blasdx.calls import matmul as mm
+
+    torch = torch_calls
+
+    def x_of(ptr=A_PTR, strides=(32, 1), name="float16", itemsize=2, device=0):
+        return torch.Tensor((32, 32), strides, name=name, itemsize=itemsize, ptr=ptr, device=device)
+
+    y = x_of(B_PTR)
+    bx.matmul(x_of(), y)  # full: binds the kind
+    bx.matmul(x_of(A_PTR + 4096), y)  # bound
+    assert len(mm._BOUND) == 1 and gpu.launches[1].slots[0] == A_PTR + 4096
+    changed = {"strides": x_of(strides=(1, 32)), "dtype": (x_of(name="float32", itemsize=4),
+                                                            x_of(B_PTR, name="float32", itemsize=4))}
+    for what, arrays in changed.items():
+        xs, ys = arrays if isinstance(arrays, tuple) else (arrays, y)
+        gpu.launches.clear()
+        bx.matmul(xs, ys)
+        taken = gpu.launches[-1]
+        mm._BOUND.clear()
+        gpu.launches.clear()
+        bx.matmul(xs, ys)  # the full path, nothing bound
+        fresh = gpu.launches[-1]
+        assert (taken.function, taken.grid, taken.slots[:2], taken.slots[3:]) == (
+            fresh.function, fresh.grid, fresh.slots[:2], fresh.slots[3:]), what
+        bx.matmul(x_of(), y)  # bind the first kind again
+    with pytest.raises(ExecutionError, match="device"):  # x on device 1, y on device 0: refused, not launched
+        bx.matmul(x_of(device=1), y)
+
+
+def test_a_bound_call_whose_allocation_fails_leaves_the_device_as_it_found_it(gpu):
+    """BoundCall.begin makes the call's device current; a failing allocation pops it again."""
+    from blasdx.calls.matmul import BoundCall
+
+    class Failing(BoundCall):
+        __slots__ = ()
+
+    call = Failing()
+    call.device_id, call.stream_of, call.pointer_of = 1, lambda device: 0, lambda out: 0
+
+    def allocate(handle):
+        raise MemoryError("out of memory")
+
+    call.allocate = allocate
+    before = list(gpu.stack())
+    with pytest.raises(MemoryError):
+        call.begin(None)
+    assert gpu.stack() == before
+    handle, token, out, pointer = call.begin("given")
+    assert (handle, out, pointer) == (0, "given", None) and token is not None
+    devices.leave(token)
+    assert gpu.stack() == before
+
+
+def test_bounded_memos_empty_when_full():
+    from blasdx.launch.caches import cached, remember
+
+    memo: dict[int, int] = {}
+    for i in range(5):
+        assert remember(memo, i, i * i, limit=3) == i * i
+    assert memo == {3: 9, 4: 16}
+    made = []
+    assert cached(memo, 4, lambda: made.append(4) or 0, limit=3) == 16 and made == []
+    assert cached(memo, 7, lambda: made.append(7) or 49, limit=3) == 49 and made == [7]
+
+
+def test_cluster_launch_configurations_are_built_once_per_geometry_and_stream(gpu, monkeypatch):
+    from blasdx.launch import cuda_driver
+
+    built, launched = [], []
+    monkeypatch.setattr(cuda_driver, "_CONFIGS", {})
+    monkeypatch.setattr(cuda_driver, "_cluster_config", lambda *args: built.append(args[1:]) or object())
+    gpu.cuLaunchKernelEx = lambda config, function, params, extra: launched.append(config) or (0,)
+    params = cuda_driver.ParameterBlock(["u64"])
+    for stream in (0x10, 0x10, 0x20):
+        cuda_driver.launch(1, (4, 1, 1), (128, 1, 1), 1024, stream, params, cluster=2)
+    assert [args[-2] for args in built] == [cuda_driver.stream_object(0x10), cuda_driver.stream_object(0x20)]
+    assert launched[0] is launched[1] and launched[2] is not launched[0]
+
+
+def test_a_bound_launch_that_fails_goes_through_the_full_launch_step(gpu):
+    """launch_pointers launches by the thread's CUfunction itself; a refusal takes PackedLaunch._launch, which
+    launches by the CUkernel when another context of the device is current, and raises otherwise."""
+    from blasdx.errors import DeviceError
+
+    from .fake_driver import CUresult
+
+    F16.execute(*arrays_of())
+    F16.execute(*arrays_of())  # bound: the thread's CUfunction is known
+    launch = gpu.cuLaunchKernel
+    refusals = [CUresult(201)]  # CUDA_ERROR_INVALID_CONTEXT once, then the launches go through
+
+    def refusing(*args):
+        return (refusals.pop(),) if refusals else launch(*args)
+
+    gpu.cuLaunchKernel = refusing
+    gpu.launches.clear()
+    F16.execute(*arrays_of(A_PTR + 256))
+    assert [lc.slots[0] for lc in gpu.launches] == [A_PTR + 256] and not refusals
+    gpu.cuLaunchKernel = lambda *args: (CUresult(1),)  # CUDA_ERROR_INVALID_VALUE, every time
+    with pytest.raises(DeviceError, match=r"launching .* failed"):
+        F16.execute(*arrays_of(A_PTR + 512))
+
+
+def test_overlap_windows_decide_as_the_full_check():
+    """bx.mma's bound check of out against x, y and acc (pointer differences inside windows) raises exactly when
+    the full path's byte-span check does, empty spans included."""
+    import random
+
+    from blasdx.calls.matmul import _raise_overlap, overlap_windows
+
+    rng = random.Random(3)
+    for _ in range(3000):
+        out_span = tuple(sorted(rng.randrange(0, 64) for _ in range(2)))
+        others = tuple((name, *sorted(rng.randrange(0, 64) for _ in range(2))) for name in ("x", "y", "acc"))
+        pout, pointers = rng.randrange(0, 128), tuple(rng.randrange(0, 128) for _ in range(3))
+        try:
+            _raise_overlap(pout, out_span, others, pointers)
+            full = False
+        except ExecutionError:
+            full = True
+        windows = overlap_windows(out_span, others)
+        fast = windows is not None and any(below < p - pout < above for (below, above), p in zip(windows, pointers))
+        assert fast == full, (out_span, others, pout, pointers)
+
+
+def test_a_bound_mma_refuses_an_out_meeting_its_inputs(torch_calls, gpu, monkeypatch):
+    """bx.mma(out=) bound on the engine (sm_90, kernels neither compiled nor launched): an out whose bytes meet x,
+    y or acc is refused with the full path's error before any launch; an out just past acc is not."""
+    from blasdx.calls import matmul as mm
+    from blasdx.engine import hopper
+    from blasdx.launch import cuda_driver
+
+    from .tma_rules import FakeEncoder
+
+    torch = torch_calls
+    monkeypatch.setattr(cuda_driver, "encode_tiled", FakeEncoder())
+    monkeypatch.setattr(cuda_driver.TensorMap, "replace_address", lambda self, p: None)
+    monkeypatch.setattr(hopper._Kernel, "function", lambda self, device_id: 0)
+    monkeypatch.setattr(mm, "_device_info", lambda device_id: mm._DeviceInfo(90, 132))
+    size = 256 * 256 * 2
+
+    def t(ptr):
+        return torch.Tensor((256, 256), (256, 1), name="float16", itemsize=2, ptr=ptr)
+
+    x, y, acc = t(A_PTR), t(B_PTR), t(C_PTR)
+    bx.mma(x, y, acc, out=t(C_PTR + 2 * size))  # full: binds the kind
+    assert len(mm._BOUND) == 1 and next(iter(mm._BOUND.values())).windows is not None
+    for name, ptr in (("x", A_PTR + 512), ("y", B_PTR - size + 2), ("acc", C_PTR + size - 2)):
+        gpu.launches.clear()
+        with pytest.raises(ExecutionError, match=f"out: its memory overlaps {name}'s"):
+            bx.mma(x, y, acc, out=t(ptr))
+        assert gpu.launches == [], name
+    bx.mma(x, y, acc, out=t(C_PTR + size))  # adjacent to acc: bound, launched
+    assert gpu.launches

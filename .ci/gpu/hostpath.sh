@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # GPU proof of the host path: CUDA graphs (the reported sequence, every array call, graphs dropped without
-# collection), the hot path's equivalence tests and the engine's launch on pointers (tensor maps re-pointed
-# from kept encodings, split-K scratch), then, in the time left, the per-call costs: execute() against a
-# bare launch, bx.matmul and bx.mma(out=) against torch.matmul, bx.scaled_mm, bx.solve_triangular, and the
-# pieces of a call. Run from the repository root with PYTHONPATH=. and LOGS an existing folder; within 60 s.
+# collection), the hot path's equivalence tests, the engine's launch on pointers (tensor
+# maps re-pointed from kept encodings, split-K scratch, cluster plans on two streams), then, in the time left,
+# the per-call costs: execute() against a bare launch, bx.matmul and bx.mma(out=) against torch.matmul,
+# bx.scaled_mm, bx.solve_triangular, and the pieces of a call (result allocation variants, launches through
+# cuda.bindings and ctypes, whole calls next to their no-launch twins). Run from the repository root with
+# PYTHONPATH=. and LOGS an existing folder; within 60 s.
 set -u
 cd "$(dirname "$0")/../.."
 LOGS=${LOGS:-/tmp/hostpath-logs}
@@ -22,5 +24,5 @@ if [ "$left" -gt 6 ]; then
     timeout "$left" python3 -u benchmarks/launch_overhead.py --calls 100 --rounds 7 \
         --out "$LOGS/launch_overhead.json" > "$LOGS/launch_overhead.log" 2>&1
     echo "launch_overhead: rc=$? ($(elapsed) s)"
-    sed -n '1,60p' "$LOGS/launch_overhead.log"
+    sed -n '1,80p' "$LOGS/launch_overhead.log"
 fi

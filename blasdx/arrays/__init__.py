@@ -27,7 +27,6 @@ here before the adapters had modules of their own is still here.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -60,6 +59,7 @@ from .dlpack import (
     read_capsule,
 )
 from .host_copy import to_host
+from .keys import library_of_type
 from .streams import (
     _DEFAULT_STREAM,
     LEGACY_STREAM,
@@ -169,12 +169,9 @@ def _adapter_for(obj: Any) -> _Adapter:
         return from_blasdx
     if isinstance(obj, ArrayView):
         return _from_view
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(obj, torch.Tensor):
-        return from_torch
-    cupy = sys.modules.get("cupy")
-    if cupy is not None and isinstance(obj, cupy.ndarray):
-        return from_cupy
+    library = library_of_type(type(obj))
+    if library is not None:
+        return from_torch if library == "torch" else from_cupy
     if type(obj).__module__.startswith("cuda.core"):  # a cuda.core object implies cuda.core is imported
         core = _cuda.core()
         smv = getattr(core.utils, "StridedMemoryView", None)
@@ -243,22 +240,16 @@ def resolve_stream(
     return default_stream_handle()
 
 
+_LIBRARIES = {from_torch: "torch", from_cupy: "cupy"}
+
+
 def _library_of(obj: Any) -> str | None:
     """'torch' / 'cupy' for their arrays (without importing either), else None."""
     adapter = _ADAPTERS.get(type(obj))
-    if adapter is None:
-        torch = sys.modules.get("torch")
-        if torch is not None and isinstance(obj, torch.Tensor):
-            adapter = from_torch
-        else:
-            cupy = sys.modules.get("cupy")
-            if cupy is not None and isinstance(obj, cupy.ndarray):
-                adapter = from_cupy
-    if adapter is from_torch:
+    library = library_of_type(type(obj)) if adapter is None else _LIBRARIES.get(adapter)
+    if library == "torch":
         return "torch" if obj.is_cuda else None
-    if adapter is from_cupy:
-        return "cupy"
-    return None
+    return library
 
 
 def from_device(array: Any, *, stream: Any = None) -> np.ndarray:

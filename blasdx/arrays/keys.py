@@ -20,21 +20,19 @@ from typing import Any
 from .cupy_adapter import _CUPY_STREAM, _cupy_stream_function
 from .device_array import DeviceArray
 from .streams import default_stream_handle
-from .torch_adapter import _TORCH_STREAM, _TORCH_TYPES, _torch_stream_function
+from .torch_adapter import _TORCH_REAL, _TORCH_STREAM, _torch_stream_function
 
-__all__ = ["read", "read_with_blasdx", "library_stream"]
+__all__ = ["library_of_type", "library_stream", "read", "read_with_blasdx"]
 
 _Reader = Callable[[Any], "tuple[tuple[Any, ...], int] | None"]
 
 
 def _torch(t: Any) -> tuple[tuple[Any, ...], int] | None:
-    if not t.is_cuda:
-        return None
     dtype = t.dtype
-    known = _TORCH_TYPES.get(dtype)  # filled by the full path's reading; complex: its conjugation bit is checked there
-    if known is None or known.is_complex:
-        return None
-    return (dtype, t.shape, t.stride(), t.get_device()), t.data_ptr()
+    # dtypes the full path has read (complex ones never: their conjugation bit is checked there), on CUDA tensors
+    if dtype in _TORCH_REAL and t.is_cuda:
+        return (dtype, t.shape, t.stride(), t.get_device()), t.data_ptr()
+    return None
 
 
 def _cupy(x: Any) -> tuple[tuple[Any, ...], int] | None:
@@ -49,15 +47,20 @@ def _none(obj: Any) -> None:
 _READERS: dict[type, _Reader] = {}
 
 
-def _reader_of(kind: type) -> _Reader:
-    """The reader of arrays of type ``kind`` (chosen once per type; torch and CuPy are never imported here)."""
+def library_of_type(kind: type) -> str | None:
+    """'torch' / 'cupy' when ``kind`` is their array type (neither library is imported here), else None."""
     torch = sys.modules.get("torch")
     if torch is not None and issubclass(kind, torch.Tensor):
-        return _torch
+        return "torch"
     cupy = sys.modules.get("cupy")
     if cupy is not None and issubclass(kind, cupy.ndarray):
-        return _cupy
-    return _none
+        return "cupy"
+    return None
+
+
+def _reader_of(kind: type) -> _Reader:
+    """The reader of arrays of type ``kind`` (chosen once per type)."""
+    return {"torch": _torch, "cupy": _cupy}.get(library_of_type(kind), _none)  # type: ignore[arg-type]
 
 
 def read(obj: Any) -> tuple[tuple[Any, ...], int] | None:

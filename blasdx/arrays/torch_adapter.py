@@ -33,6 +33,8 @@ def from_torch(t: Any, argument: str, stream: int | None, known: dict[int, int] 
     dtype = _TORCH_TYPES.get(t.dtype)
     if dtype is None:
         dtype = _TORCH_TYPES[t.dtype] = array_dtype(t.dtype, t.element_size())
+        if not dtype.is_complex:
+            _TORCH_REAL.add(t.dtype)
     if dtype.is_complex and (t.is_conj() or t.is_neg()):
         raise ExecutionError(
             f"{argument}: torch.Tensor has a pending conjugation/negation bit (a lazy .conj() view); its memory "
@@ -48,6 +50,8 @@ def from_torch(t: Any, argument: str, stream: int | None, known: dict[int, int] 
 
 
 _TORCH_TYPES: dict[Any, DType] = {}
+#: The torch dtypes of _TORCH_TYPES that are not complex: tensors of these have a hot-path key (blasdx.arrays.keys).
+_TORCH_REAL: set[Any] = set()
 _TORCH_STREAM: list[Callable[[int], int]] = []
 
 

@@ -22,6 +22,7 @@ failure is an :class:`~blasdx.errors.ExecutionError` that quotes the rule it bro
 from __future__ import annotations
 
 import math
+import operator
 from typing import Any, NamedTuple
 
 from .. import arrays as _arrays
@@ -47,6 +48,7 @@ from ..engine import hopper as _hopper
 from ..engine import ozaki as _ozaki
 from ..engine import wide as _hopper_wide
 from ..errors import DeviceError, ExecutionError
+from ..launch import caches as _caches
 from ..launch import cuda_modules as _cuda
 from ..launch import devices as _devices
 from ..run import execute as _execute
@@ -176,17 +178,19 @@ def _matrix(view: ArrayView, argument: str) -> Matrix:
     return Matrix(rows, cols, row_major_, ld, batch, batch_stride)
 
 
-def _result_batch(mx: Matrix, my: Matrix) -> int | None:
-    """The broadcast batch of x and y (None when both are matrices)."""
-    if mx.batch is None and my.batch is None:
-        return None
-    if mx.batch is None or my.batch is None:
-        return mx.batch if my.batch is None else my.batch
-    if mx.batch == my.batch or my.batch == 1:
-        return mx.batch
-    if mx.batch == 1:
-        return my.batch
-    raise ExecutionError(f"x: batch {mx.batch} and y: batch {my.batch} do not broadcast; {_rule('batch')}")
+def _result_batch(first: Matrix, second: Matrix, names: tuple[str, str] = ("x", "y"), rule: str | None = None
+                  ) -> int | None:
+    """The broadcast batch of two operands (None when both are matrices): equal batches, or one of 1 (or a matrix)
+    taking the other's. ExecutionError naming ``names`` and quoting ``rule`` (default matmul's) otherwise."""
+    b1, b2 = first.batch, second.batch
+    if b1 is None or b2 is None:
+        return b1 if b2 is None else b2
+    if b1 == b2 or b2 == 1:
+        return b1
+    if b1 == 1:
+        return b2
+    raise ExecutionError(f"{names[0]}: batch {b1} and {names[1]}: batch {b2} do not broadcast; "
+                         f"{_rule('batch') if rule is None else rule}")
 
 
 def _check_inner(mx: Matrix, my: Matrix, vx: ArrayView, vy: ArrayView) -> None:
@@ -580,15 +584,8 @@ def _key(vx: ArrayView, vy: ArrayView, vacc: ArrayView | None, extra: Any) -> tu
             vy.ptr & 15, vy.device_id, acc, extra)
 
 
-def _cached_plan(cache: dict[tuple[Any, ...], Any], key: tuple[Any, ...], build: Any) -> Any:
-    """``cache[key]``, built by ``build()`` on a miss (the cache cleared once it holds over 1024 plans)."""
-    plan = cache.get(key)
-    if plan is None:
-        plan = build()
-        if len(cache) > 1024:
-            cache.clear()
-        cache[key] = plan
-    return plan
+#: ``cache[key]``, built by ``build()`` on a miss (blasdx.launch.caches).
+_cached_plan = _caches.cached
 
 
 def _spans(views: tuple[tuple[str, ArrayView], ...]) -> tuple[tuple[str, int, int], ...]:
@@ -628,6 +625,24 @@ def _run(plan: CallPlan, x_view: ArrayView, y_view: ArrayView, acc: Any, vacc: A
         _execute.execute_on(plan.desc, x_view, y_view, vout, 1, plan.beta, handle)
     if type(out) is DeviceArray:
         out._set_stream(handle)
+
+
+def _launch_call(plan: CallPlan, like: Any, vx: ArrayView, vy: ArrayView, acc: Any, vacc: ArrayView | None, out: Any,
+                 vout: ArrayView | None, stream: Any, handle: int, known: dict[int, int]) -> tuple[Any, ArrayView]:
+    """How a checked matmul / mma ends: ``stream`` checked against the plan's device, that device made current, a
+    new result of ``like``'s library when ``out`` is None, the launch; (out, its view)."""
+    if stream is not None:
+        _devices.check_stream_device(stream, handle, plan.device_id)
+    token = _devices.enter(plan.device_id)
+    try:
+        if out is None:
+            out = _allocate(like, plan.shape, plan.dtype, plan.device_id, handle)
+            vout = as_array(out, "out", stream=handle, known=known)
+        _run(plan, vx, vy, acc, vacc, out, vout, stream, handle)  # type: ignore[arg-type]
+    finally:
+        if token is not None:
+            _devices.leave(token)
+    return out, vout  # type: ignore[return-value]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -675,16 +690,7 @@ def matmul(x: Any, y: Any, *, stream: Any = None, dtype: Any = None, mantissa_bi
         _check_shapes(vx, vy, None)  # the arguments before the device (a missing GPU is reported after them)
         device_id = _device_of((vx, vy), ("x", "y"))
         plan = _cached_plan(_CALLS, key, lambda: _plan_matmul(vx, vy, device_id, mantissa_bits, fast_accumulation))
-    if stream is not None:
-        _devices.check_stream_device(stream, handle, plan.device_id)
-    token = _devices.enter(plan.device_id)
-    try:
-        out = _allocate(_unwrap(x), plan.shape, plan.dtype, plan.device_id, handle)
-        vout = as_array(out, "out", stream=handle, known=known)
-        _run(plan, vx, vy, None, None, out, vout, stream, handle)
-    finally:
-        if token is not None:
-            _devices.leave(token)
+    out, vout = _launch_call(plan, _unwrap(x), vx, vy, None, None, None, None, stream, handle, known)
     if stream is None and mantissa_bits is None and not fast_accumulation:
         _bind_matmul(x, y, out, plan, vx, vy, vout)
     return out
@@ -716,9 +722,11 @@ def mma(x: Any, y: Any, acc: Any, *, out: Any = None, fast_accumulation: bool = 
     elsewhere it changes nothing. ``mantissa_bits`` as for :func:`matmul`.
     """
     if stream is None and mantissa_bits is None and fast_accumulation is False:
-        found = _bound_mma(x, y, acc, out)
+        found = _mma_key(x, y, acc, out)
         if found is not None:
-            return found[0].mma(acc, out, found[1])
+            bound = _BOUND.get(found[0])
+            if bound is not None:
+                return bound.mma(acc, out, found[1])
     if not isinstance(fast_accumulation, bool):
         raise ExecutionError(f"fast_accumulation: expected True or False, got {fast_accumulation!r}")
     known: dict[int, int] = {}  # the library streams asked during this call
@@ -754,17 +762,7 @@ def mma(x: Any, y: Any, acc: Any, *, out: Any = None, fast_accumulation: bool = 
                 spans = plan.spans = _spans((("out", vout), ("x", vx), ("y", vy), ("acc", vacc)))
             _check_overlap(vout, spans[0][1:], spans[1:3] if in_place else spans[1:],
                            (vx.ptr, vy.ptr, vacc.ptr))
-    if stream is not None:
-        _devices.check_stream_device(stream, handle, plan.device_id)
-    token = _devices.enter(plan.device_id)
-    try:
-        if vout is None:
-            out = _allocate(acc, plan.shape, plan.dtype, plan.device_id, handle)
-            vout = as_array(out, "out", stream=handle, known=known)
-        _run(plan, vx, vy, acc, vacc, out, vout, stream, handle)
-    finally:
-        if token is not None:
-            _devices.leave(token)
+    out, vout = _launch_call(plan, acc, vx, vy, acc, vacc, out, vout, stream, handle, known)
     if stream is None and mantissa_bits is None and not fast_accumulation:
         _bind_mma(x, y, acc, out if given_out else None, plan, vx, vy, vacc, vout, in_place)
     return out
@@ -847,7 +845,6 @@ def _unwrap(obj: Any) -> Any:
 
 #: Bound calls by the keys of their arrays (blasdx.arrays.keys) and pointer alignment classes.
 _BOUND: dict[tuple[Any, ...], _Bound] = {}
-_BOUND_LIMIT = 1024
 
 
 def _rest(view: ArrayView) -> tuple[Any, ...]:
@@ -855,24 +852,16 @@ def _rest(view: ArrayView) -> tuple[Any, ...]:
     return (view.shape, view.strides, view.dtype, view.device_id, False, None, None)
 
 
+_POINTER_READERS = {"torch": operator.methodcaller("data_ptr"), "cupy": operator.attrgetter("data.ptr")}
+
+
 def _pointer_reader(array: Any) -> Any:
-    """The function reading the data pointer of arrays like ``array`` (PyTorch, CuPy or blasdx's own)."""
-    library = _arrays._library_of(array)
-    if library == "torch":
-        return _torch_pointer
-    return _cupy_pointer if library == "cupy" else _blasdx_pointer
+    """The function reading the data pointer of arrays like ``array`` (PyTorch, CuPy or blasdx's own): a C-level
+    callable, so that reading a bound call's new result costs no Python frame."""
+    return _POINTER_READERS.get(_arrays._library_of(array), _BLASDX_POINTER)  # type: ignore[arg-type]
 
 
-def _torch_pointer(array: Any) -> int:
-    return array.data_ptr()
-
-
-def _cupy_pointer(array: Any) -> int:
-    return array.data.ptr
-
-
-def _blasdx_pointer(array: DeviceArray) -> int:
-    return array._ptr
+_BLASDX_POINTER = operator.attrgetter("_ptr")
 
 
 def _allocator(like: Any, plan: CallPlan) -> Any:
@@ -898,12 +887,34 @@ def _allocator(like: Any, plan: CallPlan) -> Any:
     return lambda handle: _allocate(None, shape, dtype, device_id, handle)
 
 
-class _Bound:
+class BoundCall:
+    """How every bound array call (matmul, mma, scaled_mm, solve_triangular) starts: its arrays' library stream,
+    its device made current, a new result when none is given."""
+
+    __slots__ = ("device_id", "stream_of", "allocate", "pointer_of")
+
+    def begin(self, out: Any) -> tuple[int, Any, Any, int | None]:
+        """(stream handle, :func:`~blasdx.launch.devices.enter`'s token, out, the new result's pointer): the call's
+        device made current and, when ``out`` is None, a new result allocated on the stream (else the pointer is
+        None). The caller leaves the device; nothing stays entered when the allocation fails."""
+        device = self.device_id
+        handle = self.stream_of(device)
+        token = _devices.enter(device)
+        if out is not None:
+            return handle, token, out, None
+        try:
+            out = self.allocate(handle)
+            return handle, token, out, self.pointer_of(out)
+        except BaseException:
+            _devices.leave(token)
+            raise
+
+
+class _Bound(BoundCall):
     """What every call of one kind does once its arrays are known to be of that kind: no reading of views,
     no checks that depend on dtypes, shapes and strides, no plan look-up. Holds no array."""
 
-    __slots__ = ("plan", "device_id", "stream_of", "allocate", "pointer_of", "rests", "block", "empty", "overlap",
-                 "engine", "beta", "scalars")
+    __slots__ = ("plan", "rests", "block", "empty", "overlap", "windows", "engine", "beta", "scalars")
 
     def __init__(self, plan: CallPlan, stream_of: Any, allocate: Any, pointer_of: Any,
                  rests: tuple[tuple[Any, ...] | None, ...], block: tuple[Any, ...] | None = None,
@@ -918,6 +929,9 @@ class _Bound:
         self.block = block
         self.empty = plan.batch == 0 or plan.m == 0 or plan.n == 0
         self.overlap = overlap  # (out's span, the others' spans) when out must be checked against them
+        # the same check on pointer differences, for x, y and acc ((0, 0): never meets)
+        windows = None if overlap is None else overlap_windows(overlap[0], overlap[1])
+        self.windows = None if windows is None else windows + ((0, 0),) * (3 - len(windows))
         # the Hopper engine's plan, run directly (its launch reads pointers, strides and shapes of the views)
         self.engine = plan.kernel if plan.kind == "hopper" else None
         self.beta = float(plan.beta)
@@ -928,7 +942,7 @@ class _Bound:
             self.scalars = self.engine.scalars(rests[2], rests[3], 1.0, self.beta)
 
     def matmul(self, px: int, py: int) -> Any:
-        """``x @ y`` into a new array: allocate, launch."""
+        """``x @ y`` into a new array: allocate, launch (:meth:`begin` inline: this is the hottest call)."""
         device = self.device_id
         handle = self.stream_of(device)
         token = _devices.enter(device)
@@ -942,13 +956,7 @@ class _Bound:
                 elif block is not None and pout % block[3] == 0:
                     block[0].launch_pointers(block[1], handle, px, py, pout, block[2])
                 else:
-                    rx, ry, _, ro = self.rests
-                    vx, vy = _new_view(ArrayView, (px, *rx)), _new_view(ArrayView, (py, *ry))
-                    vout = _new_view(ArrayView, (pout, *ro))
-                    if self.engine is not None:
-                        self.engine.run(device, None, handle, vx, vy, None, vout, 1.0, 0.0)
-                    else:
-                        _run(self.plan, vx, vy, None, None, out, vout, None, handle)
+                    self._run_views(handle, None, out, (px, py, 0, pout))
         finally:
             if token is not None:
                 _devices.leave(token)
@@ -957,36 +965,38 @@ class _Bound:
     def mma(self, acc: Any, out: Any, pointers: tuple[int, int, int, int | None]) -> Any:
         """``x @ y + acc`` into ``out`` (checked against the inputs' memory) or a new array."""
         px, py, pacc, pout = pointers
-        overlap = self.overlap
-        if overlap is not None:
-            _raise_overlap(pout, overlap[0], overlap[1], (px, py, pacc))
+        windows = self.windows
+        if windows is not None:  # overlap_windows: out meets an input exactly when its difference is inside
+            (b0, a0), (b1, a1), (b2, a2) = windows
+            if b0 < px - pout < a0 or b1 < py - pout < a1 or b2 < pacc - pout < a2:
+                overlap = self.overlap
+                _raise_overlap(pout, overlap[0], overlap[1], (px, py, pacc))  # names the array
+        handle, token, out, new = self.begin(out)
+        if new is not None:
+            pout = new
         device = self.device_id
-        handle = self.stream_of(device)
-        token = _devices.enter(device)
         try:
-            if out is None:
-                out = self.allocate(handle)
-                pout = self.pointer_of(out)
             if self.scalars is not None:
                 self.engine.launch(device, handle, px, py, pacc, pout, self.scalars)
-                return out
-            rx, ry, racc, ro = self.rests
-            vx, vy = _new_view(ArrayView, (px, *rx)), _new_view(ArrayView, (py, *ry))
-            vacc, vout = _new_view(ArrayView, (pacc, *racc)), _new_view(ArrayView, (pout, *ro))
-            if self.engine is not None and not self.empty:
-                self.engine.run(device, None, handle, vx, vy, vacc, vout, 1.0, self.beta)
             else:
-                _run(self.plan, vx, vy, acc, vacc, out, vout, None, handle)
+                self._run_views(handle, acc, out, (px, py, pacc, pout))
         finally:
             if token is not None:
                 _devices.leave(token)
         return out
 
-
-def _remember(key: tuple[Any, ...], bound: _Bound) -> None:
-    if len(_BOUND) >= _BOUND_LIMIT:
-        _BOUND.clear()
-    _BOUND[key] = bound
+    def _run_views(self, handle: int, acc: Any, out: Any, pointers: tuple[int, int, int, int]) -> None:
+        """The call on views of the arrays at ``pointers`` (x, y, acc, out), for plans whose launch reads views:
+        the engine's run, or the plan's (the device current)."""
+        px, py, pacc, pout = pointers
+        rx, ry, racc, ro = self.rests
+        vx, vy = _new_view(ArrayView, (px, *rx)), _new_view(ArrayView, (py, *ry))
+        vacc = None if racc is None else _new_view(ArrayView, (pacc, *racc))
+        vout = _new_view(ArrayView, (pout, *ro))
+        if self.engine is not None and not self.empty:
+            self.engine.run(self.device_id, None, handle, vx, vy, vacc, vout, 1.0, self.beta)
+        else:
+            _run(self.plan, vx, vy, acc, vacc, out, vout, None, handle)
 
 
 def _bind_matmul(x: Any, y: Any, out: Any, plan: CallPlan, vx: ArrayView, vy: ArrayView, vout: ArrayView) -> None:
@@ -1003,7 +1013,7 @@ def _bind_matmul(x: Any, y: Any, out: Any, plan: CallPlan, vx: ArrayView, vy: Ar
                  eplan.c.alignment)
     bound = _Bound(plan, _keys.library_stream(x), _allocator(x, plan), _pointer_reader(out),
                    (_rest(vx), _rest(vy), None, _rest(vout)), block)
-    _remember((rx[0], rx[1] & 15, ry[0], ry[1] & 15), bound)
+    _caches.remember(_BOUND, (rx[0], rx[1] & 15, ry[0], ry[1] & 15), bound)
 
 
 def _mma_key(x: Any, y: Any, acc: Any, out: Any) -> tuple[tuple[Any, ...], tuple[int, int, int, int | None]] | None:
@@ -1025,14 +1035,6 @@ def _mma_key(x: Any, y: Any, acc: Any, out: Any) -> tuple[tuple[Any, ...], tuple
         rx[1], ry[1], racc[1], rout[1])
 
 
-def _bound_mma(x: Any, y: Any, acc: Any, out: Any) -> tuple[_Bound, tuple[int, int, int, int | None]] | None:
-    found = _mma_key(x, y, acc, out)
-    if found is None:
-        return None
-    bound = _BOUND.get(found[0])
-    return None if bound is None else (bound, found[1])
-
-
 def _bind_mma(x: Any, y: Any, acc: Any, out: Any, plan: CallPlan, vx: ArrayView, vy: ArrayView, vacc: ArrayView,
               vout: ArrayView, in_place: bool) -> None:
     """After a full mma call: bind its kind (when every array has a key) for the next calls."""
@@ -1046,7 +1048,18 @@ def _bind_mma(x: Any, y: Any, acc: Any, out: Any, plan: CallPlan, vx: ArrayView,
     like = acc if out is None else out
     bound = _Bound(plan, _keys.library_stream(acc if out is None else out), _allocator(acc, plan),
                    _pointer_reader(like), (_rest(vx), _rest(vy), _rest(vacc), _rest(vout)), None, overlap)
-    _remember(found[0], bound)
+    _caches.remember(_BOUND, found[0], bound)
+
+
+def overlap_windows(out_span: tuple[int, int], others: tuple[tuple[str, int, int], ...]
+                    ) -> tuple[tuple[int, int], ...] | None:
+    """:func:`_raise_overlap`'s test as (below, above) per other array: out's bytes meet the array's exactly when
+    ``below < array pointer - out pointer < above`` ((0, 0) for an empty span, which meets nothing); None when
+    out's span is empty."""
+    o_lo, o_hi = out_span
+    if o_hi <= o_lo:
+        return None
+    return tuple((o_lo - hi, o_hi - lo) if hi > lo else (0, 0) for _, lo, hi in others)
 
 
 def _raise_overlap(pout: int, out_span: tuple[int, int], others: tuple[tuple[str, int, int], ...],

@@ -26,6 +26,7 @@ from ..arrays import ArrayView, DeviceArray, as_array, resolve_stream
 from ..arrays import keys as _keys
 from ..engine import hopper as _hopper
 from ..errors import DeviceError, ExecutionError
+from ..launch import caches as _caches
 from ..launch import devices as _devices
 from . import matmul as _ag
 
@@ -358,17 +359,18 @@ def _bound_key(x: Any, y: Any, sx: Any, sy: Any, bias: Any, out: Any, out_dtype:
     return tuple(key), tuple(pointers)
 
 
-class _Bound:
+class _Bound(_ag.BoundCall):
     """What every scaled_mm of one kind does once its arrays are known to be of that kind. Holds no array.
 
     A plan that reads x and y in place launches on pointers, the scales' and D's strides computed once
     (``strides``); one that repacks an operand, or a K = 0 call, runs on views."""
 
-    __slots__ = ("call", "stream_of", "allocate", "pointer_of", "rests", "overlap", "strides")
+    __slots__ = ("call", "rests", "overlap", "strides")
 
     def __init__(self, call: _Call, stream_of: Any, allocate: Any, pointer_of: Any,
                  rests: tuple[tuple[Any, ...] | None, ...], overlap: tuple[Any, ...] | None) -> None:
         self.call, self.stream_of, self.allocate, self.pointer_of = call, stream_of, allocate, pointer_of
+        self.device_id = call.device_id
         self.rests = rests  # x, y, scale_x, scale_y, bias, out
         self.overlap = overlap  # (out's span, the others' spans) for a given out
         self.strides: tuple[int, ...] | None = None
@@ -383,14 +385,12 @@ class _Bound:
         overlap = self.overlap
         if overlap is not None:
             _ag._raise_overlap(pout, overlap[0], overlap[1], tuple(p for p in pointers[:5] if p is not None))
+        handle, token, out, new = self.begin(out)
+        if new is not None:
+            pout = new
         call = self.call
         device = call.device_id
-        handle = self.stream_of(device)
-        token = _devices.enter(device)
         try:
-            if out is None:
-                out = self.allocate(handle)
-                pout = self.pointer_of(out)
             if not (call.shape[0] and call.shape[1]):
                 return out
             plan = call.plan
@@ -420,6 +420,4 @@ def _bind(x: Any, y: Any, sx: Any, sy: Any, bias: Any, out: Any, out_dtype: Any,
     overlap = None if spans is None else (spans[0][1:], spans[1:])
     bound = _Bound(call, _keys.library_stream(like), _ag._allocator(x, call), _ag._pointer_reader(like),
                    tuple(None if v is None else _ag._rest(v) for v in views), overlap)
-    if len(_BOUND) >= 1024:
-        _BOUND.clear()
-    _BOUND[found[0]] = bound
+    _caches.remember(_BOUND, found[0], bound)

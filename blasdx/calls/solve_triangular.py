@@ -30,6 +30,7 @@ from ..codegen.trsm import OutputLayout
 from ..describe.operators import Size
 from ..describe.trsm import solve_description
 from ..errors import ExecutionError, UnsupportedError
+from ..launch import caches as _caches
 from ..launch import devices as _devices
 from ..plan.trsm import TRSM_TYPES
 from ..run.trsm import TrsmKernel, kernel_for
@@ -117,16 +118,6 @@ def _value_type(view: ArrayView, argument: str) -> _dt.DType:
     return real
 
 
-def _result_batch(ma: _ag.Matrix, mb: _ag.Matrix) -> int | None:
-    if ma.batch is None or mb.batch is None:
-        return mb.batch if ma.batch is None else ma.batch
-    if ma.batch == mb.batch or ma.batch == 1:
-        return mb.batch
-    if mb.batch == 1:
-        return ma.batch
-    raise ExecutionError(f"a: batch {ma.batch} and b: batch {mb.batch} do not broadcast; {_rule('batch')}")
-
-
 def _chunked_descriptor(
     real: _dt.DType, is_complex: bool, ma: _ag.Matrix, mb: _ag.Matrix, flags: tuple[bool, bool, bool],
     pointers: tuple[int, int, int], out: tuple[bool, int, int], batch: int, sm: int,
@@ -186,7 +177,7 @@ def plan_solve(
             f"a: shape {tuple(va.shape)} is not [..., K, K] with K = {k}, the {side}, for b of shape "
             f"{tuple(vb.shape)}; {_rule('square')}"
         )
-    batch = _result_batch(ma, mb)
+    batch = _ag._result_batch(ma, mb, ("a", "b"), _rule("batch"))
     shape = (mb.rows, mb.cols) if batch is None else (batch, mb.rows, mb.cols)
     total = 1 if batch is None else batch
     if total > _MAX_BATCH:
@@ -380,14 +371,15 @@ def _bound_key(a: Any, b: Any, out: Any, options: tuple[Any, ...]) -> tuple[tupl
     return (ra[0], ra[1] & 15, rb[0], rb[1] & 15, (ro[0], ro[1] & 15, same), options), (ra[1], rb[1], ro[1])
 
 
-class _Bound:
+class _Bound(_ag.BoundCall):
     """What every solve of one kind does once its arrays are known to be of that kind. Holds no array."""
 
-    __slots__ = ("plan", "alpha", "stream_of", "allocate", "pointer_of", "spans", "in_place")
+    __slots__ = ("plan", "alpha", "spans", "in_place")
 
     def __init__(self, plan: SolvePlan, alpha: tuple[Any, ...], stream_of: Any, allocate: Any, pointer_of: Any,
                  spans: tuple[tuple[int, int], ...] | None, in_place: bool) -> None:
         self.plan, self.alpha, self.stream_of = plan, alpha, stream_of
+        self.device_id = plan.device_id
         self.allocate, self.pointer_of = allocate, pointer_of
         self.spans = spans  # out's, a's, b's byte spans from their pointers, for a given out
         self.in_place = in_place  # out is b (the key says so)
@@ -402,17 +394,14 @@ class _Bound:
             if high > low and ((pa + a_lo < high and low < pa + a_hi and a_hi > a_lo) or (
                     not self.in_place and pb + b_lo < high and low < pb + b_hi and b_hi > b_lo)):
                 return None
+        handle, token, out, new = self.begin(out)
+        if new is not None:
+            pout = new
         plan = self.plan
-        device = plan.device_id
-        handle = self.stream_of(device)
-        token = _devices.enter(device)
         try:
-            if out is None:
-                out = self.allocate(handle)
-                pout = self.pointer_of(out)
             if plan.kernel is not None and plan.batch:
-                plan.kernel.launch(_arrays.core_stream(handle), device, (pa, pb, pout), self.alpha, plan.strides,
-                                   plan.chunks, plan.batch)
+                plan.kernel.launch(_arrays.core_stream(handle), plan.device_id, (pa, pb, pout), self.alpha,
+                                   plan.strides, plan.chunks, plan.batch)
         finally:
             if token is not None:
                 _devices.leave(token)
@@ -432,6 +421,4 @@ def _bind(a: Any, b: Any, out: Any, options: tuple[Any, ...], plan: SolvePlan, a
     like = b if out is None else out
     bound = _Bound(plan, alpha, _keys.library_stream(like), _ag._allocator(b, plan), _ag._pointer_reader(like),
                    spans, out is not None and found[0][4][2])
-    if len(_BOUND) >= 1024:
-        _BOUND.clear()
-    _BOUND[found[0]] = bound
+    _caches.remember(_BOUND, found[0], bound)

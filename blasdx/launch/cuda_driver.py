@@ -38,6 +38,7 @@ from typing import Any
 
 from ..errors import DeviceError, ExecutionError
 from . import devices as _devices
+from .caches import remember
 
 __all__ = [
     "TensorMap", "ParameterBlock", "PackedLaunch", "SLOT_FORMATS", "TENSOR_MAP_TYPES", "allocate_async",
@@ -366,6 +367,9 @@ def max_active_clusters(function: Any, block: tuple[int, int, int], shared_memor
         return None
 
 
+#: The CUlaunchConfigs of cluster launches by (grid, block, shared memory, stream handle, cluster, driver).
+_CONFIGS: dict[tuple[Any, ...], Any] = {}
+
 #: Launch results that mean the CUfunction belongs to another context of the device (one the caller made
 #: current): CUDA_ERROR_INVALID_CONTEXT, CUDA_ERROR_INVALID_HANDLE. The CUkernel launches in any context.
 _OTHER_CONTEXT = (201, 400)
@@ -379,13 +383,18 @@ def launch(function: Any, grid: tuple[int, int, int], block: tuple[int, int, int
     drv = _devices.driver()
     found = _STREAMS.get(stream)
     handle = found if found is not None else stream_object(stream)
-    if cluster == 1:
-        (err,) = drv.cuLaunchKernel(function, *grid, *block, shared_memory, handle, params.address, 0)
+    if cluster == 1:  # the dimensions unpacked, not splatted: no argument tuple is built per call
+        gx, gy, gz = grid
+        bx, by, bz = block
+        (err,) = drv.cuLaunchKernel(function, gx, gy, gz, bx, by, bz, shared_memory, handle, params.address, 0)
         if err and kernel is not None and int(err) in _OTHER_CONTEXT:
-            (err,) = drv.cuLaunchKernel(drv.CUfunction(kernel), *grid, *block, shared_memory, handle,
+            (err,) = drv.cuLaunchKernel(drv.CUfunction(kernel), gx, gy, gz, bx, by, bz, shared_memory, handle,
                                         params.address, 0)
     else:
-        config = _cluster_config(drv, grid, block, shared_memory, handle, cluster)
+        key = (grid, block, shared_memory, stream, cluster, drv)
+        config = _CONFIGS.get(key)
+        if config is None:  # built once per geometry and stream (the driver only reads it)
+            config = remember(_CONFIGS, key, _cluster_config(drv, grid, block, shared_memory, handle, cluster), 256)
         (err,) = drv.cuLaunchKernelEx(config, function, params.address, 0)
         if err and kernel is not None and int(err) in _OTHER_CONTEXT:
             (err,) = drv.cuLaunchKernelEx(config, drv.CUfunction(kernel), params.address, 0)
@@ -404,11 +413,7 @@ _STREAMS: dict[int, Any] = {}
 def stream_object(handle: int) -> Any:
     """The driver ``CUstream`` of ``handle`` (memoised: building one per launch costs more than the look-up)."""
     found = _STREAMS.get(handle)
-    if found is None:
-        if len(_STREAMS) > 256:
-            _STREAMS.clear()
-        found = _STREAMS[handle] = _devices.driver().CUstream(handle)
-    return found
+    return found if found is not None else remember(_STREAMS, handle, _devices.driver().CUstream(handle), 256)
 
 
 class _Buffers:
@@ -487,7 +492,16 @@ class PackedLaunch:
         else:
             self._struct.pack_into(buffers.data, 0, p0, p1, p2, *tail)
             buffers.tail = tail  # held here, so no other tuple can take its identity
-        self._launch(buffers, grid_x, 1, stream)
+        function = buffers.function
+        if function is not None:  # the thread's CUfunction known: launch here, a frame less than through _launch
+            found = _STREAMS.get(stream)
+            bx, by, bz = self.block
+            (err,) = self._driver.cuLaunchKernel(function, grid_x, 1, 1, bx, by, bz, self.shared_memory,
+                                                 found if found is not None else stream_object(stream),
+                                                 buffers.address, 0)
+            if not err:
+                return
+        self._launch(buffers, grid_x, 1, stream)  # the first launch, or a failed one: _launch retries or raises
 
     def _launch(self, buffers: _Buffers, grid_x: int, grid_y: int, stream: int) -> None:
         """cuLaunchKernel of the thread's block as packed, by the CUfunction of the current context."""

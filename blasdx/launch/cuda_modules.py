@@ -35,23 +35,19 @@ def load(name: str) -> ModuleType:
 
 def core() -> ModuleType:
     """``cuda.core`` (Program, ObjectCode, Device, LaunchConfig, launch, Stream ...)."""
-    found = _LOADED.get("cuda.core")
-    return found if found is not None else load("cuda.core")
+    return load("cuda.core")
 
 
 def driver() -> ModuleType:
     """``cuda.bindings.driver``: the CUDA driver API (contexts, pointers, launches)."""
-    found = _LOADED.get("cuda.bindings.driver")
-    return found if found is not None else load("cuda.bindings.driver")
+    return load("cuda.bindings.driver")
 
 
 def nvrtc() -> ModuleType:
     """``cuda.bindings.nvrtc``: loads the NVRTC library on first use."""
-    found = _LOADED.get("cuda.bindings.nvrtc")
-    return found if found is not None else load("cuda.bindings.nvrtc")
+    return load("cuda.bindings.nvrtc")
 
 
 def pathfinder() -> ModuleType:
     """``cuda.pathfinder``: where the CUDA wheels put headers, libraries and tools."""
-    found = _LOADED.get("cuda.pathfinder")
-    return found if found is not None else load("cuda.pathfinder")
+    return load("cuda.pathfinder")

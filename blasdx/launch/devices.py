@@ -138,7 +138,7 @@ def enter(device_id: int) -> Any:
         ensure_driver()  # DeviceError without a usable driver or GPU
     drv = _DRIVER[0]
     err, dev = drv.cuCtxGetDevice()
-    if not _failed(err) and int(dev) == device_id:
+    if not err and int(dev) == device_id:  # CUDA_SUCCESS is 0
         return None
     context = _PRIMARY.get(device_id)
     if context is None:

@@ -753,7 +753,8 @@ def execute(desc: Descriptor, a: Any, b: Any, c: Any, *, alpha: Any = 1, beta: A
     plan = _PLANS_BY_ID.get(id(desc))
     if plan is None or plan.desc is not desc:
         plan = plan_for(desc)
-    known: dict[int, int] = {}  # the libraries' current streams asked during this call
+    # the libraries' current streams asked during this call (a bound call asks one only for a given stream)
+    known: dict[int, int] | None = None if stream is None else {}
     ra = _read(a)
     if ra is not None:
         rb, rc = _read(b), _read(c)
@@ -761,6 +762,8 @@ def execute(desc: Descriptor, a: Any, b: Any, c: Any, *, alpha: Any = 1, beta: A
             bound = plan._bound.get((ra[0], rb[0], rc[0]))
             if bound is not None and bound.run(plan, a, b, c, ra[1], rb[1], rc[1], alpha, beta, stream, known):
                 return c
+    if known is None:
+        known = {}
     return _run(plan, a, b, c, alpha, beta, stream, resolve_stream(stream, (c, a, b), known=known), known, True)
 
 
@@ -826,10 +829,13 @@ class BoundLayout:
             for x in (a, b, c):  # blasdx arrays written on another stream: the full path orders after it
                 if type(x) is DeviceArray and x._stream is not None and x._stream != handle:
                     return False
+        seen, tail = self._tail  # self.tail(scalars), inline
+        if seen is not scalars:
+            tail = self.tail(scalars)
         token = _devices.enter(device)
         try:
             if self.batch:
-                self.packed.launch_pointers(self.grid, handle, pa, pb, pc, self.tail(scalars))
+                self.packed.launch_pointers(self.grid, handle, pa, pb, pc, tail)
         finally:
             if token is not None:
                 _devices.leave(token)

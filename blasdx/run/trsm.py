@@ -31,6 +31,7 @@ from ..compile.cache import cached_compile
 from ..describe.operators import Block, Side, row_major
 from ..errors import DescriptorError, ExecutionError
 from ..launch import devices as _devices
+from ..launch.caches import remember
 from . import execute as _ex
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -197,11 +198,7 @@ _OPERANDS: dict[Any, TrsmOperands] = {}
 def operands_for(desc: TrsmDescriptor) -> TrsmOperands:
     """The cached :class:`TrsmOperands` of ``desc``."""
     found = _OPERANDS.get(desc)
-    if found is None:
-        if len(_OPERANDS) > 1024:
-            _OPERANDS.clear()
-        found = _OPERANDS[desc] = TrsmOperands(desc)
-    return found
+    return found if found is not None else remember(_OPERANDS, desc, TrsmOperands(desc))
 
 
 def check_arguments(
