@@ -221,7 +221,12 @@ def torch_calls(gpu, monkeypatch):
         return torch.Tensor(tuple(shape), (shape[1], 1), name=dtype.name, itemsize=dtype.itemsize,
                             ptr=next(addresses))
 
+    def empty_strided(shape, strides, dtype=None, device=None):
+        assert tuple(strides) == (shape[1], 1), "bound results are C-contiguous"
+        return empty(shape, dtype, device)
+
     torch.empty = empty
+    torch.empty_strided = empty_strided
     torch.float16 = torch.Tensor((1,), (1,), name="float16", itemsize=2).dtype
     torch.float32 = torch.Tensor((1,), (1,), name="float32", itemsize=4).dtype
     monkeypatch.setitem(sys.modules, "torch", torch)
