@@ -142,3 +142,28 @@ def check_product(torch, got, x, y, tol: float, acc=None, alpha=1.0, beta=1.0, w
 
 def _first(torch, mask) -> tuple[int, ...]:
     return tuple(int(i) for i in torch.nonzero(mask)[0].tolist())
+
+
+#: A user kernel around bx.DeviceGemm: D = s * (A @ B) through its epilogue hook; VALUE is the
+#: epilogue's value type (float, or int for 8-bit integers).
+_SCALED_KERNEL = r"""
+struct Scale {
+    VALUE s;
+    __device__ void value(const blasdx::hopper::Work&, int, int, VALUE& v0, VALUE& v1) const { v0 *= s; v1 *= s; }
+};
+extern "C" __global__ void __launch_bounds__(LINEAR::threads, 1)
+scaled(const __grid_constant__ blasdx::hopper::TensorMap map_a, const __grid_constant__ blasdx::hopper::TensorMap map_b,
+       const __grid_constant__ blasdx::hopper::TensorMap map_d, VALUE s, int m, int n, int k, int batch) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    using G = LINEAR::gemm;
+    const G::Sched sched(m, n, k, batch, 1);
+    G::run(smem, &map_a, &map_b, sched, batch > 1, batch > 1,
+           blasdx::hopper::StageThroughShared<LINEAR::c_type, Scale>{&map_d, Scale{s}});
+}
+"""
+
+
+def scaled_kernel(dg, integral: bool = False):
+    """The compiled ``scaled`` kernel (map_a, map_b, map_d, s, m, n, k, batch) around DeviceGemm ``dg``:
+    D = s * (A @ B), s an int for 8-bit integers, else a float."""
+    return bx.compile_kernel(_SCALED_KERNEL.replace("VALUE", "int" if integral else "float"), "scaled", {"LINEAR": dg})
