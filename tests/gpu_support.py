@@ -13,6 +13,7 @@ import pytest
 
 import blasdx as bx
 from blasdx import dtypes as dt
+from blasdx.reference import random_operand
 
 
 @functools.cache
@@ -221,6 +222,57 @@ def gemm_descriptor(row: dt.Combination, size, sm: int, arrangement=None, **extr
     for op in extra.values():
         desc = desc + op
     return desc
+
+
+def sampled_cases(types, sizes, arrangements, seed: int):
+    """pytest params (types, size, arrangement, arch_specific) for each (A, B, C) of ``types`` that the GPU
+    (sm_90 without one) runs, generic and, on sm_90, sm_90a, each with a size and arrangement drawn from
+    ``seed``: every type on every run, the sizes and arrangements spread across the types."""
+    sm = gpu_sm() or 90
+    rng = np.random.default_rng(seed)
+    for abc in types:
+        if dt.find_combination(*abc, False).min_sm > sm:
+            continue
+        for specific in ([False, True] if sm == 90 else [False]):
+            size = sizes[int(rng.integers(len(sizes)))]
+            arrangement = arrangements[int(rng.integers(len(arrangements)))]
+            yield pytest.param(abc, size, arrangement, specific, id=(
+                f"{abc[0].name}x{abc[1].name}-{abc[2].name}-{'x'.join(map(str, size))}-"
+                f"{''.join(o.name[0] for o in arrangement)}{'-sm90a' if specific else ''}"))
+
+
+def sampled_descriptor(sm: int, types, size, arrangement, arch_specific: bool) -> bx.Descriptor:
+    """The block GEMM of a :func:`sampled_cases` param on a GPU of ``sm``; skips where it is not supported."""
+    desc = (bx.Size(*size) + bx.Precision(*types) + bx.Function.MM + bx.Arrangement(*arrangement)
+            + bx.SM(sm, arch_specific=arch_specific) + bx.Block())
+    if not desc.is_supported:
+        pytest.skip(f"{desc!r} is not supported here")
+    return desc
+
+
+def gemm_operands(desc: bx.Descriptor, rng, batch: int, beta, a_batch: int | None = None, b_batch: int | None = None,
+                  fill=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Random host A (a_batch or batch, M, K), B (b_batch or batch, K, N) and C (batch, M, N) of
+    ``desc``'s types drawn from ``rng``; C full of ``fill`` (default :func:`poison`) when beta is 0:
+    it must not be read."""
+    m, n, k = desc.size
+    (a_t, b_t, c_t), cplx = desc.precision, desc.is_complex
+    a_host = random_operand(a_t, (a_batch or batch, m, k), rng, is_complex=cplx)
+    b_host = random_operand(b_t, (b_batch or batch, k, n), rng, is_complex=cplx)
+    c_host = random_operand(c_t, (batch, m, n), rng, is_complex=cplx)
+    if beta == 0:
+        c_host[...] = poison(c_t) if fill is None else fill
+    return a_host, b_host, c_host
+
+
+def tight_operands(desc: bx.Descriptor, *hosts: np.ndarray) -> list:
+    """CUDA views of host A, B, C in ``desc``'s arrangement, each problem stored densely (its leading
+    dimension the inner extent)."""
+    m, n, k = desc.size
+    arr = desc.arrangement
+    inner = ((arr.a, k, m), (arr.b, n, k), (arr.c, n, m))
+    return [strided_operand(host, value_type(t, desc.is_complex), order is bx.row_major, row if order is bx.row_major
+                            else col) for host, t, (order, row, col) in zip(hosts, desc.precision, inner)]
 
 
 def value_type(dtype: dt.DType, is_complex: bool) -> dt.DType:
