@@ -78,6 +78,11 @@ def torch_to_host(tensor, value: dt.DType) -> np.ndarray:
     return raw.view(value.host_dtype)
 
 
+def type_id(value: Any) -> str:
+    """A test parameter's id: a blasdx type's name, anything else as str()."""
+    return value.name if isinstance(value, dt.DType) else str(value)
+
+
 def stable_seed(*parts: Any) -> int:
     """A seed from a test's parameters that is the same in every process (``hash()`` of a str is
     not, under PYTHONHASHSEED): CRC-32 of their repr. Print it with any failure it leads to."""
