@@ -18,6 +18,8 @@ from blasdx.reference import assert_close, gemm_scale, reference_gemm, rounding,
 
 from .gpu_support import gemm_operands, require_gpu, sampled_cases, sampled_descriptor, stable_seed
 from .numba_support import numba_cuda
+
+from blasdx.numba import as_bits  # noqa: E402 - after numba_support, which skips without numba-cuda
 from .test_numba import register_api_kernel, shared_api_kernel
 
 pytestmark = pytest.mark.gpu
@@ -38,15 +40,6 @@ ARRANGEMENTS = [(R, C, C), (C, R, R), (R, R, R), (C, C, C)]
 @pytest.fixture(scope="module")
 def sm() -> int:
     return require_gpu()
-
-
-def _bits(host: np.ndarray) -> np.ndarray:
-    """What a Numba device array of ``host`` holds: bf16 and fp8 as their bits."""
-    if host.dtype.name == "bfloat16":
-        return host.view(np.uint16)
-    if host.dtype.itemsize == 1 and host.dtype.kind not in "iu":
-        return host.view(np.uint8)
-    return host
 
 
 def _storage(host: np.ndarray, row_major: bool) -> np.ndarray:
@@ -84,9 +77,9 @@ def run_case(desc: bx.Descriptor, api: str, alpha, beta, batch: int = 29) -> Non
     cplx = desc.is_complex
     ra, rb, rc = (o is R for o in (desc.arrangement.a, desc.arrangement.b, desc.arrangement.c))
     a_host, b_host, c_host = gemm_operands(desc, rng, batch, beta)
-    a = cuda.to_device(_bits(_storage(a_host, ra)))
-    b = cuda.to_device(_bits(_storage(b_host, rb)))
-    c = cuda.to_device(_bits(_storage(c_host, rc)))
+    a = cuda.to_device(as_bits(_storage(a_host, ra)))
+    b = cuda.to_device(as_bits(_storage(b_host, rb)))
+    c = cuda.to_device(as_bits(_storage(c_host, rc)))
     make = {"shared": shared_api_kernel, "register": register_api_kernel,
             "positions": lambda d: register_api_kernel(d, positions=True),
             "index": lambda d: register_api_kernel(d, positions="index")}[api]
