@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import runpy
+import sys
 import zlib
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import ml_dtypes
@@ -14,6 +17,9 @@ import pytest
 import blasdx as bx
 from blasdx import dtypes as dt
 from blasdx.reference import random_operand
+
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
 @functools.cache
@@ -302,3 +308,18 @@ def poison(value: dt.DType) -> float | int:
 
 def ml_complex32():
     return ml_dtypes.complex32
+
+
+def run_example(name: str, *args: str) -> Any:
+    """Run examples/<name>.py in this process as ``python examples/<name>.py ARGS`` does (examples/ first on
+    sys.path: gpu_device.py importable); its exit code."""
+    path = EXAMPLES / f"{name}.py"
+    argv, search = sys.argv, list(sys.path)
+    sys.argv = [str(path), *args]
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        with pytest.raises(SystemExit) as done:
+            runpy.run_path(str(path), run_name="__main__")
+    finally:
+        sys.argv, sys.path[:] = argv, search
+    return done.value.code

@@ -17,6 +17,7 @@ from blasdx.reference import assert_gemm_close, rounding, tolerance
 from .gpu_support import (
     gemm_operands,
     require_gpu,
+    run_example,
     sampled_cases,
     sampled_descriptor,
     stable_seed,
@@ -93,17 +94,4 @@ def test_entry_points_match_the_float64_reference(sm, types, size, arrangement, 
 
 
 def test_the_cuda_core_example_runs(sm):
-    import runpy
-    import sys
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parent.parent / "examples" / "ltoir_cuda_core.py"
-    argv, search = sys.argv, list(sys.path)
-    sys.argv = [str(path), "--batch", "20000"]
-    sys.path.insert(0, str(path.parent))  # as `python examples/ltoir_cuda_core.py` has it: gpu_device.py importable
-    try:
-        with pytest.raises(SystemExit) as done:
-            runpy.run_path(str(path), run_name="__main__")
-    finally:
-        sys.argv, sys.path[:] = argv, search
-    assert done.value.code == 0
+    assert run_example("ltoir_cuda_core", "--batch", "20000") == 0

@@ -5,9 +5,6 @@ examples."""
 from __future__ import annotations
 
 import re
-import runpy
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,7 +13,7 @@ import blasdx as bx
 from blasdx import dtypes as dt
 from blasdx.reference import assert_close, gemm_scale, reference_gemm, rounding, tolerance
 
-from .gpu_support import gemm_operands, require_gpu, sampled_cases, sampled_descriptor, stable_seed
+from .gpu_support import gemm_operands, require_gpu, run_example, sampled_cases, sampled_descriptor, stable_seed
 from .numba_support import numba_cuda
 
 from blasdx.numba import as_bits  # noqa: E402 - after numba_support, which skips without numba-cuda
@@ -25,7 +22,6 @@ from .test_numba import register_api_kernel, shared_api_kernel
 pytestmark = pytest.mark.gpu
 cuda = numba_cuda
 R, C = bx.row_major, bx.col_major
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 TYPES = [
     (dt.float16, dt.float16, dt.float32), (dt.float16, dt.float16, dt.float16), (dt.bfloat16, dt.bfloat16, dt.float32),
@@ -132,14 +128,6 @@ def test_complex_gemms_in_numba_kernels_match_float64(sm, real):
         run_case(desc, "register", complex(-1.0, 0.5), 0)
 
 
-@pytest.mark.parametrize("example", ["numba_gemm.py", "numba_attention.py"])
+@pytest.mark.parametrize("example", ["numba_gemm", "numba_attention"])
 def test_examples_run(sm, example):
-    path = EXAMPLES / example
-    argv = sys.argv
-    sys.argv = [str(path), "--quick"]
-    try:
-        with pytest.raises(SystemExit) as done:
-            runpy.run_path(str(path), run_name="__main__")
-    finally:
-        sys.argv = argv
-    assert done.value.code == 0
+    assert run_example(example, "--quick") == 0
