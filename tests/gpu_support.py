@@ -261,8 +261,8 @@ def sampled_descriptor(sm: int, types, size, arrangement, arch_specific: bool) -
     return desc
 
 
-def gemm_operands(desc: bx.Descriptor, rng, batch: int, beta, a_batch: int | None = None, b_batch: int | None = None,
-                  fill=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def gemm_operands(desc: bx.Descriptor, rng, batch: int, beta=1, a_batch: int | None = None,
+                  b_batch: int | None = None, fill=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Random host A (a_batch or batch, M, K), B (b_batch or batch, K, N) and C (batch, M, N) of
     ``desc``'s types drawn from ``rng``; C full of ``fill`` (default :func:`poison`) when beta is 0:
     it must not be read."""
