@@ -4,12 +4,10 @@
 # check_norm; reference.assert_gemm_close; blasdx.numba.as_bits), one pass over each caller. Runs from
 # the repository root with $LOGS set; the carried wheels (as numba.sh) give numba-cuda a numpy it
 # imports under. Budget: $HELPERS_JOB_SECONDS (default 420); NVRTC dominates a cold run.
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH=$PWD:/tmp/site LD_LIBRARY_PATH=/tmp/site/nvidia/cu13/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-set -uo pipefail
-logs="${LOGS:-gpu-logs}"; mkdir -p "$logs"
-export BLASDX_CACHE_DIR="${BLASDX_CACHE_DIR:-/tmp/blasdx-cache-helpers}" PYTHONUNBUFFERED=1
+# budget: 430
+. .ci/numba-site
+. .ci/job-env helpers
 budget="${HELPERS_JOB_SECONDS:-420}"
-start=$SECONDS
 timeout "$(( budget - 4 ))" python3 -m pytest -m gpu -q -rfE --tb=short -n 8 -p no:cacheprovider \
   tests/test_gpu_ltoir.py tests/test_gpu_numba.py tests/test_gpu_engine_splitk.py tests/test_gpu_engine_transpose.py \
   tests/test_gpu_mantissa_bits.py tests/test_gpu_wgmma_fusion.py \
