@@ -46,9 +46,13 @@ from pathlib import Path
 
 import numpy as np
 
-import blasdx as bx
-from blasdx import dtypes as dt
-from blasdx.reference import (
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import batched  # noqa: E402  (the block-level benchmarks' table of cases)
+
+import blasdx as bx  # noqa: E402
+from blasdx import dtypes as dt  # noqa: E402
+from blasdx.reference import (  # noqa: E402
     assert_close,
     gemm_scale,
     random_operand,
@@ -57,16 +61,8 @@ from blasdx.reference import (
     tolerance,
 )
 
-TYPES = {
-    "f16->f32": (dt.float16, dt.float16, dt.float32),
-    "f16->f16": (dt.float16, dt.float16, dt.float16),
-    "bf16->f32": (dt.bfloat16, dt.bfloat16, dt.float32),
-    "tf32->f32": (dt.tfloat32, dt.tfloat32, dt.float32),
-    "f32": (dt.float32, dt.float32, dt.float32),
-    "f64": (dt.float64, dt.float64, dt.float64),
-    "int8->int32": (dt.int8, dt.int8, dt.int32),
-    "e4m3->f32": (dt.float8_e4m3, dt.float8_e4m3, dt.float32),
-}
+#: batched.py's cases less those stating MantissaBits (blasdx-only schemes nvmath.device has no counterpart of)
+TYPES = {name: abc for name, abc in batched.TYPES.items() if name not in batched.MANTISSA_BITS}
 SIZES = [(32, 32, 32), (64, 64, 64), (128, 128, 64), (128, 128, 128)]
 QUICK = [("f16->f32", (64, 64, 64)), ("f16->f32", (128, 128, 64)), ("f64", (64, 64, 64)), ("f32", (64, 64, 64)),
          ("bf16->f32", (64, 64, 64)), ("int8->int32", (64, 64, 64)), ("e4m3->f32", (64, 64, 64)),
@@ -76,15 +72,6 @@ NVMATH = {"float16": np.float16, "float32": np.float32, "float64": np.float64, "
 RESULTS = Path(__file__).resolve().parent / "results" / "numba_gemm.json"
 ARRANGEMENT = (bx.row_major, bx.row_major, bx.row_major)
 CHECK_REPEATS = 3  # the checked run of the compute kind accumulates a few times: C = 3 A B
-
-
-def bits(host: np.ndarray) -> np.ndarray:
-    """What a Numba device array holds for ``host``: bf16 and fp8 as their bits."""
-    if host.dtype.name == "bfloat16":
-        return host.view(np.uint16)
-    if host.dtype.itemsize == 1 and host.dtype.kind not in "iu":
-        return host.view(np.uint8)
-    return host
 
 
 def descriptor(case: str, size, sm: int, kind: str) -> bx.Descriptor:
@@ -230,6 +217,8 @@ class Operands:
     def __init__(self, case: str, size, kind: str, blocks: int, rng: np.random.Generator) -> None:
         from numba import cuda
 
+        from blasdx.numba import as_bits
+
         m, n, k = size
         a_t, b_t, c_t = TYPES[case]
         batch = 1 if kind == "compute" else blocks
@@ -237,9 +226,9 @@ class Operands:
         self.b = random_operand(b_t, (batch, k, n), rng)
         self.c_type = c_t
         self.blocks = blocks
-        self.host = (bits(self.a[0] if kind == "compute" else self.a), bits(self.b[0] if kind == "compute" else self.b))
+        self.host = tuple(as_bits(h[0] if kind == "compute" else h) for h in (self.a, self.b))
         self.da, self.db = (cuda.device_array(h.shape, h.dtype) for h in self.host)  # filled by upload()
-        self.dc = cuda.device_array((blocks, m, n), dtype=bits(np.zeros(1, c_t.host_dtype)).dtype)
+        self.dc = cuda.device_array((blocks, m, n), dtype=as_bits(np.zeros(1, c_t.host_dtype)).dtype)
 
     def upload(self) -> None:
         """A and B to the GPU (under the GPU lock: copies would disturb another task's timing)."""

@@ -286,6 +286,14 @@ def gemm_scale(a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None, alpha:
 MARGINS: list[tuple[str, float]] = []
 
 
+def assert_gemm_close(got: np.ndarray, a: np.ndarray, b: np.ndarray, c: np.ndarray | None, alpha: Any, beta: Any,
+                      tol: float, what: str = "C", rounding: float = 0.0) -> None:
+    """:func:`assert_close` of ``got`` against ``alpha * a @ b + beta * c`` (:func:`reference_gemm`), every
+    element within ``tol`` of its own :func:`gemm_scale`: the check of one GEMM's result."""
+    assert_close(got, reference_gemm(a, b, c, alpha, beta), tol, what, scale=gemm_scale(a, b, c, alpha, beta),
+                 rounding=rounding)
+
+
 def assert_close(got: np.ndarray, ref: np.ndarray, tol: float, what: str = "C",
                  scale: np.ndarray | None = None, rounding: float = 0.0) -> None:
     """Raise AssertionError naming ``what`` unless every element of ``got`` is within ``tol`` of ``ref``.

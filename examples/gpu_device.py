@@ -1,4 +1,4 @@
-"""The current GPU's SM (through cuda.core or PyTorch) and a descriptor's compile report, shared by the examples."""
+"""The current GPU's SM (through cuda.core, PyTorch or Numba) and a descriptor's compile report, for the examples."""
 
 from __future__ import annotations
 
@@ -38,3 +38,16 @@ def torch_sm() -> int | None:
         return None
     major, minor = torch.cuda.get_device_capability()
     return 10 * major + minor
+
+
+def numba_sm() -> int | None:
+    """Compute capability of Numba's current GPU (e.g. 90), or None when there is none."""
+    try:
+        from numba import cuda
+
+        if not cuda.is_available():
+            return None
+        major, minor = cuda.get_current_device().compute_capability
+        return 10 * major + minor
+    except Exception:  # noqa: BLE001 - no driver or no device
+        return None

@@ -22,18 +22,6 @@ import blasdx.numba
 from blasdx.reference import assert_close, random_operand, tolerance
 
 
-def device_sm() -> int | None:
-    try:
-        from numba import cuda
-
-        if not cuda.is_available():
-            return None
-        major, minor = cuda.get_current_device().compute_capability
-        return 10 * major + minor
-    except Exception:  # noqa: BLE001 - no driver or no device
-        return None
-
-
 def descriptors(seq: int, dim: int, sm: int) -> tuple[bx.Descriptor, bx.Descriptor]:
     """S = Q K^T (K stored (seq, dim): K^T is column-major) and O = P V (all row-major), on the same threads."""
     common = bx.Precision(bx.float16, bx.float16, bx.float32) + bx.Function.MM + bx.SM(sm) + bx.Block() \
@@ -98,7 +86,9 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="fewer heads (for tests)")
     args = parser.parse_args()
     heads = 256 if args.quick else args.heads
-    sm = device_sm()
+    from gpu_device import numba_sm  # examples/ is on sys.path when run as a script
+
+    sm = numba_sm()
     S_GEMM, O_GEMM = descriptors(args.seq, args.dim, sm or 90)
     print(S_GEMM, O_GEMM, sep="\n")
     if sm is None:

@@ -24,19 +24,6 @@ import blasdx.numba
 from blasdx.reference import assert_close, random_operand, tolerance
 
 
-def device_sm() -> int | None:
-    """Compute capability of the current GPU (e.g. 90), or None when there is none."""
-    try:
-        from numba import cuda
-
-        if not cuda.is_available():
-            return None
-        major, minor = cuda.get_current_device().compute_capability
-        return 10 * major + minor
-    except Exception:  # noqa: BLE001 - no driver or no device
-        return None
-
-
 def make_kernel(GEMM: bx.Descriptor):
     from numba import cuda
     from numba.cuda.types import float16, float32
@@ -78,7 +65,9 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="a small batch (for tests)")
     args = parser.parse_args()
     batch, s = (2000 if args.quick else args.batch), args.size
-    sm = device_sm()
+    from gpu_device import numba_sm  # examples/ is on sys.path when run as a script
+
+    sm = numba_sm()
     GEMM = (bx.Size(s, s, s) + bx.Precision(bx.float16, bx.float16, bx.float32) + bx.Function.MM
             + bx.Arrangement(bx.row_major, bx.col_major, bx.row_major) + bx.MaxAlignment
             + bx.SM(sm or 90) + bx.Block())

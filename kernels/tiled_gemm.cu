@@ -67,24 +67,25 @@ __device__ __forceinline__ void load_tile(T* dst, const T* src, i64 ld, int oute
     });
 }
 
+// An operand's tile of K step k0 at M (or N) offset mn0 of an mn x k operand: rows of mn0 .. along
+// K (K_INNER: row-major A, column-major B), or rows of k0 .. along M (N).
+template <class T, int OUTER, int INNER, int LDS, int VEC_BYTES, bool K_INNER>
+__device__ __forceinline__ void load_operand(T* dst, const T* src, i64 ld, int mn, int k, int mn0, int k0, int tid) {
+    if constexpr (K_INNER) {
+        load_tile<T, OUTER, INNER, LDS, VEC_BYTES>(dst, src + i64(mn0) * ld + k0, ld, mn - mn0, k - k0, tid);
+    } else {
+        load_tile<T, OUTER, INNER, LDS, VEC_BYTES>(dst, src + i64(k0) * ld + mn0, ld, k - k0, mn - mn0, tid);
+    }
+}
+
 // The A and B tiles of K step k0 for the output tile at (m0, n0).
 __device__ __forceinline__ void load_stage(unsigned char* stage, const TA* a, const TB* b, int m, int n, int k,
                                            i64 lda, i64 ldb, int m0, int n0, int k0, int tid) {
     auto bufs = G::slice_shared_memory_ab(stage);
-    if constexpr (G::a_row_major) {  // rows of A run along K
-        load_tile<TA, G::a_outer, G::a_inner, G::lda, BLASDX_TILED_VEC_A>(bufs.a, a + i64(m0) * lda + k0, lda, m - m0,
-                                                                           k - k0, tid);
-    } else {
-        load_tile<TA, G::a_outer, G::a_inner, G::lda, BLASDX_TILED_VEC_A>(bufs.a, a + i64(k0) * lda + m0, lda, k - k0,
-                                                                           m - m0, tid);
-    }
-    if constexpr (G::b_row_major) {  // rows of B run along N
-        load_tile<TB, G::b_outer, G::b_inner, G::ldb, BLASDX_TILED_VEC_B>(bufs.b, b + i64(k0) * ldb + n0, ldb, k - k0,
-                                                                           n - n0, tid);
-    } else {
-        load_tile<TB, G::b_outer, G::b_inner, G::ldb, BLASDX_TILED_VEC_B>(bufs.b, b + i64(n0) * ldb + k0, ldb, n - n0,
-                                                                           k - k0, tid);
-    }
+    load_operand<TA, G::a_outer, G::a_inner, G::lda, BLASDX_TILED_VEC_A, G::a_row_major>(bufs.a, a, lda, m, k, m0, k0,
+                                                                                           tid);
+    load_operand<TB, G::b_outer, G::b_inner, G::ldb, BLASDX_TILED_VEC_B, !G::b_row_major>(bufs.b, b, ldb, n, k, n0, k0,
+                                                                                            tid);
 }
 
 }  // namespace tiled

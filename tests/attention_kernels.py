@@ -61,10 +61,8 @@ row_stats(const GEMM::a_value_type* a, const GEMM::b_value_type* b, float* row_m
 }
 """
 
-CHAIN = r"""
-using T = G1::a_value_type;
-extern "C" __global__ void __launch_bounds__(G1::max_threads_per_block, 1)
-chain(const T* a, const T* b1, const T* b2, float* o) {
+#: The chain kernels' start: A, B1 and B2 loaded into shared memory (B2's panels 1024-byte aligned after B1).
+_CHAIN_LOAD = r"""
     extern __shared__ __align__(16) unsigned char smem[];
     auto [sA, sB1] = G1::slice_shared_memory_ab(smem);
     unsigned char* end = reinterpret_cast<unsigned char*>(sB1) + G1::shared_b_bytes;
@@ -73,7 +71,12 @@ chain(const T* a, const T* b1, const T* b2, float* o) {
     G1::load_b<G1::b_inner>(b1, sB1);
     G2::load_b<G2::b_inner>(b2, sB2);  // tight rows: N for row-major B, K for column-major
     G1::copy_wait();
-    auto s = G1::execute(sA, sB1);
+"""
+
+CHAIN = r"""
+using T = G1::a_value_type;
+extern "C" __global__ void __launch_bounds__(G1::max_threads_per_block, 1)
+chain(const T* a, const T* b1, const T* b2, float* o) {""" + _CHAIN_LOAD + r"""    auto s = G1::execute(sA, sB1);
     G2::accumulator out;
     G2::execute(G2::a_registers(s), sB2, out);
     out.store(o);
@@ -84,16 +87,7 @@ chain(const T* a, const T* b1, const T* b2, float* o) {
 CHAIN_ASYNC = r"""
 using T = G1::a_value_type;
 extern "C" __global__ void __launch_bounds__(G1::max_threads_per_block, 1)
-chain(const T* a, const T* b1, const T* b2, float* o, float* s2_out) {
-    extern __shared__ __align__(16) unsigned char smem[];
-    auto [sA, sB1] = G1::slice_shared_memory_ab(smem);
-    unsigned char* end = reinterpret_cast<unsigned char*>(sB1) + G1::shared_b_bytes;
-    T* sB2 = reinterpret_cast<T*>(end + (1024 - blasdx::shared_address(end) % 1024) % 1024);  // G2's B panels
-    G1::load_a<G1::a_inner>(a, sA);
-    G1::load_b<G1::b_inner>(b1, sB1);
-    G2::load_b<G2::b_inner>(b2, sB2);  // tight rows: N for row-major B, K for column-major
-    G1::copy_wait();
-    G1::accumulator s;
+chain(const T* a, const T* b1, const T* b2, float* o, float* s2_out) {""" + _CHAIN_LOAD + r"""    G1::accumulator s;
     G1::execute_async(sA, sB1, s);
     G1::wait<0>(s);
     G2::a_registers p(s);

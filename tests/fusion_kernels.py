@@ -40,34 +40,20 @@ __device__ __forceinline__ Buffers load_ab(const GEMM::a_value_type* a, const GE
 #: by hand: row, col, is_valid, get, set, transform, for_each), ``user_fill`` (sA and sB filled
 #: with ordinary stores at a_index / b_index, then shared_fence()) and ``shared_api`` (the
 #: shared-memory execute with C in shared memory).
-KERNELS = {
+BODIES = {
     "register_api": r"""
-extern "C" __global__ void __launch_bounds__(MAX_THREADS)
-register_api(const GEMM::a_value_type* a, const GEMM::b_value_type* b, GEMM::c_value_type* c,
-             GEMM::scalar_value_type alpha, GEMM::scalar_value_type beta) {
-    extern __shared__ __align__(16) unsigned char smem[];
     auto [sA, sB] = load_ab(a, b, GEMM::slice_shared_memory_ab(smem));
     auto acc = GEMM::execute(sA, sB, A_OP, B_OP);
     acc.axpby(alpha, beta, c + blockIdx.x * C_STRIDE, GEMM::c_inner);
-}
 """,
     "twice": r"""
-extern "C" __global__ void __launch_bounds__(MAX_THREADS)
-twice(const GEMM::a_value_type* a, const GEMM::b_value_type* b, GEMM::c_value_type* c,
-             GEMM::scalar_value_type alpha, GEMM::scalar_value_type beta) {
-    extern __shared__ __align__(16) unsigned char smem[];
     auto [sA, sB] = load_ab(a, b, GEMM::slice_shared_memory_ab(smem));
     GEMM::accumulator acc;
     GEMM::execute(sA, sB, acc, A_OP, B_OP);
     GEMM::execute(sA, sB, acc, A_OP, B_OP);
     acc.axpby(alpha, beta, c + blockIdx.x * C_STRIDE, GEMM::c_inner);
-}
 """,
     "elements": r"""
-extern "C" __global__ void __launch_bounds__(MAX_THREADS)
-elements(const GEMM::a_value_type* a, const GEMM::b_value_type* b, GEMM::c_value_type* c,
-             GEMM::scalar_value_type alpha, GEMM::scalar_value_type beta) {
-    extern __shared__ __align__(16) unsigned char smem[];
     auto [sA, sB] = load_ab(a, b, GEMM::slice_shared_memory_ab(smem));
     const long long p = blockIdx.x;
     auto acc = GEMM::execute(sA, sB, A_OP, B_OP);
@@ -81,13 +67,8 @@ elements(const GEMM::a_value_type* a, const GEMM::b_value_type* b, GEMM::c_value
         }
     }
     acc.for_each([&](int row, int col, GEMM::accumulator_value_type v) { c[p * C_STRIDE + c_at(row, col)] = TC(v); });
-}
 """,
     "user_fill": r"""
-extern "C" __global__ void __launch_bounds__(MAX_THREADS)
-user_fill(const GEMM::a_value_type* a, const GEMM::b_value_type* b, GEMM::c_value_type* c,
-             GEMM::scalar_value_type alpha, GEMM::scalar_value_type beta) {
-    extern __shared__ __align__(16) unsigned char smem[];
     auto [sA, sB] = GEMM::slice_shared_memory_ab(smem);
     const long long p = blockIdx.x;
     for (int i = threadIdx.x; i < GEMM::m * GEMM::k; i += blockDim.x) {
@@ -102,22 +83,30 @@ user_fill(const GEMM::a_value_type* a, const GEMM::b_value_type* b, GEMM::c_valu
     __syncthreads();
     auto acc = GEMM::execute(sA, sB, A_OP, B_OP);
     acc.axpby(alpha, beta, c + p * C_STRIDE, GEMM::c_inner);
-}
 """,
     "shared_api": r"""
-extern "C" __global__ void __launch_bounds__(MAX_THREADS)
-shared_api(const GEMM::a_value_type* a, const GEMM::b_value_type* b, GEMM::c_value_type* c,
-             GEMM::scalar_value_type alpha, GEMM::scalar_value_type beta) {
-    extern __shared__ __align__(16) unsigned char smem[];
     auto buffers = GEMM::slice_shared_memory(smem);
     GEMM::load_c<GEMM::c_inner>(c + blockIdx.x * C_STRIDE, buffers.c);
     auto [sA, sB, sC] = load_ab(a, b, buffers);
     GEMM::execute(alpha, sA, sB, beta, sC, A_OP, B_OP);
     __syncthreads();
     GEMM::store_c<GEMM::c_inner>(sC, c + blockIdx.x * C_STRIDE);
-}
 """,
 }
+
+
+def _entry(name: str, body: str) -> str:
+    """Kernel ``name`` (a, b, c, alpha, beta: problem blockIdx.x of each), ``body`` its statements after the
+    dynamic shared memory's declaration."""
+    return (f"""
+extern "C" __global__ void __launch_bounds__(MAX_THREADS)
+{name}(const GEMM::a_value_type* a, const GEMM::b_value_type* b, GEMM::c_value_type* c,
+             GEMM::scalar_value_type alpha, GEMM::scalar_value_type beta) {{
+    extern __shared__ __align__(16) unsigned char smem[];
+""" + body.lstrip("\n") + "}\n")
+
+
+KERNELS = {name: _entry(name, body) for name, body in BODIES.items()}
 
 
 def source(*names: str) -> str:

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import runpy
+import sys
 import zlib
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import ml_dtypes
@@ -13,6 +16,10 @@ import pytest
 
 import blasdx as bx
 from blasdx import dtypes as dt
+from blasdx.reference import random_operand
+
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
 @functools.cache
@@ -75,6 +82,11 @@ def torch_to_host(tensor, value: dt.DType) -> np.ndarray:
     size = t.element_size()
     raw = t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[size]).numpy()
     return raw.view(value.host_dtype)
+
+
+def type_id(value: Any) -> str:
+    """A test parameter's id: a blasdx type's name, anything else as str()."""
+    return value.name if isinstance(value, dt.DType) else str(value)
 
 
 def stable_seed(*parts: Any) -> int:
@@ -223,6 +235,57 @@ def gemm_descriptor(row: dt.Combination, size, sm: int, arrangement=None, **extr
     return desc
 
 
+def sampled_cases(types, sizes, arrangements, seed: int):
+    """pytest params (types, size, arrangement, arch_specific) for each (A, B, C) of ``types`` that the GPU
+    (sm_90 without one) runs, generic and, on sm_90, sm_90a, each with a size and arrangement drawn from
+    ``seed``: every type on every run, the sizes and arrangements spread across the types."""
+    sm = gpu_sm() or 90
+    rng = np.random.default_rng(seed)
+    for abc in types:
+        if dt.find_combination(*abc, False).min_sm > sm:
+            continue
+        for specific in ([False, True] if sm == 90 else [False]):
+            size = sizes[int(rng.integers(len(sizes)))]
+            arrangement = arrangements[int(rng.integers(len(arrangements)))]
+            yield pytest.param(abc, size, arrangement, specific, id=(
+                f"{abc[0].name}x{abc[1].name}-{abc[2].name}-{'x'.join(map(str, size))}-"
+                f"{''.join(o.name[0] for o in arrangement)}{'-sm90a' if specific else ''}"))
+
+
+def sampled_descriptor(sm: int, types, size, arrangement, arch_specific: bool) -> bx.Descriptor:
+    """The block GEMM of a :func:`sampled_cases` param on a GPU of ``sm``; skips where it is not supported."""
+    desc = (bx.Size(*size) + bx.Precision(*types) + bx.Function.MM + bx.Arrangement(*arrangement)
+            + bx.SM(sm, arch_specific=arch_specific) + bx.Block())
+    if not desc.is_supported:
+        pytest.skip(f"{desc!r} is not supported here")
+    return desc
+
+
+def gemm_operands(desc: bx.Descriptor, rng, batch: int, beta=1, a_batch: int | None = None,
+                  b_batch: int | None = None, fill=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Random host A (a_batch or batch, M, K), B (b_batch or batch, K, N) and C (batch, M, N) of
+    ``desc``'s types drawn from ``rng``; C full of ``fill`` (default :func:`poison`) when beta is 0:
+    it must not be read."""
+    m, n, k = desc.size
+    (a_t, b_t, c_t), cplx = desc.precision, desc.is_complex
+    a_host = random_operand(a_t, (a_batch or batch, m, k), rng, is_complex=cplx)
+    b_host = random_operand(b_t, (b_batch or batch, k, n), rng, is_complex=cplx)
+    c_host = random_operand(c_t, (batch, m, n), rng, is_complex=cplx)
+    if beta == 0:
+        c_host[...] = poison(c_t) if fill is None else fill
+    return a_host, b_host, c_host
+
+
+def tight_operands(desc: bx.Descriptor, *hosts: np.ndarray) -> list:
+    """CUDA views of host A, B, C in ``desc``'s arrangement, each problem stored densely (its leading
+    dimension the inner extent)."""
+    m, n, k = desc.size
+    arr = desc.arrangement
+    inner = ((arr.a, k, m), (arr.b, n, k), (arr.c, n, m))
+    return [strided_operand(host, value_type(t, desc.is_complex), order is bx.row_major, row if order is bx.row_major
+                            else col) for host, t, (order, row, col) in zip(hosts, desc.precision, inner)]
+
+
 def value_type(dtype: dt.DType, is_complex: bool) -> dt.DType:
     return dt.complex_of(dtype) if is_complex else dtype
 
@@ -245,3 +308,18 @@ def poison(value: dt.DType) -> float | int:
 
 def ml_complex32():
     return ml_dtypes.complex32
+
+
+def run_example(name: str, *args: str) -> Any:
+    """Run examples/<name>.py in this process as ``python examples/<name>.py ARGS`` does (examples/ first on
+    sys.path: gpu_device.py importable); its exit code."""
+    path = EXAMPLES / f"{name}.py"
+    argv, search = sys.argv, list(sys.path)
+    sys.argv = [str(path), *args]
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        with pytest.raises(SystemExit) as done:
+            runpy.run_path(str(path), run_name="__main__")
+    finally:
+        sys.argv, sys.path[:] = argv, search
+    return done.value.code

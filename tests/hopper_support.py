@@ -14,7 +14,8 @@ import blasdx as bx
 from blasdx import arrays
 from blasdx import dtypes as dt
 from blasdx.calls import matmul as array_gemm
-from blasdx.reference import MARGINS
+from blasdx.engine import hopper
+from blasdx.reference import MARGINS, tolerance
 
 from .gpu_support import require_gpu, torch_dtype
 
@@ -65,6 +66,14 @@ def engine_call(torch, x, y, acc, out, c: dt.DType, a: dt.DType | None = None, a
     """out = alpha * x @ y + beta * acc through the engine itself (whatever path bx.mma would pick
     for these operands), on ``stream`` (a torch stream; None: the current one); the engine plan.
     ``a`` relabels x and y (tf32 on float32 storage)."""
+    engine = engine_plan(x, y, out, c, a, config, splits, fast, scheme)
+    run_again(engine, x, y, acc, out, alpha, beta, a, stream)
+    return engine
+
+
+def engine_plan(x, y, out, c: dt.DType, a: dt.DType | None = None, config=None, splits=None, fast: bool = False,
+                scheme: str | None = None):
+    """The engine's plan for out = x @ y (see :func:`engine_call`), asserted to exist; run it with :func:`run_again`."""
     vx, vy = arrays.as_array(x, "x"), arrays.as_array(y, "y")
     if a is not None:
         vx, vy = vx._replace(dtype=a), vy._replace(dtype=a)
@@ -78,7 +87,6 @@ def engine_call(torch, x, y, acc, out, c: dt.DType, a: dt.DType | None = None, a
     engine, reason = array_gemm._engine_plan(vx, vy, mx, my, c, mx.rows, my.cols, mx.cols, batch, device, vout,
                                              config, splits, **extra)
     assert engine is not None, reason
-    run_again(engine, x, y, acc, out, alpha, beta, a, stream)
     return engine
 
 
@@ -140,5 +148,55 @@ def check_product(torch, got, x, y, tol: float, acc=None, alpha=1.0, beta=1.0, w
     return check(torch, got, ref, scale, tol, what, rounding)
 
 
+def check_norm(torch, got, x, y, a: dt.DType, c: dt.DType, acc=None, alpha=1.0, beta=1.0, what: str = "") -> None:
+    """``got`` against alpha * x @ y + beta * acc in float64: equal for int32 results, else no NaN and a
+    relative error (Frobenius norm) within the engine's allowance for ``a`` -> ``c`` (f32 accumulation,
+    promoted fp8)."""
+    ref = alpha * torch.matmul(x.to(torch.float64), y.to(torch.float64))
+    if acc is not None:
+        ref = ref + beta * acc.to(torch.float64)
+    out = got.to(torch.float64)
+    if c == dt.int32:
+        bad = int((out != ref).sum().item())
+        assert bad == 0, f"{what}: {bad} elements differ from the exact product"
+        return
+    err = norm_error(torch, out, ref, what)
+    tol = tolerance(a, c, max(x.shape[-1], 1), dt.float32, "wgmma", hopper.promotion_of(a) or None)
+    assert err <= tol, f"{what}: relative error {err:.3e} > {tol:.1e}"
+
+
+def norm_error(torch, got, ref, what: str = "") -> float:
+    """|got - ref| / |ref| in the Frobenius norm (|ref| 0 counts as 1), after checking ``got`` has no NaN."""
+    out = got.to(torch.float64)
+    assert not torch.isnan(out).any(), f"{what}: NaN in the result (an element was never written)"
+    scale = torch.linalg.norm(ref).item()
+    return torch.linalg.norm(out - ref).item() / (scale if scale > 0 else 1.0)
+
+
 def _first(torch, mask) -> tuple[int, ...]:
     return tuple(int(i) for i in torch.nonzero(mask)[0].tolist())
+
+
+#: A user kernel around bx.DeviceGemm: D = s * (A @ B) through its epilogue hook; VALUE is the
+#: epilogue's value type (float, or int for 8-bit integers).
+_SCALED_KERNEL = r"""
+struct Scale {
+    VALUE s;
+    __device__ void value(const blasdx::hopper::Work&, int, int, VALUE& v0, VALUE& v1) const { v0 *= s; v1 *= s; }
+};
+extern "C" __global__ void __launch_bounds__(LINEAR::threads, 1)
+scaled(const __grid_constant__ blasdx::hopper::TensorMap map_a, const __grid_constant__ blasdx::hopper::TensorMap map_b,
+       const __grid_constant__ blasdx::hopper::TensorMap map_d, VALUE s, int m, int n, int k, int batch) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    using G = LINEAR::gemm;
+    const G::Sched sched(m, n, k, batch, 1);
+    G::run(smem, &map_a, &map_b, sched, batch > 1, batch > 1,
+           blasdx::hopper::StageThroughShared<LINEAR::c_type, Scale>{&map_d, Scale{s}});
+}
+"""
+
+
+def scaled_kernel(dg, integral: bool = False):
+    """The compiled ``scaled`` kernel (map_a, map_b, map_d, s, m, n, k, batch) around DeviceGemm ``dg``:
+    D = s * (A @ B), s an int for 8-bit integers, else a float."""
+    return bx.compile_kernel(_SCALED_KERNEL.replace("VALUE", "int" if integral else "float"), "scaled", {"LINEAR": dg})

@@ -33,12 +33,17 @@ C64, C128 = np.complex64, np.complex128
 def host_expand(host_gpu, monkeypatch):  # noqa: F811
     """The expansion kernel's formula on host memory: B^[2k:2k+2, 2n:2n+2] = [[re, im], [-im, re]]."""
 
-    def expand(device_id, sm, stream, part, src, dst, rows, cols, src_strides, dst_ld, dst_batch, batch):
-        host_gpu["expand"] = host_gpu.get("expand", 0) + 1
+    def sources(part, src, rows, cols, src_strides, batch):
+        """The real type and each problem's complex source matrix (host views of the fake device memory)."""
         real = np.dtype(part.host_dtype)
         cplx = np.complex64 if real == np.float32 else np.complex128
-        for p in range(batch):
-            b = at(src + p * src_strides[2] * real.itemsize * 2, (rows, cols), src_strides[:2], cplx)
+        return real, [at(src + p * src_strides[2] * real.itemsize * 2, (rows, cols), src_strides[:2], cplx)
+                      for p in range(batch)]
+
+    def expand(device_id, sm, stream, part, src, dst, rows, cols, src_strides, dst_ld, dst_batch, batch):
+        host_gpu["expand"] = host_gpu.get("expand", 0) + 1
+        real, problems = sources(part, src, rows, cols, src_strides, batch)
+        for p, b in enumerate(problems):
             t = at(dst + p * dst_batch * real.itemsize, (2 * rows, 2 * cols), (1, dst_ld), real)
             t[0::2, 0::2], t[1::2, 0::2] = b.real, -b.imag
             t[0::2, 1::2], t[1::2, 1::2] = b.imag, b.real
@@ -47,10 +52,8 @@ def host_expand(host_gpu, monkeypatch):  # noqa: F811
 
     def planes(device_id, sm, stream, part, src, dst, rows, cols, src_strides, dst_strides, plane, batch):
         host_gpu["planes"] = host_gpu.get("planes", 0) + 1
-        real = np.dtype(part.host_dtype)
-        cplx = np.complex64 if real == np.float32 else np.complex128
-        for p in range(batch):
-            b = at(src + p * src_strides[2] * real.itemsize * 2, (rows, cols), src_strides[:2], cplx)
+        real, problems = sources(part, src, rows, cols, src_strides, batch)
+        for p, b in enumerate(problems):
             for i, values in enumerate((b.real, b.imag, b.real + b.imag)):
                 at(dst + (p * dst_strides[2] + i * plane) * real.itemsize, (rows, cols), dst_strides[:2],
                    real)[...] = values

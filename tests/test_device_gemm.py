@@ -17,23 +17,7 @@ from blasdx.errors import DescriptorError, ExecutionError
 
 from .tma_rules import FakeEncoder
 from .array_views import views
-
-
-SOURCE = r"""
-struct Scale {
-    float s;
-    __device__ void value(const blasdx::hopper::Work&, int, int, float& v0, float& v1) const { v0 *= s; v1 *= s; }
-};
-extern "C" __global__ void __launch_bounds__(LINEAR::threads, 1)
-scaled(const __grid_constant__ blasdx::hopper::TensorMap map_a, const __grid_constant__ blasdx::hopper::TensorMap map_b,
-       const __grid_constant__ blasdx::hopper::TensorMap map_d, float s, int m, int n, int k) {
-    extern __shared__ __align__(16) unsigned char smem[];
-    using G = LINEAR::gemm;
-    const G::Sched sched(m, n, k, 1, 1);
-    G::run(smem, &map_a, &map_b, sched, false, false,
-           blasdx::hopper::StageThroughShared<LINEAR::c_type, Scale>{&map_d, Scale{s}});
-}
-"""
+from .hopper_support import scaled_kernel
 
 
 view = views(dt.float16)[0]
@@ -77,22 +61,22 @@ def test_traits_follow_the_engine_rule():
 @pytest.mark.parametrize("c", [bx.float16, bx.bfloat16, bx.float32])
 def test_fused_kernel_compiles_to_wgmma_and_tma(c):
     dg = bx.DeviceGemm(bx.bfloat16, c, bx.row_major, bx.col_major)
-    kernel = bx.compile_kernel(SOURCE, "scaled", {"LINEAR": dg})
+    kernel = scaled_kernel(dg)
     assert kernel.block == (384, 1, 1) and kernel.shared_memory == dg.shared_memory
     assert kernel.local_memory == 0
     sass = kernel.compiled.sass()
     for op in ("HGMMA.64x256x16.F32.BF16", "UTMALDG", "UTMASTG", "USETMAXREG"):
         assert op in sass
-    assert [p.tensor_map for p in kernel.params] == [True, True, True, False, False, False, False]
+    assert [p.tensor_map for p in kernel.params] == [True, True, True, False, False, False, False, False]
     assert "struct LINEAR {" in bx.header({"LINEAR": dg}).text
 
 
 def test_tensor_map_arguments_are_checked():
     dg = bx.DeviceGemm(bx.float16, bx.float16, bx.row_major, bx.col_major)
-    kernel = bx.compile_kernel(SOURCE, "scaled", {"LINEAR": dg})
+    kernel = scaled_kernel(dg)
     with pytest.raises(ExecutionError, match=r"args\[0\] \(map_a\): parameter `const __grid_constant__ "
                                              r"blasdx::hopper::TensorMap map_a` takes a tensor map"):
-        kernel.arguments((view((64, 64), dt.float16), None, None, 1.0, 1, 1, 1))
+        kernel.arguments((view((64, 64), dt.float16), None, None, 1.0, 1, 1, 1, 1))
 
 
 def test_tensor_maps_of_arrays(monkeypatch):
@@ -120,7 +104,7 @@ def test_tensor_maps_of_arrays(monkeypatch):
 
 def test_clustered_kernels_launch_in_whole_clusters():
     dg = bx.DeviceGemm(bx.float16, bx.float16, bx.row_major, bx.col_major, hopper.WIDE_CLUSTERS)
-    kernel = bx.compile_kernel(SOURCE, "scaled", {"LINEAR": dg})
+    kernel = scaled_kernel(dg)
     with pytest.raises(ExecutionError, match=r"grid: \(3, 1, 1\) does not group into clusters of 2 blocks"):
         kernel._setup(3, None, None)
 
@@ -137,23 +121,6 @@ def test_prelude_matches_the_engine_source():
             assert line in text
 
 
-INT_SOURCE = r"""
-struct Offset {  // int32 values: the accumulator's type for 8-bit integer inputs
-    int o;
-    __device__ void value(const blasdx::hopper::Work&, int, int, int& v0, int& v1) const { v0 += o; v1 += o; }
-};
-extern "C" __global__ void __launch_bounds__(LINEAR::threads, 1)
-offset(const __grid_constant__ blasdx::hopper::TensorMap map_a, const __grid_constant__ blasdx::hopper::TensorMap map_b,
-       const __grid_constant__ blasdx::hopper::TensorMap map_d, int o, int m, int n, int k) {
-    extern __shared__ __align__(16) unsigned char smem[];
-    using G = LINEAR::gemm;
-    const G::Sched sched(m, n, k, 1, 1);
-    G::run(smem, &map_a, &map_b, sched, false, false,
-           blasdx::hopper::StageThroughShared<LINEAR::c_type, Offset>{&map_d, Offset{o}});
-}
-"""
-
-
 @pytest.mark.parametrize(("a", "b", "c", "fast"), [
     (dt.float8_e4m3, dt.float8_e5m2, dt.bfloat16, False), (dt.float8_e5m2, None, dt.float16, True),
     (dt.int8, dt.uint8, dt.int32, False),
@@ -163,8 +130,7 @@ def test_eight_bit_fused_kernels(a, b, c, fast):
     dg = bx.DeviceGemm(a, c, bx.row_major, bx.col_major, b=b, fast_accumulation=fast)
     assert dg.config.bk == 128 and dg.config.promotion == (0 if fast or a.integral else 128)
     assert dg.b_value_type == (b or a) and dg.scalar_type == (dt.int32 if a.integral else dt.float32)
-    kernel = bx.compile_kernel(INT_SOURCE if a.integral else SOURCE, "offset" if a.integral else "scaled",
-                               {"LINEAR": dg})
+    kernel = scaled_kernel(dg, a.integral)
     sass = kernel.compiled.sass()
     names = {"float8_e4m3": "E4M3", "float8_e5m2": "E5M2", "int8": "S8", "uint8": "U8"}
     opcode = "IGMMA" if a.integral else "QGMMA"

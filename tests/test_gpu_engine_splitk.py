@@ -11,12 +11,10 @@ from __future__ import annotations
 import pytest
 
 from blasdx import dtypes as dt
-from blasdx.calls import matmul as array_gemm
 from blasdx.engine import hopper
-from blasdx.reference import tolerance
 
-from .gpu_support import torch_dtype
-from .hopper_support import hopper_torch
+from .gpu_support import torch_dtype, type_id
+from .hopper_support import check_norm, engine_plan, hopper_torch, run_again
 
 pytestmark = pytest.mark.gpu
 
@@ -40,42 +38,6 @@ def _poisoned(torch, shape, c: dt.DType):
     return torch.full(shape, -7 if c == dt.int32 else float("nan"), device="cuda", dtype=torch_dtype(c))
 
 
-def _check(torch, got, x, y, a, c, acc=None, alpha=1.0, beta=0.0, what=""):
-    ref = alpha * torch.matmul(x.to(torch.float64), y.to(torch.float64))
-    if acc is not None:
-        ref = ref + beta * acc.to(torch.float64)
-    out = got.to(torch.float64)
-    if c == dt.int32:
-        bad = int((out != ref).sum().item())
-        assert bad == 0, f"{what}: {bad} elements differ from the exact product"
-        return
-    assert not torch.isnan(out).any(), f"{what}: NaN in the result (an element was never written)"
-    err = (torch.linalg.norm(out - ref) / torch.linalg.norm(ref)).item()
-    tol = tolerance(a, c, x.shape[-1], dt.float32, "wgmma", hopper.promotion_of(a) or None)
-    assert err <= tol, f"{what}: relative error {err:.3e} > {tol:.1e}"
-
-
-def _plan(torch, x, y, out, a, c, config=None, splits=None):
-    from blasdx import arrays
-
-    vx, vy = arrays.as_array(x, "x")._replace(dtype=a), arrays.as_array(y, "y")._replace(dtype=a)
-    mx, my = array_gemm._matrix(vx, "x"), array_gemm._matrix(vy, "y")
-    batch = out.shape[0] if out.dim() == 3 else 1
-    device = array_gemm._device_info(out.device.index)
-    vout = arrays.as_array(out, "out")
-    engine, reason = array_gemm._engine_plan(vx, vy, mx, my, c, mx.rows, my.cols, mx.cols, batch, device, vout,
-                                             config, splits)
-    assert engine is not None, reason
-
-    def run(acc=None, alpha=1.0, beta=0.0):
-        handle = torch.cuda.current_stream().cuda_stream
-        core = arrays.as_core_stream(None, handle)
-        vacc = None if acc is None else arrays.as_array(acc, "acc")
-        engine.run(out.device.index, core, handle, vx, vy, vacc, vout, alpha, beta)
-
-    return engine, run
-
-
 #: (input, result, base configuration, splits): every type and configuration the fixup serves
 CASES = [(dt.bfloat16, dt.float32, "narrow", 3), (dt.float16, dt.float16, "pingpong", 4),
          (dt.float16, dt.float32, "wide clusters", 2), (dt.tfloat32, dt.float32, "square", 2),
@@ -83,23 +45,22 @@ CASES = [(dt.bfloat16, dt.float32, "narrow", 3), (dt.float16, dt.float16, "pingp
          (dt.int8, dt.int32, "pingpong", 2)]
 
 
-@pytest.mark.parametrize(("a", "c", "name", "splits"), CASES,
-                         ids=lambda v: v.name if isinstance(v, dt.DType) else str(v))
+@pytest.mark.parametrize(("a", "c", "name", "splits"), CASES, ids=type_id)
 def test_splits_every_type_and_configuration(torch, a, c, name, splits):
     gen = torch.Generator(device="cuda").manual_seed(splits * 17 + len(name))
     m, n, k = 200, 272, 128 * 40 // a.size + 48  # edge tiles in M, N and a partial last K step
     x, y = _operand(torch, (m, k), a, gen), _operand(torch, (k, n), a, gen, "C")
     out = _poisoned(torch, (m, n), c)
     config = hopper.replace(hopper.CONFIGS[name], bk=128 // a.size, promotion=hopper.promotion_of(a))
-    engine, run = _plan(torch, x, y, out, a, c, config, splits)
+    engine = engine_plan(x, y, out, c, a, config, splits)
     assert engine.splits == splits and engine.store_d is None, engine.describe()
     acc = _operand(torch, (m, n), c, gen)
     alpha, beta = (3.0, -2.0) if c != dt.int32 else (3, -2)
-    run(acc, alpha, beta)
-    _check(torch, out, x, y, a, c, acc, alpha, beta, f"{name} x{splits}: {engine.describe()}")
+    run_again(engine, x, y, acc, out, alpha, beta, a)
+    check_norm(torch, out, x, y, a, c, acc, alpha, beta, f"{name} x{splits}: {engine.describe()}")
     out.fill_(-7 if c == dt.int32 else float("nan"))
-    run()  # again: the first launch left every counter at zero
-    _check(torch, out, x, y, a, c, what=f"{name} x{splits} second call")
+    run_again(engine, x, y, None, out, 1.0, 0.0, a)  # again: the first launch left every counter at zero
+    check_norm(torch, out, x, y, a, c, what=f"{name} x{splits} second call")
 
 
 @pytest.mark.parametrize("m", [1, 17, 65, 130])
@@ -108,10 +69,10 @@ def test_rows_past_m_skip_the_exchange(torch, m):
     a, c = dt.bfloat16, dt.float32
     x, y = _operand(torch, (m, 4096), a, gen), _operand(torch, (4096, 1000), a, gen, "C")
     out = _poisoned(torch, (m, 1000), c)
-    engine, run = _plan(torch, x, y, out, a, c)
+    engine = engine_plan(x, y, out, c, a)
     assert engine.splits > 1, engine.describe()
-    run()
-    _check(torch, out, x, y, a, c, what=f"M = {m}: {engine.describe()}")
+    run_again(engine, x, y, None, out, 1.0, 0.0, a)
+    check_norm(torch, out, x, y, a, c, what=f"M = {m}: {engine.describe()}")
 
 
 def test_batches_and_broadcast(torch):
@@ -121,10 +82,10 @@ def test_batches_and_broadcast(torch):
         x = _operand(torch, (4, 40, 3000), a, gen)
         y = _operand(torch, (batch_y, 3000, 136), a, gen)
         out = _poisoned(torch, (4, 40, 136), c)
-        engine, run = _plan(torch, x, y, out, a, c)
+        engine = engine_plan(x, y, out, c, a)
         assert engine.splits > 1, engine.describe()
-        run()
-        _check(torch, out, x, y.expand(4, 3000, 136), a, c, what=f"batch, y batch {batch_y}: {engine.describe()}")
+        run_again(engine, x, y, None, out, 1.0, 0.0, a)
+        check_norm(torch, out, x, y.expand(4, 3000, 136), a, c, what=f"batch, y batch {batch_y}: {engine.describe()}")
 
 
 def test_graph_replays_reuse_the_counters(torch):
@@ -132,19 +93,19 @@ def test_graph_replays_reuse_the_counters(torch):
     a, c = dt.bfloat16, dt.float32
     x, y = _operand(torch, (16, 8192), a, gen), _operand(torch, (8192, 2048), a, gen, "C")
     out = _poisoned(torch, (16, 2048), c)
-    engine, run = _plan(torch, x, y, out, a, c)
+    engine = engine_plan(x, y, out, c, a)
     assert engine.splits > 1, engine.describe()
     stream = torch.cuda.Stream()
     with torch.cuda.stream(stream):
-        run()
+        run_again(engine, x, y, None, out, 1.0, 0.0, a)
     stream.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, stream=stream):
         for _ in range(3):
-            run()
+            run_again(engine, x, y, None, out, 1.0, 0.0, a)
     for _ in range(4):
         out.fill_(float("nan"))
         x.copy_(_operand(torch, (16, 8192), a, gen))  # fresh data each replay
         graph.replay()
         torch.cuda.synchronize()
-        _check(torch, out, x, y, a, c, what="graph replay")
+        check_norm(torch, out, x, y, a, c, what="graph replay")

@@ -18,8 +18,8 @@ from blasdx.calls import matmul as array_gemm
 from blasdx.engine import hopper
 from blasdx.reference import tolerance
 
-from .gpu_support import torch_dtype
-from .hopper_support import hopper_torch
+from .gpu_support import torch_dtype, type_id
+from .hopper_support import check_norm, engine_call, hopper_torch, norm_error
 
 pytestmark = pytest.mark.gpu
 
@@ -36,53 +36,13 @@ def _operand(torch, shape, a: dt.DType, gen):
     return (2 * torch.randn(shape, device="cuda", generator=gen)).to(torch_dtype(a))
 
 
-def _error(torch, got, ref) -> float:
-    out = got.to(torch.float64)
-    assert not torch.isnan(out).any(), "NaN in the result (an element was never written)"
-    scale = torch.linalg.norm(ref).item()
-    return torch.linalg.norm(out - ref).item() / (scale if scale > 0 else 1.0)
-
-
-def _check(torch, got, x, y, a: dt.DType, c: dt.DType, acc=None, what=""):
-    ref = torch.matmul(x.to(torch.float64), y.to(torch.float64))
-    if acc is not None:
-        ref = ref + acc.to(torch.float64)
-    if c == dt.int32:
-        bad = int((got.to(torch.float64) != ref).sum().item())
-        assert bad == 0, f"{what}: {bad} elements differ from the exact product"
-        return
-    k = x.shape[-1]
-    tol = tolerance(a, c, max(k, 1), dt.float32, "wgmma", hopper.promotion_of(a) or None)
-    err = _error(torch, got, ref)
-    assert err <= tol, f"{what}: relative error {err:.3e} > {tol:.1e}"
-
-
-def _engine(torch, x, y, acc, out, a: dt.DType, c: dt.DType, config=None, splits=None):
-    """out = x @ y (+ acc) through the engine with an optional configuration and split count."""
-    from blasdx import arrays
-
-    vx, vy = arrays.as_array(x, "x")._replace(dtype=a), arrays.as_array(y, "y")._replace(dtype=a)
-    mx, my = array_gemm._matrix(vx, "x"), array_gemm._matrix(vy, "y")
-    batch = out.shape[0] if out.dim() == 3 else 1
-    device = array_gemm._device_info(out.device.index)
-    vout = arrays.as_array(out, "out")
-    engine, reason = array_gemm._engine_plan(vx, vy, mx, my, c, mx.rows, my.cols, mx.cols, batch, device, vout,
-                                             config, splits)
-    assert engine is not None, reason
-    handle = arrays.resolve_stream(None, (out,))
-    core = arrays.as_core_stream(None, handle)
-    vacc = None if acc is None else arrays.as_array(acc, "acc")
-    engine.run(out.device.index, core, handle, vx, vy, vacc, vout, 1, 1 if acc is not None else 0)
-    return engine
-
-
 #: (input, result, size): every type the transposition serves, sizes from 1 to past the rule's 4 tile rows
 CASES = [(dt.tfloat32, dt.float32, 1), (dt.tfloat32, dt.float32, 255), (dt.tfloat32, dt.float32, 4097),
          (dt.float8_e4m3, dt.float16, 17), (dt.float8_e4m3, dt.float16, 1000), (dt.float8_e5m2, dt.float32, 255),
          (dt.int8, dt.int32, 17), (dt.int8, dt.int32, 1000)]
 
 
-@pytest.mark.parametrize(("a", "c", "size"), CASES, ids=lambda v: v.name if isinstance(v, dt.DType) else str(v))
+@pytest.mark.parametrize(("a", "c", "size"), CASES, ids=type_id)
 def test_row_major_y_every_type_and_odd_size(torch, a, c, size):
     gen = torch.Generator(device="cuda").manual_seed(size + 13 * a.size)
     m, n, k = size, size + (7 if size > 1 else 0), size + (9 if size > 1 else 0)
@@ -94,10 +54,10 @@ def test_row_major_y_every_type_and_odd_size(torch, a, c, size):
     else:
         acc = _operand(torch, (m, n), c, gen)
         out = torch.full((m, n), float("nan"), device="cuda", dtype=torch_dtype(c))
-    engine = _engine(torch, x, y, acc, out, a, c)
+    engine = engine_call(torch, x, y, acc, out, c, a, 1, 1)
     transposed = "y MN-major (transposed in shared memory)" in engine.describe()
     assert transposed == engine.config.transpose_b and (transposed or m > 512), engine.describe()
-    _check(torch, out, x, y, a, c, acc, f"{a.name}->{c.name} {m}x{n}x{k}: {engine.describe()}")
+    check_norm(torch, out, x, y, a, c, acc, f"{a.name}->{c.name} {m}x{n}x{k}: {engine.describe()}")
 
 
 #: (input, result, base configuration, splits): every configuration with B transposed, with and without splits
@@ -107,8 +67,7 @@ FORCED = [(dt.tfloat32, dt.float32, "narrow", 4), (dt.tfloat32, dt.float32, "pin
           (dt.int8, dt.int32, "pingpong clusters", 1)]
 
 
-@pytest.mark.parametrize(("a", "c", "name", "splits"), FORCED,
-                         ids=lambda v: v.name if isinstance(v, dt.DType) else str(v))
+@pytest.mark.parametrize(("a", "c", "name", "splits"), FORCED, ids=type_id)
 def test_every_configuration_transposes(torch, a, c, name, splits):
     gen = torch.Generator(device="cuda").manual_seed(len(name) * 7 + splits)
     m, n, k = 515, 1040, 1168  # edge tiles in M, N and K
@@ -117,9 +76,9 @@ def test_every_configuration_transposes(torch, a, c, name, splits):
     config = hopper.replace(base, bk=128 // a.size, promotion=hopper.promotion_of(a), transpose_b=True,
                             **({"cluster": 2} if name == "pingpong clusters" else {}))
     out = torch.full((m, n), float("nan") if c != dt.int32 else -7, device="cuda", dtype=torch_dtype(c))
-    engine = _engine(torch, x, y, None, out, a, c, config, splits)
+    engine = engine_call(torch, x, y, None, out, c, a, 1, 0, config, splits)
     assert engine.config.transpose_b and engine.splits == splits, engine.describe()
-    _check(torch, out, x, y, a, c, None, f"{name} x{splits} {a.name}: {engine.describe()}")
+    check_norm(torch, out, x, y, a, c, None, f"{name} x{splits} {a.name}: {engine.describe()}")
 
 
 @pytest.mark.parametrize("m", [1, 2048, 16384])
@@ -131,9 +90,9 @@ def test_m_from_1_to_16384(torch, m):
     out = torch.full((m, n), float("nan"), device="cuda")
     config = hopper.replace(hopper.PINGPONG, bk=32, transpose_b=True)  # deep M transposes when asked
     deep = m > 128 * hopper.TRANSPOSE_MAX_TILE_ROWS  # past the rule's tile rows the default repacks y
-    engine = _engine(torch, x, y, None, out, a, c, config if deep else None)
+    engine = engine_call(torch, x, y, None, out, c, a, 1, 0, config if deep else None)
     assert engine.config.transpose_b, engine.describe()
-    _check(torch, out, x, y, a, c, None, f"M = {m}: {engine.describe()}")
+    check_norm(torch, out, x, y, a, c, None, f"M = {m}: {engine.describe()}")
 
 
 def test_batched_b_and_broadcast(torch):
@@ -143,9 +102,9 @@ def test_batched_b_and_broadcast(torch):
             x = _operand(torch, (3, 130, 300), a, gen)
             y = _operand(torch, (batch_y, 300, 272), a, gen)
             out = torch.full((3, 130, 272), float("nan"), device="cuda", dtype=torch_dtype(c))
-            engine = _engine(torch, x, y, None, out, a, c)
+            engine = engine_call(torch, x, y, None, out, c, a, 1, 0)
             assert engine.config.transpose_b, engine.describe()
-            _check(torch, out, x, y.expand(3, 300, 272), a, c, None, f"batch {batch_y} {a.name}")
+            check_norm(torch, out, x, y.expand(3, 300, 272), a, c, None, f"batch {batch_y} {a.name}")
 
 
 def test_matmul_of_a_row_major_weight(torch):
@@ -155,9 +114,9 @@ def test_matmul_of_a_row_major_weight(torch):
     got = bx.matmul(bx.tf32(x), bx.tf32(w))
     plan = next(p for p in reversed(list(array_gemm._CALLS.values())) if p.shape == (128, 1024))
     assert "transposed in shared memory" in plan.describe(), plan.describe()
-    _check(torch, got, x, w, dt.tfloat32, dt.float32, None, "bx.matmul tf32")
+    check_norm(torch, got, x, w, dt.tfloat32, dt.float32, None, "bx.matmul tf32")
     x8, w8 = _operand(torch, (64, 2048), dt.float8_e4m3, gen), _operand(torch, (2048, 1536), dt.float8_e4m3, gen)
-    _check(torch, bx.matmul(x8, w8), x8, w8, dt.float8_e4m3, dt.float16, None, "bx.matmul e4m3")
+    check_norm(torch, bx.matmul(x8, w8), x8, w8, dt.float8_e4m3, dt.float16, None, "bx.matmul e4m3")
 
 
 @pytest.mark.parametrize("mode", ["tensor", "block"])
@@ -183,5 +142,5 @@ def test_scaled_mm_with_row_major_y(torch, mode):
     got = bx.scaled_mm(x, y, sx, sy, out_dtype=bx.bfloat16)
     ref = (x.to(torch.float64) * ex) @ (y.to(torch.float64) * ey)
     tol = tolerance(dt.float8_e4m3, dt.bfloat16, k, dt.float32, "wgmma", 128)
-    err = _error(torch, got, ref)
+    err = norm_error(torch, got, ref)
     assert err <= tol, f"scaled_mm {mode}: relative error {err:.3e} > {tol:.1e}"

@@ -20,6 +20,7 @@ import blasdx as bx
 from blasdx import dtypes as dt
 from blasdx.reference import (
     assert_close,
+    assert_gemm_close,
     gemm_scale,
     random_operand,
     reference_gemm,
@@ -32,6 +33,7 @@ from .gpu_support import (
     behind_a_delay,
     check_outside,
     gemm_descriptor,
+    gemm_operands,
     gpu_sm,
     guarded_operand,
     largest_square,
@@ -111,14 +113,10 @@ def run_gemm(desc: bx.Descriptor, row: dt.Combination, alpha, beta, seed: int, b
 
     The tolerance comes from the type table (the combination's accumulator) and the caller's
     ``instruction`` ("wgmma" where the test expects it), not from what the descriptor reports."""
-    rng = np.random.default_rng(seed)
+    assert desc.precision == (row.a, row.b, row.c) and desc.is_complex == row.is_complex
     m, n, k = desc.size
     va, vb, vc = (value_type(t, row.is_complex) for t in (row.a, row.b, row.c))
-    a_host = random_operand(row.a, (a_batch or batch, m, k), rng, is_complex=row.is_complex)
-    b_host = random_operand(row.b, (b_batch or batch, k, n), rng, is_complex=row.is_complex)
-    c_host = random_operand(row.c, (batch, m, n), rng, is_complex=row.is_complex)
-    if beta == 0:
-        c_host[...] = 12345 if vc.integral else np.nan
+    a_host, b_host, c_host = gemm_operands(desc, np.random.default_rng(seed), batch, beta, a_batch, b_batch)
     arr = desc.arrangement
     lda, ldb, ldc = desc.leading_dimension
     ga = guarded_operand(a_host, va, arr.a is R, lda)
@@ -127,11 +125,9 @@ def run_gemm(desc: bx.Descriptor, row: dt.Combination, alpha, beta, seed: int, b
     out = desc.execute(ga.view, gb.view, gc.view, alpha=alpha, beta=beta)
     assert out is gc.view
     got = torch_to_host(gc.view, vc)
-    ref = reference_gemm(a_host, b_host, c_host, alpha, beta)
     tol = tolerance(row.a, row.c, k, row.accumulator, instruction, rounding_apart=True)
     what = f"C of {desc!r} alpha={alpha} beta={beta} batch={batch} seed={seed}"
-    assert_close(got, ref, tol, what=what, scale=gemm_scale(a_host, b_host, c_host, alpha, beta),
-                 rounding=rounding(row.c, row.is_complex))
+    assert_gemm_close(got, a_host, b_host, c_host, alpha, beta, tol, what, rounding(row.c, row.is_complex))
     check_outside(gc, what)
     check_outside(ga, f"A ({what})", whole=True)
     check_outside(gb, f"B ({what})", whole=True)

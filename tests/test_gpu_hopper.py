@@ -27,6 +27,7 @@ from .hopper_support import (
     operand,
     poisoned,
     run_again,
+    scaled_kernel,
 )
 
 pytestmark = pytest.mark.gpu
@@ -303,23 +304,6 @@ def test_streams_and_repeat_calls(torch):
 
 # ---- the engine in a user's kernel (bx.DeviceGemm) ----------------------------------------------
 
-FUSED = r"""
-struct Scale {
-    float s;
-    __device__ void value(const blasdx::hopper::Work&, int, int, float& v0, float& v1) const { v0 *= s; v1 *= s; }
-};
-extern "C" __global__ void __launch_bounds__(LINEAR::threads, 1)
-scaled(const __grid_constant__ blasdx::hopper::TensorMap map_a, const __grid_constant__ blasdx::hopper::TensorMap map_b,
-       const __grid_constant__ blasdx::hopper::TensorMap map_d, float s, int m, int n, int k, int batch) {
-    extern __shared__ __align__(16) unsigned char smem[];
-    using G = LINEAR::gemm;
-    const G::Sched sched(m, n, k, batch, 1);
-    G::run(smem, &map_a, &map_b, sched, batch > 1, batch > 1,
-           blasdx::hopper::StageThroughShared<LINEAR::c_type, Scale>{&map_d, Scale{s}});
-}
-"""
-
-
 @pytest.mark.parametrize(("a", "c", "layout", "cluster"), [
     (dt.bfloat16, dt.bfloat16, "RR", 1), (dt.float16, dt.float32, "CC", 2), (dt.float16, dt.float16, "RC", 1),
     (dt.tfloat32, dt.float32, "RC", 2),
@@ -329,7 +313,7 @@ def test_device_gemm_in_a_fused_kernel(torch, a, c, layout, cluster):
     batch, m, n, k = 2, 704, 520, 392  # every row of A, B and D a whole 16 bytes (the device API does not repack)
     layouts = [bx.row_major if ch == "R" else bx.col_major for ch in layout]
     dg = bx.DeviceGemm(a, c, layouts[0], layouts[1], hopper.replace(hopper.WIDE, cluster=cluster))
-    kernel = bx.compile_kernel(FUSED, "scaled", {"LINEAR": dg})
+    kernel = scaled_kernel(dg)
     x = operand(torch, (batch, m, k), a, gen, layout[0])
     y = operand(torch, (batch, k, n), a, gen, layout[1])
     d = poisoned(torch, (batch, m, n), c)

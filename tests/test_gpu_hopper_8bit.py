@@ -34,6 +34,7 @@ from .hopper_support import (
     ordered,
     poisoned,
     reference,
+    scaled_kernel,
 )
 from .hopper_support import operand as _operand
 
@@ -384,23 +385,6 @@ def test_bad_scales_raise_before_launch_and_leave_out_alone(torch, bad, match):
 
 # ---- the engine in a user's kernel (bx.DeviceGemm) for 8-bit types ---------------------------------
 
-FUSED = r"""
-struct Scale {  // VALUE: float for fp8, int for 8-bit integers
-    VALUE s;
-    __device__ void value(const blasdx::hopper::Work&, int, int, VALUE& v0, VALUE& v1) const { v0 *= s; v1 *= s; }
-};
-extern "C" __global__ void __launch_bounds__(LINEAR::threads, 1)
-scaled(const __grid_constant__ blasdx::hopper::TensorMap map_a, const __grid_constant__ blasdx::hopper::TensorMap map_b,
-       const __grid_constant__ blasdx::hopper::TensorMap map_d, VALUE s, int m, int n, int k, int batch) {
-    extern __shared__ __align__(16) unsigned char smem[];
-    using G = LINEAR::gemm;
-    const G::Sched sched(m, n, k, batch, 1);
-    G::run(smem, &map_a, &map_b, sched, batch > 1, batch > 1,
-           blasdx::hopper::StageThroughShared<LINEAR::c_type, Scale>{&map_d, Scale{s}});
-}
-"""
-
-
 @pytest.mark.parametrize(("a", "b", "c", "fast"), [
     (dt.float8_e4m3, dt.float8_e5m2, dt.bfloat16, False), (dt.float8_e4m3, dt.float8_e4m3, dt.float32, True),
     (dt.uint8, dt.int8, dt.int32, False),
@@ -410,7 +394,7 @@ def test_device_gemm_eight_bit(torch, a, b, c, fast):
     batch, m, n, k = 2, 704, 520, 1040  # rows of A, B and D whole 16 bytes (the device API does not repack)
     dg = bx.DeviceGemm(a, c, bx.row_major, bx.col_major, hopper.replace(hopper.SQUARE, cluster=2), b=b,
                        fast_accumulation=fast)
-    kernel = bx.compile_kernel(FUSED.replace("VALUE", "int" if a.integral else "float"), "scaled", {"LINEAR": dg})
+    kernel = scaled_kernel(dg, a.integral)
     x, y = _operand(torch, (batch, m, k), a, gen), _operand(torch, (batch, k, n), b, gen, "C")
     d = poisoned(torch, (batch, m, n), c)
     s = 3 if a.integral else 0.25

@@ -12,20 +12,16 @@ import pytest
 
 import blasdx as bx
 from blasdx import dtypes as dt
-from blasdx.reference import (
-    assert_close,
-    gemm_scale,
-    random_operand,
-    reference_gemm,
-    rounding,
-    tolerance,
-)
+from blasdx.reference import assert_gemm_close, rounding, tolerance
 
 from .gpu_support import (
-    gpu_sm,
+    gemm_operands,
     require_gpu,
+    run_example,
+    sampled_cases,
+    sampled_descriptor,
     stable_seed,
-    strided_operand,
+    tight_operands,
     torch_to_host,
 )
 from .ltoir_support import link, opt_in, require_nvjitlink
@@ -41,21 +37,6 @@ TYPES = [
 ]
 SIZES = [(64, 64, 64), (32, 32, 32), (17, 33, 9), (128, 128, 64)]
 ARRANGEMENTS = [(R, C, C), (C, R, R), (R, R, C)]
-
-
-def _cases():
-    sm = gpu_sm() or 90
-    rng = np.random.default_rng(33)
-    for types in TYPES:
-        row = dt.find_combination(*types, False)
-        if row.min_sm > sm:
-            continue
-        for specific in ([False, True] if sm == 90 else [False]):
-            size = SIZES[int(rng.integers(len(SIZES)))]
-            arrangement = ARRANGEMENTS[int(rng.integers(len(ARRANGEMENTS)))]
-            yield pytest.param(types, size, arrangement, specific, id=(
-                f"{types[0].name}x{types[1].name}-{types[2].name}-{'x'.join(map(str, size))}-"
-                f"{''.join(o.name[0] for o in arrangement)}{'-sm90a' if specific else ''}"))
 
 
 @pytest.fixture(scope="module")
@@ -74,15 +55,8 @@ def _run(kernel_name: str, desc: bx.Descriptor, alpha, beta, batch: int = 37) ->
     rng = np.random.default_rng(seed)
     m, n, k = desc.size
     a_t, b_t, c_t = desc.precision
-    arr = desc.arrangement
-    a_host = random_operand(a_t, (batch, m, k), rng)
-    b_host = random_operand(b_t, (batch, k, n), rng)
-    c_host = random_operand(c_t, (batch, m, n), rng)
-    if beta == 0:
-        c_host[...] = 12345 if c_t.integral else np.nan
-    a = strided_operand(a_host, a_t, arr.a is R, k if arr.a is R else m)  # dense per problem
-    b = strided_operand(b_host, b_t, arr.b is R, n if arr.b is R else k)
-    c = strided_operand(c_host, c_t, arr.c is R, n if arr.c is R else m)
+    a_host, b_host, c_host = gemm_operands(desc, rng, batch, beta)
+    a, b, c = tight_operands(desc, a_host, b_host, c_host)
     device = Device()
     device.set_current()
     kernel = link(desc).get_kernel(kernel_name)
@@ -97,18 +71,15 @@ def _run(kernel_name: str, desc: bx.Descriptor, alpha, beta, batch: int = 37) ->
            np.int64(m * k * a_t.size), np.int64(k * n * b_t.size), np.int64(m * n * c_t.size))
     stream.sync()
     got = torch_to_host(c, c_t)
-    ref = reference_gemm(a_host, b_host, c_host, alpha, beta)
-    assert_close(got, ref, tolerance(a_t, c_t, k, desc.accumulator_type, desc.instruction, rounding_apart=True),
-                 what=f"{kernel_name} of {desc!r}, seed {seed}", scale=gemm_scale(a_host, b_host, c_host, alpha, beta),
-                 rounding=rounding(c_t))
+    assert_gemm_close(got, a_host, b_host, c_host, alpha, beta,
+                      tolerance(a_t, c_t, k, desc.accumulator_type, desc.instruction, rounding_apart=True),
+                      f"{kernel_name} of {desc!r}, seed {seed}", rounding(c_t))
 
 
-@pytest.mark.parametrize("types, size, arrangement, arch_specific", list(_cases()))
+@pytest.mark.parametrize("types, size, arrangement, arch_specific",
+                         list(sampled_cases(TYPES, SIZES, ARRANGEMENTS, 33)))
 def test_entry_points_match_the_float64_reference(sm, types, size, arrangement, arch_specific):
-    desc = (bx.Size(*size) + bx.Precision(*types) + bx.Function.MM + bx.Arrangement(*arrangement)
-            + bx.SM(sm, arch_specific=arch_specific) + bx.Block())
-    if not desc.is_supported:
-        pytest.skip(f"{desc!r} is not supported here")
+    desc = sampled_descriptor(sm, types, size, arrangement, arch_specific)
     from cuda.core import Device
 
     integral = types[2].integral
@@ -123,17 +94,4 @@ def test_entry_points_match_the_float64_reference(sm, types, size, arrangement, 
 
 
 def test_the_cuda_core_example_runs(sm):
-    import runpy
-    import sys
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parent.parent / "examples" / "ltoir_cuda_core.py"
-    argv, search = sys.argv, list(sys.path)
-    sys.argv = [str(path), "--batch", "20000"]
-    sys.path.insert(0, str(path.parent))  # as `python examples/ltoir_cuda_core.py` has it: gpu_device.py importable
-    try:
-        with pytest.raises(SystemExit) as done:
-            runpy.run_path(str(path), run_name="__main__")
-    finally:
-        sys.argv, sys.path[:] = argv, search
-    assert done.value.code == 0
+    assert run_example("ltoir_cuda_core", "--batch", "20000") == 0

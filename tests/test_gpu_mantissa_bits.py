@@ -29,6 +29,7 @@ from blasdx.reference import (
 
 from .gpu_support import (
     check_outside,
+    gemm_operands,
     guarded_operand,
     poisoned_new_tensors,
     require_gpu,
@@ -73,11 +74,7 @@ def run(desc: bx.Descriptor, alpha: float, beta: float, rng, batch: int = 3) -> 
     """Execute once on fresh data; assert the 3xtf32 bound; return the error."""
     assert desc.scheme.name == "3xtf32" and desc.instruction == "mma.sync.m16n8k8"
     m, n, k = desc.size
-    a_host = random_operand(dt.float32, (batch, m, k), rng)
-    b_host = random_operand(dt.float32, (batch, k, n), rng)
-    c_host = random_operand(dt.float32, (batch, m, n), rng)
-    if beta == 0:
-        c_host[...] = np.nan
+    a_host, b_host, c_host = gemm_operands(desc, rng, batch, beta)
     arr = desc.arrangement
     lda, ldb, ldc = desc.leading_dimension
     ga = guarded_operand(a_host, dt.float32, arr.a is R, lda)

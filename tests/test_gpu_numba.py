@@ -5,32 +5,23 @@ examples."""
 from __future__ import annotations
 
 import re
-import runpy
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import blasdx as bx
 from blasdx import dtypes as dt
-from blasdx.reference import (
-    assert_close,
-    gemm_scale,
-    random_operand,
-    reference_gemm,
-    rounding,
-    tolerance,
-)
+from blasdx.reference import assert_close, gemm_scale, reference_gemm, rounding, tolerance
 
-from .gpu_support import gpu_sm, require_gpu, stable_seed
+from .gpu_support import gemm_operands, require_gpu, run_example, sampled_cases, sampled_descriptor, stable_seed
 from .numba_support import numba_cuda
+
+from blasdx.numba import as_bits  # noqa: E402 - after numba_support, which skips without numba-cuda
 from .test_numba import register_api_kernel, shared_api_kernel
 
 pytestmark = pytest.mark.gpu
 cuda = numba_cuda
 R, C = bx.row_major, bx.col_major
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 TYPES = [
     (dt.float16, dt.float16, dt.float32), (dt.float16, dt.float16, dt.float16), (dt.bfloat16, dt.bfloat16, dt.float32),
@@ -42,32 +33,9 @@ SIZES = [(32, 32, 32), (64, 64, 64), (17, 33, 9), (128, 128, 64), (48, 80, 32)]
 ARRANGEMENTS = [(R, C, C), (C, R, R), (R, R, R), (C, C, C)]
 
 
-def _cases():
-    sm = gpu_sm() or 90
-    rng = np.random.default_rng(2033)
-    for types in TYPES:
-        if dt.find_combination(*types, False).min_sm > sm:
-            continue
-        for specific in ([False, True] if sm == 90 else [False]):
-            size = SIZES[int(rng.integers(len(SIZES)))]
-            arrangement = ARRANGEMENTS[int(rng.integers(len(ARRANGEMENTS)))]
-            yield pytest.param(types, size, arrangement, specific, id=(
-                f"{types[0].name}x{types[1].name}-{types[2].name}-{'x'.join(map(str, size))}-"
-                f"{''.join(o.name[0] for o in arrangement)}{'-sm90a' if specific else ''}"))
-
-
 @pytest.fixture(scope="module")
 def sm() -> int:
     return require_gpu()
-
-
-def _bits(host: np.ndarray) -> np.ndarray:
-    """What a Numba device array of ``host`` holds: bf16 and fp8 as their bits."""
-    if host.dtype.name == "bfloat16":
-        return host.view(np.uint16)
-    if host.dtype.itemsize == 1 and host.dtype.kind not in "iu":
-        return host.view(np.uint8)
-    return host
 
 
 def _storage(host: np.ndarray, row_major: bool) -> np.ndarray:
@@ -104,14 +72,10 @@ def run_case(desc: bx.Descriptor, api: str, alpha, beta, batch: int = 29) -> Non
     a_t, b_t, c_t = desc.precision
     cplx = desc.is_complex
     ra, rb, rc = (o is R for o in (desc.arrangement.a, desc.arrangement.b, desc.arrangement.c))
-    a_host = random_operand(a_t, (batch, m, k), rng, is_complex=cplx)
-    b_host = random_operand(b_t, (batch, k, n), rng, is_complex=cplx)
-    c_host = random_operand(c_t, (batch, m, n), rng, is_complex=cplx)
-    if beta == 0:
-        c_host[...] = 12345 if c_t.integral else np.nan
-    a = cuda.to_device(_bits(_storage(a_host, ra)))
-    b = cuda.to_device(_bits(_storage(b_host, rb)))
-    c = cuda.to_device(_bits(_storage(c_host, rc)))
+    a_host, b_host, c_host = gemm_operands(desc, rng, batch, beta)
+    a = cuda.to_device(as_bits(_storage(a_host, ra)))
+    b = cuda.to_device(as_bits(_storage(b_host, rb)))
+    c = cuda.to_device(as_bits(_storage(c_host, rc)))
     make = {"shared": shared_api_kernel, "register": register_api_kernel,
             "positions": lambda d: register_api_kernel(d, positions=True),
             "index": lambda d: register_api_kernel(d, positions="index")}[api]
@@ -139,12 +103,10 @@ def run_case(desc: bx.Descriptor, api: str, alpha, beta, batch: int = 29) -> Non
         assert not re.search(r"\b(STL|LDL|CALL\.\w+)\b", sass), "Numba's kernel calls the GEMM or uses local memory"
 
 
-@pytest.mark.parametrize("types, size, arrangement, arch_specific", list(_cases()))
+@pytest.mark.parametrize("types, size, arrangement, arch_specific",
+                         list(sampled_cases(TYPES, SIZES, ARRANGEMENTS, 2033)))
 def test_gemms_in_numba_kernels_match_float64(sm, types, size, arrangement, arch_specific):
-    desc = (bx.Size(*size) + bx.Precision(*types) + bx.Function.MM + bx.Arrangement(*arrangement)
-            + bx.SM(sm, arch_specific=arch_specific) + bx.Block())
-    if not desc.is_supported:
-        pytest.skip(f"{desc!r} is not supported here")
+    desc = sampled_descriptor(sm, types, size, arrangement, arch_specific)
     integral = types[2].integral
     if desc.shared_memory_size <= cuda.get_current_device().MAX_SHARED_MEMORY_PER_BLOCK_OPTIN:
         run_case(desc, "shared", 1, 0)
@@ -166,14 +128,6 @@ def test_complex_gemms_in_numba_kernels_match_float64(sm, real):
         run_case(desc, "register", complex(-1.0, 0.5), 0)
 
 
-@pytest.mark.parametrize("example", ["numba_gemm.py", "numba_attention.py"])
+@pytest.mark.parametrize("example", ["numba_gemm", "numba_attention"])
 def test_examples_run(sm, example):
-    path = EXAMPLES / example
-    argv = sys.argv
-    sys.argv = [str(path), "--quick"]
-    try:
-        with pytest.raises(SystemExit) as done:
-            runpy.run_path(str(path), run_name="__main__")
-    finally:
-        sys.argv = argv
-    assert done.value.code == 0
+    assert run_example(example, "--quick") == 0

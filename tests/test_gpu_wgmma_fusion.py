@@ -23,17 +23,10 @@ import pytest
 
 import blasdx as bx
 from blasdx import dtypes as dt
-from blasdx.reference import (
-    assert_close,
-    gemm_scale,
-    random_operand,
-    reference_gemm,
-    to_float64,
-    tolerance,
-)
+from blasdx.reference import assert_gemm_close, to_float64, tolerance
 
 from . import test_wgmma_register_a as rs
-from .gpu_support import require_gpu, stable_seed, strided_operand, torch_to_host
+from .gpu_support import gemm_operands, require_gpu, stable_seed, tight_operands, torch_to_host
 from .test_wgmma_fusion import CASES, KERNEL_NAMES, OPS, case_id, compile_all, gemm
 
 pytestmark = pytest.mark.gpu
@@ -89,25 +82,15 @@ def run_case(kernel: bx.FusedKernel, desc: bx.Descriptor, transform_a, what: str
     reference of transform_a(A) B (as many times as the kernel adds it); C poisoned (NaN, or
     INT32_MIN for integer C) when beta = 0."""
     a_t, b_t, c_t = desc.precision
-    m, n, k = desc.size
-    a_host = random_operand(a_t, (batch, m, k), rng)
-    b_host = random_operand(b_t, (batch, k, n), rng)
-    c_host = random_operand(c_t, (batch, m, n), rng)
-    if beta == 0:
-        c_host[...] = INT32_POISON if c_t.integral else np.nan
-    arr = desc.arrangement
-    a = strided_operand(a_host, a_t, arr.a is R, k if arr.a is R else m)
-    b = strided_operand(b_host, b_t, arr.b is R, n if arr.b is R else k)
-    c = strided_operand(c_host, c_t, arr.c is R, n if arr.c is R else m)
+    a_host, b_host, c_host = gemm_operands(desc, rng, batch, beta, fill=INT32_POISON if c_t.integral else None)
+    a, b, c = tight_operands(desc, a_host, b_host, c_host)
     kernel.launch(batch, (a, b, c, alpha, beta))
     got = torch_to_host(c, c_t)
     products = rs.PRODUCTS.get(kernel.name, 1)
-    a_used = products * transform_a(to_float64(a_host))
-    ref = reference_gemm(a_used, to_float64(b_host), c_host, alpha, beta)
     accumulator = dt.find_combination(a_t, b_t, c_t, False).accumulator  # the type table's, not the descriptor's
-    tol = tolerance(a_t, c_t, k * products, accumulator, "wgmma")
-    assert_close(got, ref, tol, what=f"C of {kernel.name} ({what}) for {desc!r} alpha={alpha} beta={beta}",
-                 scale=gemm_scale(a_used, b_host, c_host, alpha, beta))
+    tol = tolerance(a_t, c_t, desc.size[2] * products, accumulator, "wgmma")
+    assert_gemm_close(got, products * transform_a(to_float64(a_host)), b_host, c_host, alpha, beta, tol,
+                      f"C of {kernel.name} ({what}) for {desc!r} alpha={alpha} beta={beta}")
 
 
 def scaled_by(ops: str):

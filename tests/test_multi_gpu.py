@@ -21,6 +21,7 @@ from blasdx import dtypes as dt
 from blasdx.run import execute as ex
 from blasdx.reference import assert_close, gemm_scale, random_operand, reference_gemm, tolerance
 
+from .gpu_support import gemm_operands
 from .test_fusion import type_descriptor, type_source
 
 pytestmark = [pytest.mark.gpu, pytest.mark.multigpu]
@@ -100,14 +101,6 @@ def gemm(sm: int, size=(48, 40, 32), precision=(bx.float16, bx.float16, bx.float
             + bx.Arrangement(bx.row_major, bx.row_major, bx.row_major))
 
 
-def operands(desc: bx.Descriptor, rng, batch: int = 5):
-    m, n, k = desc.size
-    a = random_operand(desc.a_value_type, (batch, m, k), rng)
-    b = random_operand(desc.b_value_type, (batch, k, n), rng)
-    c = random_operand(desc.c_value_type, (batch, m, n), rng)
-    return a, b, c
-
-
 BOTH = pytest.mark.parametrize("device", [0, 1])
 
 
@@ -119,7 +112,7 @@ BOTH = pytest.mark.parametrize("device", [0, 1])
 @BOTH
 def test_execute_torch_arrays(sms, current, device):
     desc = gemm(sms[device])
-    a_h, b_h, c_h = operands(desc, np.random.default_rng(10 + device))
+    a_h, b_h, c_h = gemm_operands(desc, np.random.default_rng(10 + device), 5)
     a, b, c = on(device, a_h), on(device, b_h), on(device, c_h)
     current(1 - device)
     desc.execute(a, b, c, alpha=0.5, beta=-2.0)
@@ -136,7 +129,7 @@ def test_execute_torch_arrays(sms, current, device):
 def test_execute_cupy_arrays_on_cupy_current_stream(sms, current, device):
     cp = pytest.importorskip("cupy")
     desc = gemm(sms[device], precision=(bx.float32,))
-    a_h, b_h, _ = operands(desc, np.random.default_rng(20 + device))
+    a_h, b_h, _ = gemm_operands(desc, np.random.default_rng(20 + device), 5)
     with cp.cuda.Device(device):
         stream = cp.cuda.Stream(non_blocking=True)
         stream.use()  # CuPy's current stream on device `device` (one per device and thread)
@@ -160,7 +153,7 @@ def test_execute_cupy_arrays_on_cupy_current_stream(sms, current, device):
 @BOTH
 def test_execute_blasdx_arrays_on_the_default_stream(sms, current, device):
     desc = gemm(sms[device], precision=(bx.float64,))
-    a_h, b_h, c_h = operands(desc, np.random.default_rng(30 + device))
+    a_h, b_h, c_h = gemm_operands(desc, np.random.default_rng(30 + device), 5)
     a, b, c = (bx.to_device(x, device) for x in (a_h, b_h, c_h))
     assert a.device_id == device
     current(1 - device)
@@ -247,7 +240,7 @@ def test_mixed_devices_are_refused_and_nothing_runs(sms, current):
     import torch
 
     desc = gemm(sms[0])
-    a_h, b_h, c_h = operands(desc, np.random.default_rng(80))
+    a_h, b_h, c_h = gemm_operands(desc, np.random.default_rng(80), 5)
     a, b, c = on(0, a_h), on(1, b_h), on(0, c_h)
     before = c.clone()
     current(0)
@@ -275,7 +268,7 @@ def test_a_stream_of_another_device_is_refused(sms, current):
     import torch
 
     desc = gemm(sms[1])
-    a_h, b_h, c_h = operands(desc, np.random.default_rng(90))
+    a_h, b_h, c_h = gemm_operands(desc, np.random.default_rng(90), 5)
     a, b, c = on(1, a_h), on(1, b_h), on(1, c_h)
     before = c.clone()
     current(0)
@@ -316,7 +309,7 @@ def test_one_thread_per_device_each_with_its_own_stream(sms, current):
         try:
             torch.cuda.set_device(1 - device)  # this thread's current device is the other one
             rng = np.random.default_rng(100 + device)
-            a_h, b_h, _ = operands(desc, rng, batch=16)
+            a_h, b_h, _ = gemm_operands(desc, rng, 16)
             a, b = on(device, a_h), on(device, b_h)
             stream = torch.cuda.Stream(device=device)
             c = torch.full((16, 64, 64), float("nan"), device=f"cuda:{device}")
@@ -342,7 +335,7 @@ def test_one_thread_per_device_each_with_its_own_stream(sms, current):
 
 def test_compiled_modules_are_cached_per_device(sms, current):
     desc = gemm(sms[0], size=(24, 24, 24))
-    a_h, b_h, c_h = operands(desc, np.random.default_rng(110))
+    a_h, b_h, c_h = gemm_operands(desc, np.random.default_rng(110), 5)
     for device in (0, 1):
         current(1 - device)
         desc.execute(on(device, a_h), on(device, b_h), on(device, c_h))
@@ -357,7 +350,7 @@ def test_precompile_for_several_devices(sms, current):
     desc = gemm(sms[0], size=(56, 24, 40), precision=(bx.float32,))  # a descriptor no other test uses
     [compiled] = bx.precompile([desc], devices=[0, 1])
     assert compiled.loaded_devices() == (0, 1) and sorted(ex.plan_for(desc)._devices) == [0, 1]
-    a_h, b_h, _ = operands(desc, np.random.default_rng(120))
+    a_h, b_h, _ = gemm_operands(desc, np.random.default_rng(120), 5)
     current(0)
     c = on(1, np.full((5, 56, 24), np.nan, np.float32))
     desc.execute(on(1, a_h), on(1, b_h), c)

@@ -69,6 +69,8 @@ def register_api_kernel(GEMM, positions=False):
     ``positions`` the diagonal only, asking fragment_positions), store with axpby."""
     ra, rb, rc = (o.name == "row_major" for o in (GEMM.arrangement.a, GEMM.arrangement.b, GEMM.arrangement.c))
 
+    mode = {False: 0, True: 1, "index": 2}[positions]  # a constant of the closure: Numba keeps one branch
+
     def kernel(a, b, c, alpha, beta):
         sA, sB = GEMM.shared_memory_ab()
         p = cuda.blockIdx.x
@@ -77,38 +79,21 @@ def register_api_kernel(GEMM, positions=False):
         GEMM.copy_wait()
         acc = GEMM.accumulator()
         GEMM.accumulate(sA, sB, acc)
-        for i in range(GEMM.fragment_size):
-            acc[i] = acc[i] + acc[i]
-        GEMM.fragment_axpby(alpha, acc, beta, c[p] if rc else c[p].T)
-
-    def diagonal(a, b, c, alpha, beta):
-        sA, sB = GEMM.shared_memory_ab()
-        p = cuda.blockIdx.x
-        GEMM.load_a(a[p] if ra else a[p].T, sA)
-        GEMM.load_b(b[p] if rb else b[p].T, sB)
-        GEMM.copy_wait()
-        acc = GEMM.accumulator()
-        GEMM.accumulate(sA, sB, acc)
-        rows, cols = GEMM.fragment_positions()
-        for i in range(GEMM.fragment_size):
-            if rows[i] >= 0 and rows[i] == cols[i]:
+        if mode == 0:
+            for i in range(GEMM.fragment_size):
                 acc[i] = acc[i] + acc[i]
+        elif mode == 1:
+            rows, cols = GEMM.fragment_positions()
+            for i in range(GEMM.fragment_size):
+                if rows[i] >= 0 and rows[i] == cols[i]:
+                    acc[i] = acc[i] + acc[i]
+        else:
+            for i in range(GEMM.fragment_size):
+                if GEMM.fragment_valid(i) and GEMM.fragment_row(i) == GEMM.fragment_col(i):
+                    acc[i] = acc[i] + acc[i]
         GEMM.fragment_axpby(alpha, acc, beta, c[p] if rc else c[p].T)
 
-    def diagonal_by_index(a, b, c, alpha, beta):
-        sA, sB = GEMM.shared_memory_ab()
-        p = cuda.blockIdx.x
-        GEMM.load_a(a[p] if ra else a[p].T, sA)
-        GEMM.load_b(b[p] if rb else b[p].T, sB)
-        GEMM.copy_wait()
-        acc = GEMM.accumulator()
-        GEMM.accumulate(sA, sB, acc)
-        for i in range(GEMM.fragment_size):
-            if GEMM.fragment_valid(i) and GEMM.fragment_row(i) == GEMM.fragment_col(i):
-                acc[i] = acc[i] + acc[i]
-        GEMM.fragment_axpby(alpha, acc, beta, c[p] if rc else c[p].T)
-
-    return {False: kernel, True: diagonal, "index": diagonal_by_index}[positions]
+    return kernel
 
 
 TYPES = {

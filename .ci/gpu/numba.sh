@@ -4,12 +4,9 @@
 # cases of the Numba benchmark against nvmath.device as the budget leaves (builds in parallel worker processes, GPU timing one task at a time). Runs from the repo
 # root with $LOGS set; the carried wheels give numba-cuda a numpy it imports under and nvmath-python its
 # libmathdx. Budget: $NUMBA_JOB_SECONDS (default 150).
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH=$PWD:/tmp/site LD_LIBRARY_PATH=/tmp/site/nvidia/cu13/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-set -uo pipefail
-logs="${LOGS:-gpu-logs}"; mkdir -p "$logs"
-export BLASDX_CACHE_DIR="${BLASDX_CACHE_DIR:-/tmp/blasdx-cache-numba}" PYTHONUNBUFFERED=1
+. .ci/numba-site
+. .ci/job-env numba
 budget="${NUMBA_JOB_SECONDS:-150}"
-start=$SECONDS
 left() { echo $(( budget - (SECONDS - start) - 2 )); }
 
 # 1. the fp8 e4m3 -> f32 wgmma cases that once exceeded the earlier fp8 allowance (element-wise, seeded)

@@ -32,7 +32,18 @@ from __future__ import annotations
 from ..fusion import numba_lowering as _lowering  # noqa: F401 - registers the lowering
 from ..fusion.numba_types import CONSTANTS, METHODS, Fragment, GemmType, SharedBuffer
 
-__all__ = ["CONSTANTS", "METHODS", "Fragment", "GemmType", "SharedBuffer"]
+__all__ = ["CONSTANTS", "METHODS", "Fragment", "GemmType", "SharedBuffer", "as_bits"]
+
+
+def as_bits(host):
+    """``host`` (a NumPy array) as a Numba device array holds it: bfloat16 as uint16 bits and fp8 as uint8
+    bits (NumPy has no such types that Numba knows), any other type unchanged; pass the result to
+    ``cuda.to_device``."""
+    if host.dtype.name == "bfloat16":
+        return host.view("uint16")
+    if host.dtype.itemsize == 1 and host.dtype.kind not in "iu":
+        return host.view("uint8")
+    return host
 
 
 def _init_extension() -> None:

@@ -74,6 +74,23 @@ struct FfmaWarpTile {
             for (int j = 0; j < TN; ++j) acc.r[i][j] = 0.0f;
     }
 
+    // The four floats of one 16-byte load as four K values of one row (or column) of a fragment...
+    __device__ static __forceinline__ void put_k(float (&dst)[KG], float4 v) {
+        dst[0] = v.x;
+        dst[1] = v.y;
+        dst[2] = v.z;
+        dst[3] = v.w;
+    }
+
+    // ... or as K index kk of rows (or columns) first .. first + 3.
+    template <int ROWS>
+    __device__ static __forceinline__ void put_rows(float (&dst)[ROWS][KG], int first, int kk, float4 v) {
+        dst[first][kk] = v.x;
+        dst[first + 1][kk] = v.y;
+        dst[first + 2][kk] = v.z;
+        dst[first + 3][kk] = v.w;
+    }
+
     // Group `group` of the stage whose A operand is at a, B at b.
     __device__ __forceinline__ void load(Group& f, const unsigned char* a, const unsigned char* b, int group) const {
         const int k = KG * group;
@@ -81,11 +98,7 @@ struct FfmaWarpTile {
 #pragma unroll
             for (int i = 0; i < TM; ++i) {
                 const int x = group ^ (4 * (i % 2));
-                const float4 v = load_vector<float4>(a, a_lane[x & 3] + 64 * (x >> 2) + 512 * i);
-                f.a[i][0] = v.x;
-                f.a[i][1] = v.y;
-                f.a[i][2] = v.z;
-                f.a[i][3] = v.w;
+                put_k(f.a[i], load_vector<float4>(a, a_lane[x & 3] + 64 * (x >> 2) + 512 * i));
             }
         } else {
 #pragma unroll
@@ -93,34 +106,20 @@ struct FfmaWarpTile {
 #pragma unroll
                 for (int kk = 0; kk < KG; ++kk) {
                     const int kr = k + kk;
-                    const float4 v = load_vector<float4>(
-                        a, a_lane[kr % 4] + (BK * 128) * (ii / 2) + 128 * kr + 64 * ((ii % 2) ^ ((kr % 8) >> 2)));
-                    f.a[4 * ii][kk] = v.x;
-                    f.a[4 * ii + 1][kk] = v.y;
-                    f.a[4 * ii + 2][kk] = v.z;
-                    f.a[4 * ii + 3][kk] = v.w;
+                    put_rows(f.a, 4 * ii, kk, load_vector<float4>(a, a_lane[kr % 4] + (BK * 128) * (ii / 2) + 128 * kr +
+                                                                          64 * ((ii % 2) ^ ((kr % 8) >> 2))));
                 }
         }
         if constexpr (B_K_MAJOR) {
 #pragma unroll
-            for (int j = 0; j < TN; ++j) {
-                const float4 v = load_vector<float4>(b, b_lane[group] + 1024 * j);
-                f.b[j][0] = v.x;
-                f.b[j][1] = v.y;
-                f.b[j][2] = v.z;
-                f.b[j][3] = v.w;
-            }
+            for (int j = 0; j < TN; ++j) put_k(f.b[j], load_vector<float4>(b, b_lane[group] + 1024 * j));
         } else {
 #pragma unroll
             for (int jj = 0; jj < TN / 4; ++jj)
 #pragma unroll
                 for (int kk = 0; kk < KG; ++kk) {
                     const int kr = k + kk;
-                    const float4 v = load_vector<float4>(b, b_lane[kr % 8] + (BK * 128) * jj + 128 * kr);
-                    f.b[4 * jj][kk] = v.x;
-                    f.b[4 * jj + 1][kk] = v.y;
-                    f.b[4 * jj + 2][kk] = v.z;
-                    f.b[4 * jj + 3][kk] = v.w;
+                    put_rows(f.b, 4 * jj, kk, load_vector<float4>(b, b_lane[kr % 8] + (BK * 128) * jj + 128 * kr));
                 }
         }
     }

@@ -34,47 +34,46 @@ __device__ __forceinline__ void transpose_bytes(u32 (&w)[4]) {
     w[3] = __byte_perm(hi01, hi23, 0x7632);
 }
 
+// The 4 x 4 piece at M/N index n0, K index k0 of the MN-major tile at `raw`, written K-major at `dst`.
+template <class T, int BK>
+__device__ __forceinline__ void transpose_piece(const unsigned char* raw, unsigned char* dst, int n0, int k0) {
+    if constexpr (sizeof(T) == 4) {
+        float4 v[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) v[j] = load_vector<float4>(raw, stage_offset<T, BK, false>(n0, k0 + j));
+        const float4 o0 = make_float4(v[0].x, v[1].x, v[2].x, v[3].x);
+        const float4 o1 = make_float4(v[0].y, v[1].y, v[2].y, v[3].y);
+        const float4 o2 = make_float4(v[0].z, v[1].z, v[2].z, v[3].z);
+        const float4 o3 = make_float4(v[0].w, v[1].w, v[2].w, v[3].w);
+        *reinterpret_cast<float4*>(dst + stage_offset<T, BK, true>(n0 + 0, k0)) = o0;
+        *reinterpret_cast<float4*>(dst + stage_offset<T, BK, true>(n0 + 1, k0)) = o1;
+        *reinterpret_cast<float4*>(dst + stage_offset<T, BK, true>(n0 + 2, k0)) = o2;
+        *reinterpret_cast<float4*>(dst + stage_offset<T, BK, true>(n0 + 3, k0)) = o3;
+    } else {
+        u32 w[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) w[j] = *reinterpret_cast<const u32*>(raw + stage_offset<T, BK, false>(n0, k0 + j));
+        transpose_bytes(w);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) *reinterpret_cast<u32*>(dst + stage_offset<T, BK, true>(n0 + i, k0)) = w[i];
+    }
+}
+
 // Rewrites the MN-major tile at `raw` (ROWS M/N indices x BK K indices of T) K-major at `dst`;
-// THREADS threads (whole warps), `thread` the caller's index among them.
+// THREADS threads (whole warps), `thread` the caller's index among them. A panel's pieces go to
+// W / 4 threads (8 for 4-byte elements, a warp for 1-byte ones); thread t of item takes K piece (t + item) % (W / 4).
 template <class T, int ROWS, int BK, int THREADS>
 __device__ __forceinline__ void transpose_stage(const unsigned char* raw, unsigned char* dst, int thread) {
     static_assert(sizeof(T) == 4 || sizeof(T) == 1, "4-byte and 1-byte elements are transposed here");
     static_assert(THREADS % 32 == 0, "whole warps transpose");
     constexpr int W = 128 / int(sizeof(T));  // M/N indices of a panel
     static_assert(ROWS % W == 0 && BK == W, "whole panels, and one 128-byte row of K per M/N index");
-    if constexpr (sizeof(T) == 4) {
-        constexpr int GROUPS = THREADS / 8, ITEMS = ROWS / W * 8;
-        const int t = thread % 8;
+    constexpr int LANES = W / 4, GROUPS = THREADS / LANES, ITEMS = ROWS / W * LANES;
+    const int t = thread % LANES;
 #pragma unroll 1
-        for (int item = thread / 8; item < ITEMS; item += GROUPS) {
-            const int panel = item / 8, g = (t + item) % 8;
-            const int n0 = panel * W + 4 * t, k0 = 4 * g;
-            float4 v[4];
-#pragma unroll
-            for (int j = 0; j < 4; ++j) v[j] = load_vector<float4>(raw, stage_offset<T, BK, false>(n0, k0 + j));
-            const float4 o0 = make_float4(v[0].x, v[1].x, v[2].x, v[3].x);
-            const float4 o1 = make_float4(v[0].y, v[1].y, v[2].y, v[3].y);
-            const float4 o2 = make_float4(v[0].z, v[1].z, v[2].z, v[3].z);
-            const float4 o3 = make_float4(v[0].w, v[1].w, v[2].w, v[3].w);
-            *reinterpret_cast<float4*>(dst + stage_offset<T, BK, true>(n0 + 0, k0)) = o0;
-            *reinterpret_cast<float4*>(dst + stage_offset<T, BK, true>(n0 + 1, k0)) = o1;
-            *reinterpret_cast<float4*>(dst + stage_offset<T, BK, true>(n0 + 2, k0)) = o2;
-            *reinterpret_cast<float4*>(dst + stage_offset<T, BK, true>(n0 + 3, k0)) = o3;
-        }
-    } else {
-        constexpr int WARPS = THREADS / 32, ITEMS = ROWS / W * 32;
-        const int t = thread % 32;
-#pragma unroll 1
-        for (int item = thread / 32; item < ITEMS; item += WARPS) {
-            const int panel = item / 32, g = (t + item) % 32;
-            const int n0 = panel * W + 4 * t, k0 = 4 * g;
-            u32 w[4];
-#pragma unroll
-            for (int j = 0; j < 4; ++j) w[j] = *reinterpret_cast<const u32*>(raw + stage_offset<T, BK, false>(n0, k0 + j));
-            transpose_bytes(w);
-#pragma unroll
-            for (int i = 0; i < 4; ++i) *reinterpret_cast<u32*>(dst + stage_offset<T, BK, true>(n0 + i, k0)) = w[i];
-        }
+    for (int item = thread / LANES; item < ITEMS; item += GROUPS) {
+        const int panel = item / LANES, g = (t + item) % LANES;
+        transpose_piece<T, BK>(raw, dst, panel * W + 4 * t, 4 * g);
     }
 }
 
