@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # blasdx GEMMs inside kernels of other JITs: the fp8 wgmma cases of the Numba and LTO-IR GPU tests (checked
 # against reference.fp8_wgmma_allowance), blasdx's first and warm Numba builds one at a time, then as many
-# cases of the Numba benchmark against nvmath.device as the budget leaves (builds in parallel worker processes, GPU timing one task at a time). Runs from the repo
-# root with $LOGS set; the carried wheels give numba-cuda a numpy it imports under and nvmath-python its
-# libmathdx. Budget: $NUMBA_JOB_SECONDS (default 150).
+# cases of the Numba benchmark against nvmath.device as the budget leaves (builds in parallel worker
+# processes, GPU timing one task at a time). Runs from the repo root with $LOGS set; the carried wheels give
+# numba-cuda a numpy it imports under and nvmath-python its libmathdx. Budget: $NUMBA_JOB_SECONDS (default 150).
 . .ci/numba-site
 . .ci/job-env numba
 budget="${NUMBA_JOB_SECONDS:-150}"
