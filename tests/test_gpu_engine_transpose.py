@@ -57,7 +57,7 @@ def test_row_major_y_every_type_and_odd_size(torch, a, c, size):
     engine = engine_call(torch, x, y, acc, out, c, a, 1, 1)
     transposed = "y MN-major (transposed in shared memory)" in engine.describe()
     assert transposed == engine.config.transpose_b and (transposed or m > 512), engine.describe()
-    check_norm(torch, out, x, y, a, c, acc, f"{a.name}->{c.name} {m}x{n}x{k}: {engine.describe()}")
+    check_norm(torch, out, x, y, a, c, acc, what=f"{a.name}->{c.name} {m}x{n}x{k}: {engine.describe()}")
 
 
 #: (input, result, base configuration, splits): every configuration with B transposed, with and without splits
@@ -78,7 +78,7 @@ def test_every_configuration_transposes(torch, a, c, name, splits):
     out = torch.full((m, n), float("nan") if c != dt.int32 else -7, device="cuda", dtype=torch_dtype(c))
     engine = engine_call(torch, x, y, None, out, c, a, 1, 0, config, splits)
     assert engine.config.transpose_b and engine.splits == splits, engine.describe()
-    check_norm(torch, out, x, y, a, c, None, f"{name} x{splits} {a.name}: {engine.describe()}")
+    check_norm(torch, out, x, y, a, c, None, what=f"{name} x{splits} {a.name}: {engine.describe()}")
 
 
 @pytest.mark.parametrize("m", [1, 2048, 16384])
@@ -92,7 +92,7 @@ def test_m_from_1_to_16384(torch, m):
     deep = m > 128 * hopper.TRANSPOSE_MAX_TILE_ROWS  # past the rule's tile rows the default repacks y
     engine = engine_call(torch, x, y, None, out, c, a, 1, 0, config if deep else None)
     assert engine.config.transpose_b, engine.describe()
-    check_norm(torch, out, x, y, a, c, None, f"M = {m}: {engine.describe()}")
+    check_norm(torch, out, x, y, a, c, None, what=f"M = {m}: {engine.describe()}")
 
 
 def test_batched_b_and_broadcast(torch):
@@ -104,7 +104,7 @@ def test_batched_b_and_broadcast(torch):
             out = torch.full((3, 130, 272), float("nan"), device="cuda", dtype=torch_dtype(c))
             engine = engine_call(torch, x, y, None, out, c, a, 1, 0)
             assert engine.config.transpose_b, engine.describe()
-            check_norm(torch, out, x, y.expand(3, 300, 272), a, c, None, f"batch {batch_y} {a.name}")
+            check_norm(torch, out, x, y.expand(3, 300, 272), a, c, None, what=f"batch {batch_y} {a.name}")
 
 
 def test_matmul_of_a_row_major_weight(torch):
@@ -114,9 +114,9 @@ def test_matmul_of_a_row_major_weight(torch):
     got = bx.matmul(bx.tf32(x), bx.tf32(w))
     plan = next(p for p in reversed(list(array_gemm._CALLS.values())) if p.shape == (128, 1024))
     assert "transposed in shared memory" in plan.describe(), plan.describe()
-    check_norm(torch, got, x, w, dt.tfloat32, dt.float32, None, "bx.matmul tf32")
+    check_norm(torch, got, x, w, dt.tfloat32, dt.float32, None, what="bx.matmul tf32")
     x8, w8 = _operand(torch, (64, 2048), dt.float8_e4m3, gen), _operand(torch, (2048, 1536), dt.float8_e4m3, gen)
-    check_norm(torch, bx.matmul(x8, w8), x8, w8, dt.float8_e4m3, dt.float16, None, "bx.matmul e4m3")
+    check_norm(torch, bx.matmul(x8, w8), x8, w8, dt.float8_e4m3, dt.float16, None, what="bx.matmul e4m3")
 
 
 @pytest.mark.parametrize("mode", ["tensor", "block"])

@@ -51,3 +51,25 @@ def test_no_identity_when_a_linker_cannot_be_found(monkeypatch):
     monkeypatch.setattr(_nvrtc, "_wheel_versions", lambda names: {"cuda_core": "1.2.0"})
     _pathfinder(monkeypatch, {})
     assert _ltoir.linker_identity() is None
+
+
+def test_link_keys_take_text_sources(monkeypatch):
+    """A Numba kernel links CUDA C++ or PTX text (float16 kernels link Numba's own C++ shim): its key hashes
+    the text, so another text gives another key (a regression: the key once failed on str data)."""
+    pytest.importorskip("numba.cuda")
+    from numba.cuda.cudadrv.linkable_code import LTOIR, CUSource
+
+    from blasdx.fusion import numba_lowering
+
+    monkeypatch.setattr(_ltoir, "linker_identity", lambda: "nvidia_nvjitlink 13.0.88 nvvm x")
+
+    def library(source: str) -> types.SimpleNamespace:
+        return types.SimpleNamespace(
+            _entry_name="_ZN6kernel", needs_cudadevrt=False, _nvvm_options={"opt": 3}, _max_registers=None,
+            _lto=True, llvm_strs=["; ModuleID = 'k'\ndefine void @_ZN6kernel() {}"],
+            _linking_files=[LTOIR(b"\x01ltoir", name="gemm"), CUSource(source, name="shim.cu")])
+
+    first = numba_lowering._link_key(library("__device__ int f() { return 1; }"), (9, 0, "a"))
+    again = numba_lowering._link_key(library("__device__ int f() { return 1; }"), (9, 0, "a"))
+    other = numba_lowering._link_key(library("__device__ int f() { return 2; }"), (9, 0, "a"))
+    assert first is not None and first == again and other != first

@@ -76,7 +76,8 @@ def _link_key(library: Any, cc: tuple) -> str | None:
     files = []
     for item in library._linking_files:
         if isinstance(item, LinkableCode):
-            files.append(str(item.kind).encode() + b"\0" + bytes(item.data))
+            data = item.data.encode() if isinstance(item.data, str) else bytes(item.data)  # sources are text
+            files.append(str(item.kind).encode() + b"\0" + data)
         else:
             return None  # a path: its content may change under the same name
     options = repr((tuple(cc), sorted(library._nvvm_options.items()), library._max_registers, library._lto))
