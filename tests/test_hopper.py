@@ -50,7 +50,8 @@ def plan(x, y, acc=None, sm=90):
     ((16, 4096, 4096), "decode", 2, {}),  # 64 tiles: under half the SMs, balanced splits
     ((33, 8192, 8192), "decode", 1, {"bn": 64, "stages": hopper.DECODE_64_STAGES}),  # 33-64 rows: a 64-wide N tile
     ((64, 4096, 14336), "decode", 2, {"bn": 64, "stages": hopper.DECODE_64_STAGES}),
-    ((128, 4096, 4096), "medium", 2, {}),  # 32 ping-pong tiles: 64 medium ones, under half the SMs
+    ((128, 4096, 4096), "medium", 1, {}),  # 32 ping-pong tiles: 64 medium ones, 64 K steps: whole
+    ((128, 4096, 14336), "medium", 2, {}),  # 224 K steps: split to occupy the SMs
     ((256, 4096, 4096), "medium", 1, {}),
     ((128, 8192, 28672), "medium", 1, {}),
     ((128, 28672, 4096), "pingpong", 1, {}),  # 224 ping-pong tiles fill the SMs: no longer medium

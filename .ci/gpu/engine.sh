@@ -23,7 +23,7 @@ grep -E "ERROR SUMMARY|passed|failed|Invalid" "$logs/memcheck_streamk.log" | hea
 start=$SECONDS
 timeout 28 python3 benchmarks/llm_shapes.py --shapes 512x2112x7168 2048x2112x7168 512x6144x4096 128x2112x7168 \
   --types bf16 --budget 20 --workers 16 --json "$logs/llm_shapes_streamk.json" > "$logs/llm_shapes_streamk.log" 2>&1
-echo "=== llm_shapes stream-K shapes exit $? ($((SECONDS - start)) s)"
+echo "=== llm_shapes wave-quantised shapes exit $? ($((SECONDS - start)) s)"
 grep -E "^\| bf16|geomean|compiled|out of time" "$logs/llm_shapes_streamk.log" | cut -c1-170
 start=$SECONDS
 left=$((148 - SECONDS))

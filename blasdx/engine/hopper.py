@@ -193,6 +193,11 @@ SWAP_MIN_N = 256
 #   128x28672x4096 (224 ping-pong tiles): ping-pong 69.2, wide 67.2; torch 67.4
 MEDIUM = EngineConfig(64, 128, 64, 8, 1)
 MEDIUM_MAX_M = 256
+#: Medium tiles split K (to occupy the SMs, :func:`memory_bound_splits`) only from this many K steps on:
+#: shorter products ran faster whole (H200, GPU time, us, unsplit against the split count the SMs asked for:
+#: bf16 128x4096x4096 14.0-14.9 / 15.3 (2), 96x4096x4096 15.5 / 17.2 (2), e4m3 128x4096x4096 13.2 / 14.4 (2);
+#: longer ones split: bf16 128x4096x14336 43.5 / 39.7 (2), tf32 128x4096x4096 (128 steps) 28.6 / 27.8 (2)).
+MEDIUM_MIN_SPLIT_STEPS = 128
 CONFIGS = {"wide": WIDE, "square": SQUARE, "narrow": NARROW, "pingpong": PINGPONG, "wide clusters": WIDE_CLUSTERS,
            "split square": SPLIT_SQUARE, "split square p1": replace(SPLIT_SQUARE, promote_stages=1),
            "split square p4": replace(SPLIT_SQUARE, promote_stages=4), "decode": DECODE, "medium": MEDIUM}
@@ -256,7 +261,8 @@ def choose_config(a: _dt.DType, m: int, n: int, k: int, batch: int, multiprocess
     elif (m <= MEDIUM_MAX_M and batch * math.ceil(m / PINGPONG.bm) * math.ceil(n / PINGPONG.bn) < multiprocessors
           and scheme == "native"):
         config = replace(MEDIUM, bk=bk, promotion=promotion)
-        splits = memory_bound_splits(config, m, n, k, batch, multiprocessors)
+        splits = (memory_bound_splits(config, m, n, k, batch, multiprocessors)
+                  if math.ceil(k / bk) >= MEDIUM_MIN_SPLIT_STEPS else 1)
         if stream_k and splits > 1:
             return stream_k_or_splits(config, splits, m, n, k, batch, multiprocessors)
         return config, splits
