@@ -49,6 +49,7 @@ from ..arrays import (
 )
 from ..arrays import keys as _keys
 from ..arrays.streams import as_core_stream, stream_handle, wait_for_producers
+from ..arrays.streams import default_stream_handle as _default_stream
 from ..arrays.view import byte_span
 from ..describe.operators import Block, Function, row_major
 from ..errors import DescriptorError, DeviceError, ExecutionError
@@ -76,6 +77,7 @@ __all__ = [
 
 _new_tuple = tuple.__new__  # NamedTuple without its Python-level __new__ (hot path)
 _read = _keys.read_with_blasdx
+_GATHERERS = _keys.GATHERERS  # the gatherer of each array type seen (keys.gatherer makes the missing ones)
 _SCALAR_NUMPY = {"float32": np.float32, "float64": np.float64, "int32": np.int32}
 _SCALAR_SLOTS = {"float32": "f", "float64": "d", "int32": "i"}  # PackedLaunch slot kinds
 _NOTHING = object()  # no alpha / beta seen yet
@@ -755,13 +757,14 @@ def execute(desc: Descriptor, a: Any, b: Any, c: Any, *, alpha: Any = 1, beta: A
         plan = plan_for(desc)
     # the libraries' current streams asked during this call (a bound call asks one only for a given stream)
     known: dict[int, int] | None = None if stream is None else {}
-    ra = _read(a)
-    if ra is not None:
-        rb, rc = _read(b), _read(c)
-        if rb is not None and rc is not None:
-            bound = plan._bound.get((ra[0], rb[0], rc[0]))
-            if bound is not None and bound.run(plan, a, b, c, ra[1], rb[1], rc[1], alpha, beta, stream, known):
-                return c
+    gather = _GATHERERS.get(type(a))
+    if gather is None:
+        gather = _keys.gatherer(type(a))
+    found = gather(a, b, c)
+    if found is not None:
+        bound = plan._bound.get(found[0])
+        if bound is not None and bound.run(plan, a, b, c, found[1], found[2], found[3], alpha, beta, stream, known):
+            return c
     if known is None:
         known = {}
     return _run(plan, a, b, c, alpha, beta, stream, resolve_stream(stream, (c, a, b), known=known), known, True)
@@ -773,21 +776,31 @@ class BoundLayout:
     strides, the byte extents, the device plan and where the stream comes from. Holds no array.
     """
 
-    __slots__ = ("device_id", "device_plan", "batch", "strides", "extents", "stream_of", "known_slot", "packed",
-                 "grid", "_tail")
+    __slots__ = ("device_id", "device_plan", "batch", "strides", "extents", "overlaps", "alignments", "stream_of",
+                 "raw_stream", "default_stream", "known_slot", "blasdx", "blasdx_c", "packed", "grid", "_tail",
+                 "_last")
 
     def __init__(self, device_id: int, device_plan: DevicePlan, batch: int, strides: tuple[Any, ...],
-                 extents: tuple[int, ...], stream_of: Any, known_slot: int | None) -> None:
+                 extents: tuple[int, ...], stream_of: Any, known_slot: int | None, alignments: tuple[int, ...] = (1,) * 3,
+                 raw_stream: Any = None, blasdx: tuple[bool, bool, bool] = (False, False, False)) -> None:
         self.device_id = device_id
         self.device_plan = device_plan
         self.batch = batch
         self.strides = strides
         self.extents = extents
+        a_lo, a_hi, b_lo, b_hi, c_lo, c_hi = extents
+        self.overlaps = c_hi > c_lo and (a_hi > a_lo or b_hi > b_lo)  # whether C can meet A or B at all
+        self.alignments = alignments
         self.stream_of = stream_of
+        self.raw_stream = raw_stream  # torch's raw query (stream_of without its Python frame), or None
+        self.default_stream = _default_stream()
         self.known_slot = known_slot  # where the library's stream goes in a call's ``known`` (None: blasdx's)
+        self.blasdx = blasdx  # which of a, b, c are blasdx DeviceArrays (their producer streams are checked)
+        self.blasdx_c = blasdx[2]
         self.packed = device_plan.packed
         self.grid = device_plan.grid(batch)
         self._tail: tuple[Any, Any] = (None, ())  # (converted scalars, the launch's slots after the pointers)
+        self._last: tuple[Any, Any, Any] = (_NOTHING, _NOTHING, ())  # (alpha, beta, their tail)
 
     def tail(self, scalars: tuple[Any, ...]) -> tuple[Any, ...]:
         """The kernel's arguments after the pointers for ``scalars`` (the plan's converted alpha and beta): one
@@ -798,6 +811,16 @@ class BoundLayout:
             self._tail = (scalars, tail)  # one assignment: threads see an old or a new pair
         return tail
 
+    def tail_of(self, plan: ExecutionPlan, alpha: Any, beta: Any) -> tuple[Any, ...]:
+        """:meth:`tail` of ``alpha`` and ``beta`` (checked and converted by the plan, which raises what the full path
+        raises); remembered for the next call with the same objects when the plan remembers them too."""
+        scalars = plan._scalars_of(alpha, beta)
+        tail = self.tail(scalars)
+        last = plan._last_scalars
+        if last[0] is alpha and last[1] is beta and last[2] is scalars:  # hashable: not a 0-d array, which can change
+            self._last = (alpha, beta, tail)
+        return tail
+
     def run(self, plan: ExecutionPlan, a: Any, b: Any, c: Any, pa: int, pb: int, pc: int, alpha: Any,
             beta: Any, stream: Any = None, known: dict[int, int] | None = None) -> bool:
         """Check the pointers and scalars and launch; False (nothing done) when the full path must decide.
@@ -805,33 +828,34 @@ class BoundLayout:
         ``stream`` is what the user passed: None (the arrays' library stream), or a stream of the
         arrays' device that is the library's current one there (any other needs the full path's
         ordering after the library's stream, which then finds the stream asked here in ``known``)."""
-        al_a, al_b, al_c = plan._alignments
+        al_a, al_b, al_c = self.alignments
         if pa % al_a or pb % al_b or pc % al_c:
             return False
-        a_lo, a_hi, b_lo, b_hi, c_lo, c_hi = self.extents
-        if c_hi > c_lo:
+        if self.overlaps:
+            a_lo, a_hi, b_lo, b_hi, c_lo, c_hi = self.extents
             low, high = pc + c_lo, pc + c_hi
             if (pa + a_lo < high and low < pa + a_hi and a_hi > a_lo) or (
                     pb + b_lo < high and low < pb + b_hi and b_hi > b_lo):
                 return False
-        last = plan._last_scalars
-        scalars = last[2] if alpha is last[0] and beta is last[1] else plan._scalars_of(alpha, beta)
+        last = self._last
+        tail = last[2] if alpha is last[0] and beta is last[1] else self.tail_of(plan, alpha, beta)
         device = self.device_id
-        handle = self.stream_of(device)
+        raw = self.raw_stream
+        if raw is not None:
+            handle = raw(device) or self.default_stream
+        else:
+            handle = self.stream_of(device)
         if stream is not None:
             if stream_handle(stream) != handle:
                 if known is not None and self.known_slot is not None:
                     known[self.known_slot] = handle
                 return False
             check_stream_device(stream, handle, device)
-        blasdx_c = type(c) is DeviceArray
-        if blasdx_c or type(a) is DeviceArray or type(b) is DeviceArray:
-            for x in (a, b, c):  # blasdx arrays written on another stream: the full path orders after it
-                if type(x) is DeviceArray and x._stream is not None and x._stream != handle:
-                    return False
-        seen, tail = self._tail  # self.tail(scalars), inline
-        if seen is not scalars:
-            tail = self.tail(scalars)
+        in_a, in_b, in_c = self.blasdx  # blasdx arrays written on another stream: the full path orders after it
+        if (in_a and a._stream is not None and a._stream != handle) or (
+                in_b and b._stream is not None and b._stream != handle) or (
+                in_c and c._stream is not None and c._stream != handle):
+            return False
         token = _devices.enter(device)
         try:
             if self.batch:
@@ -839,7 +863,7 @@ class BoundLayout:
         finally:
             if token is not None:
                 _devices.leave(token)
-        if blasdx_c:
+        if self.blasdx_c:
             c._set_stream(handle)
         return True
 
@@ -851,7 +875,7 @@ def python_numbers(values: tuple[Any, ...]) -> tuple[Any, ...]:
 
 
 def _bind(plan: ExecutionPlan, a: Any, b: Any, c: Any, launch: Launch, device: int, device_plan: DevicePlan) -> None:
-    """After a full call: bind the kind of its arrays (when each has a key)."""
+    """After a full call: bind the kind of its arrays (when each has a key), under the key execute() gathers."""
     ra, rb, rc = _read(a), _read(b), _read(c)
     if ra is None or rb is None or rc is None:
         return
@@ -866,8 +890,10 @@ def _bind(plan: ExecutionPlan, a: Any, b: Any, c: Any, launch: Launch, device: i
         plan._bound.clear()
     library = _library_of(first)
     slot = None if library is None else device if library == "torch" else ~device  # resolve_stream's slots
-    plan._bound[(ra[0], rb[0], rc[0])] = BoundLayout(device, device_plan, batch, strides, extents,
-                                                     _keys.library_stream(first), slot)
+    blasdx = (type(a) is DeviceArray, type(b) is DeviceArray, type(c) is DeviceArray)
+    plan._bound[ra[0] + rb[0] + rc[0]] = BoundLayout(device, device_plan, batch, strides, extents,
+                                                     _keys.library_stream(first), slot, plan._alignments,
+                                                     _keys.raw_stream(first), blasdx)
 
 
 def execute_on(desc: Descriptor, a: Any, b: Any, c: Any, alpha: Any, beta: Any, handle: int) -> Any:
