@@ -774,10 +774,14 @@ class BoundLayout:
     """What every execute() with arrays of one kind (dtype, shape, strides, device; the keys of
     blasdx.arrays.keys) does once the first such call has passed the checks: the grid, the batch
     strides, the byte extents, the device plan and where the stream comes from. Holds no array.
+
+    What a bound call compares its pointers with is one tuple (``checks``, unpacked at once):
+    the three alignments, then for A and B the open interval of ``pc - pa`` (``pc - pb``) in
+    which their memory meets C's (empty when either has no bytes).
     """
 
-    __slots__ = ("device_id", "device_plan", "batch", "strides", "extents", "overlaps", "alignments", "stream_of",
-                 "raw_stream", "default_stream", "known_slot", "blasdx", "blasdx_c", "packed", "grid", "_tail",
+    __slots__ = ("device_id", "device_plan", "batch", "strides", "extents", "checks", "stream_of", "raw_stream",
+                 "default_stream", "known_slot", "blasdx", "blasdx_c", "packed", "grid", "current_device", "_tail",
                  "_last")
 
     def __init__(self, device_id: int, device_plan: DevicePlan, batch: int, strides: tuple[Any, ...],
@@ -788,9 +792,8 @@ class BoundLayout:
         self.batch = batch
         self.strides = strides
         self.extents = extents
-        a_lo, a_hi, b_lo, b_hi, c_lo, c_hi = extents
-        self.overlaps = c_hi > c_lo and (a_hi > a_lo or b_hi > b_lo)  # whether C can meet A or B at all
-        self.alignments = alignments
+        self.checks = (*alignments, *_meeting(extents[0], extents[1], extents[4], extents[5]),
+                       *_meeting(extents[2], extents[3], extents[4], extents[5]))
         self.stream_of = stream_of
         self.raw_stream = raw_stream  # torch's raw query (stream_of without its Python frame), or None
         self.default_stream = _default_stream()
@@ -799,6 +802,7 @@ class BoundLayout:
         self.blasdx_c = blasdx[2]
         self.packed = device_plan.packed
         self.grid = device_plan.grid(batch)
+        self.current_device = _devices.driver().cuCtxGetDevice  # the driver the device plan was loaded with
         self._tail: tuple[Any, Any] = (None, ())  # (converted scalars, the launch's slots after the pointers)
         self._last: tuple[Any, Any, Any] = (_NOTHING, _NOTHING, ())  # (alpha, beta, their tail)
 
@@ -828,23 +832,14 @@ class BoundLayout:
         ``stream`` is what the user passed: None (the arrays' library stream), or a stream of the
         arrays' device that is the library's current one there (any other needs the full path's
         ordering after the library's stream, which then finds the stream asked here in ``known``)."""
-        al_a, al_b, al_c = self.alignments
-        if pa % al_a or pb % al_b or pc % al_c:
+        al_a, al_b, al_c, a_low, a_high, b_low, b_high = self.checks
+        if pa % al_a or pb % al_b or pc % al_c or a_low < pc - pa < a_high or b_low < pc - pb < b_high:
             return False
-        if self.overlaps:
-            a_lo, a_hi, b_lo, b_hi, c_lo, c_hi = self.extents
-            low, high = pc + c_lo, pc + c_hi
-            if (pa + a_lo < high and low < pa + a_hi and a_hi > a_lo) or (
-                    pb + b_lo < high and low < pb + b_hi and b_hi > b_lo):
-                return False
         last = self._last
         tail = last[2] if alpha is last[0] and beta is last[1] else self.tail_of(plan, alpha, beta)
         device = self.device_id
         raw = self.raw_stream
-        if raw is not None:
-            handle = raw(device) or self.default_stream
-        else:
-            handle = self.stream_of(device)
+        handle = (raw(device) or self.default_stream) if raw is not None else self.stream_of(device)
         if stream is not None:
             if stream_handle(stream) != handle:
                 if known is not None and self.known_slot is not None:
@@ -856,16 +851,28 @@ class BoundLayout:
                 in_b and b._stream is not None and b._stream != handle) or (
                 in_c and c._stream is not None and c._stream != handle):
             return False
-        token = _devices.enter(device)
-        try:
-            if self.batch:
-                self.packed.launch_pointers(self.grid, handle, pa, pb, pc, tail)
-        finally:
-            if token is not None:
-                _devices.leave(token)
-        if self.blasdx_c:
+        err, current = self.current_device()
+        if err or int(current) != device:  # another device current (or none): make this one current for the launch
+            token = _devices.enter(device)
+            try:
+                if self.batch:
+                    self.packed.launch_pointers(self.grid, handle, pa, pb, pc, tail)
+            finally:
+                if token is not None:
+                    _devices.leave(token)
+        elif self.batch:
+            self.packed.launch_pointers(self.grid, handle, pa, pb, pc, tail)
+        if in_c:
             c._set_stream(handle)
         return True
+
+
+def _meeting(lo: int, hi: int, c_lo: int, c_hi: int) -> tuple[int, int]:
+    """The open interval of ``pc - p`` in which bytes ``[p + lo, p + hi)`` meet C's ``[pc + c_lo, pc + c_hi)``
+    (``(0, 0)``, empty, when either span has no bytes)."""
+    if hi <= lo or c_hi <= c_lo:
+        return 0, 0
+    return lo - c_hi, hi - c_lo
 
 
 def python_numbers(values: tuple[Any, ...]) -> tuple[Any, ...]:
