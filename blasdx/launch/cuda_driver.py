@@ -436,7 +436,8 @@ class PackedLaunch:
     """One loaded kernel with a fixed parameter list: ``launch(grid_x, grid_y, stream_handle, *values)``, or, for a
     list that starts with three pointers, ``launch_pointers(grid_x, stream_handle, p0, p1, p2, tail)``."""
 
-    __slots__ = ("name", "slots", "block", "shared_memory", "_kernel", "_struct", "_head", "_local", "_driver")
+    __slots__ = ("name", "slots", "block", "shared_memory", "_kernel", "_struct", "_pack_head", "_local",
+                 "_driver", "_geometry")
 
     def __init__(
         self, kernel: Any, slots: str, block: tuple[int, int, int], shared_memory: int, name: str = ""
@@ -452,9 +453,11 @@ class PackedLaunch:
         self.shared_memory = int(shared_memory)
         self._kernel = int(kernel.handle)
         self._struct = struct.Struct("<" + "".join(SLOT_FORMATS[s] for s in slots))
-        self._head = _struct("QQQ") if slots[:3] == "PPP" else None  # the three pointers alone
+        # packs the three pointers alone
+        self._pack_head = _struct("QQQ").pack_into if slots[:3] == "PPP" else None
         self._local = threading.local()
         self._driver = _devices.driver()
+        self._geometry = (*self.block, self.shared_memory)  # what every launch passes after the grid, in one load
 
     @property
     def _function(self) -> Any:
@@ -488,15 +491,15 @@ class PackedLaunch:
         except AttributeError:
             buffers = self.buffers()
         if buffers.tail is tail:
-            self._head.pack_into(buffers.data, 0, p0, p1, p2)
+            self._pack_head(buffers.data, 0, p0, p1, p2)
         else:
             self._struct.pack_into(buffers.data, 0, p0, p1, p2, *tail)
             buffers.tail = tail  # held here, so no other tuple can take its identity
         function = buffers.function
         if function is not None:  # the thread's CUfunction known: launch here, a frame less than through _launch
             found = _STREAMS.get(stream)
-            bx, by, bz = self.block
-            (err,) = self._driver.cuLaunchKernel(function, grid_x, 1, 1, bx, by, bz, self.shared_memory,
+            bx, by, bz, shared_memory = self._geometry
+            (err,) = self._driver.cuLaunchKernel(function, grid_x, 1, 1, bx, by, bz, shared_memory,
                                                  found if found is not None else stream_object(stream),
                                                  buffers.address, 0)
             if not err:
