@@ -126,10 +126,11 @@ def _cupy3(a: Any, b: Any, c: Any) -> tuple[tuple[Any, ...], int, int, int] | No
 
 
 def _blasdx3(a: Any, b: Any, c: Any) -> tuple[tuple[Any, ...], int, int, int] | None:
-    """:func:`_mixed` of three blasdx DeviceArrays: their keys are kept, only joined."""
+    """For three blasdx DeviceArrays: the tuple of their keys (objects each array keeps, so a key compared with
+    the last call's compares three identities); :func:`_mixed` for other arrays."""
     if type(b) is not DeviceArray or type(c) is not DeviceArray:
         return _mixed(a, b, c)
-    return a._key + b._key + c._key, a._ptr, b._ptr, c._ptr
+    return (a._key, b._key, c._key), a._ptr, b._ptr, c._ptr
 
 
 _GATHERERS: dict[type, _Gatherer] = {DeviceArray: _blasdx3}
@@ -137,9 +138,10 @@ _GATHERERS: dict[type, _Gatherer] = {DeviceArray: _blasdx3}
 
 def gatherer(kind: type) -> _Gatherer:
     """For calls whose first array is of type ``kind``: the function giving ``(key, pa, pb, pc)`` of three arrays,
-    or None when one has no key. The key is the three keys of :func:`read_with_blasdx` joined in one tuple; the
-    function of a library reads three arrays of its type in one go (and joins the keys of mixed ones).
-    Chosen once per type; look it up in ``GATHERERS`` first."""
+    or None when one has no key. The key is the three keys of :func:`read_with_blasdx` joined in one tuple (held
+    as three for blasdx arrays); the function of a library reads three arrays of its type in one go (and joins the
+    keys of mixed ones). Keys of different kinds of calls never compare equal: a blasdx array's key is longer than
+    the others and holds its class. Chosen once per type; look it up in ``GATHERERS`` first."""
     found = _GATHERERS.get(kind)
     if found is None:
         found = _GATHERERS[kind] = {"torch": _torch3, "cupy": _cupy3}.get(library_of_type(kind), _mixed)

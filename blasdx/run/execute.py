@@ -139,7 +139,7 @@ class ExecutionPlan:
 
     __slots__ = (
         "desc", "a", "b", "c", "is_complex", "scalar", "scalar_numpy", "block_dim", "shared_memory", "slots",
-        "_alignments", "_devices", "_scalars", "_last_scalars", "_layouts", "_text", "_bound",
+        "_alignments", "_devices", "_scalars", "_last_scalars", "_layouts", "_text", "_bound", "_last_bound",
     )
 
     def __init__(self, desc: Descriptor) -> None:
@@ -171,10 +171,16 @@ class ExecutionPlan:
         self._last_scalars: tuple[Any, Any, tuple[Any, ...]] = (_NOTHING, _NOTHING, ())
         self._layouts: dict[Any, tuple[Any, ...]] = {}
         self._bound: dict[Any, BoundLayout] = {}  # calls bound to the kind of their arrays (the hot path)
+        self._last_bound: tuple[Any, BoundLayout | None] = (None, None)  # the last key found there, and its binding
         self._text = repr(desc)
 
     def __repr__(self) -> str:
         return f"ExecutionPlan({self._text})"
+
+    def unbind(self) -> None:
+        """Forget every bound kind of call: the next call of each takes the full path (and binds it again)."""
+        self._last_bound = (None, None)
+        self._bound.clear()
 
     # -- per call -------------------------------------------------------------------------------
 
@@ -762,7 +768,14 @@ def execute(desc: Descriptor, a: Any, b: Any, c: Any, *, alpha: Any = 1, beta: A
         gather = _keys.gatherer(type(a))
     found = gather(a, b, c)
     if found is not None:
-        bound = plan._bound.get(found[0])
+        key = found[0]
+        last = plan._last_bound  # the same kind as the last bound call: an equality test, no hashing
+        if key == last[0]:
+            bound = last[1]
+        else:
+            bound = plan._bound.get(key)
+            if bound is not None:
+                plan._last_bound = (key, bound)  # one assignment: threads see an old or a new pair
         if bound is not None and bound.run(plan, a, b, c, found[1], found[2], found[3], alpha, beta, stream, known):
             return c
     if known is None:
@@ -893,12 +906,15 @@ def _bind(plan: ExecutionPlan, a: Any, b: Any, c: Any, launch: Launch, device: i
         return
     batch, strides, extents = layout
     first = next((x for x in (c, a, b) if _library_of(x) is not None), c)  # whose stream resolve_stream takes
+    key = _keys.gatherer(type(a))(a, b, c)  # execute() looks the binding up by what this gives
+    if key is None:
+        return
     if len(plan._bound) > 64:
-        plan._bound.clear()
+        plan.unbind()
     library = _library_of(first)
     slot = None if library is None else device if library == "torch" else ~device  # resolve_stream's slots
     blasdx = (type(a) is DeviceArray, type(b) is DeviceArray, type(c) is DeviceArray)
-    plan._bound[ra[0] + rb[0] + rc[0]] = BoundLayout(device, device_plan, batch, strides, extents,
+    plan._bound[key[0]] = BoundLayout(device, device_plan, batch, strides, extents,
                                                      _keys.library_stream(first), slot, plan._alignments,
                                                      _keys.raw_stream(first), blasdx)
 
