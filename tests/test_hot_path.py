@@ -134,6 +134,40 @@ def test_arrays_of_another_kind_never_take_a_binding(gpu):
     assert [launch.grid for launch in gpu.launches] == [(1, 1, 1), (2, 1, 1)]
 
 
+def test_kinds_called_in_turn_launch_with_their_own_bindings(gpu):
+    """Two bound kinds called one after the other (the last bound kind is found without hashing): each call
+    launches what the full path launched for its kind."""
+    plan = ex.plan_for(F16)
+    plan.unbind()
+    F16.execute(*arrays_of(), alpha=2.0)  # full: binds the first kind
+    F16.execute(*arrays_of(batch=3), alpha=2.0)  # full: binds the second
+    full_one, full_three = gpu.launches
+    for turn in range(6):
+        F16.execute(*arrays_of(batch=3 if turn % 2 else None), alpha=2.0)
+    assert len(plan._bound) == 2
+    assert gpu.launches[2:] == [full_one, full_three] * 3
+    assert full_one.grid != full_three.grid and full_one.slots[3:] != full_three.slots[3:]
+
+
+def test_no_key_of_another_library_equals_a_blasdx_key(monkeypatch):
+    """NumPy's dtypes equal their names, so a CuPy int8 array's key would equal a blasdx array's key of the same
+    shape (byte and element strides agree for one-byte types) but for the class the latter holds; joined keys of
+    mixed calls differ in the same way."""
+    import sys
+
+    from .test_arrays import _fake_cupy
+
+    cupy = _fake_cupy()
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    x = cupy.ndarray((4, 8), np.int8, (8, 1), ptr=A_PTR)
+    y = DeviceArray(A_PTR, (4, 8), np.int8, (8, 1), device_id=0)
+    (kx, _), (ky, _) = keys.read_with_blasdx(x), keys.read_with_blasdx(y)
+    assert ky[:4] == kx and ky != kx and kx != ky
+    joined = {order: keys.gatherer(type(order[0]))(*order)[0]
+              for order in ((x, x, x), (y, x, x), (x, y, x), (x, x, y), (y, y, x), (y, y, y))}
+    assert all((k1 == k2) == (o1 is o2) for o1, k1 in joined.items() for o2, k2 in joined.items())
+
+
 def test_a_producer_stream_is_waited_for_by_the_full_path(gpu):
     """A blasdx array last written on another stream sends the call to the full path, which waits for it."""
     a, b, c = arrays_of()
