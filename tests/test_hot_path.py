@@ -149,6 +149,42 @@ def test_kinds_called_in_turn_launch_with_their_own_bindings(gpu):
     assert full_one.grid != full_three.grid and full_one.slots[3:] != full_three.slots[3:]
 
 
+def test_cupy_arrays_are_bound_on_their_current_stream(gpu, monkeypatch):
+    """CuPy arrays (a stand-in module): bound after the first call, launched on CuPy's current stream (the handle
+    is the ``ptr`` of the stream object CuPy answers with)."""
+    import sys
+
+    from blasdx.arrays import cupy_adapter
+
+    from .test_arrays import _fake_cupy
+
+    cupy = _fake_cupy(current_stream=0x5000)
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    monkeypatch.setattr(cupy_adapter, "_CUPY_STREAM", [])
+    gpu.stream(0x5000, 0)
+    plan = ex.plan_for(F16)
+    plan.unbind()
+
+    def arrays(shift=0):
+        return (cupy.ndarray((64, 16), np.float16, (32, 2), ptr=A_PTR + shift),
+                cupy.ndarray((16, 32), np.float16, (2, 32), ptr=B_PTR + shift),
+                cupy.ndarray((64, 32), np.float32, (4, 256), ptr=C_PTR + shift))
+
+    full_calls = []
+    run = ex._run
+    monkeypatch.setattr(ex, "_run", lambda *args: full_calls.append(args) or run(*args))
+    F16.execute(*arrays())
+    assert len(plan._bound) == 1 and len(full_calls) == 1
+    F16.execute(*arrays(4096))
+    F16.execute(*arrays(8192), stream=0x5000)  # CuPy's current stream given: bound too
+    assert len(full_calls) == 1
+    full, bound, given = gpu.launches
+    assert bound.stream == given.stream == full.stream == 0x5000 and gpu.waits == []
+    for launch, shift in ((bound, 4096), (given, 8192)):
+        assert launch.slots[:3] == (A_PTR + shift, B_PTR + shift, C_PTR + shift)
+        assert launch.slots[3:] == full.slots[3:] and launch.grid == full.grid
+
+
 def test_no_key_of_another_library_equals_a_blasdx_key(monkeypatch):
     """NumPy's dtypes equal their names, so a CuPy int8 array's key would equal a blasdx array's key of the same
     shape (byte and element strides agree for one-byte types) but for the class the latter holds; joined keys of

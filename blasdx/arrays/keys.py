@@ -22,7 +22,7 @@ from .device_array import DeviceArray
 from .streams import default_stream_handle
 from .torch_adapter import _TORCH_REAL, _TORCH_STREAM, _torch_stream_function
 
-__all__ = ["GATHERERS", "gatherer", "library_of_type", "library_stream", "raw_stream", "read", "read_with_blasdx"]
+__all__ = ["GATHERERS", "gatherer", "library_of_type", "library_stream", "read", "read_with_blasdx", "stream_query"]
 
 _Reader = Callable[[Any], "tuple[tuple[Any, ...], int] | None"]
 
@@ -172,9 +172,16 @@ def library_stream(obj: Any) -> Callable[[int], int]:
     raise TypeError(f"{type(obj).__name__} arrays have no key")
 
 
-def raw_stream(obj: Any) -> Callable[[int], int] | None:
-    """For a PyTorch tensor with a key: torch's raw current-stream query (0 for its null stream, which
-    :func:`library_stream` turns into the default stream); None for arrays of other libraries."""
-    if _READERS.get(type(obj)) is _torch:
-        return _TORCH_STREAM[0] if _TORCH_STREAM else _torch_stream_function()
-    return None
+def stream_query(obj: Any) -> tuple[Callable[[int], Any] | None, bool]:
+    """:func:`library_stream` in parts, for callers that inline it: (the library's current-stream query on a
+    device, whether it answers with a stream object whose ``ptr`` is the handle). The handle is that, or the
+    default stream when it is 0 (the library's null stream); the query is None for blasdx arrays (the default
+    stream always)."""
+    reader = _READERS.get(type(obj))
+    if reader is _torch:
+        return (_TORCH_STREAM[0] if _TORCH_STREAM else _torch_stream_function()), False
+    if reader is _cupy:
+        return (_CUPY_STREAM[0] if _CUPY_STREAM else _cupy_stream_function()), True
+    if type(obj) is DeviceArray:
+        return None, False
+    raise TypeError(f"{type(obj).__name__} arrays have no key")

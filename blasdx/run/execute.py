@@ -793,13 +793,13 @@ class BoundLayout:
     which their memory meets C's (empty when either has no bytes).
     """
 
-    __slots__ = ("device_id", "device_plan", "batch", "strides", "extents", "checks", "stream_of", "raw_stream",
-                 "default_stream", "known_slot", "blasdx", "blasdx_c", "packed", "grid", "current_device", "_tail",
-                 "_last")
+    __slots__ = ("device_id", "device_plan", "batch", "strides", "extents", "checks", "stream_query",
+                 "stream_object", "default_stream", "known_slot", "blasdx", "packed", "grid", "current_device",
+                 "_tail", "_last")
 
     def __init__(self, device_id: int, device_plan: DevicePlan, batch: int, strides: tuple[Any, ...],
-                 extents: tuple[int, ...], stream_of: Any, known_slot: int | None, alignments: tuple[int, ...] = (1,) * 3,
-                 raw_stream: Any = None, blasdx: tuple[bool, bool, bool] = (False, False, False)) -> None:
+                 extents: tuple[int, ...], known_slot: int | None, alignments: tuple[int, int, int],
+                 stream_query: tuple[Any, bool], blasdx: tuple[bool, bool, bool]) -> None:
         self.device_id = device_id
         self.device_plan = device_plan
         self.batch = batch
@@ -807,12 +807,12 @@ class BoundLayout:
         self.extents = extents
         self.checks = (*alignments, *_meeting(extents[0], extents[1], extents[4], extents[5]),
                        *_meeting(extents[2], extents[3], extents[4], extents[5]))
-        self.stream_of = stream_of
-        self.raw_stream = raw_stream  # torch's raw query (stream_of without its Python frame), or None
+        # the library's current stream, asked inline (blasdx.arrays.keys.stream_query): its query, whether that answers
+        # with a stream object (CuPy) rather than a handle (torch); no query: the default stream (blasdx arrays)
+        self.stream_query, self.stream_object = stream_query
         self.default_stream = _default_stream()
         self.known_slot = known_slot  # where the library's stream goes in a call's ``known`` (None: blasdx's)
         self.blasdx = blasdx  # which of a, b, c are blasdx DeviceArrays (their producer streams are checked)
-        self.blasdx_c = blasdx[2]
         self.packed = device_plan.packed
         self.grid = device_plan.grid(batch)
         self.current_device = _devices.driver().cuCtxGetDevice  # the driver the device plan was loaded with
@@ -851,8 +851,13 @@ class BoundLayout:
         last = self._last
         tail = last[2] if alpha is last[0] and beta is last[1] else self.tail_of(plan, alpha, beta)
         device = self.device_id
-        raw = self.raw_stream
-        handle = (raw(device) or self.default_stream) if raw is not None else self.stream_of(device)
+        query = self.stream_query
+        if query is None:
+            handle = self.default_stream
+        elif self.stream_object:
+            handle = query(device).ptr or self.default_stream
+        else:
+            handle = query(device) or self.default_stream
         if stream is not None:
             if stream_handle(stream) != handle:
                 if known is not None and self.known_slot is not None:
@@ -914,9 +919,8 @@ def _bind(plan: ExecutionPlan, a: Any, b: Any, c: Any, launch: Launch, device: i
     library = _library_of(first)
     slot = None if library is None else device if library == "torch" else ~device  # resolve_stream's slots
     blasdx = (type(a) is DeviceArray, type(b) is DeviceArray, type(c) is DeviceArray)
-    plan._bound[key[0]] = BoundLayout(device, device_plan, batch, strides, extents,
-                                                     _keys.library_stream(first), slot, plan._alignments,
-                                                     _keys.raw_stream(first), blasdx)
+    plan._bound[key[0]] = BoundLayout(device, device_plan, batch, strides, extents, slot, plan._alignments,
+                                      _keys.stream_query(first), blasdx)
 
 
 def execute_on(desc: Descriptor, a: Any, b: Any, c: Any, alpha: Any, beta: Any, handle: int) -> Any:
