@@ -43,6 +43,25 @@ def arrays_of(a_ptr=A_PTR, b_ptr=B_PTR, c_ptr=C_PTR, batch=None, a_strides=None)
     return a, b, c
 
 
+def stand_in_library(gpu, monkeypatch, name):
+    """The stand-in module ``name`` ("torch" or "cupy") imported, its current stream 0x5000 on device 0, and F16's
+    plan with nothing bound."""
+    import sys
+
+    from blasdx.arrays import cupy_adapter, torch_adapter
+
+    from .test_arrays import _fake_cupy, _fake_torch
+
+    module = (_fake_torch if name == "torch" else _fake_cupy)(current_stream=0x5000)
+    monkeypatch.setitem(sys.modules, name, module)
+    monkeypatch.setattr(torch_adapter, "_TORCH_STREAM", [])
+    monkeypatch.setattr(cupy_adapter, "_CUPY_STREAM", [])
+    gpu.stream(0x5000, 0)
+    plan = ex.plan_for(F16)
+    plan.unbind()
+    return module, plan
+
+
 def test_the_second_call_is_bound_and_launches_the_same(gpu, monkeypatch):
     plan = ex.plan_for(F16)
     plan.unbind()
@@ -152,18 +171,7 @@ def test_kinds_called_in_turn_launch_with_their_own_bindings(gpu):
 def test_cupy_arrays_are_bound_on_their_current_stream(gpu, monkeypatch):
     """CuPy arrays (a stand-in module): bound after the first call, launched on CuPy's current stream (the handle
     is the ``ptr`` of the stream object CuPy answers with)."""
-    import sys
-
-    from blasdx.arrays import cupy_adapter
-
-    from .test_arrays import _fake_cupy
-
-    cupy = _fake_cupy(current_stream=0x5000)
-    monkeypatch.setitem(sys.modules, "cupy", cupy)
-    monkeypatch.setattr(cupy_adapter, "_CUPY_STREAM", [])
-    gpu.stream(0x5000, 0)
-    plan = ex.plan_for(F16)
-    plan.unbind()
+    cupy, plan = stand_in_library(gpu, monkeypatch, "cupy")
 
     def arrays(shift=0):
         return (cupy.ndarray((64, 16), np.float16, (32, 2), ptr=A_PTR + shift),
@@ -229,18 +237,7 @@ def test_keys_read_blasdx_arrays_without_views(gpu):
 
 def test_torch_tensors_are_bound_on_their_current_stream(gpu, monkeypatch):
     """PyTorch tensors (a stand-in module): bound after the first call, launched on torch's current stream."""
-    import sys
-
-    from blasdx.arrays import torch_adapter
-
-    from .test_arrays import _fake_torch
-
-    torch = _fake_torch(current_stream=0x5000)
-    monkeypatch.setitem(sys.modules, "torch", torch)
-    monkeypatch.setattr(torch_adapter, "_TORCH_STREAM", [])
-    gpu.stream(0x5000, 0)
-    plan = ex.plan_for(F16)
-    plan.unbind()
+    torch, plan = stand_in_library(gpu, monkeypatch, "torch")
 
     def tensors(shift=0):
         return (torch.Tensor((64, 16), (16, 1), name="float16", itemsize=2, ptr=A_PTR + shift),
