@@ -911,16 +911,16 @@ def _bind(plan: ExecutionPlan, a: Any, b: Any, c: Any, launch: Launch, device: i
         return
     batch, strides, extents = layout
     first = next((x for x in (c, a, b) if _library_of(x) is not None), c)  # whose stream resolve_stream takes
-    key = _keys.gatherer(type(a))(a, b, c)  # execute() looks the binding up by what this gives
-    if key is None:
+    gathered = _keys.gatherer(type(a))(a, b, c)  # (key, pointers): execute() looks the binding up by that key
+    if gathered is None:
         return
     if len(plan._bound) > 64:
         plan.unbind()
     library = _library_of(first)
     slot = None if library is None else device if library == "torch" else ~device  # resolve_stream's slots
     blasdx = (type(a) is DeviceArray, type(b) is DeviceArray, type(c) is DeviceArray)
-    plan._bound[key[0]] = BoundLayout(device, device_plan, batch, strides, extents, slot, plan._alignments,
-                                      _keys.stream_query(first), blasdx)
+    plan._bound[gathered[0]] = BoundLayout(device, device_plan, batch, strides, extents, slot, plan._alignments,
+                                           _keys.stream_query(first), blasdx)
 
 
 def execute_on(desc: Descriptor, a: Any, b: Any, c: Any, alpha: Any, beta: Any, handle: int) -> Any:
