@@ -768,7 +768,7 @@ def execute(desc: Descriptor, a: Any, b: Any, c: Any, *, alpha: Any = 1, beta: A
         gather = _keys.gatherer(type(a))
     found = gather(a, b, c)
     if found is not None:
-        key = found[0]
+        key, pa, pb, pc = found
         last = plan._last_bound  # the same kind as the last bound call: an equality test, no hashing
         if key == last[0]:
             bound = last[1]
@@ -776,7 +776,7 @@ def execute(desc: Descriptor, a: Any, b: Any, c: Any, *, alpha: Any = 1, beta: A
             bound = plan._bound.get(key)
             if bound is not None:
                 plan._last_bound = (key, bound)  # one assignment: threads see an old or a new pair
-        if bound is not None and bound.run(plan, a, b, c, found[1], found[2], found[3], alpha, beta, stream, known):
+        if bound is not None and bound.run(plan, a, b, c, pa, pb, pc, alpha, beta, stream, known):
             return c
     if known is None:
         known = {}
