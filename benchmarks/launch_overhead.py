@@ -308,6 +308,7 @@ def measure_pieces(desc: bx.Descriptor, calls: int, rounds: int) -> dict[str, fl
     stream = cuda_driver.stream_object(handle)
     raw_stream = torch._C._cuda_getCurrentRawStream
     tail = ex.python_numbers(args[3:])  # one tuple, as a bound call keeps it: the launch writes the pointers
+    gather = keys.gatherer(type(a))
     pieces = {
         "torch.empty 32x32 f16": lambda: torch.empty((32, 32), dtype=torch.float16, device=x.device),
         # the ways of allocating bx.matmul's result (blasdx.calls.matmul keeps the device and dtype objects)
@@ -320,6 +321,7 @@ def measure_pieces(desc: bx.Descriptor, calls: int, rounds: int) -> dict[str, fl
         "tensor.data_ptr()": x.data_ptr,
         "tensor.shape + stride()": lambda: (x.shape, x.stride()),
         "keys.read(tensor)": lambda: keys.read(x),
+        "keys gather, 3 tensors (execute's key)": lambda: gather(a, b, c),
         "torch raw current stream": lambda: raw_stream(0),
         "as_array(tensor)": lambda: as_array(x, "x", stream=handle),
         "cuCtxGetDevice (cuda.bindings)": drv.cuCtxGetDevice,

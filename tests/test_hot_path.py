@@ -43,9 +43,28 @@ def arrays_of(a_ptr=A_PTR, b_ptr=B_PTR, c_ptr=C_PTR, batch=None, a_strides=None)
     return a, b, c
 
 
+def stand_in_library(gpu, monkeypatch, name):
+    """The stand-in module ``name`` ("torch" or "cupy") imported, its current stream 0x5000 on device 0, and F16's
+    plan with nothing bound."""
+    import sys
+
+    from blasdx.arrays import cupy_adapter, torch_adapter
+
+    from .test_arrays import _fake_cupy, _fake_torch
+
+    module = (_fake_torch if name == "torch" else _fake_cupy)(current_stream=0x5000)
+    monkeypatch.setitem(sys.modules, name, module)
+    monkeypatch.setattr(torch_adapter, "_TORCH_STREAM", [])
+    monkeypatch.setattr(cupy_adapter, "_CUPY_STREAM", [])
+    gpu.stream(0x5000, 0)
+    plan = ex.plan_for(F16)
+    plan.unbind()
+    return module, plan
+
+
 def test_the_second_call_is_bound_and_launches_the_same(gpu, monkeypatch):
     plan = ex.plan_for(F16)
-    plan._bound.clear()
+    plan.unbind()
     taken = []
     run = ex.BoundLayout.run
 
@@ -69,7 +88,7 @@ def test_bound_and_full_paths_launch_alike(gpu):
     for kwargs in calls:
         for batch in (None, 3):
             F16.execute(*arrays_of(batch=batch), **kwargs)
-            ex.plan_for(F16)._bound.clear()
+            ex.plan_for(F16).unbind()
             F16.execute(*arrays_of(batch=batch), **kwargs)  # full again
             F16.execute(*arrays_of(batch=batch), **kwargs)  # bound
     launches = gpu.launches
@@ -83,7 +102,7 @@ def test_a_full_launch_between_bound_calls_makes_the_next_rewrite_its_tail(gpu):
     a full launch in between (another batch and alpha) leaves other values there, which the next bound call of
     the first kind rewrites, the same tail object notwithstanding."""
     plan = ex.plan_for(F16)
-    plan._bound.clear()
+    plan.unbind()
     F16.execute(*arrays_of(), alpha=2.0)  # full: binds the kind
     F16.execute(*arrays_of(A_PTR + 256), alpha=2.0)  # bound: writes the whole block
     F16.execute(*arrays_of(batch=3), alpha=-1.0)  # another kind: the full path's launch
@@ -112,7 +131,7 @@ BAD = {
 @pytest.mark.parametrize("case", list(BAD))
 def test_bad_calls_raise_the_same_cold_and_bound(gpu, case):
     make, kwargs, pattern = BAD[case]
-    ex.plan_for(F16)._bound.clear()
+    ex.plan_for(F16).unbind()
     with pytest.raises(ExecutionError, match=pattern):
         F16.execute(*make(), **kwargs)
     F16.execute(*arrays_of())  # binds the good kind
@@ -132,6 +151,65 @@ def test_arrays_of_another_kind_never_take_a_binding(gpu):
         F16.execute(padded, b, c)
     assert len(ex.plan_for(F16)._bound) == 2
     assert [launch.grid for launch in gpu.launches] == [(1, 1, 1), (2, 1, 1)]
+
+
+def test_kinds_called_in_turn_launch_with_their_own_bindings(gpu):
+    """Two bound kinds called one after the other (the last bound kind is found without hashing): each call
+    launches what the full path launched for its kind."""
+    plan = ex.plan_for(F16)
+    plan.unbind()
+    F16.execute(*arrays_of(), alpha=2.0)  # full: binds the first kind
+    F16.execute(*arrays_of(batch=3), alpha=2.0)  # full: binds the second
+    full_one, full_three = gpu.launches
+    for turn in range(6):
+        F16.execute(*arrays_of(batch=3 if turn % 2 else None), alpha=2.0)
+    assert len(plan._bound) == 2
+    assert gpu.launches[2:] == [full_one, full_three] * 3
+    assert full_one.grid != full_three.grid and full_one.slots[3:] != full_three.slots[3:]
+
+
+def test_cupy_arrays_are_bound_on_their_current_stream(gpu, monkeypatch):
+    """CuPy arrays (a stand-in module): bound after the first call, launched on CuPy's current stream (the handle
+    is the ``ptr`` of the stream object CuPy answers with)."""
+    cupy, plan = stand_in_library(gpu, monkeypatch, "cupy")
+
+    def arrays(shift=0):
+        return (cupy.ndarray((64, 16), np.float16, (32, 2), ptr=A_PTR + shift),
+                cupy.ndarray((16, 32), np.float16, (2, 32), ptr=B_PTR + shift),
+                cupy.ndarray((64, 32), np.float32, (4, 256), ptr=C_PTR + shift))
+
+    full_calls = []
+    run = ex._run
+    monkeypatch.setattr(ex, "_run", lambda *args: full_calls.append(args) or run(*args))
+    F16.execute(*arrays())
+    assert len(plan._bound) == 1 and len(full_calls) == 1
+    F16.execute(*arrays(4096))
+    F16.execute(*arrays(8192), stream=0x5000)  # CuPy's current stream given: bound too
+    assert len(full_calls) == 1
+    full, bound, given = gpu.launches
+    assert bound.stream == given.stream == full.stream == 0x5000 and gpu.waits == []
+    for launch, shift in ((bound, 4096), (given, 8192)):
+        assert launch.slots[:3] == (A_PTR + shift, B_PTR + shift, C_PTR + shift)
+        assert launch.slots[3:] == full.slots[3:] and launch.grid == full.grid
+
+
+def test_no_key_of_another_library_equals_a_blasdx_key(monkeypatch):
+    """NumPy's dtypes equal their names, so a CuPy int8 array's key would equal a blasdx array's key of the same
+    shape (byte and element strides agree for one-byte types) but for the class the latter holds; joined keys of
+    mixed calls differ in the same way."""
+    import sys
+
+    from .test_arrays import _fake_cupy
+
+    cupy = _fake_cupy()
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    x = cupy.ndarray((4, 8), np.int8, (8, 1), ptr=A_PTR)
+    y = DeviceArray(A_PTR, (4, 8), np.int8, (8, 1), device_id=0)
+    (kx, _), (ky, _) = keys.read_with_blasdx(x), keys.read_with_blasdx(y)
+    assert ky[:4] == kx and ky != kx and kx != ky
+    joined = {order: keys.gatherer(type(order[0]))(*order)[0]
+              for order in ((x, x, x), (y, x, x), (x, y, x), (x, x, y), (y, y, x), (y, y, y))}
+    assert all((k1 == k2) == (o1 is o2) for o1, k1 in joined.items() for o2, k2 in joined.items())
 
 
 def test_a_producer_stream_is_waited_for_by_the_full_path(gpu):
@@ -154,23 +232,12 @@ def test_keys_read_blasdx_arrays_without_views(gpu):
     a, _, c = arrays_of()
     assert keys.read(a) is None  # matmul's keys: PyTorch and CuPy only
     key, ptr = keys.read_with_blasdx(c)
-    assert ptr == C_PTR and key[1:] == ((64, 32), (1, 64), 0)
+    assert ptr == C_PTR and key[1:4] == ((64, 32), (1, 64), 0)
 
 
 def test_torch_tensors_are_bound_on_their_current_stream(gpu, monkeypatch):
     """PyTorch tensors (a stand-in module): bound after the first call, launched on torch's current stream."""
-    import sys
-
-    from blasdx.arrays import torch_adapter
-
-    from .test_arrays import _fake_torch
-
-    torch = _fake_torch(current_stream=0x5000)
-    monkeypatch.setitem(sys.modules, "torch", torch)
-    monkeypatch.setattr(torch_adapter, "_TORCH_STREAM", [])
-    gpu.stream(0x5000, 0)
-    plan = ex.plan_for(F16)
-    plan._bound.clear()
+    torch, plan = stand_in_library(gpu, monkeypatch, "torch")
 
     def tensors(shift=0):
         return (torch.Tensor((64, 16), (16, 1), name="float16", itemsize=2, ptr=A_PTR + shift),

@@ -85,8 +85,9 @@ class DeviceArray:
         self._ptr = ptr
         self._stream: int | None = None
         self._view = ArrayView(ptr, shape, element_strides, array_dtype(npd), device_id, False, self, None)
-        # what the array is, for the calls' hot path (blasdx.arrays.keys): fixed for its life
-        self._key = (self._view.dtype.name, shape, element_strides, device_id)
+        # what the array is, for the calls' hot path (blasdx.arrays.keys): fixed for its life. The class closes it
+        # so that no key of another library's array equals it (NumPy's dtypes equal their names)
+        self._key = (self._view.dtype.name, shape, element_strides, device_id, DeviceArray)
 
     @classmethod
     def from_buffer(

@@ -22,7 +22,7 @@ from .device_array import DeviceArray
 from .streams import default_stream_handle
 from .torch_adapter import _TORCH_REAL, _TORCH_STREAM, _torch_stream_function
 
-__all__ = ["library_of_type", "library_stream", "read", "read_with_blasdx"]
+__all__ = ["GATHERERS", "gatherer", "library_of_type", "library_stream", "read", "read_with_blasdx", "stream_query"]
 
 _Reader = Callable[[Any], "tuple[tuple[Any, ...], int] | None"]
 
@@ -84,6 +84,74 @@ def read_with_blasdx(obj: Any) -> tuple[tuple[Any, ...], int] | None:
     return reader(obj)
 
 
+_Gatherer = Callable[[Any, Any, Any], "tuple[tuple[Any, ...], int, int, int] | None"]
+
+
+def _mixed(a: Any, b: Any, c: Any) -> tuple[tuple[Any, ...], int, int, int] | None:
+    """The joined key and pointers of three arrays of any libraries with keys (:func:`read_with_blasdx` each)."""
+    ra = read_with_blasdx(a)
+    if ra is None:
+        return None
+    rb = read_with_blasdx(b)
+    if rb is None:
+        return None
+    rc = read_with_blasdx(c)
+    if rc is None:
+        return None
+    return ra[0] + rb[0] + rc[0], ra[1], rb[1], rc[1]
+
+
+def _torch3(a: Any, b: Any, c: Any) -> tuple[tuple[Any, ...], int, int, int] | None:
+    """:func:`_mixed` of three PyTorch tensors of one type, each attribute read once and no tuple per tensor.
+
+    The dtype is not checked: a key of a dtype without one (complex) is never bound, so it finds nothing.
+    """
+    kind = type(a)
+    if type(b) is not kind or type(c) is not kind:
+        return _mixed(a, b, c)
+    if a.is_cuda and b.is_cuda and c.is_cuda:
+        return ((a.dtype, a.shape, a.stride(), a.get_device(), b.dtype, b.shape, b.stride(), b.get_device(),
+                 c.dtype, c.shape, c.stride(), c.get_device()), a.data_ptr(), b.data_ptr(), c.data_ptr())
+    return None
+
+
+def _cupy3(a: Any, b: Any, c: Any) -> tuple[tuple[Any, ...], int, int, int] | None:
+    """:func:`_mixed` of three CuPy arrays of one type, each attribute read once."""
+    kind = type(a)
+    if type(b) is not kind or type(c) is not kind:
+        return _mixed(a, b, c)
+    da, db, dc = a.data, b.data, c.data
+    return ((a.dtype, a.shape, a.strides, da.device_id, b.dtype, b.shape, b.strides, db.device_id, c.dtype,
+             c.shape, c.strides, dc.device_id), da.ptr, db.ptr, dc.ptr)
+
+
+def _blasdx3(a: Any, b: Any, c: Any) -> tuple[tuple[Any, ...], int, int, int] | None:
+    """For three blasdx DeviceArrays: the tuple of their keys (objects each array keeps, so a key compared with
+    the last call's compares three identities); :func:`_mixed` for other arrays."""
+    if type(b) is not DeviceArray or type(c) is not DeviceArray:
+        return _mixed(a, b, c)
+    return (a._key, b._key, c._key), a._ptr, b._ptr, c._ptr
+
+
+_GATHERERS: dict[type, _Gatherer] = {DeviceArray: _blasdx3}
+
+
+def gatherer(kind: type) -> _Gatherer:
+    """For calls whose first array is of type ``kind``: the function giving ``(key, pa, pb, pc)`` of three arrays,
+    or None when one has no key. The key is the three keys of :func:`read_with_blasdx` joined in one tuple (held
+    as three for blasdx arrays); the function of a library reads three arrays of its type in one go (and joins the
+    keys of mixed ones). Keys of different kinds of calls never compare equal: a blasdx array's key is longer than
+    the others and holds its class. Chosen once per type; look it up in ``GATHERERS`` first."""
+    found = _GATHERERS.get(kind)
+    if found is None:
+        found = _GATHERERS[kind] = {"torch": _torch3, "cupy": _cupy3}.get(library_of_type(kind), _mixed)
+    return found
+
+
+#: The gatherer of each array type seen (:func:`gatherer`).
+GATHERERS = _GATHERERS
+
+
 def library_stream(obj: Any) -> Callable[[int], int]:
     """For an array that has a key: the function giving its library's current stream handle on a device.
 
@@ -101,4 +169,19 @@ def library_stream(obj: Any) -> Callable[[int], int]:
         return lambda device: current(device).ptr or default
     if type(obj) is DeviceArray:
         return lambda device: default
+    raise TypeError(f"{type(obj).__name__} arrays have no key")
+
+
+def stream_query(obj: Any) -> tuple[Callable[[int], Any] | None, bool]:
+    """:func:`library_stream` in parts, for callers that inline it: (the library's current-stream query on a
+    device, whether it answers with a stream object whose ``ptr`` is the handle). The handle is that, or the
+    default stream when it is 0 (the library's null stream); the query is None for blasdx arrays (the default
+    stream always)."""
+    reader = _READERS.get(type(obj))
+    if reader is _torch:
+        return (_TORCH_STREAM[0] if _TORCH_STREAM else _torch_stream_function()), False
+    if reader is _cupy:
+        return (_CUPY_STREAM[0] if _CUPY_STREAM else _cupy_stream_function()), True
+    if type(obj) is DeviceArray:
+        return None, False
     raise TypeError(f"{type(obj).__name__} arrays have no key")

@@ -421,10 +421,11 @@ class _Buffers:
     kernel's CUfunction in the context its launches run in (looked up at the thread's first launch), and the
     tail (:meth:`PackedLaunch.launch_pointers`) whose values the slots after the first three hold now."""
 
-    __slots__ = ("data", "pointers", "address", "function", "tail")
+    __slots__ = ("data", "view", "pointers", "address", "function", "tail")
 
     def __init__(self, count: int) -> None:
         self.data = (ctypes.c_uint64 * max(count, 1))()
+        self.view = memoryview(self.data).cast("B")  # what launches pack into: cheaper to pack than the ctypes array
         base = ctypes.addressof(self.data)
         self.pointers = (ctypes.c_void_p * max(count, 1))(*(base + _SLOT_BYTES * i for i in range(count)))
         self.address = ctypes.addressof(self.pointers)
@@ -436,7 +437,8 @@ class PackedLaunch:
     """One loaded kernel with a fixed parameter list: ``launch(grid_x, grid_y, stream_handle, *values)``, or, for a
     list that starts with three pointers, ``launch_pointers(grid_x, stream_handle, p0, p1, p2, tail)``."""
 
-    __slots__ = ("name", "slots", "block", "shared_memory", "_kernel", "_struct", "_head", "_local", "_driver")
+    __slots__ = ("name", "slots", "block", "shared_memory", "_kernel", "_struct", "_pack_head", "_local",
+                 "_driver", "_geometry")
 
     def __init__(
         self, kernel: Any, slots: str, block: tuple[int, int, int], shared_memory: int, name: str = ""
@@ -452,9 +454,11 @@ class PackedLaunch:
         self.shared_memory = int(shared_memory)
         self._kernel = int(kernel.handle)
         self._struct = struct.Struct("<" + "".join(SLOT_FORMATS[s] for s in slots))
-        self._head = _struct("QQQ") if slots[:3] == "PPP" else None  # the three pointers alone
+        # packs the three pointers alone
+        self._pack_head = _struct("QQQ").pack_into if slots[:3] == "PPP" else None
         self._local = threading.local()
         self._driver = _devices.driver()
+        self._geometry = (*self.block, self.shared_memory)  # what every launch passes after the grid, in one load
 
     @property
     def _function(self) -> Any:
@@ -475,7 +479,7 @@ class PackedLaunch:
             buffers = self._local.buffers
         except AttributeError:
             buffers = self.buffers()
-        self._struct.pack_into(buffers.data, 0, *values)
+        self._struct.pack_into(buffers.view, 0, *values)
         buffers.tail = None
         self._launch(buffers, grid_x, grid_y, stream)
 
@@ -488,15 +492,15 @@ class PackedLaunch:
         except AttributeError:
             buffers = self.buffers()
         if buffers.tail is tail:
-            self._head.pack_into(buffers.data, 0, p0, p1, p2)
+            self._pack_head(buffers.view, 0, p0, p1, p2)
         else:
-            self._struct.pack_into(buffers.data, 0, p0, p1, p2, *tail)
+            self._struct.pack_into(buffers.view, 0, p0, p1, p2, *tail)
             buffers.tail = tail  # held here, so no other tuple can take its identity
         function = buffers.function
         if function is not None:  # the thread's CUfunction known: launch here, a frame less than through _launch
             found = _STREAMS.get(stream)
-            bx, by, bz = self.block
-            (err,) = self._driver.cuLaunchKernel(function, grid_x, 1, 1, bx, by, bz, self.shared_memory,
+            bx, by, bz, shared_memory = self._geometry
+            (err,) = self._driver.cuLaunchKernel(function, grid_x, 1, 1, bx, by, bz, shared_memory,
                                                  found if found is not None else stream_object(stream),
                                                  buffers.address, 0)
             if not err:

@@ -49,6 +49,7 @@ from ..arrays import (
 )
 from ..arrays import keys as _keys
 from ..arrays.streams import as_core_stream, stream_handle, wait_for_producers
+from ..arrays.streams import default_stream_handle as _default_stream
 from ..arrays.view import byte_span
 from ..describe.operators import Block, Function, row_major
 from ..errors import DescriptorError, DeviceError, ExecutionError
@@ -76,6 +77,7 @@ __all__ = [
 
 _new_tuple = tuple.__new__  # NamedTuple without its Python-level __new__ (hot path)
 _read = _keys.read_with_blasdx
+_GATHERERS = _keys.GATHERERS  # the gatherer of each array type seen (keys.gatherer makes the missing ones)
 _SCALAR_NUMPY = {"float32": np.float32, "float64": np.float64, "int32": np.int32}
 _SCALAR_SLOTS = {"float32": "f", "float64": "d", "int32": "i"}  # PackedLaunch slot kinds
 _NOTHING = object()  # no alpha / beta seen yet
@@ -137,7 +139,7 @@ class ExecutionPlan:
 
     __slots__ = (
         "desc", "a", "b", "c", "is_complex", "scalar", "scalar_numpy", "block_dim", "shared_memory", "slots",
-        "_alignments", "_devices", "_scalars", "_last_scalars", "_layouts", "_text", "_bound",
+        "_alignments", "_devices", "_scalars", "_last_scalars", "_layouts", "_text", "_bound", "_last_bound",
     )
 
     def __init__(self, desc: Descriptor) -> None:
@@ -169,10 +171,16 @@ class ExecutionPlan:
         self._last_scalars: tuple[Any, Any, tuple[Any, ...]] = (_NOTHING, _NOTHING, ())
         self._layouts: dict[Any, tuple[Any, ...]] = {}
         self._bound: dict[Any, BoundLayout] = {}  # calls bound to the kind of their arrays (the hot path)
+        self._last_bound: tuple[Any, BoundLayout | None] = (None, None)  # the last key found there, and its binding
         self._text = repr(desc)
 
     def __repr__(self) -> str:
         return f"ExecutionPlan({self._text})"
+
+    def unbind(self) -> None:
+        """Forget every bound kind of call: the next call of each takes the full path (and binds it again)."""
+        self._last_bound = (None, None)
+        self._bound.clear()
 
     # -- per call -------------------------------------------------------------------------------
 
@@ -755,13 +763,21 @@ def execute(desc: Descriptor, a: Any, b: Any, c: Any, *, alpha: Any = 1, beta: A
         plan = plan_for(desc)
     # the libraries' current streams asked during this call (a bound call asks one only for a given stream)
     known: dict[int, int] | None = None if stream is None else {}
-    ra = _read(a)
-    if ra is not None:
-        rb, rc = _read(b), _read(c)
-        if rb is not None and rc is not None:
-            bound = plan._bound.get((ra[0], rb[0], rc[0]))
-            if bound is not None and bound.run(plan, a, b, c, ra[1], rb[1], rc[1], alpha, beta, stream, known):
-                return c
+    gather = _GATHERERS.get(type(a))
+    if gather is None:
+        gather = _keys.gatherer(type(a))
+    found = gather(a, b, c)
+    if found is not None:
+        key, pa, pb, pc = found
+        last = plan._last_bound  # the same kind as the last bound call: an equality test, no hashing
+        if key == last[0]:
+            bound = last[1]
+        else:
+            bound = plan._bound.get(key)
+            if bound is not None:
+                plan._last_bound = (key, bound)  # one assignment: threads see an old or a new pair
+        if bound is not None and bound.run(plan, a, b, c, pa, pb, pc, alpha, beta, stream, known):
+            return c
     if known is None:
         known = {}
     return _run(plan, a, b, c, alpha, beta, stream, resolve_stream(stream, (c, a, b), known=known), known, True)
@@ -771,23 +787,37 @@ class BoundLayout:
     """What every execute() with arrays of one kind (dtype, shape, strides, device; the keys of
     blasdx.arrays.keys) does once the first such call has passed the checks: the grid, the batch
     strides, the byte extents, the device plan and where the stream comes from. Holds no array.
+
+    What a bound call compares its pointers with is one tuple (``checks``, unpacked at once):
+    the three alignments, then for A and B the open interval of ``pc - pa`` (``pc - pb``) in
+    which their memory meets C's (empty when either has no bytes).
     """
 
-    __slots__ = ("device_id", "device_plan", "batch", "strides", "extents", "stream_of", "known_slot", "packed",
-                 "grid", "_tail")
+    __slots__ = ("device_id", "device_plan", "batch", "strides", "extents", "checks", "stream_query",
+                 "stream_object", "default_stream", "known_slot", "blasdx", "packed", "grid", "current_device",
+                 "_tail", "_last")
 
     def __init__(self, device_id: int, device_plan: DevicePlan, batch: int, strides: tuple[Any, ...],
-                 extents: tuple[int, ...], stream_of: Any, known_slot: int | None) -> None:
+                 extents: tuple[int, ...], known_slot: int | None, alignments: tuple[int, int, int],
+                 stream_query: tuple[Any, bool], blasdx: tuple[bool, bool, bool]) -> None:
         self.device_id = device_id
         self.device_plan = device_plan
         self.batch = batch
         self.strides = strides
         self.extents = extents
-        self.stream_of = stream_of
+        self.checks = (*alignments, *_meeting(extents[0], extents[1], extents[4], extents[5]),
+                       *_meeting(extents[2], extents[3], extents[4], extents[5]))
+        # the library's current stream, asked inline (blasdx.arrays.keys.stream_query): its query, whether that answers
+        # with a stream object (CuPy) rather than a handle (torch); no query: the default stream (blasdx arrays)
+        self.stream_query, self.stream_object = stream_query
+        self.default_stream = _default_stream()
         self.known_slot = known_slot  # where the library's stream goes in a call's ``known`` (None: blasdx's)
+        self.blasdx = blasdx  # which of a, b, c are blasdx DeviceArrays (their producer streams are checked)
         self.packed = device_plan.packed
         self.grid = device_plan.grid(batch)
+        self.current_device = _devices.driver().cuCtxGetDevice  # the driver the device plan was loaded with
         self._tail: tuple[Any, Any] = (None, ())  # (converted scalars, the launch's slots after the pointers)
+        self._last: tuple[Any, Any, Any] = (_NOTHING, _NOTHING, ())  # (alpha, beta, their tail)
 
     def tail(self, scalars: tuple[Any, ...]) -> tuple[Any, ...]:
         """The kernel's arguments after the pointers for ``scalars`` (the plan's converted alpha and beta): one
@@ -798,6 +828,16 @@ class BoundLayout:
             self._tail = (scalars, tail)  # one assignment: threads see an old or a new pair
         return tail
 
+    def tail_of(self, plan: ExecutionPlan, alpha: Any, beta: Any) -> tuple[Any, ...]:
+        """:meth:`tail` of ``alpha`` and ``beta`` (checked and converted by the plan, which raises what the full path
+        raises); remembered for the next call with the same objects when the plan remembers them too."""
+        scalars = plan._scalars_of(alpha, beta)
+        tail = self.tail(scalars)
+        last = plan._last_scalars
+        if last[0] is alpha and last[1] is beta and last[2] is scalars:  # hashable: not a 0-d array, which can change
+            self._last = (alpha, beta, tail)
+        return tail
+
     def run(self, plan: ExecutionPlan, a: Any, b: Any, c: Any, pa: int, pb: int, pc: int, alpha: Any,
             beta: Any, stream: Any = None, known: dict[int, int] | None = None) -> bool:
         """Check the pointers and scalars and launch; False (nothing done) when the full path must decide.
@@ -805,43 +845,52 @@ class BoundLayout:
         ``stream`` is what the user passed: None (the arrays' library stream), or a stream of the
         arrays' device that is the library's current one there (any other needs the full path's
         ordering after the library's stream, which then finds the stream asked here in ``known``)."""
-        al_a, al_b, al_c = plan._alignments
-        if pa % al_a or pb % al_b or pc % al_c:
+        al_a, al_b, al_c, a_low, a_high, b_low, b_high = self.checks
+        if pa % al_a or pb % al_b or pc % al_c or a_low < pc - pa < a_high or b_low < pc - pb < b_high:
             return False
-        a_lo, a_hi, b_lo, b_hi, c_lo, c_hi = self.extents
-        if c_hi > c_lo:
-            low, high = pc + c_lo, pc + c_hi
-            if (pa + a_lo < high and low < pa + a_hi and a_hi > a_lo) or (
-                    pb + b_lo < high and low < pb + b_hi and b_hi > b_lo):
-                return False
-        last = plan._last_scalars
-        scalars = last[2] if alpha is last[0] and beta is last[1] else plan._scalars_of(alpha, beta)
+        last = self._last
+        tail = last[2] if alpha is last[0] and beta is last[1] else self.tail_of(plan, alpha, beta)
         device = self.device_id
-        handle = self.stream_of(device)
+        query = self.stream_query
+        if query is None:
+            handle = self.default_stream
+        elif self.stream_object:
+            handle = query(device).ptr or self.default_stream
+        else:
+            handle = query(device) or self.default_stream
         if stream is not None:
             if stream_handle(stream) != handle:
                 if known is not None and self.known_slot is not None:
                     known[self.known_slot] = handle
                 return False
             check_stream_device(stream, handle, device)
-        blasdx_c = type(c) is DeviceArray
-        if blasdx_c or type(a) is DeviceArray or type(b) is DeviceArray:
-            for x in (a, b, c):  # blasdx arrays written on another stream: the full path orders after it
-                if type(x) is DeviceArray and x._stream is not None and x._stream != handle:
-                    return False
-        seen, tail = self._tail  # self.tail(scalars), inline
-        if seen is not scalars:
-            tail = self.tail(scalars)
-        token = _devices.enter(device)
-        try:
-            if self.batch:
-                self.packed.launch_pointers(self.grid, handle, pa, pb, pc, tail)
-        finally:
-            if token is not None:
-                _devices.leave(token)
-        if blasdx_c:
+        in_a, in_b, in_c = self.blasdx  # blasdx arrays written on another stream: the full path orders after it
+        if (in_a and a._stream is not None and a._stream != handle) or (
+                in_b and b._stream is not None and b._stream != handle) or (
+                in_c and c._stream is not None and c._stream != handle):
+            return False
+        err, current = self.current_device()
+        if err or int(current) != device:  # another device current (or none): make this one current for the launch
+            token = _devices.enter(device)
+            try:
+                if self.batch:
+                    self.packed.launch_pointers(self.grid, handle, pa, pb, pc, tail)
+            finally:
+                if token is not None:
+                    _devices.leave(token)
+        elif self.batch:
+            self.packed.launch_pointers(self.grid, handle, pa, pb, pc, tail)
+        if in_c:
             c._set_stream(handle)
         return True
+
+
+def _meeting(lo: int, hi: int, c_lo: int, c_hi: int) -> tuple[int, int]:
+    """The open interval of ``pc - p`` in which bytes ``[p + lo, p + hi)`` meet C's ``[pc + c_lo, pc + c_hi)``
+    (``(0, 0)``, empty, when either span has no bytes)."""
+    if hi <= lo or c_hi <= c_lo:
+        return 0, 0
+    return lo - c_hi, hi - c_lo
 
 
 def python_numbers(values: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -851,7 +900,7 @@ def python_numbers(values: tuple[Any, ...]) -> tuple[Any, ...]:
 
 
 def _bind(plan: ExecutionPlan, a: Any, b: Any, c: Any, launch: Launch, device: int, device_plan: DevicePlan) -> None:
-    """After a full call: bind the kind of its arrays (when each has a key)."""
+    """After a full call: bind the kind of its arrays (when each has a key), under the key execute() gathers."""
     ra, rb, rc = _read(a), _read(b), _read(c)
     if ra is None or rb is None or rc is None:
         return
@@ -862,12 +911,16 @@ def _bind(plan: ExecutionPlan, a: Any, b: Any, c: Any, launch: Launch, device: i
         return
     batch, strides, extents = layout
     first = next((x for x in (c, a, b) if _library_of(x) is not None), c)  # whose stream resolve_stream takes
+    gathered = _keys.gatherer(type(a))(a, b, c)  # (key, pointers): execute() looks the binding up by that key
+    if gathered is None:
+        return
     if len(plan._bound) > 64:
-        plan._bound.clear()
+        plan.unbind()
     library = _library_of(first)
     slot = None if library is None else device if library == "torch" else ~device  # resolve_stream's slots
-    plan._bound[(ra[0], rb[0], rc[0])] = BoundLayout(device, device_plan, batch, strides, extents,
-                                                     _keys.library_stream(first), slot)
+    blasdx = (type(a) is DeviceArray, type(b) is DeviceArray, type(c) is DeviceArray)
+    plan._bound[gathered[0]] = BoundLayout(device, device_plan, batch, strides, extents, slot, plan._alignments,
+                                           _keys.stream_query(first), blasdx)
 
 
 def execute_on(desc: Descriptor, a: Any, b: Any, c: Any, alpha: Any, beta: Any, handle: int) -> Any:
