@@ -16,8 +16,8 @@ import pytest
 from blasdx import dtypes as dt
 from blasdx.engine import hopper, streamk
 
-from .hopper_support import hopper_torch
-from .test_gpu_engine_splitk import _check, _operand, _plan, _poisoned
+from .hopper_support import check_norm, engine_plan, hopper_torch, run_again
+from .test_gpu_engine_splitk import _operand, _poisoned
 
 pytestmark = pytest.mark.gpu
 
@@ -37,6 +37,17 @@ def _stream_k(name: str, a: dt.DType, **changes) -> hopper.EngineConfig:
     """Configuration ``name`` in stream-K for inputs of type ``a``."""
     return hopper.replace(hopper.CONFIGS[name], bk=128 // a.size, promotion=hopper.promotion_of(a), stream_k=True,
                           **changes)
+
+
+def _plan(torch, x, y, out, a: dt.DType, c: dt.DType, config=None, waves=None):
+    """The engine's plan for out = x @ y (``config`` in stream-K over ``waves``, else the rule's) and a
+    function that runs it once more: run(acc=None, alpha=1.0, beta=0.0)."""
+    engine = engine_plan(x, y, out, c, a, config, waves)
+
+    def run(acc=None, alpha=1.0, beta=0.0):
+        run_again(engine, x, y, acc, out, alpha, beta, a)
+
+    return engine, run
 
 
 def _poison(out, c: dt.DType) -> None:
@@ -68,11 +79,11 @@ def test_every_type_class_and_layout(torch, a, c, name, changes, layout):
     acc = _operand(torch, (m, n), c, gen)
     alpha, beta = (3.0, -2.0) if c != dt.int32 else (3, -2)
     run(acc, alpha, beta)
-    _check(torch, out, x, y, a, c, acc, alpha, beta, f"{engine.describe()}")
+    check_norm(torch, out, x, y, a, c, acc, alpha, beta, f"{engine.describe()}")
     for _ in range(3):  # again: every launch leaves the counters and sums at zero
         _poison(out, c)
         run()
-        _check(torch, out, x, y, a, c, what=f"again: {engine.describe()}")
+        check_norm(torch, out, x, y, a, c, what=f"again: {engine.describe()}")
 
 
 @pytest.mark.parametrize(("m", "n", "k"), [(1, 2112, 7168), (17, 1000, 3000), (255, 4097, 1000), (1000, 17, 2000),
@@ -89,7 +100,7 @@ def test_odd_sizes_and_waves(torch, m, n, k, waves):
     d = streamk.decomposition(tiles, -(-k // 64), engine.multiprocessors, waves)
     assert engine.units == d.units, engine.describe()
     run()
-    _check(torch, out, x, y, a, c, what=f"{m}x{n}x{k}, {waves} waves: {engine.describe()}")
+    check_norm(torch, out, x, y, a, c, what=f"{m}x{n}x{k}, {waves} waves: {engine.describe()}")
 
 
 @pytest.mark.parametrize(("m", "n", "k"), [(128, 2112, 16384), (512, 2112, 7168), (2048, 2112, 7168),
@@ -103,7 +114,7 @@ def test_the_rules_stream_k_shapes(torch, m, n, k, layout):
     engine, run = _plan(torch, x, y, out, a, c)
     assert engine.config.stream_k and engine.splits == hopper.STREAM_K_WAVES, engine.describe()
     run()
-    _check(torch, out, x, y, a, c, what=engine.describe())
+    check_norm(torch, out, x, y, a, c, what=engine.describe())
 
 
 def test_batches_and_broadcast(torch):
@@ -115,7 +126,7 @@ def test_batches_and_broadcast(torch):
         out = _poisoned(torch, (3, 300, 700), c)
         engine, run = _plan(torch, x, y, out, a, c, _stream_k("pingpong", a), 2)
         run()
-        _check(torch, out, x, y.expand(3, 2000, 700), a, c, what=f"batch, y batch {batch_y}: {engine.describe()}")
+        check_norm(torch, out, x, y.expand(3, 2000, 700), a, c, what=f"batch, y batch {batch_y}: {engine.describe()}")
 
 
 def test_graph_replays_with_new_data_captured_on_a_side_stream(torch):
@@ -141,11 +152,11 @@ def test_graph_replays_with_new_data_captured_on_a_side_stream(torch):
         graph.replay()
         torch.cuda.synchronize()
         if i % 6 == 0 or i == 24:
-            _check(torch, out, x, y, a, c, what=f"graph replay {i}")
+            check_norm(torch, out, x, y, a, c, what=f"graph replay {i}")
     y.copy_(_operand(torch, (k, n), a, gen, "C"))
     graph.replay()
     torch.cuda.synchronize()
-    _check(torch, out, x, y, a, c, what="graph replay with new weights")
+    check_norm(torch, out, x, y, a, c, what="graph replay with new weights")
 
 
 def test_int8_is_exact_and_repeatable(torch):
@@ -157,7 +168,7 @@ def test_int8_is_exact_and_repeatable(torch):
     assert engine.config.stream_k, engine.describe()
     run()
     first = out.clone()
-    _check(torch, out, x, y, a, c, what=engine.describe())
+    check_norm(torch, out, x, y, a, c, what=engine.describe())
     for _ in range(5):
         _poison(out, c)
         run()
@@ -175,4 +186,4 @@ def test_sanitized_case(torch):
     assert engine.config.stream_k and engine.store_d is None, engine.describe()
     run()
     run()
-    _check(torch, out, x, y, a, c, what=engine.describe())
+    check_norm(torch, out, x, y, a, c, what=engine.describe())
