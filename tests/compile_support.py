@@ -1,20 +1,15 @@
 """SASS of one kernel of a cubin that holds several (blasdx.compile.cache.compile_descriptors' programs).
 
-``cuobjdump -sass`` runs once per cubin; each kernel's section is cut from that listing, so the
-kernels of one program cost one disassembly between them.
+``cuobjdump -sass -fun NAME`` disassembles that kernel alone: a twelfth of the work of listing
+a program of twelve kernels for each of them.
 """
 
 from __future__ import annotations
 
-import hashlib
 import re
-import threading
 
 from blasdx.compile.compiled import CompiledKernel
 from blasdx.compile.cubin import run_cuobjdump
-
-_listings: dict[str, dict[str, str]] = {}
-_lock = threading.Lock()
 
 #: The line that opens a kernel's section in cuobjdump's SASS listing.
 _FUNCTION = re.compile(r"^\s*Function : (\S+)\s*$", re.MULTILINE)
@@ -29,13 +24,7 @@ def sections(listing: str) -> dict[str, str]:
 
 def kernel_sass(kernel: CompiledKernel) -> str:
     """The SASS of ``kernel`` alone (its section of its cubin's listing)."""
-    digest = hashlib.sha256(kernel.cubin).hexdigest()
-    with _lock:
-        found = _listings.get(digest)
-    if found is None:
-        found = sections(run_cuobjdump(kernel.cubin, "-sass"))
-        with _lock:
-            _listings[digest] = found
-    if kernel.kernel_name not in found:
-        raise KeyError(f"{kernel.kernel_name} not in the SASS of its cubin ({sorted(found)})")
+    found = sections(run_cuobjdump(kernel.cubin, "-sass", "-fun", kernel.kernel_name))
+    if list(found) != [kernel.kernel_name]:
+        raise KeyError(f"cuobjdump listed {sorted(found)} for {kernel.kernel_name}")
     return found[kernel.kernel_name]
