@@ -22,8 +22,6 @@ from blasdx import dtypes as dt
 from .compile_support import kernel_sass
 
 SMS = (75, 80, 89, 90)
-#: Kernels per NVRTC program of the matrix (compile_descriptors).
-PER_PROGRAM = 12
 ORDERS = list(itertools.product((bx.row_major, bx.col_major), repeat=2))
 SIZES = {"64x64x64": ((64, 64, 64), None), "17x33x9": ((17, 33, 9), None), "ld": ((32, 24, 40), (48, 56, 40))}
 
@@ -83,7 +81,7 @@ class _Matrix:
     def __getitem__(self, desc: bx.Descriptor):
         if desc.sm not in self.by_sm:
             descs = [d for d in (_descriptor(*case.values) for case in CASES) if d.sm == desc.sm and d.is_supported]
-            kernels = compile_descriptors(descs, per_program=PER_PROGRAM, workers=os.cpu_count() or 2)
+            kernels = compile_descriptors(descs, workers=os.cpu_count() or 2)
             self.by_sm[desc.sm] = dict(zip(descs, kernels))
         return self.by_sm[desc.sm][desc]
 
@@ -464,8 +462,7 @@ class _Singles:
     def __getitem__(self, desc: bx.Descriptor):
         if self.kernels is None:
             descs = _single_descriptors()
-            self.kernels = dict(zip(descs, compile_descriptors(descs, per_program=PER_PROGRAM,
-                                                               workers=os.cpu_count() or 2)))
+            self.kernels = dict(zip(descs, compile_descriptors(descs, workers=os.cpu_count() or 2)))
         return self.kernels[desc]
 
 

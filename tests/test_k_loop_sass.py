@@ -114,7 +114,7 @@ def k_tail_kernels() -> dict:
     once per program instead of once per test)."""
     descs = [_mma_sync(size, a, c, order, sm) for sm in K_TAIL_SMS for order in ORDERS for a, c in K_TAIL_TYPES
              for size, _ in K_TAILS]
-    return dict(zip(descs, compile_descriptors(descs, per_program=12, workers=os.cpu_count() or 2)))
+    return dict(zip(descs, compile_descriptors(descs, workers=os.cpu_count() or 2)))
 
 
 @pytest.mark.parametrize("sm", K_TAIL_SMS)
