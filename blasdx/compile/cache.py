@@ -232,7 +232,9 @@ def compile_descriptors(descs: Sequence[Descriptor], options: CompileOptions = D
 
     def program(members: list[Descriptor]) -> list[CompiledKernel]:
         source, names = _gemm.generate_many(members)
-        kernels = [cached_compile(source, name, members[0].arch, options) for name in names]
+        arch = members[0].arch
+        first = cached_compile(source, names[0], arch, options)  # the program's one entry in the store
+        kernels = [first, *(_nvrtc.kernel_of(first.cubin, name, arch, source, first.log) for name in names[1:])]
         return [compile_descriptor(desc, options) if kernel.local_memory and desc.plan.min_blocks > 1 else kernel
                 for desc, kernel in zip(members, kernels)]
 
