@@ -133,8 +133,8 @@ def test_sass_uses_the_tensor_cores(compiled, row, sm, order, size_key):
 
 
 def _instructions(sass: str) -> list[str]:
-    """A SASS section's instructions and encodings, without the kernel's name, the listing's header
-    lines (cuobjdump -fun words the ELF flags differently) and its spacing."""
+    """A SASS listing's instructions and encodings, without the kernel's name, the header lines
+    (cuobjdump -fun words the ELF flags differently) and the spacing."""
     lines = (re.sub(r"\s+", " ", line).strip() for line in sass.splitlines())
     return [line for line in lines if line.startswith("/*")]
 
@@ -153,24 +153,16 @@ def test_matrix_kernels_are_the_kernels_execute_runs(compiled, row, sm, order, s
     assert _instructions(kernel_sass(shared)) == _instructions(alone.sass())
 
 
-# ---- single kernels whose SASS shows one feature: all compiled together on first use (_Singles) ----
-
-#: (A, order, SM) of test_sixteen_bit_fragments_use_ldmatrix.
-LDMATRIX = list(itertools.product((dt.float16, dt.bfloat16), ORDERS, SMS))
-
-
-def _ldmatrix_desc(a: dt.DType, order, sm: int) -> bx.Descriptor:
-    return _descriptor(dt.find_combination(a, a, dt.float32, False), sm, order, "64x64x64") + bx.MaxAlignment
-
-
-@pytest.mark.parametrize("a, order, sm", LDMATRIX,
-                         ids=[f"{a.name}-{o[0].name[0]}{o[1].name[0]}-{sm}" for a, o, sm in LDMATRIX])
-def test_sixteen_bit_fragments_use_ldmatrix(singles, a, order, sm):
+@pytest.mark.parametrize("sm", SMS)
+@pytest.mark.parametrize("order", ORDERS, ids=lambda o: f"{o[0].name[0]}{o[1].name[0]}")
+@pytest.mark.parametrize("a", [dt.float16, dt.bfloat16], ids=lambda t: t.name)
+def test_sixteen_bit_fragments_use_ldmatrix(a, order, sm):
     """Whole 16-bit tiles feed the tensor cores with ldmatrix (.trans for the other order)."""
     row = dt.find_combination(a, a, dt.float32, False)
     if row.min_sm > sm:
         pytest.skip(f"{a.name} needs sm_{row.min_sm}")
-    sass = kernel_sass(singles[_ldmatrix_desc(a, order, sm)])
+    desc = _descriptor(row, sm, order, "64x64x64") + bx.MaxAlignment
+    sass = desc.compile().sass()
     if order[0] is bx.row_major or order[1] is bx.col_major:
         assert re.search(r"\bLDSM\.16\.M88", sass), "K-contiguous operand not loaded with ldmatrix"
     if order[0] is bx.col_major or order[1] is bx.row_major:
@@ -178,37 +170,29 @@ def test_sixteen_bit_fragments_use_ldmatrix(singles, a, order, sm):
     assert "LDGSTS" in sass or sm < 80, "16-byte aligned operands are copied with cp.async"
 
 
-EIGHT_BIT_SIZES = [(64, 64, 64), (100, 100, 100), (48, 80, 32), (33, 72, 48), (20, 24, 32)]
-EIGHT_BIT_TYPES = [(dt.int8, dt.int32), (dt.float8_e4m3, dt.float32)]
-WORKLOADS = [bx.Workload.compute_bound, bx.Workload.memory_bound]
-
-
-def _eight_bit_desc(a: dt.DType, c: dt.DType, size, workload) -> bx.Descriptor:
-    desc = (
-        bx.Size(*size) + bx.Precision(a, a, c) + bx.Type.real + bx.Function.MM
-        + bx.Arrangement(bx.row_major, bx.row_major, bx.row_major) + bx.SM(90) + bx.Block() + bx.MaxAlignment
-        + workload
-    )
-    return desc + bx.LeadingDimension(*desc.suggested_leading_dimension)
-
-
-@pytest.mark.parametrize("size", EIGHT_BIT_SIZES, ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("a, c", EIGHT_BIT_TYPES, ids=["int8", "e4m3"])
-@pytest.mark.parametrize("workload", WORKLOADS, ids=lambda w: w.name)
-def test_n_contiguous_8bit_b_is_read_in_runs(singles, a, c, size, workload):
+@pytest.mark.parametrize("size", [(64, 64, 64), (100, 100, 100), (48, 80, 32), (33, 72, 48), (20, 24, 32)],
+                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("a, c", [(dt.int8, dt.int32), (dt.float8_e4m3, dt.float32)], ids=["int8", "e4m3"])
+@pytest.mark.parametrize("workload", [bx.Workload.compute_bound, bx.Workload.memory_bound], ids=lambda w: w.name)
+def test_n_contiguous_8bit_b_is_read_in_runs(a, c, size, workload):
     """Row-major 8-bit B on mma.sync is read in runs of 4 (2) adjacent bytes per K row and
     transposed with byte permutes (block_gemm.cuh's grouped B order) wherever the warp tile's
     pieces along N pair up: no byte loads (A takes ldmatrix at these sizes), no local memory.
     The suggested B leading dimension is an odd number of 8-byte steps (conflict-free runs) where
     B is reused, the odd-chunk rule's (16-byte copies) where it is read once."""
-    desc = _eight_bit_desc(a, c, size, workload)
+    desc = (
+        bx.Size(*size) + bx.Precision(a, a, c) + bx.Type.real + bx.Function.MM
+        + bx.Arrangement(bx.row_major, bx.row_major, bx.row_major) + bx.SM(90) + bx.Block() + bx.MaxAlignment
+        + workload
+    )
+    desc = desc + bx.LeadingDimension(*desc.suggested_leading_dimension)
     assert desc.instruction == "mma.sync.m16n8k32"
     if workload is bx.Workload.compute_bound:
         assert desc.ldb % 16 == 8
     else:
         assert desc.ldb == heuristics.padded_leading_dimension(size[1], 1)
-    kernel = singles[desc]
-    sass = kernel_sass(kernel)
+    kernel = desc.compile()
+    sass = kernel.sass()
     assert kernel.local_memory == 0 and not re.search(r"\b(LDL|STL)\b", sass), f"{desc!r} touches local memory"
     if desc.plan.warp_tile[1] % 2:
         pytest.skip("odd pieces along N: B keeps the atom's columns (element reads), no byte permutes to find")
@@ -229,26 +213,29 @@ C_OVER_AB = [
 ]
 
 
-def _c_over_ab_desc(size, a: dt.DType, c: dt.DType, arch_specific: bool) -> bx.Descriptor:
-    return (bx.Size(*size) + bx.Precision(a, a, c) + bx.Type.real + bx.Function.MM
-            + bx.Arrangement(bx.row_major, bx.col_major, bx.col_major) + bx.SM(90, arch_specific=arch_specific)
-            + bx.Block() + bx.MaxAlignment)
-
-
 @pytest.mark.parametrize(
     "size,a,c,arch_specific", C_OVER_AB,
     ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else getattr(v, "name", str(v)),
 )
-def test_c_over_ab_compiles_to_whole_row_stores(singles, size, a, c, arch_specific):
+def test_c_over_ab_compiles_to_whole_row_stores(size, a, c, arch_specific):
     """The whole product stays in registers (no local memory, within the block's budget) and C
     leaves through shared memory in 16-byte stores (16-byte aligned C)."""
-    desc = _c_over_ab_desc(size, a, c, arch_specific)
+    desc = (
+        bx.Size(*size)
+        + bx.Precision(a, a, c)
+        + bx.Type.real
+        + bx.Function.MM
+        + bx.Arrangement(bx.row_major, bx.col_major, bx.col_major)
+        + bx.SM(90, arch_specific=arch_specific)
+        + bx.Block()
+        + bx.MaxAlignment
+    )
     assert desc.plan.smem_c_over_ab is not None and desc.plan.smem_c is None
     assert "stage_c_over_ab = true" in codegen.generate(desc).source
-    kernel = singles[desc]
+    kernel = desc.compile()
     assert kernel.local_memory == 0, f"{desc!r} spills {kernel.local_memory} B per thread"
     assert 0 < kernel.registers <= min(255, 65536 // (desc.max_threads_per_block * desc.plan.min_blocks)), kernel
-    sass = kernel_sass(kernel)
+    sass = kernel.sass()
     assert not re.search(r"\b(LDL|STL)\b", sass), f"{desc!r} touches local memory"
     assert re.search(r"\bSTS", sass) and re.search(r"\bSTG\.E\.128\b", sass), "C is not stored in whole rows"
 
@@ -335,24 +322,17 @@ def test_3xtf32_128x128x64_fits_two_blocks_per_sm(order, arch_specific):
     assert kernel.local_memory == 0 and kernel.registers <= 128, kernel
 
 
-STRAIGHT = [(dt.float16, dt.float16, False), (dt.float16, dt.float32, False), (dt.tfloat32, dt.float32, True)]
-
-
-def _batched_rrr(size, a: dt.DType, c: dt.DType, sm: int = 90) -> bx.Descriptor:
-    """A row-major batched GEMM of ``size`` on ``sm``, 16-byte aligned."""
-    return (bx.Size(*size) + bx.Precision(a, a, c) + bx.Type.real + bx.Function.MM
-            + bx.Arrangement(bx.row_major, bx.row_major, bx.row_major) + bx.SM(sm) + bx.Block() + bx.MaxAlignment)
-
-
-@pytest.mark.parametrize("a, c, loops", STRAIGHT, ids=["f16-f16", "f16-f32", "tf32-f32"])
-def test_small_batched_kernel_is_straight_code(singles, a, c, loops):
+@pytest.mark.parametrize("a, c, loops", [(dt.float16, dt.float16, False), (dt.float16, dt.float32, False),
+                                         (dt.tfloat32, dt.float32, True)], ids=["f16-f16", "f16-f32", "tf32-f32"])
+def test_small_batched_kernel_is_straight_code(a, c, loops):
     """A 32^3 batched block copies one 16-byte piece of A and one of B per thread of 128 (two
     for tf32), and with beta != 0 its pieces of C, with no loop around them, and each warp
     multiplies its one tile without a tile loop: the trip counts are constants. With K of two
     16-bit steps (unrolled) nothing in the kernel loops; tf32's four k8 steps stay a loop in
     memory-bound plans (k_loop_unroll)."""
-    desc = _batched_rrr((32, 32, 32), a, c)
-    sass = kernel_sass(singles[desc])
+    desc = (bx.Size(32, 32, 32) + bx.Precision(a, a, c) + bx.Type.real + bx.Function.MM
+            + bx.Arrangement(bx.row_major, bx.row_major, bx.row_major) + bx.SM(90) + bx.Block() + bx.MaxAlignment)
+    sass = desc.compile().sass()
     pieces = 32 * 32 * a.size // 16 // desc.max_threads_per_block
     c_pieces = 32 * 32 * c.size // 16 // desc.max_threads_per_block
     # each with the L2 prefetch of its whole 128-byte line (cp.async ... .L2::128B, as cuBLASDx's)
@@ -362,111 +342,63 @@ def test_small_batched_kernel_is_straight_code(singles, a, c, loops):
     assert bool(backward) == loops, f"backward branches {backward}"
 
 
-K_CHUNK_SMS = (80, 86, 89, 90)
-K_CHUNKS = [(dt.float32, (128, 128, 64), None), (dt.tfloat32, (128, 128, 128), None), (dt.float32, (128, 128, 128), 23)]
-
-
-def _k_chunk_desc(sm: int, a: dt.DType, size, bits: int | None) -> bx.Descriptor:
-    desc = (bx.Size(*size) + bx.Precision(a, a, dt.float32) + bx.Type.real + bx.Function.MM
-            + bx.Arrangement(bx.row_major, bx.row_major, bx.row_major) + bx.SM(sm) + bx.Block())
-    return desc + bx.MantissaBits(bits) if bits else desc
-
-
-@pytest.mark.parametrize("sm", K_CHUNK_SMS)
-@pytest.mark.parametrize("a, size, bits", K_CHUNKS, ids=["f32", "tf32", "3xtf32"])
-def test_batched_k_chunks_are_commit_groups_waited_for_in_turn(singles, sm, a, size, bits):
+@pytest.mark.parametrize("sm", (80, 86, 89, 90))
+@pytest.mark.parametrize("a, size, bits", [(dt.float32, (128, 128, 64), None), (dt.tfloat32, (128, 128, 128), None),
+                                           (dt.float32, (128, 128, 128), 23)], ids=["f32", "tf32", "3xtf32"])
+def test_batched_k_chunks_are_commit_groups_waited_for_in_turn(sm, a, size, bits):
     """A plan with K in chunks (KernelPlan.k_chunk) issues one cp.async group per chunk and waits
     for them one at a time (1, then 0 still in flight for two chunks), with no local memory; the
     last group and wait are C's, loaded for beta != 0."""
-    desc = _k_chunk_desc(sm, a, size, bits)
+    desc = (bx.Size(*size) + bx.Precision(a, a, dt.float32) + bx.Type.real + bx.Function.MM
+            + bx.Arrangement(bx.row_major, bx.row_major, bx.row_major) + bx.SM(sm) + bx.Block())
+    if bits:
+        desc = desc + bx.MantissaBits(bits)
     if not desc.is_supported:
         pytest.skip("does not fit this SM's shared memory")
     chunks = -(-size[2] // desc.plan.k_chunk)
-    kernel = singles[desc]
-    sass = kernel_sass(kernel)
+    kernel = desc.compile()
+    sass = kernel.sass()
     assert kernel.local_memory == 0
     assert len(re.findall(r"\bLDGDEPBAR\b", sass)) == chunks + 1
     waits = [int(n, 16) for n in re.findall(r"\bDEPBAR\.LE SB0, (0x[0-9a-f]+)", sass)]
     assert waits == [*range(chunks - 1, -1, -1), 0]
 
 
-STAGED_C = [(dt.float16, dt.float16, (48, 80, 24)), (dt.float16, dt.float32, (100, 100, 100)),
-            (dt.int8, dt.int32, (100, 100, 100)), (dt.tfloat32, dt.float32, (100, 100, 100))]
-
-
-@pytest.mark.parametrize("a, c, size", STAGED_C, ids=["f16-f16-two-stages", "f16-f32-beside", "int8-over-ab", "tf32-over-ab"])
-def test_batched_staged_c_is_read_in_whole_rows(singles, a, c, size):
+@pytest.mark.parametrize("a, c, size", [(dt.float16, dt.float16, (48, 80, 24)), (dt.float16, dt.float32, (100, 100, 100)),
+                                        (dt.int8, dt.int32, (100, 100, 100)), (dt.tfloat32, dt.float32, (100, 100, 100))],
+                         ids=["f16-f16-two-stages", "f16-f32-beside", "int8-over-ab", "tf32-over-ab"])
+def test_batched_staged_c_is_read_in_whole_rows(a, c, size):
     """Where the batched plan stages C in shared memory (beside A and B, or over them), beta != 0
     loads C there with the same 16-byte cp.async copies as A and B: the kernel has no plain
     global loads and no stores narrower than 16 bytes (the element-wise epilogue ran at a quarter
     of the copy bandwidth)."""
-    desc = _batched_rrr(size, a, c)
+    desc = (bx.Size(*size) + bx.Precision(a, a, c) + bx.Type.real + bx.Function.MM
+            + bx.Arrangement(bx.row_major, bx.row_major, bx.row_major) + bx.SM(90) + bx.Block() + bx.MaxAlignment)
     plan = desc.plan
     assert plan.smem_c is not None or plan.smem_c_over_ab is not None, plan
-    sass = kernel_sass(singles[desc])
+    sass = desc.compile().sass()
     assert not re.findall(r"\bLDG\.", sass), "C (or A, B) read by plain global loads"
     stores = set(re.findall(r"\bSTG\.E(\.\w+)?", sass))
     assert stores == {".128"}, f"global stores {stores}"
 
 
-PANEL_SMS = [75, 80, 90]
-PANEL_TYPES = [(dt.float16, dt.float16), (dt.float16, dt.float32), (dt.bfloat16, dt.float32)]
-
-
-def _panels_desc(a: dt.DType, c: dt.DType, order, sm: int) -> bx.Descriptor:
-    return (bx.Size(32, 32, 32) + bx.Precision(a, a, c) + bx.Type.real + bx.Function.MM
-            + bx.Arrangement(*order, bx.row_major) + bx.SM(sm) + bx.Block() + bx.MaxAlignment)
-
-
-@pytest.mark.parametrize("sm", PANEL_SMS)
+@pytest.mark.parametrize("sm", [75, 80, 90])
 @pytest.mark.parametrize("order", ORDERS, ids=lambda o: f"{o[0].name[0]}{o[1].name[0]}")
-@pytest.mark.parametrize("a, c", PANEL_TYPES, ids=["f16-f16", "f16-f32", "bf16-f32"])
-def test_batched_panels_compile_to_ldmatrix_without_spills(singles, a, c, order, sm):
+@pytest.mark.parametrize("a, c", [(dt.float16, dt.float16), (dt.float16, dt.float32), (dt.bfloat16, dt.float32)],
+                         ids=["f16-f16", "f16-f32", "bf16-f32"])
+def test_batched_panels_compile_to_ldmatrix_without_spills(a, c, order, sm):
     """Batched kernels whose A and B sit in swizzled panels (heuristics.batched_panels: rows under a
     128-byte line) read them with ldmatrix only, copy them with cp.async from sm_80 on, and spill
     nothing, for every order of A and B."""
     row = dt.find_combination(a, a, c, False)
     if row.min_sm > sm:
         pytest.skip(f"{a.name} needs sm_{row.min_sm}")
-    desc = _panels_desc(a, c, order, sm)
+    desc = (bx.Size(32, 32, 32) + bx.Precision(a, a, c) + bx.Type.real + bx.Function.MM
+            + bx.Arrangement(*order, bx.row_major) + bx.SM(sm) + bx.Block() + bx.MaxAlignment)
     assert desc.plan.batched_panels == (64, 64)
-    kernel = singles[desc]
-    sass = kernel_sass(kernel)
+    kernel = desc.compile()
+    sass = kernel.sass()
     assert kernel.local_memory == 0 and not re.search(r"\b(LDL|STL)\b", sass)
     assert len(re.findall(r"\bLDSM\.16\.MT?88(\.[24])?\b", sass)) >= 4, "fragments not read with ldmatrix"
     assert not re.search(r"\bLDS\.U16\b|\bLDS\.U\.16\b", sass), "a 16-bit operand read element by element"
     assert ("LDGSTS" in sass) == (sm >= 80)
-
-
-def _single_descriptors() -> list[bx.Descriptor]:
-    """Every kernel the single-kernel SASS tests above read (those their skips leave)."""
-    descs = [_ldmatrix_desc(a, order, sm) for a, order, sm in LDMATRIX if dt.find_combination(
-        a, a, dt.float32, False).min_sm <= sm]
-    descs += [_eight_bit_desc(a, c, size, w) for size in EIGHT_BIT_SIZES for a, c in EIGHT_BIT_TYPES for w in WORKLOADS]
-    descs += [_c_over_ab_desc(*case) for case in C_OVER_AB]
-    descs += [_batched_rrr((32, 32, 32), a, c) for a, c, _ in STRAIGHT]
-    descs += [d for sm in K_CHUNK_SMS for case in K_CHUNKS if (d := _k_chunk_desc(sm, *case)).is_supported]
-    descs += [_batched_rrr(size, a, c) for a, c, size in STAGED_C]
-    descs += [_panels_desc(a, c, order, sm) for sm in PANEL_SMS for order in ORDERS for a, c in PANEL_TYPES
-              if dt.find_combination(a, a, c, False).min_sm <= sm]
-    return descs
-
-
-class _Singles:
-    """The single-kernel tests' kernels, compiled on the first test's use several per NVRTC program
-    (compile_descriptors), so that the headers are parsed once per program instead of once per test."""
-
-    def __init__(self) -> None:
-        self.kernels: dict[bx.Descriptor, object] | None = None
-
-    def __getitem__(self, desc: bx.Descriptor):
-        if self.kernels is None:
-            descs = _single_descriptors()
-            self.kernels = dict(zip(descs, compile_descriptors(descs, workers=os.cpu_count() or 2)))
-        return self.kernels[desc]
-
-
-@pytest.fixture(scope="module")
-def singles() -> _Singles:
-    """The single-kernel tests' kernels by descriptor."""
-    return _Singles()

@@ -194,9 +194,12 @@ def compile_descriptor(desc: Descriptor, options: CompileOptions = DEFAULT_OPTIO
     return compiled
 
 
-#: Kernels per NVRTC program in :func:`compile_descriptors`: this many share one parse of the headers
-#: (24 sm_75 kernels of the compile matrix: 9.8 CPU-s in one program, 11.7 in one program each).
-KERNELS_PER_PROGRAM = 12
+#: Kernels per NVRTC program in :func:`compile_descriptors`: this many share one parse of the headers.
+#: The parse is 0.1-0.15 CPU-s of a matrix kernel's 0.5-0.9 (NVVM and ptxas take the rest), and programs
+#: of many larger kernels compiled no faster than one program each: samples of 24-27 kernels of the
+#: compile matrix took 8.5-10.1 CPU-s against 11.7 (sm_75), 18.5-21.0 against 22.3 (sm_89), 17.4 against
+#: 18.5 (sm_90) in programs of 4-12.
+KERNELS_PER_PROGRAM = 6
 
 
 def compile_descriptors(descs: Sequence[Descriptor], options: CompileOptions = DEFAULT_OPTIONS, *,
