@@ -1,7 +1,6 @@
 """SASS of one kernel of a cubin that holds several (blasdx.compile.cache.compile_descriptors' programs).
 
-``cuobjdump -sass -fun NAME`` disassembles that kernel alone: a twelfth of the work of listing
-a program of twelve kernels for each of them.
+``cuobjdump -sass -fun NAME`` disassembles that kernel alone, not every kernel of its program.
 """
 
 from __future__ import annotations
