@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from . import headers as _headers
@@ -232,6 +232,8 @@ def compile_descriptors(descs: Sequence[Descriptor], options: CompileOptions = D
         else:
             groups.setdefault(_gemm.program_group(desc), []).append(desc)
     programs = [members[i:i + per_program] for members in groups.values() for i in range(0, len(members), per_program)]
+    if workers > 1:
+        _nvrtc.load_nvrtc()  # cuda.core's compiler pieces imported here, before the threads race to import them
 
     def program(members: list[Descriptor]) -> list[CompiledKernel]:
         source, names = _gemm.generate_many(members)
