@@ -1,10 +1,6 @@
 // Batched block GEMM: C_p = alpha * A_p B_p + beta * C_p, each problem multiplied by one thread block.
 //
-// Expects `blasdx_config` (generated) and BLASDX_COMPLEX (0 or 1) to be defined, and defines the
-// kernel blasdx_batched_gemm of that configuration. With BLASDX_BATCHED_GEMM_MANY defined it
-// defines no kernel: the source then declares one per configuration with BLASDX_BATCHED_GEMM_REAL
-// or BLASDX_BATCHED_GEMM_COMPLEX (below), so that one program holds the kernels of several
-// configurations (blasdx.codegen.gemm.generate_many: one parse of the headers for all). A and B
+// Expects `blasdx_config` (generated) and BLASDX_COMPLEX (0 or 1) to be defined. A and B
 // are copied to shared memory in their global order (16-byte copies where alignment
 // allows), the block GEMM accumulates in registers. Results are staged in shared memory and
 // stored in whole rows when the plan has room for C (beside A and B, or, with stage_c_over_ab,
@@ -30,16 +26,27 @@
 #include "blasdx/warpgroup_gemm.cuh"
 #include "blasdx/api.cuh"
 
+// Blocks per SM the register allocation must leave room for (__launch_bounds__): the
+// plan's choice, or BLASDX_MIN_BLOCKS_PER_SM when an experiment defines it.
+#ifndef BLASDX_MIN_BLOCKS_PER_SM
+#define BLASDX_MIN_BLOCKS_PER_SM blasdx_config::min_blocks_per_sm
+#endif
+
 namespace blasdx {
 
-// alpha * acc + beta * c in the scalar type S, rounded once to C's type (acc is the block GEMM's value_type).
-template <class T, class S, class V>
+using GEMM = BlockGemm<blasdx_config>;
+using Cfg = blasdx_config;
+using S = Cfg::scalar_type;
+using V = GEMM::value_type;
+
+// alpha * acc + beta * c in the scalar type, rounded once to C's type.
+template <class T>
 __device__ __forceinline__ void scale_store(T* dst, S alpha, S beta, bool read_c, V acc) {
     S r = alpha * convert<S>::from(acc);
     if (read_c) r += beta * convert<S>::from(*dst);
     *dst = convert<S>::template to<T>(r);
 }
-template <class T, class S, class Acc>
+template <class T, class Acc>
 __device__ __forceinline__ void scale_store(complex<T>* dst, complex<S> alpha, complex<S> beta, bool read_c,
                                             Acc acc) {
     const S ar = convert<S>::from(acc.x), ai = convert<S>::from(acc.y);
@@ -126,15 +133,12 @@ template <class T, int RUN, int LD> __host__ __device__ constexpr int run_store_
 template <class C, bool READ_C, class Scalar>
 struct stage_into {
     using T = typename C::c_type;
-    using S = typename C::scalar_type;
-    using V = typename BlockGemm<C>::value_type;
     static constexpr bool takes_runs = C::c_row_major;  // adjacent columns adjacent in sC
     T* sC;
     Scalar alpha, beta;
 
     template <class Value> __device__ __forceinline__ void operator()(int row, int col, const Value& value) const {
-        const V v = value;
-        scale_store(staged_element<C>(sC, row, col), alpha, beta, READ_C, v);
+        scale_store(staged_element<C>(sC, row, col), alpha, beta, READ_C, value);
     }
 
     template <class Value, int RUN> __device__ __forceinline__ void run(int row, int col, const Value (&v)[RUN]) const {
@@ -222,8 +226,7 @@ __device__ __forceinline__ void store_accumulator(const accumulator<C>& acc, typ
     }
     acc.for_each([&](int row, int col, const value_type& value) {
         typename C::c_type* dst = c + (C::c_row_major ? i64(row) * C::ldc + col : row + i64(col) * C::ldc);
-        const typename BlockGemm<C>::value_type v = value;
-        scale_store(dst, alpha, beta, read_c, v);
+        scale_store(dst, alpha, beta, read_c, value);
     });
 }
 
@@ -315,37 +318,36 @@ __device__ __forceinline__ void multiply_in_k_chunks(const typename C::a_type* a
 }
 
 // Swizzled panels repeat every 1024 bytes and wgmma swizzles absolute shared addresses.
-template <class C> constexpr int smem_alignment = C::use_wgmma ? 1024 : 16;
+constexpr int SMEM_ALIGNMENT = Cfg::use_wgmma ? 1024 : 16;
 
 // sC = alpha * A B (+ beta * sC with READ_C), each element as the block GEMM produces it.
-template <class Cfg, bool READ_C, class Scalar>
-__device__ __forceinline__ void multiply_into_staged_c(const typename Cfg::a_type* sA, const typename Cfg::b_type* sB,
-                                                       typename Cfg::c_type* sC, int tid, Scalar alpha, Scalar beta) {
+template <bool READ_C, class Scalar>
+__device__ __forceinline__ void multiply_into_staged_c(const Cfg::a_type* sA, const Cfg::b_type* sB, Cfg::c_type* sC,
+                                                       int tid, Scalar alpha, Scalar beta) {
     stage_into<Cfg, READ_C, Scalar> stage_value{sC, alpha, beta};
     multiply<Cfg>(sA, sB, tid, stage_value);
 }
 
 // One problem whose A and B sit stage_offset bytes into shared memory: C = alpha * A B (+ beta * C
 // when read_c), staged in shared memory and stored in whole rows where the plan allows.
-template <class Cfg, class Scalar>
-__device__ __forceinline__ void multiply_and_store(typename Cfg::c_type* __restrict__ c, int stage_offset, int tid,
+template <class Scalar>
+__device__ __forceinline__ void multiply_and_store(Cfg::c_type* __restrict__ c, int stage_offset, int tid,
                                                    Scalar alpha, Scalar beta, bool read_c) {
-    using V = typename BlockGemm<Cfg>::value_type;
-    extern __shared__ __align__(smem_alignment<Cfg>) unsigned char smem[];
+    extern __shared__ __align__(SMEM_ALIGNMENT) unsigned char smem[];
     unsigned char* stage = smem + stage_offset;
-    auto* sA = reinterpret_cast<typename Cfg::a_type*>(stage);
-    auto* sB = reinterpret_cast<typename Cfg::b_type*>(stage + Cfg::smem_b_offset);
+    auto* sA = reinterpret_cast<Cfg::a_type*>(stage);
+    auto* sB = reinterpret_cast<Cfg::b_type*>(stage + Cfg::smem_b_offset);
     if constexpr (Cfg::stage_c) {  // stage alpha * A B (+ beta * C, C loaded there first), then store whole rows
-        auto* sC = reinterpret_cast<typename Cfg::c_type*>(smem + Cfg::smem_c_offset);
+        auto* sC = reinterpret_cast<Cfg::c_type*>(smem + Cfg::smem_c_offset);
         if (read_c) {
             load_c<Cfg>(sC, c, tid);
-            multiply_into_staged_c<Cfg, true>(sA, sB, sC, tid, alpha, beta);
+            multiply_into_staged_c<true>(sA, sB, sC, tid, alpha, beta);
         } else {  // its own product: a runtime read_c per element cost beta == 0 8% (f16->f16 100^3)
-            multiply_into_staged_c<Cfg, false>(sA, sB, sC, tid, alpha, Scalar{});
+            multiply_into_staged_c<false>(sA, sB, sC, tid, alpha, Scalar{});
         }
         __syncthreads();
-        copy_matrix_to_global<typename Cfg::c_type, Cfg::c_outer, Cfg::c_inner, Cfg::smem_ldc, Cfg::ldc,
-                              Cfg::copy_bytes_c, Cfg::threads>(c, sC, tid);
+        copy_matrix_to_global<Cfg::c_type, Cfg::c_outer, Cfg::c_inner, Cfg::smem_ldc, Cfg::ldc, Cfg::copy_bytes_c,
+                              Cfg::threads>(c, sC, tid);
         return;
     }
     if constexpr (Cfg::stage_c_over_ab) {
@@ -359,7 +361,7 @@ __device__ __forceinline__ void multiply_and_store(typename Cfg::c_type* __restr
         return;
     }
     auto epilogue = [&](int row, int col, V value) {
-        typename Cfg::c_type* dst = c + (Cfg::c_row_major ? i64(row) * Cfg::ldc + col : row + i64(col) * Cfg::ldc);
+        Cfg::c_type* dst = c + (Cfg::c_row_major ? i64(row) * Cfg::ldc + col : row + i64(col) * Cfg::ldc);
         scale_store(dst, alpha, beta, read_c, value);
     };
     multiply<Cfg>(sA, sB, tid, epilogue);
@@ -370,14 +372,13 @@ __device__ __forceinline__ void multiply_and_store(typename Cfg::c_type* __restr
 // ones are multiplied and stored: a block keeps memory busy by itself instead of relying only on
 // other blocks of its SM. (The problems are unrolled, not looped over: in a loop NVVM keeps far
 // more live, int8 48x80x24 60 -> 114-140 registers.)
-template <class Cfg, class Scalar>
-__device__ __forceinline__ void batched_gemm(const typename Cfg::a_type* __restrict__ a,
-                                             const typename Cfg::b_type* __restrict__ b,
-                                             typename Cfg::c_type* __restrict__ c, Scalar alpha, Scalar beta,
-                                             i64 stride_a, i64 stride_b, i64 stride_c, i64 problems, bool read_c) {
-    extern __shared__ __align__(smem_alignment<Cfg>) unsigned char smem[];
+template <class Scalar>
+__device__ __forceinline__ void batched_gemm(const Cfg::a_type* __restrict__ a, const Cfg::b_type* __restrict__ b,
+                                             Cfg::c_type* __restrict__ c, Scalar alpha, Scalar beta, i64 stride_a,
+                                             i64 stride_b, i64 stride_c, i64 problems, bool read_c) {
+    extern __shared__ __align__(SMEM_ALIGNMENT) unsigned char smem[];
     if constexpr (Cfg::use_wgmma) {
-        if (shared_address(smem) % smem_alignment<Cfg> != 0) __trap();  // would read garbage silently
+        if (shared_address(smem) % SMEM_ALIGNMENT != 0) __trap();  // would read garbage silently
     }
     constexpr int STAGES = Cfg::stages;
     const int tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
@@ -392,7 +393,7 @@ __device__ __forceinline__ void batched_gemm(const typename Cfg::a_type* __restr
         copy_wait_all();
         if constexpr (Cfg::use_wgmma) wgmma::proxy_fence();
         __syncthreads();
-        multiply_and_store<Cfg>(c + problem * stride_c, 0, tid, alpha, beta, read_c);
+        multiply_and_store(c + problem * stride_c, 0, tid, alpha, beta, read_c);
         return;
     }
     const i64 first = i64(blockIdx.x) * STAGES;
@@ -410,42 +411,26 @@ __device__ __forceinline__ void batched_gemm(const typename Cfg::a_type* __restr
         copy_wait_at_most<STAGES - 1>(STAGES - 1 - i);  // problem i's copies have landed
         if constexpr (Cfg::use_wgmma) wgmma::proxy_fence();
         __syncthreads();
-        multiply_and_store<Cfg>(c + (first + i) * stride_c, i * Cfg::stage_bytes, tid, alpha, beta, read_c);
+        multiply_and_store(c + (first + i) * stride_c, i * Cfg::stage_bytes, tid, alpha, beta, read_c);
     }
 }
 
 }  // namespace blasdx
 
-// The kernel NAME of configuration CFG with MIN_BLOCKS blocks per SM in __launch_bounds__: real
-// scalars, or complex ones as (re, im) pairs.
-#define BLASDX_BATCHED_GEMM_COMPLEX(NAME, CFG, MIN_BLOCKS)                                                        \
-    extern "C" __global__ void __launch_bounds__(CFG::threads, MIN_BLOCKS)                                          \
-        NAME(const CFG::a_type* a, const CFG::b_type* b, CFG::c_type* c, CFG::scalar_type alpha_re,               \
-             CFG::scalar_type alpha_im, CFG::scalar_type beta_re, CFG::scalar_type beta_im, blasdx::i64 stride_a, \
-             blasdx::i64 stride_b, blasdx::i64 stride_c, blasdx::i64 problems) {                                  \
-        using S = CFG::scalar_type;                                                                                \
-        const bool read_c = beta_re != S(0) || beta_im != S(0);                                                    \
-        blasdx::batched_gemm<CFG>(a, b, c, blasdx::complex<S>{alpha_re, alpha_im}, blasdx::complex<S>{beta_re, beta_im}, \
-                                  stride_a, stride_b, stride_c, problems, read_c);                                 \
-    }
-#define BLASDX_BATCHED_GEMM_REAL(NAME, CFG, MIN_BLOCKS)                                                           \
-    extern "C" __global__ void __launch_bounds__(CFG::threads, MIN_BLOCKS)                                          \
-        NAME(const CFG::a_type* a, const CFG::b_type* b, CFG::c_type* c, CFG::scalar_type alpha,                  \
-             CFG::scalar_type beta, blasdx::i64 stride_a, blasdx::i64 stride_b, blasdx::i64 stride_c,             \
-             blasdx::i64 problems) {                                                                               \
-        blasdx::batched_gemm<CFG>(a, b, c, alpha, beta, stride_a, stride_b, stride_c, problems,                   \
-                                  beta != CFG::scalar_type(0));                                                    \
-    }
-
-#ifndef BLASDX_BATCHED_GEMM_MANY
-// Blocks per SM the register allocation must leave room for (__launch_bounds__): the
-// plan's choice, or BLASDX_MIN_BLOCKS_PER_SM when an experiment defines it.
-#ifndef BLASDX_MIN_BLOCKS_PER_SM
-#define BLASDX_MIN_BLOCKS_PER_SM blasdx_config::min_blocks_per_sm
-#endif
 #if BLASDX_COMPLEX
-BLASDX_BATCHED_GEMM_COMPLEX(blasdx_batched_gemm, blasdx_config, BLASDX_MIN_BLOCKS_PER_SM)
+extern "C" __global__ void __launch_bounds__(blasdx_config::threads, BLASDX_MIN_BLOCKS_PER_SM)
+    blasdx_batched_gemm(const blasdx_config::a_type* a, const blasdx_config::b_type* b, blasdx_config::c_type* c,
+                        blasdx::S alpha_re, blasdx::S alpha_im, blasdx::S beta_re, blasdx::S beta_im,
+                        blasdx::i64 stride_a, blasdx::i64 stride_b, blasdx::i64 stride_c, blasdx::i64 problems) {
+    const bool read_c = beta_re != blasdx::S(0) || beta_im != blasdx::S(0);
+    blasdx::batched_gemm(a, b, c, blasdx::complex<blasdx::S>{alpha_re, alpha_im},
+                         blasdx::complex<blasdx::S>{beta_re, beta_im}, stride_a, stride_b, stride_c, problems, read_c);
+}
 #else
-BLASDX_BATCHED_GEMM_REAL(blasdx_batched_gemm, blasdx_config, BLASDX_MIN_BLOCKS_PER_SM)
-#endif
+extern "C" __global__ void __launch_bounds__(blasdx_config::threads, BLASDX_MIN_BLOCKS_PER_SM)
+    blasdx_batched_gemm(const blasdx_config::a_type* a, const blasdx_config::b_type* b, blasdx_config::c_type* c,
+                        blasdx::S alpha, blasdx::S beta, blasdx::i64 stride_a, blasdx::i64 stride_b,
+                        blasdx::i64 stride_c, blasdx::i64 problems) {
+    blasdx::batched_gemm(a, b, c, alpha, beta, stride_a, stride_b, stride_c, problems, beta != blasdx::S(0));
+}
 #endif

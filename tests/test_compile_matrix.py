@@ -15,11 +15,8 @@ import pytest
 
 import blasdx as bx
 from blasdx.codegen import gemm as codegen
-from blasdx.compile.cache import compile_descriptors
 from blasdx.plan import heuristics
 from blasdx import dtypes as dt
-
-from .compile_support import kernel_sass
 
 SMS = (75, 80, 89, 90)
 ORDERS = list(itertools.product((bx.row_major, bx.col_major), repeat=2))
@@ -72,8 +69,7 @@ CASES = list(_cases())
 
 
 class _Matrix:
-    """The matrix's kernels, compiled an SM at a time on its first use: several kernels per NVRTC program
-    (compile_descriptors: the headers are parsed once for all of them), the programs in parallel."""
+    """The matrix's kernels, compiled an SM at a time: all kernels of an SM in parallel, on its first use."""
 
     def __init__(self) -> None:
         self.by_sm: dict[int, dict[bx.Descriptor, object]] = {}
@@ -81,8 +77,7 @@ class _Matrix:
     def __getitem__(self, desc: bx.Descriptor):
         if desc.sm not in self.by_sm:
             descs = [d for d in (_descriptor(*case.values) for case in CASES) if d.sm == desc.sm and d.is_supported]
-            kernels = compile_descriptors(descs, workers=os.cpu_count() or 2)
-            self.by_sm[desc.sm] = dict(zip(descs, kernels))
+            self.by_sm[desc.sm] = dict(zip(descs, bx.precompile(descs, workers=os.cpu_count() or 2)))
         return self.by_sm[desc.sm][desc]
 
 
@@ -118,7 +113,7 @@ def _sass_cases():
 @pytest.mark.parametrize("row,sm,order,size_key", list(_sass_cases()))
 def test_sass_uses_the_tensor_cores(compiled, row, sm, order, size_key):
     desc = _descriptor(row, sm, order, size_key)
-    sass = kernel_sass(compiled[desc])
+    sass = compiled[desc].sass()
     expected = "DMMA" if row.a == dt.float64 and desc.instruction != "fma" else OPCODES[desc.instruction]
     if row.a in (dt.float8_e4m3, dt.float8_e5m2):
         # sm_89 has fp8 mma.sync (QMMA); sm_90 keeps fp8 tensor cores for wgmma and runs
@@ -130,27 +125,6 @@ def test_sass_uses_the_tensor_cores(compiled, row, sm, order, size_key):
     found = set(re.findall(r"\b(HMMA|IMMA|QMMA|DMMA|HGMMA|FFMA|DFMA)\b", sass))
     assert found & set(expected), f"{desc!r}: expected {expected} for {desc.instruction}, SASS has {sorted(found)}"
     assert not re.search(r"\b(LDL|STL)\b", sass), f"{desc!r} touches local memory"
-
-
-def _instructions(sass: str) -> list[str]:
-    """A SASS listing's instructions and encodings, without the kernel's name, the header lines
-    (cuobjdump -fun words the ELF flags differently) and the spacing."""
-    lines = (re.sub(r"\s+", " ", line).strip() for line in sass.splitlines())
-    return [line for line in lines if line.startswith("/*")]
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("row,sm,order,size_key", [case for case in CASES if case.id in (
-    "float16xfloat16-float32-sm75-rc-64x64x64", "cfloat64xfloat64-float64-sm80-cr-ld",
-    "float8_e4m3xfloat8_e4m3-float32-sm89-rr-17x33x9", "int8xint8-int32-sm90-cc-64x64x64")])
-def test_matrix_kernels_are_the_kernels_execute_runs(compiled, row, sm, order, size_key):
-    """A kernel of the matrix, compiled with others in one program, has the SASS of the same
-    descriptor compiled alone (what execute runs), so the matrix's checks hold for that kernel."""
-    desc = _descriptor(row, sm, order, size_key)
-    shared = compiled[desc]
-    alone = desc.compile()
-    assert shared.kernel_name != alone.kernel_name and shared.resources == alone.resources
-    assert _instructions(kernel_sass(shared)) == _instructions(alone.sass())
 
 
 @pytest.mark.parametrize("sm", SMS)

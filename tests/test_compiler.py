@@ -487,29 +487,3 @@ def test_cubin_from_cli_tool_matches(kernels):
     elf = cc.run_cuobjdump(compiled.cubin, "-elf")
     assert ".nv.info.small" in elf
     assert subprocess.run([cc.find_cuobjdump(), "--version"], capture_output=True).returncode == 0
-
-
-def test_many_descriptors_share_a_program_only_where_their_prelude_does():
-    """compile_descriptors' programs (codegen.gemm.generate_many): one kernel per descriptor, named in
-    order, each with the configuration generate() gives it; descriptors of another arch, header set
-    or shared-memory alignment need a program of their own."""
-    from blasdx.codegen import gemm as codegen
-    from blasdx.compile.cache import compile_descriptors
-
-    f16 = bx.Size(32, 32, 32) + bx.Precision(bx.float16, bx.float16, bx.float32) + bx.Function.MM + bx.Block()
-    descs = [f16 + bx.SM(80), f16 + bx.SM(80) + bx.Arrangement(bx.col_major, bx.row_major)]
-    source, names = codegen.generate_many(descs)
-    assert names == ["blasdx_batched_gemm_0", "blasdx_batched_gemm_1"]
-    for name, desc in zip(names, descs):
-        config = codegen.config_struct(desc, f"{name}_config")
-        assert config in source and f"BLASDX_BATCHED_GEMM_REAL({name}, {name}_config," in source
-        assert config.replace(f"{name}_config", "blasdx_config") in codegen.generate(desc).source
-    assert codegen.program_group(descs[0]) != codegen.program_group(f16 + bx.SM(89))
-    e4m3 = bx.Size(32, 32, 32) + bx.Precision(bx.float8_e4m3, bx.float8_e4m3, bx.float32) + bx.Function.MM
-    assert codegen.program_group(e4m3 + bx.SM(89) + bx.Block()) != codegen.program_group(f16 + bx.SM(89))
-    with pytest.raises(ValueError, match="program_group"):
-        codegen.generate_many([descs[0], f16 + bx.SM(90)])
-    with pytest.raises(ValueError, match="no descriptors"):
-        codegen.generate_many([])
-    with pytest.raises(ValueError, match="per_program"):
-        compile_descriptors(descs, per_program=0)

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -51,7 +50,6 @@ __all__ = [
     "clear_cache",
     "clear_memory_cache",
     "compile_descriptor",
-    "compile_descriptors",
     "stats",
 ]
 
@@ -192,63 +190,6 @@ def compile_descriptor(desc: Descriptor, options: CompileOptions = DEFAULT_OPTIO
         compiled = cached_compile(generated.source, generated.kernel_name, generated.arch, relaxed)
     _store.keep_descriptor(options, desc, compiled)
     return compiled
-
-
-#: Kernels per NVRTC program in :func:`compile_descriptors`: this many share one parse of the headers.
-#: The parse is 0.1-0.15 CPU-s of a matrix kernel's 0.5-0.9 (NVVM and ptxas take the rest), and programs
-#: of many larger kernels compiled no faster than one program each: samples of 24-27 kernels of the
-#: compile matrix took 8.5-10.1 CPU-s against 11.7 (sm_75), 18.5-21.0 against 22.3 (sm_89), 17.4 against
-#: 18.5 (sm_90) in programs of 4-12.
-KERNELS_PER_PROGRAM = 6
-
-
-def compile_descriptors(descs: Sequence[Descriptor], options: CompileOptions = DEFAULT_OPTIONS, *,
-                        per_program: int = KERNELS_PER_PROGRAM, workers: int = 1) -> list[CompiledKernel]:
-    """The batched GEMM kernels of many descriptors, several per NVRTC program (each through the cache).
-
-    For checking many kernels at once (resources, SASS): kernel ``i`` of a program is
-    :func:`compile_descriptor`'s template instantiation under the name ``blasdx_batched_gemm_<i>``
-    (:func:`blasdx.codegen.gemm.generate_many`) in a cubin that holds its program's other kernels
-    too (read one kernel's SASS with ``cuobjdump -fun``). A kernel that spills under its plan's
-    register cap is :func:`compile_descriptor`'s own (compiled alone without the cap), as
-    ``execute`` would run it. Descriptors with a TRSM function (and every descriptor when ``options``
-    define the register cap's macro) go to :func:`compile_descriptor`.
-    Equal descriptors share one kernel; results in input order.
-    """
-    from concurrent.futures import ThreadPoolExecutor
-
-    from ..codegen import gemm as _gemm
-    from ..describe.operators import Function
-
-    if per_program < 1 or workers < 1:
-        raise ValueError(f"compile_descriptors: per_program={per_program}, workers={workers}; expected >= 1")
-    unique = list(dict.fromkeys(descs))
-    groups: dict[object, list[Descriptor]] = {}
-    alone: list[Descriptor] = []
-    capped = MIN_BLOCKS_DEFINE in dict(options.defines)  # the caller's cap applies to one kernel per source
-    for desc in unique:
-        if desc.validate().function is Function.TRSM or capped:
-            alone.append(desc)
-        else:
-            groups.setdefault(_gemm.program_group(desc), []).append(desc)
-    programs = [members[i:i + per_program] for members in groups.values() for i in range(0, len(members), per_program)]
-    if workers > 1:
-        _nvrtc.load_nvrtc()  # cuda.core's compiler pieces imported here, before the threads race to import them
-
-    def program(members: list[Descriptor]) -> list[CompiledKernel]:
-        source, names = _gemm.generate_many(members)
-        arch = members[0].arch
-        first = cached_compile(source, names[0], arch, options)  # the program's one entry in the store
-        kernels = [first, *(_nvrtc.kernel_of(first.cubin, name, arch, source, first.log) for name in names[1:])]
-        return [compile_descriptor(desc, options) if kernel.local_memory and desc.plan.min_blocks > 1 else kernel
-                for desc, kernel in zip(members, kernels)]
-
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="blasdx-compile") as pool:
-        done = list(pool.map(program, programs))
-        by_desc = dict(zip(alone, pool.map(lambda d: compile_descriptor(d, options), alone)))
-    for members, kernels in zip(programs, done):
-        by_desc.update(zip(members, kernels))
-    return [by_desc[desc] for desc in descs]
 
 
 def clear_memory_cache() -> None:
