@@ -64,13 +64,11 @@ CASES = list(_variant_cases()) + list(_size_cases())
 
 
 @pytest.fixture(scope="module")
-def compiled(tmp_path_factory):
-    """Every kernel of the matrix, compiled in parallel into a private cache."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("BLASDX_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
-        descs = [case.values[0] for case in CASES]
-        kernels = bx.precompile(descs, workers=os.cpu_count() or 2)
-        yield dict(zip(descs, kernels))
+def compiled():
+    """Every kernel of the matrix, compiled in parallel into the run's cache (tests/conftest.py: a fresh
+    folder shared by the run's workers), where the TRSM tests of other files find the kernels they share."""
+    descs = [case.values[0] for case in CASES]
+    return dict(zip(descs, bx.precompile(descs, workers=os.cpu_count() or 2)))
 
 
 @pytest.mark.slow
