@@ -38,6 +38,22 @@ def compiler() -> str | None:
 
 
 @functools.cache
+def build_harness(folder: Path, source: str) -> Path:
+    """A stand-alone C++20 harness (``source``: a program that includes kernel headers on the host) built with
+    g++ in ``folder``; skips the test without a g++ that has C++20's std::barrier."""
+    import pytest
+
+    gxx = compiler()
+    if gxx is None:
+        pytest.skip("needs g++ with C++20 std::barrier")
+    (folder / "harness.cpp").write_text(source)
+    exe = folder / "harness"
+    built = subprocess.run([gxx, "-std=c++20", "-O1", "-w", "-pthread", f"-I{HERE}", f"-I{kernels_dir()}",
+                            str(folder / "harness.cpp"), "-o", str(exe)], capture_output=True, text=True, check=False)
+    assert built.returncode == 0, built.stderr[-3000:]
+    return exe
+
+
 def available(sanitize: str | None, gxx: str | None = None) -> bool:
     """Whether a program with ``sanitize`` (None, "thread", "address") builds and runs here."""
     gxx = gxx or compiler()

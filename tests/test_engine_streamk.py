@@ -24,7 +24,6 @@ from hypothesis import strategies as st
 
 from blasdx import dtypes as dt
 from blasdx.calls import matmul as array_gemm
-from blasdx.compile import kernels_dir
 from blasdx.compile.cache import cached_compile
 from blasdx.engine import hopper, streamk, tuning
 
@@ -170,18 +169,7 @@ int main() {
 
 @pytest.fixture(scope="module")
 def scheduler_exe(tmp_path_factory):
-    gxx = host_emulation.compiler()
-    if gxx is None:
-        pytest.skip("needs g++ with C++20")
-    folder = tmp_path_factory.mktemp("streamk_scheduler")
-    source = folder / "harness.cpp"
-    source.write_text(HARNESS)
-    exe = folder / "harness"
-    built = subprocess.run([gxx, "-std=c++20", "-O1", "-w", "-pthread", f"-I{host_emulation.HERE}",
-                            f"-I{kernels_dir()}", str(source), "-o", str(exe)], capture_output=True, text=True,
-                           check=False)
-    assert built.returncode == 0, built.stderr[-3000:]
-    return exe
+    return host_emulation.build_harness(tmp_path_factory.mktemp("streamk_scheduler"), HARNESS)
 
 
 def tile_origins(m: int, n: int, batch: int) -> list[tuple[int, int, int]]:

@@ -15,7 +15,6 @@ import subprocess
 import numpy as np
 import pytest
 
-from blasdx.compile import kernels_dir
 
 from . import host_emulation
 
@@ -100,17 +99,7 @@ BM, BN, BK = 128, 256, 64
 
 @pytest.fixture(scope="module")
 def harness(tmp_path_factory):
-    gxx = host_emulation.compiler()
-    if gxx is None:
-        pytest.skip("needs g++ with C++20 std::barrier")
-    folder = tmp_path_factory.mktemp("group_scheduler")
-    source = folder / "harness.cpp"
-    source.write_text(HARNESS)
-    exe = folder / "harness"
-    built = subprocess.run([gxx, "-std=c++20", "-O1", "-w", "-pthread", f"-I{host_emulation.HERE}",
-                            f"-I{kernels_dir()}", str(source), "-o", str(exe)], capture_output=True, text=True, check=False)
-    assert built.returncode == 0, built.stderr[-3000:]
-    return exe
+    return host_emulation.build_harness(tmp_path_factory.mktemp("group_scheduler"), HARNESS)
 
 
 def run(exe, along_k: bool, layout: int, rows: int, n: int, k: int, bounds, align: int = 1,
