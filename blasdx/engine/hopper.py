@@ -5,8 +5,9 @@ bf16 -> f32, tf32 -> f32, e4m3 / e5m2 -> f16 | f32, int8 / uint8 -> int32, and f
 float32 accuracy as three tf32 products when a call asks for it: blasdx.engine.emulation) through
 kernels/hopper_gemm.cu: TMA loads into a stage ring,
 warp-specialised wgmma consumers, a persistent grid, and split K when the output has too
-few tiles to fill the GPU, or stream-K when the last wave of tiles would leave SMs idle (the
-last tiles' K steps shared evenly by all blocks: blasdx.engine.streamk). This module decides
+few tiles to fill the GPU (stream-K, the last tiles' K steps shared evenly by all blocks,
+blasdx.engine.streamk, is built but measured slower: bx.tune tries it, the rule does not,
+STREAM_K_BY_RULE). This module decides
 everything a call needs from the operands' shapes, strides and pointers (:class:`EnginePlan`),
 once per kind of call:
 
