@@ -188,7 +188,7 @@ def test_a_decode_plan_reads_y_as_a_and_x_as_b(gpu):
     assert by_views.slots[7:10] == (4096, 16, 4096)  # the kernel's M is the weights' N
 
 
-@pytest.mark.parametrize("k", [256, 8192])  # one split, and K split (tiles few, K deep)
+@pytest.mark.parametrize("k", [256, 16384])  # one split, and K split (tiles few, K deep: 128 steps and more)
 def test_scaled_plans_launch_with_their_scratch(gpu, k):
     """bx.scaled_mm's plan (its own parameter block) launches through the engine's operand and split preparation."""
     from blasdx.calls import scaled_mm
@@ -208,7 +208,7 @@ def test_scaled_plans_launch_with_their_scratch(gpu, k):
     assert launch.slots[3] == d.ptr and (workspace != 0) == (engine.splits > 1)
     assert launch.slots[6:11] == (m, n, k, engine.splits, sx.ptr) and launch.slots[13] == sy.ptr
     assert launch.slots[16:] == (0, n, 1)  # no bias; D row-major
-    assert (engine.splits > 1) == (k == 8192), engine.describe()
+    assert (engine.splits > 1) == (k == 16384), engine.describe()
     if engine.splits > 1:
         assert counters == workspace + engine._split_bytes[0]
     # the bound call launches on pointers what run() launches on views (the pool's scratch again)
