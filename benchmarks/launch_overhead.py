@@ -26,7 +26,8 @@ against ``torch.matmul``.
    through cuda.bindings by CUkernel and by CUfunction, whole calls without the launch).
 
 Each round times ``--calls`` back-to-back calls with ``time.perf_counter`` and synchronises
-afterwards; tables show the median per call over ``--rounds`` rounds (host time while the
+afterwards; the calls a ratio compares take their rounds in turn, and tables show the median
+per call over ``--rounds`` rounds (host time while the
 GPU keeps up; at the larger matmul sizes the GPU's own time shows through). Writes JSON.
 Without a GPU it says so and exits 0.
 """
@@ -110,17 +111,30 @@ def operand_sets(desc: bx.Descriptor, device: int = 0) -> dict[str, tuple[Any, A
 
 def per_call(fn: Callable[[], None], calls: int, rounds: int, sync: Callable[[], None]) -> float:
     """Median over rounds of the host time per call, in seconds."""
-    for _ in range(max(10, calls // 4)):
-        fn()
+    return side_by_side([fn], calls, rounds, sync)[0]
+
+
+def side_by_side(fns: list[Callable[[], None]], calls: int, rounds: int, sync: Callable[[], None],
+                 devices_of: list[int | None] | None = None) -> list[float]:
+    """:func:`per_call` of several calls whose times are compared, their rounds taken in turn (call 1, call 2, ...,
+    call 1, ...): a drift of the host's speed during the run (clock, other load) reaches each the same way.
+    ``devices_of[i]``, when not None, is made current around call i's rounds (outside the timing)."""
+    where = devices_of or [None] * len(fns)
+    for fn, device in zip(fns, where):
+        with devices.on_device(device) if device is not None else contextlib.nullcontext():
+            for _ in range(max(10, calls // 4)):
+                fn()
     sync()
-    times = []
+    times: list[list[float]] = [[] for _ in fns]
     for _ in range(rounds):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        times.append((time.perf_counter() - start) / calls)
-        sync()
-    return statistics.median(times)
+        for fn, device, found in zip(fns, where, times):
+            with devices.on_device(device) if device is not None else contextlib.nullcontext():
+                start = time.perf_counter()
+                for _ in range(calls):
+                    fn()
+                found.append((time.perf_counter() - start) / calls)
+            sync()
+    return [statistics.median(found) for found in times]
 
 
 def measure(desc: bx.Descriptor, calls: int, rounds: int, device: int = 0) -> list[dict[str, Any]]:
@@ -149,11 +163,9 @@ def measure(desc: bx.Descriptor, calls: int, rounds: int, device: int = 0) -> li
         def run_bare() -> None:
             launch(stream, config, kernel, *args)
 
-        t_exec = per_call(run_execute, calls, rounds, sync)
-        t_bind = per_call(run_bind, calls, rounds, sync)
-        with devices.on_device(device):  # the bare launches run in the arrays' context
-            t_packed = per_call(run_packed, calls, rounds, sync)
-            t_bare = per_call(run_bare, calls, rounds, sync)
+        # the packed and bare launches run in the arrays' context (execute and bind find it themselves)
+        t_exec, t_bind, t_packed, t_bare = side_by_side([run_execute, run_bind, run_packed, run_bare], calls, rounds,
+                                                        sync, [None, None, device, device])
         rows.append(
             {
                 "arrays": kind,
@@ -190,9 +202,8 @@ def measure_matmul(calls: int, rounds: int) -> list[dict[str, Any]]:
         err = _relative_error(torch, out, ref + acc.double())
         assert err < 1e-2, f"bx.mma {s}^3: relative error {err}"
         sync = torch.cuda.synchronize
-        t_bx = per_call(lambda: bx.matmul(x, y), calls, rounds, sync)
-        t_torch = per_call(lambda: torch.matmul(x, y), calls, rounds, sync)
-        t_mma = per_call(lambda: bx.mma(x, y, acc, out=out), calls, rounds, sync)
+        t_bx, t_torch, t_mma = side_by_side([lambda: bx.matmul(x, y), lambda: torch.matmul(x, y),
+                                             lambda: bx.mma(x, y, acc, out=out)], calls, rounds, sync)
         rows.append({"size": s, "bx_matmul_us": t_bx * 1e6, "torch_matmul_us": t_torch * 1e6, "ratio": t_bx / t_torch,
                      "bx_mma_out_us": t_mma * 1e6, "mma_out_ratio": t_mma / t_torch})
     return rows
@@ -216,8 +227,9 @@ def measure_other_calls(calls: int, rounds: int) -> dict[str, list[dict[str, Any
         ref = x.double() @ y.double()
         err = _relative_error(torch, bx.scaled_mm(x, y, one, one, out_dtype=bx.bfloat16), ref)
         assert err < 2e-2, f"bx.scaled_mm {s}^3: relative error {err}"
-        t_bx = per_call(lambda: bx.scaled_mm(x, y, one, one, out_dtype=bx.bfloat16), calls, rounds, sync)
-        t_torch = per_call(lambda: torch._scaled_mm(x, y, one, one, out_dtype=torch.bfloat16), calls, rounds, sync)
+        t_bx, t_torch = side_by_side([lambda: bx.scaled_mm(x, y, one, one, out_dtype=bx.bfloat16),
+                                      lambda: torch._scaled_mm(x, y, one, one, out_dtype=torch.bfloat16)], calls,
+                                     rounds, sync)
         found["scaled_mm"].append({"size": s, "bx_us": t_bx * 1e6, "torch_us": t_torch * 1e6,
                                    "ratio": t_bx / t_torch})
     for s in (32, 64):
@@ -226,8 +238,8 @@ def measure_other_calls(calls: int, rounds: int) -> dict[str, list[dict[str, Any
         ref = torch.linalg.solve_triangular(a.double(), b.double(), upper=False)
         err = _relative_error(torch, bx.solve_triangular(a, b, lower=True), ref)
         assert err < 1e-4, f"bx.solve_triangular {s}: relative error {err}"
-        t_bx = per_call(lambda: bx.solve_triangular(a, b, lower=True), calls, rounds, sync)
-        t_torch = per_call(lambda: torch.linalg.solve_triangular(a, b, upper=False), calls, rounds, sync)
+        t_bx, t_torch = side_by_side([lambda: bx.solve_triangular(a, b, lower=True),
+                                      lambda: torch.linalg.solve_triangular(a, b, upper=False)], calls, rounds, sync)
         found["solve_triangular"].append({"size": s, "rhs": 64, "bx_us": t_bx * 1e6, "torch_us": t_torch * 1e6,
                                           "ratio": t_bx / t_torch})
     return found

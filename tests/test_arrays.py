@@ -19,7 +19,7 @@ import pytest
 import blasdx as bx
 from blasdx import arrays
 from blasdx.launch import devices
-from blasdx.arrays import streams
+from blasdx.arrays import keys, streams
 from blasdx import dtypes as dt
 from blasdx.arrays import ArrayView, DeviceArray, as_array, array_dtype, resolve_stream, stream_handle
 from blasdx.errors import ExecutionError
@@ -395,10 +395,11 @@ def _fake_torch(current_stream=0):
     torch = types.ModuleType("torch")
 
     class Tensor:
-        def __init__(self, shape, strides, name="float32", itemsize=4, ptr=BASE, device=0, cuda=True, conj=False):
+        def __init__(self, shape, strides, name="float32", itemsize=4, ptr=BASE, device=0, cuda=True, conj=False,
+                     neg=False):
             self.shape, self._strides, self._ptr, self._device = shape, strides, ptr, device
             self.dtype = _TorchDtype(name, itemsize)
-            self.is_cuda, self._conj, self._itemsize = cuda, conj, itemsize
+            self.is_cuda, self._conj, self._neg, self._itemsize = cuda, conj, neg, itemsize
             self.device = types.SimpleNamespace(type="cuda" if cuda else "cpu", index=device)
 
         def stride(self):
@@ -417,7 +418,7 @@ def _fake_torch(current_stream=0):
             return self._conj
 
         def is_neg(self):
-            return False
+            return self._neg
 
     torch.Tensor = Tensor
     torch._C = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda device: current_stream)
@@ -467,6 +468,26 @@ def test_torch_lazy_conjugate_rejected(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", torch)
     with pytest.raises(ExecutionError, match=r"a: .*resolve_conj"):
         as_array(torch.Tensor((2, 2), (2, 1), name="complex64", itemsize=8, conj=True), "a")
+
+
+def test_torch_pending_negation_rejected_and_keyless(monkeypatch):
+    """A real tensor with the negation bit (the .imag of a .conj() view) holds the values before the negation: the
+    full path refuses it and the hot path's readers give it no key, so a bound call never reads it raw."""
+    torch = _fake_torch()
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    plain = torch.Tensor((2, 2), (2, 1), name="float32")
+    negated = torch.Tensor((2, 2), (2, 1), name="float32", neg=True)
+    as_array(plain, "x")  # the dtype is known to the readers from here on
+    assert keys.read(plain) is not None
+    with pytest.raises(ExecutionError, match=r"y: .*negation.*resolve_neg"):
+        as_array(negated, "y")
+    assert keys.read(negated) is None
+    gather = keys.gatherer(torch.Tensor)
+    assert gather(plain, plain, plain) is not None
+    for i in range(3):
+        trio = [plain, plain, plain]
+        trio[i] = negated
+        assert gather(*trio) is None
 
 
 def _fake_cupy(current_stream=0):

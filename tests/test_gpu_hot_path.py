@@ -106,6 +106,12 @@ def _bad_calls(torch):
         ("out shape", lambda: bx.mma(x, y, acc, out=acc[:, :47]), r"out: shape \(64, 47\)"),
         ("dtype kwarg", lambda: bx.matmul(x, y, dtype=bx.float32), r"dtype=.*fixed by the input type"),
         ("fast", lambda: bx.matmul(x, y, fast_accumulation=True), r"fast_accumulation=True with float16"),
+        # real tensors with the negation bit (what .conj().imag gives): their memory holds the values before it
+        ("negated y", lambda: bx.matmul(x, torch._neg_view(y)), r"y: .*negation"),
+        ("negated acc", lambda: bx.mma(x, y, torch._neg_view(acc)), r"acc: .*negation"),
+        ("negated out", lambda: bx.mma(x, y, acc, out=torch._neg_view(torch.empty_like(acc))), r"out: .*negation"),
+        ("imag of conj", lambda: bx.matmul(torch.randn(64, 32, device="cuda", dtype=torch.complex64).conj().imag,
+                                           y.float()), r"x: .*negation"),
     ]
 
 
@@ -248,6 +254,29 @@ def test_execute_bound_with_and_without_stream(torch):
         desc.execute(a, b, c, stream=stream)
         torch.cuda.synchronize()
         assert _error(torch, c, ref) <= tolerance(dt.float16, dt.float32, 32), stream
+
+
+def test_execute_refuses_negated_views_cold_and_bound(torch):
+    """A tensor with the negation bit has the key of its plain twin; execute() refuses it before and after that
+    twin's kind is bound, and C is left as it was."""
+    sm = require_gpu()
+    desc = (bx.Size(32, 32, 32) + bx.Precision(bx.float32, bx.float32, bx.float32) + bx.Function.MM
+            + bx.SM(min(sm, 90)) + bx.Block())
+    a = torch.randn(32, 32, device="cuda")
+    b = torch.randn(32, 32, device="cuda").T
+    c = torch.zeros(32, 32, device="cuda").T
+    for bound in (False, True):
+        for i, name in enumerate("abc"):
+            trio = [a, b, c]
+            trio[i] = torch._neg_view(trio[i])
+            before = c.clone()
+            with pytest.raises(bx.ExecutionError, match=rf"{name}: .*negation"):
+                desc.execute(*trio)
+            assert torch.equal(c, before)
+        if not bound:
+            desc.execute(a, b, c)  # binds the kind of the plain trio
+            desc.execute(a, b, c)
+    torch.cuda.synchronize()
 
 
 @pytest.mark.parametrize("m,n,k", [(256, 256, 512), (512, 512, 512), (16, 4096, 8192)], ids=str)

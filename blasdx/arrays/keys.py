@@ -6,9 +6,9 @@ reads this key and the data pointer straight off each array (``tensor.data_ptr()
 CuPy array's ``data.ptr``), without building views or DLPack capsules, and launches. The
 key holds everything the checks of the full path depend on except the pointer, whose
 16-byte alignment class the callers add. Arrays of other libraries, host or non-CUDA
-tensors and complex PyTorch tensors (whose lazy conjugation the full path refuses) have
-no key: their calls take the full path every time (a PyTorch dtype has a key once the full
-path has read a tensor of it).
+tensors, complex PyTorch tensors and PyTorch tensors with a pending negation (lazy conjugation
+and negation, which the full path refuses) have no key: their calls take the full path every
+time (a PyTorch dtype has a key once the full path has read a tensor of it).
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ _Reader = Callable[[Any], "tuple[tuple[Any, ...], int] | None"]
 def _torch(t: Any) -> tuple[tuple[Any, ...], int] | None:
     dtype = t.dtype
     # dtypes the full path has read (complex ones never: their conjugation bit is checked there), on CUDA tensors
-    if dtype in _TORCH_REAL and t.is_cuda:
+    # without a pending negation (the .imag of a .conj() view)
+    if dtype in _TORCH_REAL and t.is_cuda and not t.is_neg():
         return (dtype, t.shape, t.stride(), t.get_device()), t.data_ptr()
     return None
 
@@ -104,12 +105,13 @@ def _mixed(a: Any, b: Any, c: Any) -> tuple[tuple[Any, ...], int, int, int] | No
 def _torch3(a: Any, b: Any, c: Any) -> tuple[tuple[Any, ...], int, int, int] | None:
     """:func:`_mixed` of three PyTorch tensors of one type, each attribute read once and no tuple per tensor.
 
-    The dtype is not checked: a key of a dtype without one (complex) is never bound, so it finds nothing.
+    The dtype is not checked: a key of a dtype without one (complex) is never bound, so it finds nothing. Tensors
+    with a pending negation have no key (the full path refuses them).
     """
     kind = type(a)
     if type(b) is not kind or type(c) is not kind:
         return _mixed(a, b, c)
-    if a.is_cuda and b.is_cuda and c.is_cuda:
+    if a.is_cuda and b.is_cuda and c.is_cuda and not (a.is_neg() or b.is_neg() or c.is_neg()):
         return ((a.dtype, a.shape, a.stride(), a.get_device(), b.dtype, b.shape, b.stride(), b.get_device(),
                  c.dtype, c.shape, c.stride(), c.get_device()), a.data_ptr(), b.data_ptr(), c.data_ptr())
     return None

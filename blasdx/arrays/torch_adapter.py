@@ -35,10 +35,10 @@ def from_torch(t: Any, argument: str, stream: int | None, known: dict[int, int] 
         dtype = _TORCH_TYPES[t.dtype] = array_dtype(t.dtype, t.element_size())
         if not dtype.is_complex:
             _TORCH_REAL.add(t.dtype)
-    if dtype.is_complex and (t.is_conj() or t.is_neg()):
+    if t.is_neg() or (dtype.is_complex and t.is_conj()):  # a real tensor too: the .imag of a .conj() view
         raise ExecutionError(
-            f"{argument}: torch.Tensor has a pending conjugation/negation bit (a lazy .conj() view); its memory "
-            "holds the unconjugated values. Call .resolve_conj() / .resolve_neg() first"
+            f"{argument}: torch.Tensor has a pending conjugation/negation bit (a lazy .conj() view, or the .imag of "
+            "one); its memory holds the values before it. Call .resolve_conj() / .resolve_neg() first"
         )
     producer = None if known is None else known.get(device)
     if producer is None:

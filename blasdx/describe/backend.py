@@ -14,7 +14,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..compile.compiled import CompiledKernel
     from ..compile.lto import Ltoir
 
-__all__ = ["Runtime", "install", "runtime"]
+__all__ = ["Runtime", "execute", "install", "runtime"]
 
 
 class Runtime(Protocol):
@@ -37,8 +37,8 @@ _runtime: Runtime | None = None
 
 def install(loader: Callable[[], Runtime]) -> None:
     """Say how to load the runtime (called once, by the package root)."""
-    global _loader, _runtime
-    _loader, _runtime = loader, None
+    global _loader, _runtime, execute
+    _loader, _runtime, execute = loader, None, _first_execute
 
 
 def runtime() -> Runtime:
@@ -49,3 +49,17 @@ def runtime() -> Runtime:
             raise RuntimeError("blasdx's runtime is not installed; import blasdx first")
         _runtime = _loader()
     return _runtime
+
+
+def _first_execute(desc: Any, a: Any, b: Any, c: Any, *, alpha: Any, beta: Any, stream: Any) -> Any:
+    """The runtime's execute; the first call loads it and puts the launcher in :data:`execute`'s place, so that a
+    descriptor's execute() reaches the launcher in one call (it is the hottest call of the block API)."""
+    global execute
+    found = runtime()
+    result = found.execute(desc, a, b, c, alpha=alpha, beta=beta, stream=stream)
+    execute = found.execute  # the launcher itself once the runtime has imported it
+    return result
+
+
+#: What ``Descriptor.execute`` calls: ``execute(desc, a, b, c, alpha=, beta=, stream=)``.
+execute: Callable[..., Any] = _first_execute

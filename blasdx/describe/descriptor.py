@@ -20,6 +20,7 @@ from ..errors import DescriptorError, ExecutionError, UnsupportedError
 from ..plan import heuristics as _h
 from . import operators as _operators
 from . import schemes as _schemes
+from . import backend as _backend  # execute's launcher, put in place on the first call
 from .backend import runtime as _runtime  # source / compile / execute: the one way up
 from .operators import (
     DEFAULT_ARRANGEMENT, SM, TRSM_OPERATORS, Alignment, Arrangement, BatchesPerBlock, Block, BlockDim, Diag,
@@ -727,7 +728,7 @@ class Descriptor:
 
     def execute(self, a: Any, b: Any, c: Any, *, alpha: Any = 1, beta: Any = 0, stream: Any = None) -> Any:
         """``C = alpha * A @ B + beta * C`` in place on device arrays; one block per problem."""
-        return _runtime().execute(self, a, b, c, alpha=alpha, beta=beta, stream=stream)
+        return _backend.execute(self, a, b, c, alpha=alpha, beta=beta, stream=stream)
 
 
 _operators.register_composition(Descriptor.compose)

@@ -313,7 +313,8 @@ def is_capturing(stream: int) -> bool:
     of its context captures, which no work may use then.
     """
     found = _STREAMS.get(stream)
-    err, status = _devices.driver().cuStreamIsCapturing(found if found is not None else stream_object(stream))
+    drv = _DRIVERS[0] if _DRIVERS else _devices.driver()  # asked on every split-K call: no frame for the module
+    err, status = drv.cuStreamIsCapturing(found if found is not None else stream_object(stream))
     if err:
         raise DeviceError(f"stream {stream:#x}: cuStreamIsCapturing failed: {getattr(err, 'name', err)} (the "
                           "legacy default stream cannot take work while another stream captures a CUDA graph)")
@@ -407,6 +408,7 @@ def launch(function: Any, grid: tuple[int, int, int], block: tuple[int, int, int
 # packed launches of blasdx's own kernels
 # ---------------------------------------------------------------------------------------------
 
+_DRIVERS = _devices._DRIVER  # the driver module once loaded (a list the devices module swaps in place)
 _STREAMS: dict[int, Any] = {}
 
 
@@ -487,6 +489,16 @@ class PackedLaunch:
         """:meth:`launch` of ``(p0, p1, p2, *tail)`` on ``grid_x`` blocks: the slots after the pointers are written
         only when ``tail`` is another object than the one they hold (a bound call keeps one tail per kind of call,
         of Python ints and floats), so a call writes three pointers."""
+        if not self.try_launch_pointers(grid_x, stream, p0, p1, p2, tail):
+            self._launch(self._local.buffers, grid_x, 1, stream)  # the first launch, or a failed one: _launch
+            # retries or raises
+
+    def try_launch_pointers(self, grid_x: int, stream: int, p0: int, p1: int, p2: int,
+                            tail: tuple[Any, ...]) -> bool:
+        """:meth:`launch_pointers` by the thread's CUfunction, whichever context is current; False, with nothing
+        launched, on the thread's first launch or when the driver refuses (the function's context is not the
+        current one and ``stream`` does not name it: a caller that did not make the device current does that
+        and launches again)."""
         try:
             buffers = self._local.buffers
         except AttributeError:
@@ -497,15 +509,14 @@ class PackedLaunch:
             self._struct.pack_into(buffers.view, 0, p0, p1, p2, *tail)
             buffers.tail = tail  # held here, so no other tuple can take its identity
         function = buffers.function
-        if function is not None:  # the thread's CUfunction known: launch here, a frame less than through _launch
-            found = _STREAMS.get(stream)
-            bx, by, bz, shared_memory = self._geometry
-            (err,) = self._driver.cuLaunchKernel(function, grid_x, 1, 1, bx, by, bz, shared_memory,
-                                                 found if found is not None else stream_object(stream),
-                                                 buffers.address, 0)
-            if not err:
-                return
-        self._launch(buffers, grid_x, 1, stream)  # the first launch, or a failed one: _launch retries or raises
+        if function is None:
+            return False
+        found = _STREAMS.get(stream)
+        bx, by, bz, shared_memory = self._geometry
+        (err,) = self._driver.cuLaunchKernel(function, grid_x, 1, 1, bx, by, bz, shared_memory,
+                                             found if found is not None else stream_object(stream),
+                                             buffers.address, 0)
+        return not err
 
     def _launch(self, buffers: _Buffers, grid_x: int, grid_y: int, stream: int) -> None:
         """cuLaunchKernel of the thread's block as packed, by the CUfunction of the current context."""

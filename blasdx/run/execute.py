@@ -794,8 +794,7 @@ class BoundLayout:
     """
 
     __slots__ = ("device_id", "device_plan", "batch", "strides", "extents", "checks", "stream_query",
-                 "stream_object", "default_stream", "known_slot", "blasdx", "packed", "grid", "current_device",
-                 "_tail", "_last")
+                 "stream_object", "default_stream", "known_slot", "blasdx", "packed", "grid", "_tail", "_last")
 
     def __init__(self, device_id: int, device_plan: DevicePlan, batch: int, strides: tuple[Any, ...],
                  extents: tuple[int, ...], known_slot: int | None, alignments: tuple[int, int, int],
@@ -815,7 +814,6 @@ class BoundLayout:
         self.blasdx = blasdx  # which of a, b, c are blasdx DeviceArrays (their producer streams are checked)
         self.packed = device_plan.packed
         self.grid = device_plan.grid(batch)
-        self.current_device = _devices.driver().cuCtxGetDevice  # the driver the device plan was loaded with
         self._tail: tuple[Any, Any] = (None, ())  # (converted scalars, the launch's slots after the pointers)
         self._last: tuple[Any, Any, Any] = (_NOTHING, _NOTHING, ())  # (alpha, beta, their tail)
 
@@ -869,17 +867,16 @@ class BoundLayout:
                 in_b and b._stream is not None and b._stream != handle) or (
                 in_c and c._stream is not None and c._stream != handle):
             return False
-        err, current = self.current_device()
-        if err or int(current) != device:  # another device current (or none): make this one current for the launch
+        # launched by the kernel's function of the device whichever context is current: the driver refuses the
+        # launch when that is another device's (or none) and the stream does not name the context, and then the
+        # device is made current for a second try (which raises what the launch raises)
+        if self.batch and not self.packed.try_launch_pointers(self.grid, handle, pa, pb, pc, tail):
             token = _devices.enter(device)
             try:
-                if self.batch:
-                    self.packed.launch_pointers(self.grid, handle, pa, pb, pc, tail)
+                self.packed.launch_pointers(self.grid, handle, pa, pb, pc, tail)
             finally:
                 if token is not None:
                     _devices.leave(token)
-        elif self.batch:
-            self.packed.launch_pointers(self.grid, handle, pa, pb, pc, tail)
         if in_c:
             c._set_stream(handle)
         return True
