@@ -8,13 +8,13 @@
 // zero fill outside; a broadcast operand has batch extent 1 (batched_a / batched_b = 0).
 // With store_by_tma, D is written through shared memory with its own map (row-major D,
 // box {128 / sizeof(c_type), 64, 1}); otherwise every element pair is stored directly with
-// D's strides. With splits > 1 (direct stores only) the splits of a tile add their partial
-// sums (of the accumulator's type: f32, or s32 for integers) into `workspace` and the last one
-// to finish stores D (blasdx/hopper/splitk.cuh). With HopperConfig::stream_k (direct stores only)
-// `splits` is the stream-K waves (>= 2, blasdx/hopper/scheduler.cuh) and the blocks that share a
-// tile add their sums up the same way; `workspace` (a tile's sums) and `counters`
-// (one int per tile, consumer and warp) are zero between launches. C is read only when beta != 0. Strides are in
-// elements.
+// D's strides. With splits > 1 (direct stores only) the splits of a tile leave their partial
+// sums (of the accumulator's type: f32, or s32 for integers) in `workspace` (a tile's sums per
+// split) and the last one to finish adds them up in split order and stores D
+// (blasdx/hopper/splitk.cuh). With HopperConfig::stream_k (direct stores only) `splits` is the
+// stream-K waves (>= 2, blasdx/hopper/scheduler.cuh) and the blocks that share a tile add their sums
+// into `workspace` (one tile's sums, zero between launches). `counters` (one int per tile, consumer
+// and warp) are zero between launches. C is read only when beta != 0. Strides are in elements.
 #include "blasdx/hopper/gemm.cuh"
 #include "blasdx/hopper/splitk.cuh"
 
@@ -26,7 +26,8 @@ using TC = HopperConfig::c_type;
 using TV = Engine::Acc::value_type;  // the accumulator's type: alpha, beta and split partial sums have it too
 using Final = LinearCombination<TC, TV>;
 // Split K finished by the last split of each tile: per consumer slices, or whole ping-pong tiles.
-using Fixup = SplitKFixup<StoreEachPair<Final>, TV, Engine::BM, Engine::BN, Engine::PINGPONG ? 1 : Engine::CONSUMERS>;
+using Fixup = SplitKFixup<StoreEachPair<Final>, TV, Engine::BM, Engine::BN, Engine::PINGPONG ? 1 : Engine::CONSUMERS,
+                          Engine::STREAM_K>;
 
 }  // namespace hopper
 }  // namespace blasdx

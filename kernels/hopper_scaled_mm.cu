@@ -25,7 +25,7 @@ constexpr int XS = ScaledConfig::x_scaling, YS = ScaledConfig::y_scaling;
 using Epilogue = Dequantize<TC, XS, YS>;
 using Blocks = BlockScales<XS == SCALE_BLOCK, YS == SCALE_BLOCK>;
 using Fixup = SplitKFixup<StoreEachPair<Epilogue>, float, Engine::BM, Engine::BN,
-                          Engine::PINGPONG ? 1 : Engine::CONSUMERS>;
+                          Engine::PINGPONG ? 1 : Engine::CONSUMERS, Engine::STREAM_K>;
 static_assert(Engine::PROMOTION > 0 || (XS != SCALE_BLOCK && YS != SCALE_BLOCK),
               "block scales are applied at promotion: a configuration without promotion takes none");
 

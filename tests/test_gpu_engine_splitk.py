@@ -69,8 +69,8 @@ def test_rows_past_m_skip_the_exchange(torch, m):
     a, c = dt.bfloat16, dt.float32
     x, y = _operand(torch, (m, 4096), a, gen), _operand(torch, (4096, 1000), a, gen, "C")
     out = _poisoned(torch, (m, 1000), c)
-    engine = engine_plan(x, y, out, c, a)
-    assert engine.splits > 1, engine.describe()
+    engine = engine_plan(x, y, out, c, a, splits=3)  # asked: the rule splits medium tiles only from 128 K steps
+    assert engine.splits == 3, engine.describe()
     run_again(engine, x, y, None, out, 1.0, 0.0, a)
     check_norm(torch, out, x, y, a, c, what=f"M = {m}: {engine.describe()}")
 
@@ -109,3 +109,20 @@ def test_graph_replays_reuse_the_counters(torch):
         graph.replay()
         torch.cuda.synchronize()
         check_norm(torch, out, x, y, a, c, what="graph replay")
+
+
+@pytest.mark.parametrize(("a", "c"), [(dt.bfloat16, dt.float32), (dt.float16, dt.float16)], ids=type_id)
+def test_split_totals_are_the_same_every_run(torch, a, c):
+    """The last split adds the parts in split order, not in order of arrival: every run gives the same bits."""
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    x, y = _operand(torch, (300, 8192), a, gen), _operand(torch, (8192, 700), a, gen, "C")
+    out = _poisoned(torch, (300, 700), c)
+    engine = engine_plan(x, y, out, c, a, splits=7)
+    assert engine.splits == 7, engine.describe()
+    run_again(engine, x, y, None, out, 1.0, 0.0, a)
+    first = out.clone()
+    check_norm(torch, first, x, y, a, c, what=engine.describe())
+    for _ in range(5):
+        out.fill_(float("nan"))
+        run_again(engine, x, y, None, out, 1.0, 0.0, a)
+        assert torch.equal(out, first), "a split total changed between runs"

@@ -817,10 +817,14 @@ class EnginePlan:
         cfg = self.config
         tiles_m = math.ceil(math.ceil(m / cfg.bm) / cfg.cluster) * cfg.cluster
         tiles = batch * tiles_m * math.ceil(n / cfg.bn)
-        # split K and stream-K: the f32 / int32 sums of whole tiles, and one counter per tile, consumer and warp
-        # (kernels/blasdx/hopper/splitk.cuh), both zero between launches
-        sums = _round_up(4 * tiles * cfg.bm * cfg.bn, _SCRATCH_ALIGNMENT)
-        self._split_bytes = (sums, sums + 4 * tiles * (1 if cfg.pingpong else cfg.consumers) * 4)  # counters' end
+        # split K: each split's f32 / int32 sums of whole tiles; stream-K: the tiles' sums, added up in place;
+        # and one counter per tile, consumer and warp (kernels/blasdx/hopper/splitk.cuh). The counters (and
+        # stream-K's sums) are zero between launches.
+        parts = 1 if cfg.stream_k else max(1, self.splits)
+        # (bytes of the sums, of the counters): two pool buffers, as split K leaves partial sums behind and so
+        # shares no buffer with zeroed ones; stream-K's sums have their own zeroed buffer
+        self._split_bytes = (4 * tiles * cfg.bm * cfg.bn * parts, 4 * tiles * (1 if cfg.pingpong else cfg.consumers) * 4)
+        self._sums_use = "stream-K sums" if cfg.stream_k else "split sums"
 
     def _gemm_kernel(self, staged: bool) -> _Kernel:
         """kernels/hopper_gemm.cu for this plan (``staged``: D stored by TMA)."""
@@ -881,9 +885,10 @@ class EnginePlan:
             self._launch_gemm(device_id, stream, a_ptr, b_ptr, c_ptr, d_ptr, 0, 0, scalars)
             return
         if self._repack is None and not _driver.is_capturing(stream):  # split sums alone, from the pool
-            workspace = _scratch.POOL.get(device_id, stream, "split sums", self._split_bytes[1], True)
-            self._launch_gemm(device_id, stream, a_ptr, b_ptr, c_ptr, d_ptr, workspace,
-                              workspace + self._split_bytes[0], scalars)
+            pool = _scratch.POOL
+            workspace = pool.get(device_id, stream, self._sums_use, self._split_bytes[0], self.config.stream_k)
+            counters = pool.get(device_id, stream, "split counters", self._split_bytes[1], True)
+            self._launch_gemm(device_id, stream, a_ptr, b_ptr, c_ptr, d_ptr, workspace, counters, scalars)
             return
         with _scratch.call_scratch(device_id, stream) as scratch:
             a_ptr, b_ptr, workspace, counters = self.prepare(device_id, scratch, stream, a_ptr, b_ptr, a, b)
@@ -898,9 +903,9 @@ class EnginePlan:
         if self.route_b.repack is not None:
             b_ptr = self._prepare(b, self.route_b, self.operand_b, self.n, "b", device_id, scratch, stream)
         workspace = counters = 0
-        if self.splits > 1:  # sums and counters in one buffer, zero between launches (splitk.cuh)
-            workspace = scratch.get("split sums", self._split_bytes[1], zero=True)
-            counters = workspace + self._split_bytes[0]
+        if self.splits > 1:  # the counters (and stream-K's sums) zero between launches (splitk.cuh)
+            workspace = scratch.get(self._sums_use, self._split_bytes[0], zero=self.config.stream_k)
+            counters = scratch.get("split counters", self._split_bytes[1], zero=True)
         return a_ptr, b_ptr, workspace, counters
 
     def _launch_gemm(self, device_id: int, stream: int, a_ptr: int, b_ptr: int, c_ptr: int, d_ptr: int,

@@ -29,6 +29,7 @@ struct Work {
     int m0, n0;  // first row and column of the output tile
     int k_begin, k_end;  // K steps [k_begin, k_end)
     int parts = 1;       // units that add up the tile (splitk.cuh); 0: no work
+    int part = 0;        // which of them this unit is (K splits: the split; stream-K: not used)
 };
 
 // Sets w.batch, w.m0, w.n0 of tile t of all problems' tiles (tiles per problem; rows of clusters).
@@ -70,6 +71,7 @@ struct Scheduler {
         w.k_begin = min(w.split * chunk, steps);
         w.k_end = min(w.k_begin + chunk, steps);
         w.parts = splits;
+        w.part = w.split;
         return w;
     }
 };

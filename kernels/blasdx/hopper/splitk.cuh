@@ -1,25 +1,30 @@
 // Split K (and stream-K) finished inside the GEMM: every unit that covers part of a tile's K steps
-// adds its partial sums into the tile's sums in a workspace, and the last of the tile's Work.parts
-// units to arrive reads the total and runs the tile epilogue, so no second kernel reads partial sums
+// hands its partial sums to the tile's slot in a workspace, and the last of the tile's Work.parts
+// units to arrive adds them up and runs the tile epilogue, so no second kernel reads partial sums
 // back. A unit that is its tile's only part (parts 1: no split, a data-parallel stream-K tile, a
 // stream-K range that covers a whole tile) runs the epilogue directly. The K ranges may be uneven
 // (stream-K); the count of parts is the scheduler's (scheduler.cuh).
 //
 // Each warp of a consumer owns the same fragment of its tile in every split (wgmma's
-// accumulator layout does not depend on K). A split's warp adds its fragment into its slot of
-// the workspace with reductions that return nothing (red.global.add: issued back to back,
-// register-major and lane-minor, so every instruction of the warp is one 128-byte line), makes
-// them visible device-wide and counts itself in the slot's counter. The warp that brings the
-// counter to the tile's parts resets it, reads the total (one pass of independent loads), sets the slot
-// back to zero and hands the total to the inner epilogue. Slots and counters are zero between
-// launches (the host zeroes them when it allocates them; each launch leaves them so). Nothing
-// waits: a split that arrives early is done. Floating-point totals are added in arrival order,
-// so their last bits may differ from run to run (split K and stream-K alike); integer totals are
-// exact.
+// accumulator layout does not depend on K), kept register-major and lane-minor in the workspace,
+// so every instruction of the warp is one 128-byte line.
 //
-// Warps decide on their own, so the inner epilogue must not synchronise a warpgroup (the
-// direct-store StoreEachPair; not the TMA-store StageThroughShared). Warps whose rows all lie
-// past M skip the whole exchange in every split alike.
+// K splits (Work.part is the split): each split's warp stores its fragment in its own part of the
+// slot with plain stores, makes them visible device-wide and counts itself in the slot's counter.
+// The warp that brings the counter to the tile's parts resets it and adds the parts up in split
+// order (one pass of independent loads per part), so the total is the same in every run whatever
+// the order of arrival. Partial sums need no zeroing; only the counters are zero between launches.
+//
+// Stream-K (IN_PLACE): a unit's place among its tile's parts is not known to it, so each adds its
+// fragment into the slot with reductions that return nothing (red.global.add), and the last reads
+// the total and sets the slot back to zero. Slots and counters are then zero between launches, and
+// floating-point totals are added in arrival order (their last bits may differ between runs).
+//
+// The host zeroes the workspace when it allocates it; each launch leaves the counters (and
+// stream-K's slots) zero. Nothing waits: a part that arrives early is done. Warps decide on their
+// own, so the inner epilogue must not synchronise a warpgroup (the direct-store StoreEachPair; not
+// the TMA-store StageThroughShared). Warps whose rows all lie past M skip the whole exchange in
+// every part alike.
 #pragma once
 
 #include "../types.cuh"
@@ -28,13 +33,14 @@
 namespace blasdx {
 namespace hopper {
 
-// Slots: per (problem, tile row, tile column, part, warp), part = the consumer for consumers
-// that share a tile's rows (PER_CONSUMER), 0 for ping-pong consumers that take whole tiles.
-template <class Inner, class V, int BM, int BN, int PARTS>
+// Slots: per (problem, tile row, tile column, consumer part, warp), consumer part = the consumer for
+// consumers that share a tile's rows (PARTS > 1), 0 for ping-pong consumers that take whole tiles.
+// A slot holds `splits` fragments (K splits: one per split) or one (IN_PLACE, stream-K).
+template <class Inner, class V, int BM, int BN, int PARTS, bool IN_PLACE = false>
 struct SplitKFixup {
     static constexpr int staging_bytes = Inner::staging_bytes;
     Inner inner;
-    V* workspace;   // a fragment per slot, zero between launches
+    V* workspace;   // the slots' fragments
     int* counters;  // one per slot, zero between launches
     int m, splits, tiles_m, tiles_n;  // splits: the launch's (1: no tile has several parts)
 
@@ -50,12 +56,19 @@ struct SplitKFixup {
         if (row0 + 16 * warp >= m) return;  // the warp's first row is past M, and so are all its others
         const int tile = (w.batch * tiles_m + w.m0 / BM) * tiles_n + w.n0 / BN;
         const int slot = (tile * PARTS + (PARTS > 1 ? consumer : 0)) * 4 + warp;
-        V* sums = workspace + i64(slot) * FRAGMENT + lane;
+        V* sums = workspace + i64(slot) * (IN_PLACE ? 1 : splits) * FRAGMENT + lane;  // the slot's first part
+        V* mine = IN_PLACE ? sums : sums + i64(w.part) * FRAGMENT;
 #pragma unroll
         for (int i = 0; i < Acc::ATOMS_M; ++i)
 #pragma unroll
-            for (int j = 0; j < REGS; ++j) atomicAdd(sums + (i * REGS + j) * 32, acc.r[i][j]);  // a reduction
-        __threadfence();  // the additions are visible device-wide before the count says they are there
+            for (int j = 0; j < REGS; ++j) {
+                if constexpr (IN_PLACE) {
+                    atomicAdd(mine + (i * REGS + j) * 32, acc.r[i][j]);  // a reduction
+                } else {
+                    __stcg(mine + (i * REGS + j) * 32, acc.r[i][j]);
+                }
+            }
+        __threadfence();  // the sums are visible device-wide before the count says they are there
         __syncwarp();
         int last = 0;
         if (lane == 0) {
@@ -63,15 +76,25 @@ struct SplitKFixup {
             if (last) counters[slot] = 0;  // every split has counted: ready for the next launch
         }
         if (!__shfl_sync(0xffffffffu, last, 0)) return;
-        __threadfence();  // the other splits' additions are read after their counts were seen
+        __threadfence();  // the other parts' sums are read after their counts were seen
 #pragma unroll
         for (int i = 0; i < Acc::ATOMS_M; ++i)
 #pragma unroll
             for (int j = 0; j < REGS; ++j) acc.r[i][j] = __ldcg(sums + (i * REGS + j) * 32);
+        if constexpr (IN_PLACE) {
 #pragma unroll
-        for (int i = 0; i < Acc::ATOMS_M; ++i)
+            for (int i = 0; i < Acc::ATOMS_M; ++i)
 #pragma unroll
-            for (int j = 0; j < REGS; ++j) __stcg(sums + (i * REGS + j) * 32, V(0));  // zero for the next launch
+                for (int j = 0; j < REGS; ++j) __stcg(sums + (i * REGS + j) * 32, V(0));  // zero for the next launch
+        } else {
+            for (int p = 1; p < w.parts; ++p) {  // in split order: the same total in every run
+                const V* part = sums + i64(p) * FRAGMENT;
+#pragma unroll
+                for (int i = 0; i < Acc::ATOMS_M; ++i)
+#pragma unroll
+                    for (int j = 0; j < REGS; ++j) acc.r[i][j] += __ldcg(part + (i * REGS + j) * 32);
+            }
+        }
         inner(w, acc, row0, col0, consumer, staging);
     }
 
