@@ -117,6 +117,12 @@ def repacked_mma(torch, x, y, a: dt.DType, c: dt.DType, gen):
     return acc, out
 
 
+def stream_k_config(name: str, a: dt.DType, **changes) -> hopper.EngineConfig:
+    """Configuration ``name`` of hopper.CONFIGS in stream-K for inputs of type ``a``."""
+    return hopper.replace(hopper.CONFIGS[name], bk=128 // a.size, promotion=hopper.promotion_of(a), stream_k=True,
+                          **changes)
+
+
 def engine_call(torch, x, y, acc, out, c: dt.DType, a: dt.DType | None = None, alpha=1.0, beta=1.0, config=None,
                 splits=None, fast: bool = False, scheme: str | None = None, stream=None):
     """out = alpha * x @ y + beta * acc through the engine itself (whatever path bx.mma would pick
