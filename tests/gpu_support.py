@@ -43,6 +43,20 @@ def require_gpu() -> int:
     return sm
 
 
+def gpu_torch():
+    """torch on a GPU: the ``torch`` fixture of the GPU modules of array calls (skips without either)."""
+    require_gpu()
+    return pytest.importorskip("torch")
+
+
+def torch_relative_error(torch, got, ref) -> float:
+    """reference.relative_error of torch tensors, on their GPU; inf where ``got`` is not all finite."""
+    got = got.to(torch.float64)
+    if not bool(torch.isfinite(got).all()):
+        return float("inf")
+    return float((got - ref).norm() / ref.norm().clamp_min(1e-300))
+
+
 def torch_dtype(value: dt.DType):
     """The torch dtype holding ``value`` (tf32 lives in float32)."""
     import torch
