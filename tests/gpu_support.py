@@ -249,6 +249,16 @@ def gemm_descriptor(row: dt.Combination, size, sm: int, arrangement=None, **extr
     return desc
 
 
+def family_types(mixed_fp8: tuple[dt.DType, dt.DType]) -> list[tuple[dt.DType, dt.DType, dt.DType]]:
+    """(A, B, C) of each type family the block GEMM runs (16-bit to f32 and f16, tf32, f32, f64, fp8, int8),
+    with ``mixed_fp8`` as the A and B of the mixed fp8 -> f16 row: the types :func:`sampled_cases` draws from."""
+    return [(dt.float16, dt.float16, dt.float32), (dt.float16, dt.float16, dt.float16),
+            (dt.bfloat16, dt.bfloat16, dt.float32), (dt.tfloat32, dt.tfloat32, dt.float32),
+            (dt.float32, dt.float32, dt.float32), (dt.float64, dt.float64, dt.float64),
+            (dt.float8_e4m3, dt.float8_e4m3, dt.float32), (*mixed_fp8, dt.float16),
+            (dt.int8, dt.int8, dt.int32), (dt.uint8, dt.int8, dt.int32)]
+
+
 def sampled_cases(types, sizes, arrangements, seed: int):
     """pytest params (types, size, arrangement, arch_specific) for each (A, B, C) of ``types`` that the GPU
     (sm_90 without one) runs, generic and, on sm_90, sm_90a, each with a size and arrangement drawn from
