@@ -125,6 +125,19 @@ def write_record(path: str, **fields: Any) -> None:
     print(f"wrote {path}")
 
 
+def emulation_parser(description: str, name: str, sizes: list[int], wide_exponent: int) -> argparse.ArgumentParser:
+    """The emulated-GEMM benchmarks' command line: --sizes (default ``sizes``), --wide-range (operands over
+    2^-wide_exponent .. 2^wide_exponent), --accuracy and --json (default benchmarks/results/<name>.json)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--sizes", nargs="*", type=int, default=sizes)
+    parser.add_argument("--wide-range", action="store_true",
+                        help=f"also operands over 2^-{wide_exponent} .. 2^{wide_exponent}")
+    parser.add_argument("--accuracy", nargs="*", type=int, default=None, metavar="K",
+                        help="only the errors of 256 x 256 x K products")
+    parser.add_argument("--json", default=f"benchmarks/results/{name}.json")
+    return parser
+
+
 def descriptor(name: str, size, sm: int, arch_specific: bool) -> bx.Descriptor:
     """The blasdx descriptor of a case: row-major A, B, C, MaxAlignment, the device's SM."""
     ta, tb, tc = TYPES[name]

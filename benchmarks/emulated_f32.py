@@ -14,14 +14,13 @@ docs/performance.md; with --configs, of every split configuration too). Prints t
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import blasdx as bx  # noqa: E402
-from batched import time_ms, write_record  # noqa: E402
+from batched import emulation_parser, time_ms, write_record  # noqa: E402
 from blasdx.calls import matmul as array_gemm  # noqa: E402
 from blasdx import arrays
 from blasdx.engine import hopper
@@ -147,13 +146,8 @@ def accuracy(ks: list[int], wide_range: bool, gen, configs: bool = False) -> lis
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", nargs="*", type=int, default=[1024, 2048, 4096, 8192])
-    parser.add_argument("--wide-range", action="store_true", help="also operands over 2^-20 .. 2^20")
+    parser = emulation_parser(__doc__.splitlines()[0], "emulated_f32", [1024, 2048, 4096, 8192], 20)
     parser.add_argument("--configs", action="store_true", help="time every split configuration")
-    parser.add_argument("--accuracy", nargs="*", type=int, default=None, metavar="K",
-                        help="only the errors of 256 x 256 x K products")
-    parser.add_argument("--json", default="benchmarks/results/emulated_f32.json")
     args = parser.parse_args()
     import torch
 

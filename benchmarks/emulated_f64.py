@@ -16,7 +16,6 @@ Prints a table with ratios to torch float64 and writes JSON.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -25,7 +24,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import blasdx as bx  # noqa: E402
-from batched import time_ms, write_record  # noqa: E402
+from batched import emulation_parser, time_ms, write_record  # noqa: E402
 from blasdx.calls import matmul as array_gemm  # noqa: E402
 
 
@@ -161,13 +160,8 @@ def accuracy(ks: list[int], bits: list[int], wide_range: bool, gen) -> list[dict
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", nargs="*", type=int, default=[4096, 8192])
+    parser = emulation_parser(__doc__.splitlines()[0], "emulated_f64", [4096, 8192], 10)
     parser.add_argument("--bits", nargs="*", type=int, default=[52, 48, 44])
-    parser.add_argument("--wide-range", action="store_true", help="also operands over 2^-10 .. 2^10")
-    parser.add_argument("--accuracy", nargs="*", type=int, default=None, metavar="K",
-                        help="only the errors of 256 x 256 x K products")
-    parser.add_argument("--json", default="benchmarks/results/emulated_f64.json")
     args = parser.parse_args()
     import torch
 

@@ -43,6 +43,20 @@ def require_gpu() -> int:
     return sm
 
 
+def gpu_torch():
+    """torch on a GPU: the ``torch`` fixture of the GPU modules of array calls (skips without either)."""
+    require_gpu()
+    return pytest.importorskip("torch")
+
+
+def torch_relative_error(torch, got, ref) -> float:
+    """reference.relative_error of torch tensors, on their GPU; inf where ``got`` is not all finite."""
+    got = got.to(torch.float64)
+    if not bool(torch.isfinite(got).all()):
+        return float("inf")
+    return float((got - ref).norm() / ref.norm().clamp_min(1e-300))
+
+
 def torch_dtype(value: dt.DType):
     """The torch dtype holding ``value`` (tf32 lives in float32)."""
     import torch
@@ -233,6 +247,16 @@ def gemm_descriptor(row: dt.Combination, size, sm: int, arrangement=None, **extr
     for op in extra.values():
         desc = desc + op
     return desc
+
+
+def family_types(mixed_fp8: tuple[dt.DType, dt.DType]) -> list[tuple[dt.DType, dt.DType, dt.DType]]:
+    """(A, B, C) of each type family the block GEMM runs (16-bit to f32 and f16, tf32, f32, f64, fp8, int8),
+    with ``mixed_fp8`` as the A and B of the mixed fp8 -> f16 row: the types :func:`sampled_cases` draws from."""
+    return [(dt.float16, dt.float16, dt.float32), (dt.float16, dt.float16, dt.float16),
+            (dt.bfloat16, dt.bfloat16, dt.float32), (dt.tfloat32, dt.tfloat32, dt.float32),
+            (dt.float32, dt.float32, dt.float32), (dt.float64, dt.float64, dt.float64),
+            (dt.float8_e4m3, dt.float8_e4m3, dt.float32), (*mixed_fp8, dt.float16),
+            (dt.int8, dt.int8, dt.int32), (dt.uint8, dt.int8, dt.int32)]
 
 
 def sampled_cases(types, sizes, arrangements, seed: int):

@@ -14,12 +14,14 @@ import blasdx as bx
 from blasdx import arrays
 from blasdx import dtypes as dt
 from blasdx.calls import matmul as array_gemm
+from blasdx.calls.matmul import call_plan
 from blasdx.engine import hopper
 from blasdx.reference import MARGINS, tolerance
 
 from .gpu_support import require_gpu, torch_dtype
 
 SENTINEL = -1234567  # int32 poison
+LAYOUTS = ["RR", "RC", "CR", "CC"]  # A then B: R row-major, C column-major
 
 
 def hopper_torch(reason: str = "the Hopper engine runs on sm_90 GPUs"):
@@ -59,6 +61,66 @@ def poisoned(torch, shape, c: dt.DType):
     if c.integral:
         return torch.full(shape, SENTINEL, device="cuda", dtype=torch.int32)
     return torch.full(shape, float("nan"), device="cuda", dtype=torch_dtype(c))
+
+
+def layout_operands(torch, size: int, layout: str, a: dt.DType, c: dt.DType):
+    """The size x layout sweep's (x, y, acc, out): x (m x k) and y (k x n) of type ``a`` stored per
+    ``layout``, acc of type ``c`` and a poisoned out, m = size, n = size + 3, k = size + 5 (1 x 1 x 1 at 1)."""
+    gen = torch.Generator(device="cuda").manual_seed(size * 7 + LAYOUTS.index(layout))
+    m, n, k = size, size + (3 if size > 1 else 0), size + (5 if size > 1 else 0)
+    x = operand(torch, (m, k), a, gen, layout[0])
+    y = operand(torch, (k, n), a, gen, layout[1])
+    return x, y, operand(torch, (m, n), c, gen), poisoned(torch, (m, n), c)
+
+
+def batched_mma(torch, a: dt.DType, c: dt.DType, broadcast: str, layout: str):
+    """bx.mma of 5 products of 300 x 200 x 264 stored per ``layout``, x or y broadcast (batch 1) or
+    neither ("none"), asserted to take the engine; (x, y, acc, out)."""
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    batch, m, n, k = 5, 300, 200, 264
+    x = operand(torch, (1 if broadcast == "x" else batch, m, k), a, gen, layout[0])
+    y = operand(torch, (1 if broadcast == "y" else batch, k, n), a, gen, layout[1])
+    acc = operand(torch, (batch, m, n), c, gen)
+    out = poisoned(torch, (batch, m, n), c)
+    bx.mma(x, y, acc, out=out)
+    assert call_plan(x, y, acc, out=out).kind == "hopper"
+    return x, y, acc, out
+
+
+def split_k_mma(torch, shape: tuple[int, int, int], a: dt.DType, c: dt.DType, expected: int):
+    """bx.mma of one m x n x k ``shape`` (row-major operands), asserted to take the engine with
+    ``expected`` K splits on a GPU of 132 SMs (elsewhere: split or not alike); (x, y, acc, out, plan)."""
+    m, n, k = shape
+    gen = torch.Generator(device="cuda").manual_seed(m + n)
+    x, y = operand(torch, (m, k), a, gen), operand(torch, (k, n), a, gen)
+    acc = operand(torch, (m, n), c, gen)
+    out = poisoned(torch, (m, n), c)
+    bx.mma(x, y, acc, out=out)
+    plan = call_plan(x, y, acc, out=out)
+    assert plan.kind == "hopper", plan.describe()
+    if torch.cuda.get_device_properties(0).multi_processor_count == 132:
+        assert plan.kernel.splits == expected, plan.describe()
+    else:
+        assert (plan.kernel.splits > 1) == (expected > 1), plan.describe()
+    return x, y, acc, out, plan
+
+
+def repacked_mma(torch, x, y, a: dt.DType, c: dt.DType, gen):
+    """bx.mma of x @ y (type ``a``) plus a random acc of type ``c`` into a poisoned out, asserted to
+    take the engine with repacked operands; (acc, out)."""
+    shape = (*x.shape[:-1], y.shape[-1])
+    acc = operand(torch, shape, c, gen)
+    out = poisoned(torch, shape, c)
+    bx.mma(as_input(x, a), as_input(y, a), acc, out=out)
+    plan = call_plan(as_input(x, a), as_input(y, a), acc, out=out)
+    assert plan.kind == "hopper" and "repacked" in plan.describe(), plan.describe()
+    return acc, out
+
+
+def stream_k_config(name: str, a: dt.DType, **changes) -> hopper.EngineConfig:
+    """Configuration ``name`` of hopper.CONFIGS in stream-K for inputs of type ``a``."""
+    return hopper.replace(hopper.CONFIGS[name], bk=128 // a.size, promotion=hopper.promotion_of(a), stream_k=True,
+                          **changes)
 
 
 def engine_call(torch, x, y, acc, out, c: dt.DType, a: dt.DType | None = None, alpha=1.0, beta=1.0, config=None,

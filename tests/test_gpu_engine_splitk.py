@@ -2,8 +2,8 @@
 
 The last split of each tile adds the others' partial sums and stores D: checked against the
 float64 product (exact for int8) with NaN-poisoned results, for every type the engine runs,
-every configuration, edge tiles, alpha / beta with C, batches with a broadcast operand, and
-repeated calls and CUDA-graph replays (the counters must be back at zero after every launch).
+every configuration, edge tiles, alpha / beta with C, batches with a broadcast operand (stream-K's too),
+and repeated calls and CUDA-graph replays (the counters must be back at zero after every launch).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from blasdx import dtypes as dt
 from blasdx.engine import hopper
 
 from .gpu_support import torch_dtype, type_id
-from .hopper_support import check_norm, engine_plan, hopper_torch, run_again
+from .hopper_support import check_norm, engine_plan, hopper_torch, run_again, stream_k_config
 
 pytestmark = pytest.mark.gpu
 
@@ -75,17 +75,27 @@ def test_rows_past_m_skip_the_exchange(torch, m):
     check_norm(torch, out, x, y, a, c, what=f"M = {m}: {engine.describe()}")
 
 
-def test_batches_and_broadcast(torch):
-    gen = torch.Generator(device="cuda").manual_seed(2)
+#: (seed, batch, m, n, k, waves): split K as the rule takes it (waves None), or stream-K of the ping-pong
+#: configuration over ``waves`` (as the stream-K tests take it: hopper.STREAM_K_BY_RULE on)
+BATCHED = [(2, 4, 40, 136, 3000, None), (3, 3, 300, 700, 2000, 2)]
+
+
+@pytest.mark.parametrize(("seed", "batch", "m", "n", "k", "waves"), BATCHED, ids=["split_k", "stream_k"])
+def test_batches_and_broadcast(torch, monkeypatch, seed, batch, m, n, k, waves):
+    """Batches of x against a batch of y, then y broadcast (batch 1), finished in the GEMM."""
+    if waves is not None:
+        monkeypatch.setattr(hopper, "STREAM_K_BY_RULE", True)
+    gen = torch.Generator(device="cuda").manual_seed(seed)
     a, c = dt.float16, dt.float32
-    for batch_y in (4, 1):
-        x = _operand(torch, (4, 40, 3000), a, gen)
-        y = _operand(torch, (batch_y, 3000, 136), a, gen)
-        out = _poisoned(torch, (4, 40, 136), c)
-        engine = engine_plan(x, y, out, c, a)
+    config = None if waves is None else stream_k_config("pingpong", a)
+    for batch_y in (batch, 1):
+        x = _operand(torch, (batch, m, k), a, gen)
+        y = _operand(torch, (batch_y, k, n), a, gen)
+        out = _poisoned(torch, (batch, m, n), c)
+        engine = engine_plan(x, y, out, c, a, config, waves)
         assert engine.splits > 1, engine.describe()
         run_again(engine, x, y, None, out, 1.0, 0.0, a)
-        check_norm(torch, out, x, y.expand(4, 3000, 136), a, c, what=f"batch, y batch {batch_y}: {engine.describe()}")
+        check_norm(torch, out, x, y.expand(batch, k, n), a, c, what=f"batch, y batch {batch_y}: {engine.describe()}")
 
 
 def test_graph_replays_reuse_the_counters(torch):

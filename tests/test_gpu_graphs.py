@@ -26,7 +26,7 @@ from blasdx import dtypes as dt
 from blasdx.launch import scratch as _scratch
 from blasdx.reference import tolerance
 
-from .gpu_support import gpu_sm, require_gpu
+from .gpu_support import gpu_sm, gpu_torch, require_gpu, torch_relative_error
 
 pytestmark = pytest.mark.gpu
 
@@ -36,15 +36,7 @@ REPORT_SHAPES = [(512, 512, 512), (16, 8192, 8192), (128, 8192, 28672), (64, 409
 
 @pytest.fixture(scope="module")
 def torch():
-    require_gpu()
-    return pytest.importorskip("torch")
-
-
-def _error(torch, got, ref) -> float:
-    got = got.to(torch.float64)
-    if not bool(torch.isfinite(got).all()):
-        return float("inf")
-    return float((got - ref).norm() / ref.norm().clamp_min(1e-300))
+    return gpu_torch()
 
 
 def _bf16_reference(torch, x, y):
@@ -75,7 +67,7 @@ def _capture(torch, call: Callable[[], Any], count: int, refill: Callable[[], No
 
 
 def _assert_close(torch, out, ref, tol: float, label: str) -> None:
-    err = _error(torch, out, ref)
+    err = torch_relative_error(torch, out, ref)
     assert err <= tol, f"{label}: relative error {err:.3e} exceeds {tol:.1e}"
 
 
@@ -124,7 +116,7 @@ def test_report_sequence(torch, library):
     alive = [i for i, ref in enumerate(dropped) if ref() is not None]
     assert not alive, f"graphs {alive} (of {len(dropped)}) outlived the functions that made them"
     x = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)
-    assert _error(torch, call(x, x), _bf16_reference(torch, x, x)) <= 2e-2
+    assert torch_relative_error(torch, call(x, x), _bf16_reference(torch, x, x)) <= 2e-2
     torch.cuda.synchronize()  # the process's CUDA state is sound
 
 

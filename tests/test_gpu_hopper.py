@@ -20,14 +20,19 @@ from blasdx.reference import rounding, tolerance
 
 from .gpu_support import behind_a_delay, poisoned_new_tensors, side_stream, torch_dtype
 from .hopper_support import (
+    LAYOUTS,
     as_input,
+    batched_mma,
     check_product,
     engine_call,
     hopper_torch,
+    layout_operands,
     operand,
     poisoned,
+    repacked_mma,
     run_again,
     scaled_kernel,
+    split_k_mma,
 )
 
 pytestmark = pytest.mark.gpu
@@ -40,7 +45,6 @@ def torch():
 
 # 16-bit and tf32 inputs here; 8-bit ones (exact int32, promoted fp8) in test_gpu_hopper_8bit.py
 SERVED = sorted((p for p in hopper.SERVED if p[0].size > 1), key=lambda p: (p[0].name, p[1].name))
-LAYOUTS = ["RR", "RC", "CR", "CC"]  # A then B: R row-major, C column-major
 
 
 def _check(torch, got, x, y, a: dt.DType, c: dt.DType, k: int, acc=None, alpha=1.0, beta=1.0, what=""):
@@ -57,12 +61,8 @@ def _check(torch, got, x, y, a: dt.DType, c: dt.DType, k: int, acc=None, alpha=1
 @pytest.mark.parametrize("types", SERVED, ids=lambda p: f"{p[0].name}-{p[1].name}")
 def test_types_layouts_sizes(torch, types, layout, size):
     a, c = types
-    gen = torch.Generator(device="cuda").manual_seed(size * 7 + LAYOUTS.index(layout))
-    m, n, k = size, size + (3 if size > 1 else 0), size + (5 if size > 1 else 0)
-    x = operand(torch, (m, k), a, gen, layout[0])
-    y = operand(torch, (k, n), a, gen, layout[1])
-    acc = operand(torch, (m, n), c, gen)
-    out = poisoned(torch, (m, n), c)
+    x, y, acc, out = layout_operands(torch, size, layout, a, c)
+    (m, k), n = x.shape, y.shape[1]
     engine = engine_call(torch, x, y, acc, out, c, a)
     _check(torch, out, x, y, a, c, k, acc, what=f"{a.name}->{c.name} {layout} {m}x{n}x{k}: {engine.describe()}")
 
@@ -88,15 +88,8 @@ def test_matmul_result_and_plan(torch, types):
 @pytest.mark.parametrize("layout", ["RR", "CC"])
 def test_batched_and_broadcast(torch, broadcast, layout):
     a, c = dt.bfloat16, dt.float32
-    gen = torch.Generator(device="cuda").manual_seed(3)
-    batch, m, n, k = 5, 300, 200, 264
-    x = operand(torch, (1 if broadcast == "x" else batch, m, k), a, gen, layout[0])
-    y = operand(torch, (1 if broadcast == "y" else batch, k, n), a, gen, layout[1])
-    acc = operand(torch, (batch, m, n), c, gen)
-    out = poisoned(torch, (batch, m, n), c)
-    bx.mma(x, y, acc, out=out)
-    assert call_plan(x, y, acc, out=out).kind == "hopper"
-    _check(torch, out, x, y, a, c, k, acc, what=f"batch {broadcast} {layout}")
+    x, y, acc, out = batched_mma(torch, a, c, broadcast, layout)
+    _check(torch, out, x, y, a, c, x.shape[-1], acc, what=f"batch {broadcast} {layout}")
 
 
 #: K splits of the engine's plans on a GPU of 132 SMs (H100 SXM, H200), pinned: too few output tiles
@@ -110,20 +103,8 @@ SPLITS_AT_132_SMS = {(16, 8192, 8192): 1, (16, 2112, 7168): 4, (64, 4096, 14336)
 def test_split_k_shapes(torch, shape):
     m, n, k = shape
     a, c = dt.bfloat16, dt.float32
-    gen = torch.Generator(device="cuda").manual_seed(m + n)
-    x, y = operand(torch, (m, k), a, gen), operand(torch, (k, n), a, gen)
-    acc = operand(torch, (m, n), c, gen)
-    out = poisoned(torch, (m, n), c)
-    bx.mma(x, y, acc, out=out)
-    plan = call_plan(x, y, acc, out=out)
-    assert plan.kind == "hopper", plan.describe()
-    engine = plan.kernel
-    expected = SPLITS_AT_132_SMS[shape]
-    if torch.cuda.get_device_properties(0).multi_processor_count == 132:
-        assert engine.splits == expected, engine.describe()
-    else:
-        assert (engine.splits > 1) == (expected > 1), engine.describe()
-    _check(torch, out, x, y, a, c, k, acc, what=f"{m}x{n}x{k} ({engine.splits} splits)")
+    x, y, acc, out, plan = split_k_mma(torch, shape, a, c, SPLITS_AT_132_SMS[shape])
+    _check(torch, out, x, y, a, c, k, acc, what=f"{m}x{n}x{k} ({plan.kernel.splits} splits)")
 
 
 def test_in_place_accumulation(torch):
@@ -171,15 +152,8 @@ def test_repacked_operands(torch, case):
     else:
         x = operand(torch, (3, 301, 200), a, gen)
         y = operand(torch, (3 * 200 * 150 + 3,), a, gen).as_strided((3, 200, 150), (200 * 150 + 1, 150, 1))
-    m, k = x.shape[-2:]
-    n = y.shape[-1]
-    shape = (3, m, n) if x.dim() == 3 else (m, n)
-    acc = operand(torch, shape, c, gen)
-    out = poisoned(torch, shape, c)
-    bx.mma(as_input(x, a), as_input(y, a), acc, out=out)
-    plan = call_plan(as_input(x, a), as_input(y, a), acc, out=out)
-    assert plan.kind == "hopper" and "repacked" in plan.describe(), plan.describe()
-    _check(torch, out, x, y, a, c, k, acc, what=case)
+    acc, out = repacked_mma(torch, x, y, a, c, gen)
+    _check(torch, out, x, y, a, c, x.shape[-1], acc, what=case)
 
 
 def test_alpha_beta_and_strided_c_d(torch):

@@ -18,18 +18,22 @@ from blasdx.reference import tolerance
 
 from .gpu_support import poisoned_new_tensors, torch_dtype
 from .hopper_support import (
+    LAYOUTS,
+    batched_mma,
     check_product,
     engine_call,
     hopper_torch,
+    layout_operands,
     operand,
     poisoned,
+    repacked_mma,
     run_again,
+    split_k_mma,
 )
 
 pytestmark = pytest.mark.gpu
 
 WIDE = [dt.float64, dt.float32]
-LAYOUTS = ["RR", "RC", "CR", "CC"]
 
 
 @pytest.fixture(scope="module")
@@ -46,12 +50,8 @@ def _check(torch, got, x, y, a: dt.DType, k: int, acc=None, alpha=1.0, beta=1.0,
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("a", WIDE, ids=lambda t: t.name)
 def test_types_layouts_sizes(torch, a, layout, size):
-    gen = torch.Generator(device="cuda").manual_seed(size * 7 + LAYOUTS.index(layout))
-    m, n, k = size, size + (3 if size > 1 else 0), size + (5 if size > 1 else 0)
-    x = operand(torch, (m, k), a, gen, layout[0])
-    y = operand(torch, (k, n), a, gen, layout[1])
-    acc = operand(torch, (m, n), a, gen)
-    out = poisoned(torch, (m, n), a)
+    x, y, acc, out = layout_operands(torch, size, layout, a, a)
+    (m, k), n = x.shape, y.shape[1]
     engine = engine_call(torch, x, y, acc, out, a)
     assert isinstance(engine, hopper_wide.WidePlan)
     _check(torch, out, x, y, a, k, acc, what=f"{a.name} {layout} {m}x{n}x{k}: {engine.describe()}")
@@ -73,15 +73,8 @@ def test_matmul_takes_the_wide_path(torch, a):
 @pytest.mark.parametrize("layout", ["RR", "CC"])
 @pytest.mark.parametrize("a", WIDE, ids=lambda t: t.name)
 def test_batched_and_broadcast(torch, a, broadcast, layout):
-    gen = torch.Generator(device="cuda").manual_seed(3)
-    batch, m, n, k = 5, 300, 200, 264
-    x = operand(torch, (1 if broadcast == "x" else batch, m, k), a, gen, layout[0])
-    y = operand(torch, (1 if broadcast == "y" else batch, k, n), a, gen, layout[1])
-    acc = operand(torch, (batch, m, n), a, gen)
-    out = poisoned(torch, (batch, m, n), a)
-    bx.mma(x, y, acc, out=out)
-    assert call_plan(x, y, acc, out=out).kind == "hopper"
-    _check(torch, out, x, y, a, k, acc, what=f"{a.name} batch {broadcast} {layout}")
+    x, y, acc, out = batched_mma(torch, a, a, broadcast, layout)
+    _check(torch, out, x, y, a, x.shape[-1], acc, what=f"{a.name} batch {broadcast} {layout}")
 
 
 #: K splits of the wide path's plans (either type) on a GPU of 132 SMs (H100 SXM, H200), pinned.
@@ -92,18 +85,7 @@ SPLITS_AT_132_SMS = {(16, 4096, 8192): 4, (100, 1000, 9000): 16, (8192, 1024, 51
 @pytest.mark.parametrize("a", WIDE, ids=lambda t: t.name)
 def test_split_k_shapes(torch, a, shape):
     m, n, k = shape
-    gen = torch.Generator(device="cuda").manual_seed(m + n)
-    x, y = operand(torch, (m, k), a, gen), operand(torch, (k, n), a, gen)
-    acc = operand(torch, (m, n), a, gen)
-    out = poisoned(torch, (m, n), a)
-    bx.mma(x, y, acc, out=out)
-    plan = call_plan(x, y, acc, out=out)
-    assert plan.kind == "hopper", plan.describe()
-    expected = SPLITS_AT_132_SMS[shape]
-    if torch.cuda.get_device_properties(0).multi_processor_count == 132:
-        assert plan.kernel.splits == expected, plan.describe()
-    else:
-        assert (plan.kernel.splits > 1) == (expected > 1), plan.describe()
+    x, y, acc, out, plan = split_k_mma(torch, shape, a, a, SPLITS_AT_132_SMS[shape])
     _check(torch, out, x, y, a, k, acc, what=f"{a.name} {m}x{n}x{k} ({plan.kernel.splits} splits)")
 
 
@@ -120,15 +102,8 @@ def test_repacked_operands(torch, a, case):
     else:
         x = operand(torch, (3, 301, 200), a, gen)
         y = operand(torch, (3 * 200 * 150 + 3,), a, gen).as_strided((3, 200, 150), (200 * 150 + 1, 150, 1))
-    m, k = x.shape[-2:]
-    n = y.shape[-1]
-    shape = (3, m, n) if x.dim() == 3 else (m, n)
-    acc = operand(torch, shape, a, gen)
-    out = poisoned(torch, shape, a)
-    bx.mma(x, y, acc, out=out)
-    plan = call_plan(x, y, acc, out=out)
-    assert plan.kind == "hopper" and "repacked" in plan.describe(), plan.describe()
-    _check(torch, out, x, y, a, k, acc, what=f"{a.name} {case}")
+    acc, out = repacked_mma(torch, x, y, a, a, gen)
+    _check(torch, out, x, y, a, x.shape[-1], acc, what=f"{a.name} {case}")
 
 
 @pytest.mark.parametrize("a", WIDE, ids=lambda t: t.name)

@@ -19,22 +19,14 @@ from blasdx import dtypes as dt
 from blasdx.calls import matmul as array_gemm
 from blasdx.reference import tolerance
 
-from .gpu_support import gpu_sm, require_gpu
+from .gpu_support import gpu_sm, gpu_torch, require_gpu, torch_relative_error
 
 pytestmark = pytest.mark.gpu
 
 
 @pytest.fixture(scope="module")
 def torch():
-    require_gpu()
-    return pytest.importorskip("torch")
-
-
-def _error(torch, got, ref) -> float:
-    got = got.to(torch.float64)
-    if not bool(torch.isfinite(got).all()):
-        return float("inf")
-    return float((got - ref).norm() / ref.norm().clamp_min(1e-300))
+    return gpu_torch()
 
 
 def _check_matmul(torch, got, x, y, acc=None):
@@ -45,7 +37,7 @@ def _check_matmul(torch, got, x, y, acc=None):
          torch.float64: dt.float64}[x.dtype]
     c = {torch.float16: dt.float16, torch.float32: dt.float32, torch.float64: dt.float64}[got.dtype]
     tol = tolerance(a, c, x.shape[-1])
-    err = _error(torch, got, ref)
+    err = torch_relative_error(torch, got, ref)
     assert err <= tol, f"{tuple(x.shape)} x {tuple(y.shape)} {x.dtype}: relative error {err:.3e} exceeds {tol:.1e}"
 
 
@@ -190,13 +182,13 @@ def test_scaled_mm_and_solve_triangular_bound(torch):
     for _ in range(3):
         rhs = torch.randn(64, 24, device="cuda", generator=gen)
         ref = torch.linalg.solve_triangular(t.to(f64), rhs.to(f64), upper=False)
-        assert _error(torch, bx.solve_triangular(t, rhs, lower=True), ref) <= 1e-5
+        assert torch_relative_error(torch, bx.solve_triangular(t, rhs, lower=True), ref) <= 1e-5
         out = torch.full_like(rhs, float("nan"))
         assert bx.solve_triangular(t, rhs, lower=True, out=out) is out
-        assert _error(torch, out, ref) <= 1e-5
+        assert torch_relative_error(torch, out, ref) <= 1e-5
         inplace = rhs.clone()
         bx.solve_triangular(t, inplace, lower=True, out=inplace)
-        assert _error(torch, inplace, ref) <= 1e-5
+        assert torch_relative_error(torch, inplace, ref) <= 1e-5
         with pytest.raises(bx.ExecutionError, match="out: its memory overlaps a's"):
             bx.solve_triangular(t, rhs, lower=True, out=t[:, :24])
     if (gpu_sm() or 0) != 90:
@@ -207,10 +199,10 @@ def test_scaled_mm_and_solve_triangular_bound(torch):
         sx, sy = torch.full((), 0.5, device="cuda"), torch.full((), 2.0, device="cuda")
         ref = x.to(f64) @ y.to(f64)
         tol = tolerance(dt.float8_e4m3, dt.float32, 256, dt.float32, "wgmma", 128)
-        assert _error(torch, bx.scaled_mm(x, y, sx, sy, out_dtype=bx.float32), ref) <= tol
+        assert torch_relative_error(torch, bx.scaled_mm(x, y, sx, sy, out_dtype=bx.float32), ref) <= tol
         out = torch.full((128, 64), float("nan"), device="cuda")
         bx.scaled_mm(x, y, sx, sy, out_dtype=bx.float32, out=out)
-        assert _error(torch, out, ref) <= tol
+        assert torch_relative_error(torch, out, ref) <= tol
         with pytest.raises(bx.ExecutionError, match="out: expected shape"):
             bx.scaled_mm(x, y, sx, sy, out_dtype=bx.float32, out=out[:, :63])
 
@@ -253,7 +245,7 @@ def test_execute_bound_with_and_without_stream(torch):
             side.wait_stream(torch.cuda.current_stream())
         desc.execute(a, b, c, stream=stream)
         torch.cuda.synchronize()
-        assert _error(torch, c, ref) <= tolerance(dt.float16, dt.float32, 32), stream
+        assert torch_relative_error(torch, c, ref) <= tolerance(dt.float16, dt.float32, 32), stream
 
 
 def test_execute_refuses_negated_views_cold_and_bound(torch):
@@ -320,5 +312,5 @@ def test_cluster_plans_alternating_streams(torch):
         with torch.cuda.stream(side if step % 2 else main):  # bx.matmul runs on torch's current stream
             out = bx.matmul(x, y)
         torch.cuda.synchronize()
-        err = _error(torch, out, ref)
+        err = torch_relative_error(torch, out, ref)
         assert err <= tolerance(dt.float16, dt.float16, 2048), f"step {step}: relative error {err:.3e}"

@@ -13,7 +13,15 @@ import blasdx as bx
 from blasdx import dtypes as dt
 from blasdx.reference import assert_close, gemm_scale, reference_gemm, rounding, tolerance
 
-from .gpu_support import gemm_operands, require_gpu, run_example, sampled_cases, sampled_descriptor, stable_seed
+from .gpu_support import (
+    family_types,
+    gemm_operands,
+    require_gpu,
+    run_example,
+    sampled_cases,
+    sampled_descriptor,
+    stable_seed,
+)
 from .numba_support import numba_cuda
 
 from blasdx.numba import as_bits  # noqa: E402 - after numba_support, which skips without numba-cuda
@@ -23,12 +31,7 @@ pytestmark = pytest.mark.gpu
 cuda = numba_cuda
 R, C = bx.row_major, bx.col_major
 
-TYPES = [
-    (dt.float16, dt.float16, dt.float32), (dt.float16, dt.float16, dt.float16), (dt.bfloat16, dt.bfloat16, dt.float32),
-    (dt.tfloat32, dt.tfloat32, dt.float32), (dt.float32, dt.float32, dt.float32), (dt.float64, dt.float64, dt.float64),
-    (dt.float8_e4m3, dt.float8_e4m3, dt.float32), (dt.float8_e4m3, dt.float8_e5m2, dt.float16),
-    (dt.int8, dt.int8, dt.int32), (dt.uint8, dt.int8, dt.int32),
-]
+TYPES = family_types((dt.float8_e4m3, dt.float8_e5m2))
 SIZES = [(32, 32, 32), (64, 64, 64), (17, 33, 9), (128, 128, 64), (48, 80, 32)]
 ARRANGEMENTS = [(R, C, C), (C, R, R), (R, R, R), (C, C, C)]
 

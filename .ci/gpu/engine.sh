@@ -11,7 +11,8 @@ start=$SECONDS
 timeout 75 python3 -m pytest -m gpu -v --tb=short -rf -x -n 8 -p no:cacheprovider tests/test_gpu_engine_transpose.py \
   tests/test_gpu_engine_splitk.py tests/test_gpu_engine_streamk.py -k "bfloat16-float32-narrow-3 or int8-int32-narrow-16 or \
 graph_replays or rows_past_m_skip_the_exchange and 17 or float8_e4m3-float16-1000 or int8-int32-17 or \
-tfloat32-float32-narrow-4 or scaled_mm_with_row_major_y and block or tfloat32-float32-255 or test_gpu_engine_streamk" \
+tfloat32-float32-narrow-4 or scaled_mm_with_row_major_y and block or tfloat32-float32-255 or test_gpu_engine_streamk or \
+batches_and_broadcast and stream_k" \
   > "$logs/test_gpu_engine.log" 2>&1
 echo "=== engine GPU tests exit $? ($((SECONDS - start)) s)"
 grep -E " passed| failed|^FAILED|^ERROR|Error:" "$logs/test_gpu_engine.log" | grep -v Warning | cut -c1-400 | head -20

@@ -86,6 +86,15 @@ class _Composable:
         return _compose(other, self)
 
 
+class _QualifiedRepr:
+    """Mixin of enums whose ``repr`` is the member as code names it: ``Class.member``."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}.{self.name}"
+
+
 class Operator(_Composable):
     """Base of every description and execution operator."""
 
@@ -165,24 +174,18 @@ class Precision(Operator):
         return (Precision, (self.a.name, self.b.name, self.c.name))
 
 
-class Type(_Composable, enum.Enum):
+class Type(_Composable, _QualifiedRepr, enum.Enum):
     """Real or complex elements; complex values are interleaved (real, imaginary) pairs."""
 
     real = "real"
     complex = "complex"
 
-    def __repr__(self) -> str:
-        return f"Type.{self.name}"
 
-
-class Function(_Composable, enum.Enum):
+class Function(_Composable, _QualifiedRepr, enum.Enum):
     """The operation; MM is C = alpha * A @ B + beta * C, TRSM solves A X = alpha B or X A = alpha B in place."""
 
     MM = "MM"
     TRSM = "TRSM"
-
-    def __repr__(self) -> str:
-        return f"Function.{self.name}"
 
 
 class Layout(enum.Enum):
@@ -237,15 +240,12 @@ class Arrangement(Operator):
 DEFAULT_ARRANGEMENT = Arrangement(row_major, col_major, col_major)
 
 
-class Transpose(enum.Enum):
+class Transpose(_QualifiedRepr, enum.Enum):
     """cuBLAS-style operand modes of the deprecated TransposeMode operator."""
 
     N = "non_transposed"
     T = "transposed"
     C = "conj_transposed"
-
-    def __repr__(self) -> str:
-        return f"Transpose.{self.name}"
 
 
 N, T, C = Transpose.N, Transpose.T, Transpose.C
@@ -424,7 +424,7 @@ class BlockDim(Operator):
         return f"BlockDim({self.x}, {self.y}, {self.z})"
 
 
-class Workload(_Composable, enum.Enum):
+class Workload(_Composable, _QualifiedRepr, enum.Enum):
     """What the block GEMM is for, which decides the suggested block size and tiling.
 
     ``memory_bound`` (the default): each problem comes from global memory, is multiplied
@@ -437,9 +437,6 @@ class Workload(_Composable, enum.Enum):
 
     memory_bound = "memory_bound"
     compute_bound = "compute_bound"
-
-    def __repr__(self) -> str:
-        return f"Workload.{self.name}"
 
 
 @dataclass(frozen=True, repr=False)
@@ -468,34 +465,25 @@ RequiredMantissaBits = MantissaBits  # cuBLASDx's name for the same operator
 # ---------------------------------------------------------------------------------------------- TRSM
 
 
-class Side(_Composable, enum.Enum):
+class Side(_Composable, _QualifiedRepr, enum.Enum):
     """TRSM: where A stands; ``left`` solves A X = alpha B (A is M x M), ``right`` X A = alpha B (A is N x N)."""
 
     left = "left"
     right = "right"
 
-    def __repr__(self) -> str:
-        return f"Side.{self.name}"
 
-
-class FillMode(_Composable, enum.Enum):
+class FillMode(_Composable, _QualifiedRepr, enum.Enum):
     """TRSM: which triangle of A holds the matrix; the other one is never read."""
 
     lower = "lower"
     upper = "upper"
 
-    def __repr__(self) -> str:
-        return f"FillMode.{self.name}"
 
-
-class Diag(_Composable, enum.Enum):
+class Diag(_Composable, _QualifiedRepr, enum.Enum):
     """TRSM: ``unit`` takes A's diagonal as ones (and never reads it), ``non_unit`` divides by it."""
 
     unit = "unit"
     non_unit = "non_unit"
-
-    def __repr__(self) -> str:
-        return f"Diag.{self.name}"
 
 
 @dataclass(frozen=True, repr=False)

@@ -310,12 +310,6 @@ class GroupedPlan:
         store, D's parameter takes A's map (the kernel does not read it)."""
         if not self.k and self.layout != "along_k":
             a_ptr = b_ptr = _hopper._SCRATCH_ALIGNMENT
-        maps, mapped, params = self._maps, self._mapped, self._gemm.params
-        for i, ptr in enumerate((a_ptr, b_ptr, d_ptr)[:len(maps)]):
-            if ptr != mapped[i]:
-                maps[i].replace_address(ptr)
-                mapped[i] = ptr
-        if params.maps.get(0) is not maps[0]:
-            params.set_map(0, maps[0])
-            params.set_map(1, maps[1])
+        maps, params = self._maps, self._gemm.params
+        if _hopper.point_maps(params, maps, self._mapped, (a_ptr, b_ptr, d_ptr)[:len(maps)]):
             params.set_map(2, maps[2] if len(maps) > 2 else maps[0])

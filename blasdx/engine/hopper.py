@@ -978,6 +978,21 @@ class EnginePlan:
         return target
 
 
+def point_maps(params: Any, maps: list, mapped: list[int], pointers: tuple[int, ...]) -> bool:
+    """Point tensor maps at this call's ``pointers`` (a driver call only where an address changed; ``mapped``
+    keeps them) and, unless they hold them already, make maps 0 and 1 the kernel's first two parameters;
+    whether the parameters took the maps anew (the caller then binds any others)."""
+    for i, ptr in enumerate(pointers):
+        if ptr != mapped[i]:
+            maps[i].replace_address(ptr)
+            mapped[i] = ptr
+    if params.maps.get(0) is maps[0]:
+        return False
+    params.set_map(0, maps[0])
+    params.set_map(1, maps[1])
+    return True
+
+
 def reduce_splits(kernel: _Kernel, device_id: int, stream: int, workspace: int, splits: int, c_ptr: int,
                   c_strides: tuple[int, int, int], d_ptr: int, d_strides: tuple[int, int, int], m: int, n: int,
                   batch: int, multiprocessors: int, alpha: Any, beta: Any) -> None:

@@ -216,14 +216,7 @@ class WidePlan(_hopper.EnginePlan):
 
     def _point_maps(self, a_ptr: int, b_ptr: int, d_ptr: int) -> None:
         """Point A's and B's maps at this call's operands (a driver call only on change); D has no map."""
-        maps, mapped, params = self._maps, self._mapped, self._gemm.params
-        for i, ptr in enumerate((a_ptr, b_ptr)):
-            if ptr != mapped[i]:
-                maps[i].replace_address(ptr)
-                mapped[i] = ptr
-        if params.maps.get(0) is not maps[0]:
-            params.set_map(0, maps[0])
-            params.set_map(1, maps[1])
+        _hopper.point_maps(self._gemm.params, self._maps, self._mapped, (a_ptr, b_ptr))
 
 
 def _describe(a: _dt.DType, config: WideConfig, splits: int, route_a: OperandRoute, route_b: OperandRoute) -> str:

@@ -214,24 +214,20 @@ struct WarpgroupGemm {
     // and the global order is not (8-bit). Asynchronous only when not transposed.
     template <int LDG, int VEC>
     __device__ __forceinline__ static void load_a(a_type* sA, const a_type* gA, int tid) {
-        auto* dst = reinterpret_cast<unsigned char*>(sA);
-        if constexpr (A_TRANSPOSED) {
-            wgmma::copy_to_panels_transposed<a_type, Cfg::a_outer, Cfg::a_inner, LDG, Cfg::a_panel_bytes, VEC,
-                                             Cfg::threads>(dst, gA, tid);
-        } else {
-            wgmma::copy_to_panels<a_type, Cfg::a_outer, Cfg::a_inner, LDG, Cfg::a_panel_bytes, VEC, Cfg::threads>(
-                dst, gA, tid);
-        }
+        load_panels<a_type, Cfg::a_outer, Cfg::a_inner, Cfg::a_panel_bytes, A_TRANSPOSED, LDG, VEC>(sA, gA, tid);
     }
     template <int LDG, int VEC>
     __device__ __forceinline__ static void load_b(b_type* sB, const b_type* gB, int tid) {
-        auto* dst = reinterpret_cast<unsigned char*>(sB);
-        if constexpr (B_TRANSPOSED) {
-            wgmma::copy_to_panels_transposed<b_type, Cfg::b_outer, Cfg::b_inner, LDG, Cfg::b_panel_bytes, VEC,
-                                             Cfg::threads>(dst, gB, tid);
+        load_panels<b_type, Cfg::b_outer, Cfg::b_inner, Cfg::b_panel_bytes, B_TRANSPOSED, LDG, VEC>(sB, gB, tid);
+    }
+    // The copy of one OUTER x INNER operand into panels of PANEL_BYTES (TRANSPOSED: from the other order).
+    template <class T, int OUTER, int INNER, int PANEL_BYTES, bool TRANSPOSED, int LDG, int VEC>
+    __device__ __forceinline__ static void load_panels(T* s, const T* g, int tid) {
+        auto* dst = reinterpret_cast<unsigned char*>(s);
+        if constexpr (TRANSPOSED) {
+            wgmma::copy_to_panels_transposed<T, OUTER, INNER, LDG, PANEL_BYTES, VEC, Cfg::threads>(dst, g, tid);
         } else {
-            wgmma::copy_to_panels<b_type, Cfg::b_outer, Cfg::b_inner, LDG, Cfg::b_panel_bytes, VEC, Cfg::threads>(
-                dst, gB, tid);
+            wgmma::copy_to_panels<T, OUTER, INNER, LDG, PANEL_BYTES, VEC, Cfg::threads>(dst, g, tid);
         }
     }
 

@@ -423,29 +423,34 @@ template <> struct mma<tf32, tf32, float> {
 // 8-bit types (fp8 -> f32, s8/u8 -> s32; k32, K-major only). issue<..., ACCUMULATE = false>
 // starts the sum afresh (D = A * B, scale-d 0): the first step of an fp8 promotion interval
 // (warpgroup_mma.cuh) needs no zeroed registers.
-#ifdef __CUDA_FP8_TYPES_EXIST__
-#define BLASDX_WG_FP8(TA, TB, OP)                                                                \
-    template <> struct mma<TA, TB, float> {                                                      \
+// KIND names the types in the static_asserts; SUM and START are the scale operands of a step that
+// adds to D and of one that starts it afresh; RS_TAIL those of the register-A form.
+#define BLASDX_WG_EIGHT_BIT(TA, TB, TACC, LIST, KIND, SUM, START, RS_TAIL, OP)                      \
+    template <> struct mma<TA, TB, TACC> {                                                       \
         static constexpr int K_STEP = 32;                                                        \
         static constexpr bool TRANSPOSES = false, REGISTER_A = true;                             \
-        using reg_type = float;                                                                  \
+        using reg_type = TACC;                                                                   \
         template <int WIDTH, bool TRANS_A, bool TRANS_B, bool ACCUMULATE = true>                 \
-        __device__ __forceinline__ static void issue(float* d, u64 desc_a, u64 desc_b) {         \
+        __device__ __forceinline__ static void issue(TACC* d, u64 desc_a, u64 desc_b) {          \
             (void)width_check<WIDTH>{};                                                          \
-            static_assert(!TRANS_A && !TRANS_B, "fp8 wgmma reads A and B K-major only");         \
+            static_assert(!TRANS_A && !TRANS_B, KIND " wgmma reads A and B K-major only");       \
             if constexpr (ACCUMULATE) {                                                          \
-                BLASDX_WG_WORD_WIDTHS(OP, BLASDX_WG_F, ", 1, 1, 1")                              \
+                BLASDX_WG_WORD_WIDTHS(OP, LIST, SUM)                                             \
             } else {                                                                             \
-                BLASDX_WG_WORD_WIDTHS(OP, BLASDX_WG_F, ", 0, 1, 1")                              \
+                BLASDX_WG_WORD_WIDTHS(OP, LIST, START)                                           \
             }                                                                                    \
         }                                                                                        \
         template <int WIDTH, bool TRANS_B>                                                       \
-        __device__ __forceinline__ static void issue_rs(float* d, const u32* a, u64 desc_b) {    \
+        __device__ __forceinline__ static void issue_rs(TACC* d, const u32* a, u64 desc_b) {     \
             (void)width_check<WIDTH>{};                                                          \
-            static_assert(!TRANS_B, "fp8 wgmma reads B K-major only");                           \
-            BLASDX_WG_RS_WORD_WIDTHS(OP, BLASDX_WG_F, BLASDX_WG_RS_TAIL_SCALES, )                \
+            static_assert(!TRANS_B, KIND " wgmma reads B K-major only");                         \
+            BLASDX_WG_RS_WORD_WIDTHS(OP, LIST, RS_TAIL, )                                        \
         }                                                                                        \
     };
+
+#ifdef __CUDA_FP8_TYPES_EXIST__
+#define BLASDX_WG_FP8(TA, TB, OP) \
+    BLASDX_WG_EIGHT_BIT(TA, TB, float, BLASDX_WG_F, "fp8", ", 1, 1, 1", ", 0, 1, 1", BLASDX_WG_RS_TAIL_SCALES, OP)
 BLASDX_WG_FP8(__nv_fp8_e4m3, __nv_fp8_e4m3, "k32.f32.e4m3.e4m3")
 BLASDX_WG_FP8(__nv_fp8_e4m3, __nv_fp8_e5m2, "k32.f32.e4m3.e5m2")
 BLASDX_WG_FP8(__nv_fp8_e5m2, __nv_fp8_e4m3, "k32.f32.e5m2.e4m3")
@@ -454,33 +459,14 @@ BLASDX_WG_FP8(__nv_fp8_e5m2, __nv_fp8_e5m2, "k32.f32.e5m2.e5m2")
 #endif
 
 // s8 / u8 in any pair -> s32 (exact: wraps modulo 2^32 like int32 arithmetic, no .satfinite).
-#define BLASDX_WG_INT8(TA, TB, OP)                                                               \
-    template <> struct mma<TA, TB, int> {                                                        \
-        static constexpr int K_STEP = 32;                                                        \
-        static constexpr bool TRANSPOSES = false, REGISTER_A = true;                             \
-        using reg_type = int;                                                                    \
-        template <int WIDTH, bool TRANS_A, bool TRANS_B, bool ACCUMULATE = true>                 \
-        __device__ __forceinline__ static void issue(int* d, u64 desc_a, u64 desc_b) {           \
-            (void)width_check<WIDTH>{};                                                          \
-            static_assert(!TRANS_A && !TRANS_B, "integer wgmma reads A and B K-major only");     \
-            if constexpr (ACCUMULATE) {                                                          \
-                BLASDX_WG_WORD_WIDTHS(OP, BLASDX_WG_U, ", 1")                                    \
-            } else {                                                                             \
-                BLASDX_WG_WORD_WIDTHS(OP, BLASDX_WG_U, ", 0")                                    \
-            }                                                                                    \
-        }                                                                                        \
-        template <int WIDTH, bool TRANS_B>                                                       \
-        __device__ __forceinline__ static void issue_rs(int* d, const u32* a, u64 desc_b) {      \
-            (void)width_check<WIDTH>{};                                                          \
-            static_assert(!TRANS_B, "integer wgmma reads B K-major only");                       \
-            BLASDX_WG_RS_WORD_WIDTHS(OP, BLASDX_WG_U, BLASDX_WG_RS_TAIL_ACCUMULATE, )            \
-        }                                                                                        \
-    };
+#define BLASDX_WG_INT8(TA, TB, OP) \
+    BLASDX_WG_EIGHT_BIT(TA, TB, int, BLASDX_WG_U, "integer", ", 1", ", 0", BLASDX_WG_RS_TAIL_ACCUMULATE, OP)
 BLASDX_WG_INT8(signed char, signed char, "k32.s32.s8.s8")
 BLASDX_WG_INT8(signed char, unsigned char, "k32.s32.s8.u8")
 BLASDX_WG_INT8(unsigned char, signed char, "k32.s32.u8.s8")
 BLASDX_WG_INT8(unsigned char, unsigned char, "k32.s32.u8.u8")
 #undef BLASDX_WG_INT8
+#undef BLASDX_WG_EIGHT_BIT
 
 }  // namespace wgmma
 }  // namespace blasdx

@@ -47,6 +47,18 @@ template <class T, class V> __device__ __forceinline__ void store_pair(T* p, V v
     *reinterpret_cast<typename pair_of<T>::type*>(p) = v;
 }
 
+// (v0, v1) at p and p + col_step: one paired access where `pairs` holds (p aligned to the pair, the
+// next column contiguous), else element by element; the second only where `second` (column + 1 < N).
+template <class T, class V>
+__device__ __forceinline__ void store_two(T* p, V v0, V v1, i64 col_step, bool second, bool pairs) {
+    if (second && pairs) {
+        store_pair(p, v0, v1);
+    } else {
+        store_value(p, v0);
+        if (second) store_value(p + col_step, v1);
+    }
+}
+
 // Whether a matrix with these strides lets every even column pair be one aligned access.
 template <class T>
 __device__ __forceinline__ bool pairs_aligned(const T* base, i64 row_stride, i64 col_stride, i64 batch_stride) {
@@ -99,13 +111,7 @@ struct LinearCombination {
     __device__ __forceinline__ void operator()(const Work& w, int row, int col, V v0, V v1) const {
         if (row >= m || col >= n) return;
         value(w, row, col, v0, v1);
-        TC* pd = d + w.batch * d_batch + row * d_row + col * d_col;
-        if (col + 1 < n && d_pairs) {
-            store_pair(pd, v0, v1);
-        } else {
-            store_value(pd, v0);
-            if (col + 1 < n) store_value(pd + d_col, v1);
-        }
+        store_two(d + w.batch * d_batch + row * d_row + col * d_col, v0, v1, d_col, col + 1 < n, d_pairs);
     }
 };
 

@@ -59,35 +59,18 @@ namespace hopper {
 template <class...> using void_t = void;
 template <class Cfg, class = void> struct accumulator_of { using type = float; };
 template <class Cfg> struct accumulator_of<Cfg, void_t<typename Cfg::acc_type>> { using type = typename Cfg::acc_type; };
-// Cfg::split_tf32 when the configuration names it, else false.
-template <class Cfg, class = void> struct splits_tf32 { static constexpr bool value = false; };
-template <class Cfg> struct splits_tf32<Cfg, void_t<decltype(Cfg::split_tf32)>> {
-    static constexpr bool value = Cfg::split_tf32;
-};
-
-// Cfg::promote_stages when the configuration names it, else 1.
-template <class Cfg, class = void> struct promote_stages_of { static constexpr int value = 1; };
-template <class Cfg> struct promote_stages_of<Cfg, void_t<decltype(Cfg::promote_stages)>> {
-    static constexpr int value = Cfg::promote_stages;
-};
-
-// Cfg::b_transpose when the configuration names it, else false.
-template <class Cfg, class = void> struct transposes_b { static constexpr bool value = false; };
-template <class Cfg> struct transposes_b<Cfg, void_t<decltype(Cfg::b_transpose)>> {
-    static constexpr bool value = Cfg::b_transpose;
-};
-
-// Cfg::promotion (fp8) when the configuration names one, else 0.
-template <class Cfg, class = void> struct promotion_of { static constexpr int value = 0; };
-template <class Cfg> struct promotion_of<Cfg, void_t<decltype(Cfg::promotion)>> {
-    static constexpr int value = Cfg::promotion;
-};
-
-// Cfg::stream_k when the configuration names it, else false.
-template <class Cfg, class = void> struct streams_k { static constexpr bool value = false; };
-template <class Cfg> struct streams_k<Cfg, void_t<decltype(Cfg::stream_k)>> {
-    static constexpr bool value = Cfg::stream_k;
-};
+// Cfg::MEMBER when the configuration names it, else DEFAULT: the configuration's optional values.
+#define BLASDX_CFG_OPTIONAL(TRAIT, MEMBER, TYPE, DEFAULT)                                        \
+    template <class Cfg, class = void> struct TRAIT { static constexpr TYPE value = DEFAULT; };   \
+    template <class Cfg> struct TRAIT<Cfg, void_t<decltype(Cfg::MEMBER)>> {                      \
+        static constexpr TYPE value = Cfg::MEMBER;                                               \
+    };
+BLASDX_CFG_OPTIONAL(splits_tf32, split_tf32, bool, false)
+BLASDX_CFG_OPTIONAL(promote_stages_of, promote_stages, int, 1)  // with the tf32 split
+BLASDX_CFG_OPTIONAL(transposes_b, b_transpose, bool, false)
+BLASDX_CFG_OPTIONAL(promotion_of, promotion, int, 0)  // fp8
+BLASDX_CFG_OPTIONAL(streams_k, stream_k, bool, false)
+#undef BLASDX_CFG_OPTIONAL
 
 // Cfg::scheduler when the configuration names one (group_scheduler.cuh), else Default.
 template <class Cfg, class Default, class = void> struct scheduler_of { using type = Default; };
@@ -181,19 +164,8 @@ struct DeviceGemm {
         unsigned char* smem = smem_raw + ((ATOM_BYTES - shared_address(smem_raw) % ATOM_BYTES) % ATOM_BYTES);
         unsigned char* staging = smem + STAGES * STAGE_BYTES;
         Stages* ring = reinterpret_cast<Stages*>(staging + CONSUMERS * Epilogue::staging_bytes);
-        if (threadIdx.x == 0) {
-            u32 granted;
-            asm("mov.u32 %0, %%dynamic_smem_size;\n" : "=r"(granted));
-            if (granted < u32(shared_bytes<Epilogue>())) __trap();  // a launch with less would corrupt memory
-            ring->init(4 * READERS * CLUSTER, REWRITE ? SPLITTERS : 1);
-            prefetch_tensor_map(map_a);
-            prefetch_tensor_map(map_b);
-        }
-        if constexpr (CLUSTER > 1) {
-            cluster_sync();  // the peer's barriers exist before anyone multicasts into or frees them
-        } else {
-            __syncthreads();
-        }
+        start_ring<CLUSTER>(ring, 4 * READERS * CLUSTER, REWRITE ? SPLITTERS : 1, u32(shared_bytes<Epilogue>()), map_a,
+                            map_b);
         const int warpgroup = threadIdx.x / 128;
         if (warpgroup == 0) {
             release_registers<PRODUCER_REGISTERS>();

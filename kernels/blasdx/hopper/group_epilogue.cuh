@@ -48,13 +48,7 @@ struct GroupStore {
         const GroupWork& gw = static_cast<const GroupWork&>(w);
         if (row < gw.row_begin || row >= gw.row_end || col >= n) return;
         value(w, row, col, v0, v1);
-        TC* pd = d + gw.group * d_group + row * d_row + col * d_col;
-        if (col + 1 < n && d_pairs) {
-            store_pair(pd, v0, v1);
-        } else {
-            store_value(pd, v0);
-            if (col + 1 < n) store_value(pd + d_col, v1);
-        }
+        store_two(d + gw.group * d_group + row * d_row + col * d_col, v0, v1, d_col, col + 1 < n, d_pairs);
     }
 };
 

@@ -147,6 +147,7 @@ struct GroupScheduler {
         const int g = group_of(unit / tiles_n);
         const int first_row = table.first[g];
         const int rows = table.first[g + 1] - first_row;
+        // raster_tile's walk, written out (through raster_tile this kernel's SASS changes)
         const int t = unit - first_row * tiles_n;
         const int span = GROUP_M * tiles_n;
         const int raster = t / span;
@@ -192,16 +193,11 @@ struct KGroupScheduler {
     __device__ __forceinline__ GroupWork work(int unit, int /*rank*/ = 0) const {
         GroupWork w;
         const int g = unit / tiles;
-        const int t = unit - g * tiles;
-        const int span = GROUP_M * tiles_n;
-        const int raster = t / span;
-        const int top = raster * GROUP_M;
-        const int in_rows = min(tiles_m - top, GROUP_M);
-        const int in_raster = t - raster * span;
+        const TileAt at = raster_tile<GROUP_M>(unit - g * tiles, tiles_m, tiles_n);
         w.batch = w.group = g;
         w.split = 0;
-        w.m0 = (top + in_raster % in_rows) * BM;
-        w.n0 = (in_raster / in_rows) * BN;
+        w.m0 = at.row * BM;
+        w.n0 = at.col * BN;
         w.k_begin = table.first[g];
         w.k_end = table.first[g + 1];
         w.row_begin = 0;

@@ -11,6 +11,7 @@
 #pragma once
 
 #include "sync.cuh"
+#include "tma.cuh"
 
 namespace blasdx {
 namespace hopper {
@@ -39,6 +40,28 @@ struct Ring {
         barrier_init_fence();
     }
 };
+
+// The block's start, before any role runs: thread 0 traps on a launch that grants less than `needed`
+// bytes of dynamic shared memory (a launch with less would corrupt memory), initialises the ring's
+// barriers and prefetches both tensor maps; then the cluster (the peers' barriers exist before anyone
+// multicasts into or frees them) or the block waits.
+template <int CLUSTER, int STAGES>
+__device__ __forceinline__ void start_ring(Ring<STAGES>* ring, int consumer_arrivals, int splitter_arrivals, u32 needed,
+                                           const TensorMap* map_a, const TensorMap* map_b) {
+    if (threadIdx.x == 0) {
+        u32 granted;
+        asm("mov.u32 %0, %%dynamic_smem_size;\n" : "=r"(granted));
+        if (granted < needed) __trap();
+        ring->init(consumer_arrivals, splitter_arrivals);
+        prefetch_tensor_map(map_a);
+        prefetch_tensor_map(map_b);
+    }
+    if constexpr (CLUSTER > 1) {
+        cluster_sync();
+    } else {
+        __syncthreads();
+    }
+}
 
 template <int STAGES>
 struct RingState {

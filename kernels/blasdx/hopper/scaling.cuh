@@ -67,13 +67,7 @@ struct Dequantize {
             SplitKPartial<float>{workspace, m, n, 1}(w, row, col, v0, v1);
             return;
         }
-        TC* pd = d + row * d_row + col * d_col;
-        if (col + 1 < n && d_pairs) {
-            store_pair(pd, v0, v1);
-        } else {
-            store_value(pd, v0);
-            if (col + 1 < n) store_value(pd + d_col, v1);
-        }
+        store_two(d + row * d_row + col * d_col, v0, v1, d_col, col + 1 < n, d_pairs);
     }
 };
 

@@ -32,18 +32,29 @@ struct Work {
     int part = 0;        // which of them this unit is (K splits: the split; stream-K: not used)
 };
 
-// Sets w.batch, w.m0, w.n0 of tile t of all problems' tiles (tiles per problem; rows of clusters).
-template <int BM, int BN, int GROUP_M, int CLUSTER_M>
-__device__ __forceinline__ void tile_origin(Work& w, int t, int tiles, int rows, int tiles_n, int rank) {
-    w.batch = t / tiles;
-    t -= w.batch * tiles;
+// Tile row and column of tile t of one problem's rows x tiles_n tiles, numbered in groups of
+// GROUP_M tile rows (down the group's rows, then one tile column right).
+struct TileAt {
+    int row, col;
+};
+template <int GROUP_M>
+__device__ __forceinline__ TileAt raster_tile(int t, int rows, int tiles_n) {
     const int span = GROUP_M * tiles_n;  // tiles of one group of tile rows
     const int group = t / span;
     const int first = group * GROUP_M;
     const int in_rows = min(rows - first, GROUP_M);
     const int in_group = t - group * span;
-    w.m0 = ((first + in_group % in_rows) * CLUSTER_M + rank) * BM;
-    w.n0 = (in_group / in_rows) * BN;
+    return {first + in_group % in_rows, in_group / in_rows};
+}
+
+// Sets w.batch, w.m0, w.n0 of tile t of all problems' tiles (tiles per problem; rows of clusters).
+template <int BM, int BN, int GROUP_M, int CLUSTER_M>
+__device__ __forceinline__ void tile_origin(Work& w, int t, int tiles, int rows, int tiles_n, int rank) {
+    w.batch = t / tiles;
+    t -= w.batch * tiles;
+    const TileAt at = raster_tile<GROUP_M>(t, rows, tiles_n);
+    w.m0 = (at.row * CLUSTER_M + rank) * BM;
+    w.n0 = at.col * BN;
 }
 
 template <int BM, int BN, int BK, int GROUP_M, int CLUSTER_M = 1>

@@ -85,19 +85,7 @@ struct WideGemm {
         static_assert(shared_bytes() <= Cfg::host_shared_bytes, "the host's figure (hopper_wide.py) covers the block's");
         unsigned char* smem = smem_raw + ((ATOM_BYTES - shared_address(smem_raw) % ATOM_BYTES) % ATOM_BYTES);
         Stages* ring = reinterpret_cast<Stages*>(smem + STAGES * STAGE_BYTES);
-        if (threadIdx.x == 0) {
-            u32 granted;
-            asm("mov.u32 %0, %%dynamic_smem_size;\n" : "=r"(granted));
-            if (granted < u32(shared_bytes())) __trap();  // a launch with less would corrupt memory
-            ring->init(WARPS * CLUSTER);
-            prefetch_tensor_map(map_a);
-            prefetch_tensor_map(map_b);
-        }
-        if constexpr (CLUSTER > 1) {
-            cluster_sync();  // the peer's barriers exist before anyone multicasts into or frees them
-        } else {
-            __syncthreads();
-        }
+        start_ring<CLUSTER>(ring, WARPS * CLUSTER, 1, u32(shared_bytes()), map_a, map_b);
         if (threadIdx.x < 128) {
             release_registers<PRODUCER_REGISTERS>();
             if (threadIdx.x == 0) produce(smem, ring, map_a, map_b, Sched(m, n, k, batch, splits), batched_a, batched_b);
