@@ -241,3 +241,26 @@ def test_split_sums_come_from_the_pool_unless_the_stream_captures(gpu, monkeypat
     assert gpu.scratch[3:] == [("alloc", sums_bytes, 0), ("alloc", engine._split_bytes[1], 0), ("zero", counters),
                                ("free", own), ("free", counters)]
     assert sorted(address for address, _ in sc.POOL.held().values()) == sorted([pooled, pooled_counters])
+
+
+def test_split_calls_keep_their_pool_buffers_until_the_pool_gives_one_back(gpu, monkeypatch):
+    """A split call asks the pool for its two buffers once; later calls on that stream launch with them until the
+    pool gives a buffer back (a regrowth or an eviction), and a call on another stream asks again."""
+    engine, x, y, acc = _engine((512, 512, 512), 2)
+    out = acc._replace(ptr=PTR + 3 * 2**30)
+    scalars = engine.scalars(acc, out, 1.0, 0.0)
+    asked = []
+    real_get = sc.POOL.get
+    monkeypatch.setattr(sc.POOL, "get", lambda *args: asked.append(args[:3]) or real_get(*args))
+    for _ in range(3):
+        engine.launch(0, 0, x.ptr, y.ptr, acc.ptr, out.ptr, scalars)
+    assert [use for _, _, use in asked] == ["split sums", "split counters"]
+    first = gpu.launches[-1].slots[5:7]
+    assert all(launch.slots[5:7] == first for launch in gpu.launches[-3:])
+    engine.launch(0, 2, x.ptr, y.ptr, acc.ptr, out.ptr, scalars)  # another stream: its own buffers
+    assert len(asked) == 4 and gpu.launches[-1].slots[5:7] != first
+    monkeypatch.setattr(cuda_driver, "free_async", lambda ptr, stream: gpu.scratch.append(("free", ptr)))
+    real_get(0, 0, "split sums", 1 << 30)  # the pool regrows the stream's sums: the old address is given back
+    assert ("free", first[0]) in gpu.scratch
+    engine.launch(0, 0, x.ptr, y.ptr, acc.ptr, out.ptr, scalars)
+    assert len(asked) == 6 and gpu.launches[-1].slots[5] != first[0]

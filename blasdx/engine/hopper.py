@@ -825,6 +825,8 @@ class EnginePlan:
         # shares no buffer with zeroed ones; stream-K's sums have their own zeroed buffer
         self._split_bytes = (4 * tiles * cfg.bm * cfg.bn * parts, 4 * tiles * (1 if cfg.pingpong else cfg.consumers) * 4)
         self._sums_use = "stream-K sums" if cfg.stream_k else "split sums"
+        # the buffers of the last split call: (stream, pool, its generation, device, sums, counters)
+        self._pooled: tuple[Any, ...] = (None, None, -1, -1, 0, 0)
 
     def _gemm_kernel(self, staged: bool) -> _Kernel:
         """kernels/hopper_gemm.cu for this plan (``staged``: D stored by TMA)."""
@@ -886,8 +888,14 @@ class EnginePlan:
             return
         if self._repack is None and not _driver.is_capturing(stream):  # split sums alone, from the pool
             pool = _scratch.POOL
-            workspace = pool.get(device_id, stream, self._sums_use, self._split_bytes[0], self.config.stream_k)
-            counters = pool.get(device_id, stream, "split counters", self._split_bytes[1], True)
+            pooled = self._pooled  # the last call's buffers, while the pool has given none back since
+            if pooled[0] == stream and pooled[1] is pool and pooled[2] == pool.generation and pooled[3] == device_id:
+                workspace, counters = pooled[4], pooled[5]
+            else:
+                generation = pool.generation  # before the look-ups: a buffer given back meanwhile is not kept
+                workspace = pool.get(device_id, stream, self._sums_use, self._split_bytes[0], self.config.stream_k)
+                counters = pool.get(device_id, stream, "split counters", self._split_bytes[1], True)
+                self._pooled = (stream, pool, generation, device_id, workspace, counters)
             self._launch_gemm(device_id, stream, a_ptr, b_ptr, c_ptr, d_ptr, workspace, counters, scalars)
             return
         with _scratch.call_scratch(device_id, stream) as scratch:

@@ -40,6 +40,9 @@ class ScratchPool:
     def __init__(self) -> None:
         self._buffers: dict[tuple[int, int, str], tuple[int, int]] = {}  # -> (address, bytes)
         self._lock = threading.Lock()
+        #: Counts the buffers given back: an address got from the pool stays its (device, stream, use) buffer
+        #: while this is unchanged (callers may keep it instead of asking again).
+        self.generation = 0
 
     def get(self, device_id: int, stream: int, use: str, nbytes: int, zero: bool = False) -> int:
         """The address of at least ``nbytes`` of device memory for ``use`` on ``stream`` (not capturing);
@@ -53,9 +56,11 @@ class ScratchPool:
             if found is not None:
                 if found[1] >= nbytes:
                     return found[0]
+                self.generation += 1
                 _driver.free_async(self._buffers.pop(key)[0], stream)
             mine = [k for k in self._buffers if k[0] == device_id]  # this device's context is the current one
             for old in mine[: max(0, len(mine) - self.LIMIT + 1)]:
+                self.generation += 1
                 address, _ = self._buffers.pop(old)
                 try:
                     _driver.free_async(address, old[1])
