@@ -247,19 +247,20 @@ def measure_other_calls(calls: int, rounds: int) -> dict[str, list[dict[str, Any
 
 @contextlib.contextmanager
 def no_launches() -> Iterator[None]:
-    """Every launch step made a no-op: PackedLaunch's launch and launch_pointers (packing and driver call; the
-    bound paths hold their PackedLaunch, so the class is patched) and the engine's cuda_driver.launch. What a
-    call costs the host besides its launch."""
+    """Every launch step made a no-op: PackedLaunch's launch, launch_pointers and try_launch_pointers (packing and
+    driver call; the bound paths hold their PackedLaunch, so the class is patched) and the engine's
+    cuda_driver.launch. What a call costs the host besides its launch."""
     from blasdx.launch import cuda_driver
 
     cls = cuda_driver.PackedLaunch
-    saved = (cls.launch, cls.launch_pointers, cuda_driver.launch)
+    saved = (cls.launch, cls.launch_pointers, cls.try_launch_pointers, cuda_driver.launch)
     cls.launch = cls.launch_pointers = lambda self, *args: None  # type: ignore[method-assign]
+    cls.try_launch_pointers = lambda self, *args: True  # type: ignore[method-assign]
     cuda_driver.launch = lambda *args, **kwargs: None
     try:
         yield
     finally:
-        cls.launch, cls.launch_pointers, cuda_driver.launch = saved  # type: ignore[method-assign]
+        cls.launch, cls.launch_pointers, cls.try_launch_pointers, cuda_driver.launch = saved  # type: ignore
 
 
 def ctypes_pieces(function: int, block: tuple[int, int, int], shared_memory: int, stream: int,
