@@ -431,6 +431,36 @@ def test_a_bound_launch_that_fails_goes_through_the_full_launch_step(gpu):
         F16.execute(*arrays_of(A_PTR + 512))
 
 
+def test_a_bound_call_on_another_device_asks_first_after_one_refusal(gpu, monkeypatch):
+    """Arrays of device 1 while device 0 is current: the driver refuses a launch by the function of device 1 on
+    the default stream; the bound call then enters device 1 and launches there, and its next calls ask which
+    device is current before launching (no refused launch each call) until device 1 is found current."""
+    monkeypatch.setattr(devices, "pointer_device_id", lambda ptr, argument="array": 1)
+    a, b, c = (DeviceArray(x.ptr, x.shape, x.dtype, x.strides, device_id=1) for x in arrays_of())
+    launch = gpu.cuLaunchKernel
+    attempts = []
+
+    def like_the_driver(*args):  # a CUfunction of device 1 launches only with device 1's context current
+        attempts.append(gpu.current())
+        return (CUresult(201),) if gpu.current() != 1 else launch(*args)
+
+    from .fake_driver import CUresult
+
+    gpu.cuLaunchKernel = like_the_driver
+    F16.execute(a, b, c)
+    F16.execute(a, b, c)  # bound; the first try is refused, device 1 entered, launched
+    attempts.clear()
+    for _ in range(3):
+        F16.execute(a, b, c)
+    assert attempts == [1, 1, 1] and gpu.current() == 0  # asked first: no refusals; device 0 current again
+    assert all(launch.device == 1 for launch in gpu.launches)
+    gpu.make_current(1)
+    attempts.clear()
+    F16.execute(a, b, c)  # device 1 current: found so, and the next call launches without asking
+    F16.execute(a, b, c)
+    assert attempts == [1, 1]
+
+
 def test_overlap_windows_decide_as_the_full_check():
     """bx.mma's bound check of out against x, y and acc (pointer differences inside windows) raises exactly when
     the full path's byte-span check does, empty spans included."""

@@ -313,7 +313,8 @@ def is_capturing(stream: int) -> bool:
     of its context captures, which no work may use then.
     """
     found = _STREAMS.get(stream)
-    drv = _DRIVERS[0] if _DRIVERS else _devices.driver()  # asked on every split-K call: no frame for the module
+    loaded = _devices._DRIVER  # asked on every split-K call: the driver module without a frame
+    drv = loaded[0] if loaded else _devices.driver()
     err, status = drv.cuStreamIsCapturing(found if found is not None else stream_object(stream))
     if err:
         raise DeviceError(f"stream {stream:#x}: cuStreamIsCapturing failed: {getattr(err, 'name', err)} (the "
@@ -408,7 +409,6 @@ def launch(function: Any, grid: tuple[int, int, int], block: tuple[int, int, int
 # packed launches of blasdx's own kernels
 # ---------------------------------------------------------------------------------------------
 
-_DRIVERS = _devices._DRIVER  # the driver module once loaded (a list the devices module swaps in place)
 _STREAMS: dict[int, Any] = {}
 
 

@@ -794,7 +794,8 @@ class BoundLayout:
     """
 
     __slots__ = ("device_id", "device_plan", "batch", "strides", "extents", "checks", "stream_query",
-                 "stream_object", "default_stream", "known_slot", "blasdx", "packed", "grid", "_tail", "_last")
+                 "stream_object", "default_stream", "known_slot", "blasdx", "packed", "grid", "try_first", "_tail",
+                 "_last")
 
     def __init__(self, device_id: int, device_plan: DevicePlan, batch: int, strides: tuple[Any, ...],
                  extents: tuple[int, ...], known_slot: int | None, alignments: tuple[int, int, int],
@@ -814,6 +815,7 @@ class BoundLayout:
         self.blasdx = blasdx  # which of a, b, c are blasdx DeviceArrays (their producer streams are checked)
         self.packed = device_plan.packed
         self.grid = device_plan.grid(batch)
+        self.try_first = True  # launch before asking which device is current (False: the last call found another)
         self._tail: tuple[Any, Any] = (None, ())  # (converted scalars, the launch's slots after the pointers)
         self._last: tuple[Any, Any, Any] = (_NOTHING, _NOTHING, ())  # (alpha, beta, their tail)
 
@@ -869,9 +871,12 @@ class BoundLayout:
             return False
         # launched by the kernel's function of the device whichever context is current: the driver refuses the
         # launch when that is another device's (or none) and the stream does not name the context, and then the
-        # device is made current for a second try (which raises what the launch raises)
-        if self.batch and not self.packed.try_launch_pointers(self.grid, handle, pa, pb, pc, tail):
+        # device is made current for a second try (which raises what the launch raises). A layout whose last
+        # call found another device current asks first (a refused launch costs more than the question).
+        if self.batch and not (self.try_first and self.packed.try_launch_pointers(self.grid, handle, pa, pb, pc,
+                                                                                  tail)):
             token = _devices.enter(device)
+            self.try_first = token is None  # one assignment: threads see an old or a new value
             try:
                 self.packed.launch_pointers(self.grid, handle, pa, pb, pc, tail)
             finally:
