@@ -69,7 +69,7 @@ def test_rows_past_m_skip_the_exchange(torch, m):
     a, c = dt.bfloat16, dt.float32
     x, y = _operand(torch, (m, 4096), a, gen), _operand(torch, (4096, 1000), a, gen, "C")
     out = _poisoned(torch, (m, 1000), c)
-    engine = engine_plan(x, y, out, c, a, splits=3)  # asked: the rule splits medium tiles only from 128 K steps
+    engine = engine_plan(x, y, out, c, a, splits=3)  # asked: the rule keeps these medium tiles whole (64 K steps)
     assert engine.splits == 3, engine.describe()
     run_again(engine, x, y, None, out, 1.0, 0.0, a)
     check_norm(torch, out, x, y, a, c, what=f"M = {m}: {engine.describe()}")

@@ -52,6 +52,10 @@ def plan(x, y, acc=None, sm=90):
     ((64, 4096, 14336), "decode", 2, {"bn": 64, "stages": hopper.DECODE_64_STAGES}),
     ((128, 4096, 4096), "medium", 1, {}),  # 32 ping-pong tiles: 64 medium ones, 64 K steps: whole
     ((128, 4096, 14336), "medium", 2, {}),  # 224 K steps: split to occupy the SMs
+    ((128, 2112, 7168), "medium", 3, {}),  # 34 tiles, 112 K steps: 3 splits of 38 (102 units)
+    ((192, 2112, 7168), "medium", 2, {}),  # 51 tiles: 2 splits keep one unit per SM
+    ((128, 1536, 7168), "medium", 3, {}),  # 24 tiles: 4 splits would be 28 steps deep
+    ((128, 2048, 2048), "medium", 1, {}),  # 32 K steps: too shallow to split
     ((256, 4096, 4096), "medium", 1, {}),
     ((128, 8192, 28672), "medium", 1, {}),
     ((128, 28672, 4096), "pingpong", 1, {}),  # 224 ping-pong tiles fill the SMs: no longer medium

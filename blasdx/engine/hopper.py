@@ -194,11 +194,14 @@ SWAP_MIN_N = 256
 #   128x28672x4096 (224 ping-pong tiles): ping-pong 69.2, wide 67.2; torch 67.4
 MEDIUM = EngineConfig(64, 128, 64, 8, 1)
 MEDIUM_MAX_M = 256
-#: Medium tiles split K (to occupy the SMs, :func:`memory_bound_splits`) only from this many K steps on:
-#: shorter products ran faster whole (H200, GPU time, us, unsplit against the split count the SMs asked for:
-#: bf16 128x4096x4096 14.0-14.9 / 15.3 (2), 96x4096x4096 15.5 / 17.2 (2), e4m3 128x4096x4096 13.2 / 14.4 (2);
-#: longer ones split: bf16 128x4096x14336 43.5 / 39.7 (2), tf32 128x4096x4096 (128 steps) 28.6 / 27.8 (2)).
-MEDIUM_MIN_SPLIT_STEPS = 128
+#: Medium tiles split K into as many splits as keep one unit per SM at most, each split at least this many
+#: K steps deep (:func:`medium_splits`). Measured (H200, bf16 unless named, CUDA-graph replay, us, unsplit
+#: against splits): shallow splits lose (128x4096x4096, 64 steps: 14.0-14.9 / 15.3 in 2; 96x4096x4096
+#: 15.5 / 17.2 (2); e4m3 128x4096x4096, 32 steps: 13.2 / 14.4 (2); 128x2048x2048 8.8 / 11.2 (2)), deep ones
+#: win as far as the SMs take them (128x2112x7168, 34 tiles: 21.0 / 17.5 (2), 15.7 (3); 96x2112x7168 22.7 /
+#: 16.5 (3); 192x2112x7168 21.4 / 19.2 (2); 128x1536x7168 21.0 / 15.2 (3), 14.7 (4); 256x1024x7168 21.3 /
+#: 15.5 (3), 14.6 (4); 128x4096x14336 43.5 / 39.7-40.0 (2); tf32 128x4096x4096, 128 steps: 28.6 / 27.8 (2)).
+MEDIUM_MIN_STEPS_PER_SPLIT = 36
 CONFIGS = {"wide": WIDE, "square": SQUARE, "narrow": NARROW, "pingpong": PINGPONG, "wide clusters": WIDE_CLUSTERS,
            "split square": SPLIT_SQUARE, "split square p1": replace(SPLIT_SQUARE, promote_stages=1),
            "split square p4": replace(SPLIT_SQUARE, promote_stages=4), "decode": DECODE, "medium": MEDIUM}
@@ -237,14 +240,13 @@ def choose_config(a: _dt.DType, m: int, n: int, k: int, batch: int, multiprocess
     The 3xtf32 scheme takes `split square`. Otherwise outputs of at most SWAP_MAX_M rows are computed
     transposed (`decode`, N tile the rows rounded up to 16, 32 or 64), or take `narrow` where the caller
     keeps x and y in place; up to MEDIUM_MAX_M rows, while `pingpong` tiles would not fill the SMs once,
-    `medium` (these classes are memory-bound: K is split only to occupy at least half of the SMs, see
-    :func:`memory_bound_splits`); long products with many `wide` tiles (at least CLUSTER_WAVES per SM,
-    CLUSTER_MIN_K_STEPS deep) take `wide` in clusters of 2; the rest `pingpong`, or `wide`
+    `medium` (K split up to one unit per SM with deep splits, :func:`medium_splits`); long products with
+    many `wide` tiles (at least CLUSTER_WAVES per SM, CLUSTER_MIN_K_STEPS deep) take `wide` in clusters of 2; the rest `pingpong`, or `wide`
     for fp8: a promoting consumer (``promotion`` K elements, see PROMOTION) waits for its
     products before it adds them up, so both consumers had better multiply the same stage and
     fill each other's waits (ping-pong consumers take turns), and fp8's narrow results make
     ping-pong's hidden epilogue worth less than wide tiles' B reuse, promoted or not (the
-    fp8 figures beside the configurations). Then :func:`balanced_splits` (the memory-bound classes:
+    fp8 figures beside the configurations). Then :func:`balanced_splits` (`decode`:
     :func:`memory_bound_splits`), and with ``stream_k`` (plans of kernels/hopper_gemm.cu) stream-K instead of
     those splits where it is worth it (:func:`stream_k_or_splits`; for `medium` only where the tiles would
     be split).
@@ -262,8 +264,7 @@ def choose_config(a: _dt.DType, m: int, n: int, k: int, batch: int, multiprocess
     elif (m <= MEDIUM_MAX_M and batch * math.ceil(m / PINGPONG.bm) * math.ceil(n / PINGPONG.bn) < multiprocessors
           and scheme == "native"):
         config = replace(MEDIUM, bk=bk, promotion=promotion)
-        splits = (memory_bound_splits(config, m, n, k, batch, multiprocessors)
-                  if math.ceil(k / bk) >= MEDIUM_MIN_SPLIT_STEPS else 1)
+        splits = medium_splits(config, m, n, k, batch, multiprocessors)
         if stream_k and splits > 1:
             return stream_k_or_splits(config, splits, m, n, k, batch, multiprocessors)
         return config, splits
@@ -424,11 +425,20 @@ def nonempty_splits(steps: int, splits: int) -> int:
 
 
 def memory_bound_splits(config: EngineConfig, m: int, n: int, k: int, batch: int, multiprocessors: int) -> int:
-    """K splits of the memory-bound classes (`decode`, `medium`): none once the tiles occupy half of the SMs
+    """K splits of the memory-bound `decode` class: none once the tiles occupy half of the SMs
     (the weights stream at full bandwidth from there, and a split's exchange of partial sums only adds
     traffic: 128x4096x4096 ran 14.0 us unsplit, 15.4 us in 2 splits), else :func:`balanced_splits`."""
     tiles = batch * math.ceil(m / config.bm) * math.ceil(n / config.bn)
     return 1 if 2 * tiles > multiprocessors else balanced_splits(config, m, n, k, batch, multiprocessors)
+
+
+def medium_splits(config: EngineConfig, m: int, n: int, k: int, batch: int, multiprocessors: int) -> int:
+    """K splits of the `medium` class: the most that keep the work units within one per SM, each split at least
+    MEDIUM_MIN_STEPS_PER_SPLIT K steps deep (and none left empty)."""
+    tiles = batch * math.ceil(m / config.bm) * math.ceil(n / config.bn)
+    steps = math.ceil(k / config.bk)
+    splits = max(1, min(multiprocessors // max(tiles, 1), steps // MEDIUM_MIN_STEPS_PER_SPLIT, MAX_SPLITS))
+    return nonempty_splits(steps, splits)
 
 
 def split_count(config: EngineConfig, m: int, n: int, k: int, batch: int, multiprocessors: int) -> int:
