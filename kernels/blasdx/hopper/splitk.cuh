@@ -87,12 +87,31 @@ struct SplitKFixup {
 #pragma unroll
                 for (int j = 0; j < REGS; ++j) __stcg(sums + (i * REGS + j) * 32, V(0));  // zero for the next launch
         } else {
-            for (int p = 1; p < w.parts; ++p) {  // in split order: the same total in every run
-                const V* part = sums + i64(p) * FRAGMENT;
+            // In split order (the same total in every run), BATCH parts' loads in flight before their adds where
+            // the fragment is small enough to hold them beside everything else (decode's narrow tiles; wider
+            // ones, fp8's promoted sums beside them, would spill).
+            constexpr int HELD = Acc::ATOMS_M * REGS, BATCH = HELD <= 32 ? 4 : 1;
+            for (int p = 1; p < w.parts; p += BATCH) {
+                V t[BATCH][Acc::ATOMS_M][REGS];
 #pragma unroll
-                for (int i = 0; i < Acc::ATOMS_M; ++i)
+                for (int b = 0; b < BATCH; ++b) {
+                    if (p + b < w.parts) {
+                        const V* part = sums + i64(p + b) * FRAGMENT;
 #pragma unroll
-                    for (int j = 0; j < REGS; ++j) acc.r[i][j] += __ldcg(part + (i * REGS + j) * 32);
+                        for (int i = 0; i < Acc::ATOMS_M; ++i)
+#pragma unroll
+                            for (int j = 0; j < REGS; ++j) t[b][i][j] = __ldcg(part + (i * REGS + j) * 32);
+                    }
+                }
+#pragma unroll
+                for (int b = 0; b < BATCH; ++b) {
+                    if (p + b < w.parts) {
+#pragma unroll
+                        for (int i = 0; i < Acc::ATOMS_M; ++i)
+#pragma unroll
+                            for (int j = 0; j < REGS; ++j) acc.r[i][j] += t[b][i][j];
+                    }
+                }
             }
         }
         inner(w, acc, row0, col0, consumer, staging);
