@@ -154,6 +154,7 @@ def _ldmatrix_descriptor(a, order, sm) -> bx.Descriptor | None:
     return None if row.min_sm > sm else _descriptor(row, sm, order, "64x64x64") + bx.MaxAlignment
 
 
+@pytest.mark.slow  # the module's `ahead` compiles their kernels together
 @pytest.mark.parametrize("sm", SMS)
 @pytest.mark.parametrize("order", ORDERS, ids=lambda o: f"{o[0].name[0]}{o[1].name[0]}")
 @pytest.mark.parametrize("a", LDMATRIX_TYPES, ids=lambda t: t.name)
@@ -184,6 +185,7 @@ def _n_contiguous_descriptor(a, c, size, workload) -> bx.Descriptor:
     return desc + bx.LeadingDimension(*desc.suggested_leading_dimension)
 
 
+@pytest.mark.slow  # the module's `ahead` compiles their kernels together
 @pytest.mark.parametrize("size", N_CONTIGUOUS_SIZES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("a, c", N_CONTIGUOUS_TYPES, ids=["int8", "e4m3"])
 @pytest.mark.parametrize("workload", [bx.Workload.compute_bound, bx.Workload.memory_bound], ids=lambda w: w.name)
@@ -361,6 +363,7 @@ def _k_chunks_descriptor(sm, a, size, bits) -> bx.Descriptor:
     return desc + bx.MantissaBits(bits) if bits else desc
 
 
+@pytest.mark.slow  # the module's `ahead` compiles their kernels together
 @pytest.mark.parametrize("sm", K_CHUNK_SMS)
 @pytest.mark.parametrize("a, size, bits", K_CHUNK_CASES, ids=["f32", "tf32", "3xtf32"])
 def test_batched_k_chunks_are_commit_groups_waited_for_in_turn(ahead, sm, a, size, bits):
@@ -409,6 +412,7 @@ def _panels_descriptor(a, c, order, sm) -> bx.Descriptor | None:
             + bx.Arrangement(*order, bx.row_major) + bx.SM(sm) + bx.Block() + bx.MaxAlignment)
 
 
+@pytest.mark.slow  # the module's `ahead` compiles their kernels together
 @pytest.mark.parametrize("sm", PANEL_SMS)
 @pytest.mark.parametrize("order", ORDERS, ids=lambda o: f"{o[0].name[0]}{o[1].name[0]}")
 @pytest.mark.parametrize("a, c", PANEL_TYPES, ids=["f16-f16", "f16-f32", "bf16-f32"])

@@ -23,6 +23,8 @@ from blasdx import dtypes as dt
 from blasdx.compile import cubin as cubins
 
 _BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+#: Every test reads the SASS of a kernel of its own (some 80 compiles): the file goes to a worker early.
+pytestmark = pytest.mark.slow
 
 
 def _sass_loops():
