@@ -27,6 +27,10 @@ SOURCES = {
               '  for (int i = 0; i < 64; ++i) x[i] = t[i]; }',
 }
 ARCHS = ("sm_75", "sm_80", "sm_90", "sm_90a")
+#: Over 64 KB of code, its widest line last: addresses past 0xffff take five digits, which widen the padding.
+LONG = ('extern "C" __global__ void long_one(float* x, float c) {\n  float v = x[threadIdx.x];\n'
+        '#pragma unroll\n  for (int i = 0; i < 4200; ++i) v = v * c + 1.0f;\n'
+        '  x[blockDim.x + threadIdx.x] = atomicAdd_system(x + threadIdx.x, v); }')
 
 
 def _needs_cuobjdump() -> None:
@@ -45,6 +49,7 @@ def compiled() -> list[bytes]:
         for name, source in SOURCES.items():
             kernel = re.search(r'void (\w+)\(', source.split("extern")[-1]).group(1)
             made.append(nvrtc.compile_source(source, kernel, arch).cubin)
+    made.append(nvrtc.compile_source(LONG, "long_one", "sm_80").cubin)
     return made[1::2] + made[0::2]
 
 
@@ -54,6 +59,7 @@ def test_batched_sass_is_the_single_runs_text(compiled):
     assert cubins.sass_of_cubins(compiled) == one_by_one
     assert cubins.sass_of_cubins(compiled, batch=3) == one_by_one
     assert any(len(cubins.kernel_names(c)) > 1 for c in compiled)
+    assert any(re.search(r"/\*[0-9a-f]{5}\*/", text) for text in one_by_one)
 
 
 def test_a_failing_sass_check_still_fails(compiled):

@@ -341,12 +341,12 @@ def _split_sass(merged: str, names: Sequence[Sequence[str]]) -> list[str]:
 #: The padding before an instruction's encoding ("/* 0x...") in cuobjdump -sass.
 _ENCODING = re.compile(r"( +)/\* 0x")
 #: An instruction line: address, then the instruction up to the padding before its encoding.
-_INSTRUCTION_TEXT = re.compile(r"^\s+/\*[0-9a-f]{4,}\*/\s+(\S.*?) +/\* 0x", re.MULTILINE)
+_INSTRUCTION_TEXT = re.compile(r"^\s+/\*([0-9a-f]{4,})\*/\s+(\S.*?) +/\* 0x", re.MULTILINE)
 
 
 def _widest_instruction(sass: str) -> int:
-    """Length of the longest instruction (predicate to ``;``) in cuobjdump -sass output."""
-    return max((len(m.group(1)) for m in _INSTRUCTION_TEXT.finditer(sass)), default=0)
+    """Width of the widest instruction line (address digits, then predicate to ``;``) in cuobjdump -sass output."""
+    return max((len(m.group(1)) + len(m.group(2)) for m in _INSTRUCTION_TEXT.finditer(sass)), default=0)
 
 
 def _joined_elf(cubins: Sequence[bytes]) -> bytes:
