@@ -15,6 +15,7 @@ import pytest
 
 import blasdx as bx
 from blasdx.codegen import gemm as codegen
+from blasdx.compile import cubin as cubins
 from blasdx.plan import heuristics
 from blasdx import dtypes as dt
 
@@ -69,7 +70,8 @@ CASES = list(_cases())
 
 
 class _Matrix:
-    """The matrix's kernels, compiled an SM at a time: all kernels of an SM in parallel, on its first use."""
+    """The matrix's kernels, compiled an SM at a time: all kernels of an SM in parallel, on its first use,
+    and the SASS of its SASS cases disassembled together (one cuobjdump run per architecture)."""
 
     def __init__(self) -> None:
         self.by_sm: dict[int, dict[bx.Descriptor, object]] = {}
@@ -77,7 +79,9 @@ class _Matrix:
     def __getitem__(self, desc: bx.Descriptor):
         if desc.sm not in self.by_sm:
             descs = [d for d in (_descriptor(*case.values) for case in CASES) if d.sm == desc.sm and d.is_supported]
-            self.by_sm[desc.sm] = dict(zip(descs, bx.precompile(descs, workers=os.cpu_count() or 2)))
+            kernels = self.by_sm[desc.sm] = dict(zip(descs, bx.precompile(descs, workers=os.cpu_count() or 2)))
+            sass = [_descriptor(*case.values) for case in _sass_cases() if case.values[1] == desc.sm]
+            cubins.prefetch_sass(kernels[d].cubin for d in sass if d in kernels)
         return self.by_sm[desc.sm][desc]
 
 
@@ -127,15 +131,38 @@ def test_sass_uses_the_tensor_cores(compiled, row, sm, order, size_key):
     assert not re.search(r"\b(LDL|STL)\b", sass), f"{desc!r} touches local memory"
 
 
+@pytest.fixture(scope="module")
+def ahead():
+    """The kernels of the SASS tests below compiled together (in parallel) and disassembled together,
+    a cuobjdump run per architecture instead of one per kernel; the tests then find both ready."""
+    descs = [_ldmatrix_descriptor(a, order, sm) for a in LDMATRIX_TYPES for order in ORDERS for sm in SMS]
+    descs += [_n_contiguous_descriptor(a, c, size, workload) for a, c in N_CONTIGUOUS_TYPES for size in N_CONTIGUOUS_SIZES
+              for workload in (bx.Workload.compute_bound, bx.Workload.memory_bound)]
+    descs += [_k_chunks_descriptor(sm, a, size, bits) for sm in K_CHUNK_SMS for a, size, bits in K_CHUNK_CASES]
+    descs += [_panels_descriptor(a, c, order, sm) for a, c in PANEL_TYPES for order in ORDERS for sm in PANEL_SMS]
+    descs = [d for d in descs if d is not None and d.is_supported]
+    kernels = bx.precompile(descs, workers=os.cpu_count() or 2)
+    cubins.prefetch_sass(kernel.cubin for kernel in kernels)
+
+
+LDMATRIX_TYPES = [dt.float16, dt.bfloat16]
+
+
+def _ldmatrix_descriptor(a, order, sm) -> bx.Descriptor | None:
+    """The 64^3 16-bit block of test_sixteen_bit_fragments_use_ldmatrix; None where the type needs a later SM."""
+    row = dt.find_combination(a, a, dt.float32, False)
+    return None if row.min_sm > sm else _descriptor(row, sm, order, "64x64x64") + bx.MaxAlignment
+
+
+@pytest.mark.slow  # the module's `ahead` compiles their kernels together
 @pytest.mark.parametrize("sm", SMS)
 @pytest.mark.parametrize("order", ORDERS, ids=lambda o: f"{o[0].name[0]}{o[1].name[0]}")
-@pytest.mark.parametrize("a", [dt.float16, dt.bfloat16], ids=lambda t: t.name)
-def test_sixteen_bit_fragments_use_ldmatrix(a, order, sm):
+@pytest.mark.parametrize("a", LDMATRIX_TYPES, ids=lambda t: t.name)
+def test_sixteen_bit_fragments_use_ldmatrix(ahead, a, order, sm):
     """Whole 16-bit tiles feed the tensor cores with ldmatrix (.trans for the other order)."""
-    row = dt.find_combination(a, a, dt.float32, False)
-    if row.min_sm > sm:
-        pytest.skip(f"{a.name} needs sm_{row.min_sm}")
-    desc = _descriptor(row, sm, order, "64x64x64") + bx.MaxAlignment
+    desc = _ldmatrix_descriptor(a, order, sm)
+    if desc is None:
+        pytest.skip(f"{a.name} needs sm_{dt.find_combination(a, a, dt.float32, False).min_sm}")
     sass = desc.compile().sass()
     if order[0] is bx.row_major or order[1] is bx.col_major:
         assert re.search(r"\bLDSM\.16\.M88", sass), "K-contiguous operand not loaded with ldmatrix"
@@ -144,22 +171,31 @@ def test_sixteen_bit_fragments_use_ldmatrix(a, order, sm):
     assert "LDGSTS" in sass or sm < 80, "16-byte aligned operands are copied with cp.async"
 
 
-@pytest.mark.parametrize("size", [(64, 64, 64), (100, 100, 100), (48, 80, 32), (33, 72, 48), (20, 24, 32)],
-                         ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("a, c", [(dt.int8, dt.int32), (dt.float8_e4m3, dt.float32)], ids=["int8", "e4m3"])
-@pytest.mark.parametrize("workload", [bx.Workload.compute_bound, bx.Workload.memory_bound], ids=lambda w: w.name)
-def test_n_contiguous_8bit_b_is_read_in_runs(a, c, size, workload):
-    """Row-major 8-bit B on mma.sync is read in runs of 4 (2) adjacent bytes per K row and
-    transposed with byte permutes (block_gemm.cuh's grouped B order) wherever the warp tile's
-    pieces along N pair up: no byte loads (A takes ldmatrix at these sizes), no local memory.
-    The suggested B leading dimension is an odd number of 8-byte steps (conflict-free runs) where
-    B is reused, the odd-chunk rule's (16-byte copies) where it is read once."""
+N_CONTIGUOUS_SIZES = [(64, 64, 64), (100, 100, 100), (48, 80, 32), (33, 72, 48), (20, 24, 32)]
+N_CONTIGUOUS_TYPES = [(dt.int8, dt.int32), (dt.float8_e4m3, dt.float32)]
+
+
+def _n_contiguous_descriptor(a, c, size, workload) -> bx.Descriptor:
+    """test_n_contiguous_8bit_b_is_read_in_runs's block: row-major 8-bit operands at the suggested leading dimensions."""
     desc = (
         bx.Size(*size) + bx.Precision(a, a, c) + bx.Type.real + bx.Function.MM
         + bx.Arrangement(bx.row_major, bx.row_major, bx.row_major) + bx.SM(90) + bx.Block() + bx.MaxAlignment
         + workload
     )
-    desc = desc + bx.LeadingDimension(*desc.suggested_leading_dimension)
+    return desc + bx.LeadingDimension(*desc.suggested_leading_dimension)
+
+
+@pytest.mark.slow  # the module's `ahead` compiles their kernels together
+@pytest.mark.parametrize("size", N_CONTIGUOUS_SIZES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("a, c", N_CONTIGUOUS_TYPES, ids=["int8", "e4m3"])
+@pytest.mark.parametrize("workload", [bx.Workload.compute_bound, bx.Workload.memory_bound], ids=lambda w: w.name)
+def test_n_contiguous_8bit_b_is_read_in_runs(ahead, a, c, size, workload):
+    """Row-major 8-bit B on mma.sync is read in runs of 4 (2) adjacent bytes per K row and
+    transposed with byte permutes (block_gemm.cuh's grouped B order) wherever the warp tile's
+    pieces along N pair up: no byte loads (A takes ldmatrix at these sizes), no local memory.
+    The suggested B leading dimension is an odd number of 8-byte steps (conflict-free runs) where
+    B is reused, the odd-chunk rule's (16-byte copies) where it is read once."""
+    desc = _n_contiguous_descriptor(a, c, size, workload)
     assert desc.instruction == "mma.sync.m16n8k32"
     if workload is bx.Workload.compute_bound:
         assert desc.ldb % 16 == 8
@@ -316,17 +352,25 @@ def test_small_batched_kernel_is_straight_code(a, c, loops):
     assert bool(backward) == loops, f"backward branches {backward}"
 
 
-@pytest.mark.parametrize("sm", (80, 86, 89, 90))
-@pytest.mark.parametrize("a, size, bits", [(dt.float32, (128, 128, 64), None), (dt.tfloat32, (128, 128, 128), None),
-                                           (dt.float32, (128, 128, 128), 23)], ids=["f32", "tf32", "3xtf32"])
-def test_batched_k_chunks_are_commit_groups_waited_for_in_turn(sm, a, size, bits):
+K_CHUNK_SMS = (80, 86, 89, 90)
+K_CHUNK_CASES = [(dt.float32, (128, 128, 64), None), (dt.tfloat32, (128, 128, 128), None), (dt.float32, (128, 128, 128), 23)]
+
+
+def _k_chunks_descriptor(sm, a, size, bits) -> bx.Descriptor:
+    """test_batched_k_chunks_are_commit_groups_waited_for_in_turn's block."""
+    desc = (bx.Size(*size) + bx.Precision(a, a, dt.float32) + bx.Type.real + bx.Function.MM
+            + bx.Arrangement(bx.row_major, bx.row_major, bx.row_major) + bx.SM(sm) + bx.Block())
+    return desc + bx.MantissaBits(bits) if bits else desc
+
+
+@pytest.mark.slow  # the module's `ahead` compiles their kernels together
+@pytest.mark.parametrize("sm", K_CHUNK_SMS)
+@pytest.mark.parametrize("a, size, bits", K_CHUNK_CASES, ids=["f32", "tf32", "3xtf32"])
+def test_batched_k_chunks_are_commit_groups_waited_for_in_turn(ahead, sm, a, size, bits):
     """A plan with K in chunks (KernelPlan.k_chunk) issues one cp.async group per chunk and waits
     for them one at a time (1, then 0 still in flight for two chunks), with no local memory; the
     last group and wait are C's, loaded for beta != 0."""
-    desc = (bx.Size(*size) + bx.Precision(a, a, dt.float32) + bx.Type.real + bx.Function.MM
-            + bx.Arrangement(bx.row_major, bx.row_major, bx.row_major) + bx.SM(sm) + bx.Block())
-    if bits:
-        desc = desc + bx.MantissaBits(bits)
+    desc = _k_chunks_descriptor(sm, a, size, bits)
     if not desc.is_supported:
         pytest.skip("does not fit this SM's shared memory")
     chunks = -(-size[2] // desc.plan.k_chunk)
@@ -356,19 +400,29 @@ def test_batched_staged_c_is_read_in_whole_rows(a, c, size):
     assert stores == {".128"}, f"global stores {stores}"
 
 
-@pytest.mark.parametrize("sm", [75, 80, 90])
+PANEL_SMS = [75, 80, 90]
+PANEL_TYPES = [(dt.float16, dt.float16), (dt.float16, dt.float32), (dt.bfloat16, dt.float32)]
+
+
+def _panels_descriptor(a, c, order, sm) -> bx.Descriptor | None:
+    """test_batched_panels_compile_to_ldmatrix_without_spills's 32^3 block; None where the type needs a later SM."""
+    if dt.find_combination(a, a, c, False).min_sm > sm:
+        return None
+    return (bx.Size(32, 32, 32) + bx.Precision(a, a, c) + bx.Type.real + bx.Function.MM
+            + bx.Arrangement(*order, bx.row_major) + bx.SM(sm) + bx.Block() + bx.MaxAlignment)
+
+
+@pytest.mark.slow  # the module's `ahead` compiles their kernels together
+@pytest.mark.parametrize("sm", PANEL_SMS)
 @pytest.mark.parametrize("order", ORDERS, ids=lambda o: f"{o[0].name[0]}{o[1].name[0]}")
-@pytest.mark.parametrize("a, c", [(dt.float16, dt.float16), (dt.float16, dt.float32), (dt.bfloat16, dt.float32)],
-                         ids=["f16-f16", "f16-f32", "bf16-f32"])
-def test_batched_panels_compile_to_ldmatrix_without_spills(a, c, order, sm):
+@pytest.mark.parametrize("a, c", PANEL_TYPES, ids=["f16-f16", "f16-f32", "bf16-f32"])
+def test_batched_panels_compile_to_ldmatrix_without_spills(ahead, a, c, order, sm):
     """Batched kernels whose A and B sit in swizzled panels (heuristics.batched_panels: rows under a
     128-byte line) read them with ldmatrix only, copy them with cp.async from sm_80 on, and spill
     nothing, for every order of A and B."""
-    row = dt.find_combination(a, a, c, False)
-    if row.min_sm > sm:
-        pytest.skip(f"{a.name} needs sm_{row.min_sm}")
-    desc = (bx.Size(32, 32, 32) + bx.Precision(a, a, c) + bx.Type.real + bx.Function.MM
-            + bx.Arrangement(*order, bx.row_major) + bx.SM(sm) + bx.Block() + bx.MaxAlignment)
+    desc = _panels_descriptor(a, c, order, sm)
+    if desc is None:
+        pytest.skip(f"{a.name} needs sm_{dt.find_combination(a, a, c, False).min_sm}")
     assert desc.plan.batched_panels == (64, 64)
     kernel = desc.compile()
     sass = kernel.sass()

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import sys
 from pathlib import Path
@@ -19,8 +20,11 @@ import pytest
 
 import blasdx as bx
 from blasdx import dtypes as dt
+from blasdx.compile import cubin as cubins
 
 _BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+#: Every test reads the SASS of a kernel of its own (some 80 compiles): the file goes to a worker early.
+pytestmark = pytest.mark.slow
 
 
 def _sass_loops():
@@ -35,6 +39,25 @@ def _sass_loops():
         sys.path.remove(str(_BENCHMARKS))
 
 
+@pytest.fixture(scope="module")
+def ahead():
+    """The file's kernels compiled together (in parallel) and their SASS disassembled together, a
+    cuobjdump run per architecture instead of one per kernel; the tests then find both ready."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    block_compute = _sass_loops().block_compute
+    blocks = [block_compute.block_descriptor(name, (100, 100, 100), 90, True) for name in ODD_LOOP_BOUNDS]
+    blocks += [block_compute.block_descriptor("tf32->f32", size, sm, sm == 90) for size in TF32_SIZES for sm in TF32_SMS]
+    blocks += [block_compute.block_descriptor(name, size, 90, True) for name, size, _ in UNROLLED]
+    made = [kernel.compiled for kernel in map(block_compute.compile_blasdx, blocks[:1])]
+    with ThreadPoolExecutor(os.cpu_count() or 2) as pool:
+        made += [kernel.compiled for kernel in pool.map(block_compute.compile_blasdx, blocks[1:])]
+    tails = [_mma_sync(size, a, c, order, sm) for size, _ in K_TAILS for a, c in K_TAIL_TYPES for order in ORDERS
+             for sm in K_TAIL_SMS]
+    made += bx.precompile(tails, workers=os.cpu_count() or 2)
+    cubins.prefetch_sass(kernel.cubin for kernel in made)
+
+
 #: Instructions per MMA allowed in the hot loop of the 100^3 block-compute kernel (sm_90a). Before
 #: the K tail was peeled and the edge tests confined to edge tiles these were 7.8-12.8.
 ODD_LOOP_BOUNDS = {
@@ -43,7 +66,7 @@ ODD_LOOP_BOUNDS = {
 
 
 @pytest.mark.parametrize("name", list(ODD_LOOP_BOUNDS))
-def test_odd_size_k_loop_carries_no_bounds_tests(name):
+def test_odd_size_k_loop_carries_no_bounds_tests(ahead, name):
     mix = _sass_loops().blasdx_mix(name, (100, 100, 100))
     assert "error" not in mix, mix
     assert mix["instructions_per_mma"] <= ODD_LOOP_BOUNDS[name], mix
@@ -96,16 +119,18 @@ def _mma_sync(size, a, c, order, sm) -> bx.Descriptor:
 
 
 ORDERS = [(bx.row_major, bx.col_major), (bx.col_major, bx.row_major)]
+K_TAIL_SMS = [80, 90]
+K_TAIL_TYPES = [(dt.float16, dt.float32), (dt.bfloat16, dt.float32), (dt.float16, dt.float16)]
+K_TAILS = [((48, 80, 24), True), ((33, 40, 40), True), ((64, 64, 100), True), ((48, 80, 32), False),
+           ((100, 100, 90), False)]
 
 
-@pytest.mark.parametrize("sm", [80, 90])
+@pytest.mark.parametrize("sm", K_TAIL_SMS)
 @pytest.mark.parametrize("order", ORDERS, ids=["rc", "cr"])
-@pytest.mark.parametrize("a, c", [(dt.float16, dt.float32), (dt.bfloat16, dt.float32), (dt.float16, dt.float16)],
-                         ids=["f16-f32", "bf16-f32", "f16-f16"])
-@pytest.mark.parametrize("size, half_step", [((48, 80, 24), True), ((33, 40, 40), True), ((64, 64, 100), True),
-                                             ((48, 80, 32), False), ((100, 100, 90), False)],
+@pytest.mark.parametrize("a, c", K_TAIL_TYPES, ids=["f16-f32", "bf16-f32", "f16-f16"])
+@pytest.mark.parametrize("size, half_step", K_TAILS,
                          ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else str(v))
-def test_16bit_k_tail_runs_a_half_step(size, half_step, a, c, order, sm):
+def test_16bit_k_tail_runs_a_half_step(ahead, size, half_step, a, c, order, sm):
     """K % 16 in 1..8 ends with m16n8k8 (HMMA.1688); otherwise only m16n8k16 runs (K % 16 = 10
     takes a whole step with its K past the end zeroed)."""
     desc = _mma_sync(size, a, c, order, sm)
@@ -115,9 +140,13 @@ def test_16bit_k_tail_runs_a_half_step(size, half_step, a, c, order, sm):
     assert bool(re.search(r"\bHMMA\.1688\b", sass)) == half_step
 
 
-@pytest.mark.parametrize("sm", [80, 89, 90])
-@pytest.mark.parametrize("size", [(64, 64, 64), (48, 80, 24), (100, 100, 100)], ids=lambda s: "x".join(map(str, s)))
-def test_tf32_fragments_reach_the_tensor_core_as_loaded(size, sm):
+TF32_SMS = [80, 89, 90]
+TF32_SIZES = [(64, 64, 64), (48, 80, 24), (100, 100, 100)]
+
+
+@pytest.mark.parametrize("sm", TF32_SMS)
+@pytest.mark.parametrize("size", TF32_SIZES, ids=lambda s: "x".join(map(str, s)))
+def test_tf32_fragments_reach_the_tensor_core_as_loaded(ahead, size, sm):
     """tf32 operands go from shared memory to the MMA unchanged (the tensor core reads each
     float's upper 19 bits): no conversion per fragment element, so the compute-bound loop runs
     at most 2.5 instructions per MMA (3.5-4.6 when every element was rounded first)."""
@@ -131,10 +160,12 @@ def test_tf32_fragments_reach_the_tensor_core_as_loaded(size, sm):
     assert mix["instructions_per_mma"] <= 2.5, mix
 
 
-@pytest.mark.parametrize("name, size, steps", [("tf32->f32", (64, 64, 64), 8), ("f64", (100, 100, 100), 12),
-                                               ("f16->f16", (100, 100, 100), 6)],
+UNROLLED = [("tf32->f32", (64, 64, 64), 8), ("f64", (100, 100, 100), 12), ("f16->f16", (100, 100, 100), 6)]
+
+
+@pytest.mark.parametrize("name, size, steps", UNROLLED,
                          ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else str(v))
-def test_compute_bound_k_loop_is_unrolled(name, size, steps):
+def test_compute_bound_k_loop_is_unrolled(ahead, name, size, steps):
     """Compute-bound real products run all their K steps in one pass of the hot loop (the
     warp tile's MMAs times the whole steps), as cuBLASDx's unrolled K does."""
     sass_loops = _sass_loops()

@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 import blasdx as bx
+from blasdx.compile import cubin as cubins
 from blasdx.plan import heuristics as h
 
 from . import fusion_kernels
@@ -224,6 +225,7 @@ def kernels():
     wgmma = compile_all([gemm(size, types, arr) for types, arr, size in SASS_CASES], ("wgmma",), ("register_api",))
     transforms = compile_all([gemm(size, types, arr) for types, arr, size in TRANSFORM_CASES],
                              ("transform", "b_transform"), ("register_api",))
+    cubins.prefetch_sass(kernel.compiled.cubin for kernel in [*wgmma.values(), *transforms.values()])
     return {**wgmma, **transforms}
 
 

@@ -18,6 +18,7 @@ import pytest
 
 import blasdx as bx
 from blasdx import dtypes as dt
+from blasdx.compile import cubin as cubins
 
 from . import fusion_kernels
 from .test_wgmma_fusion import functions, gemm
@@ -195,15 +196,24 @@ def test_issue_rs_compiles_every_type_and_width():
 # ---------------------------------------------------------------------------------------------- compiled code
 
 
+@pytest.fixture(scope="module")
+def transformed() -> dict:
+    """{(desc, op, "register_api"): FusedKernel} of every case and A transform, compiled on a thread pool,
+    their SASS disassembled together (a cuobjdump run, not one per kernel)."""
+    kernels = compile_all([gemm(size, types, arr) for types, arr, size in CASES], names=("register_api",))
+    cubins.prefetch_sass(kernel.compiled.cubin for kernel in kernels.values())
+    return kernels
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("op", list(A_OPS))
 @pytest.mark.parametrize("case", CASES, ids=case_id)
-def test_a_transforms_run_wgmma_with_a_in_registers(case, op):
+def test_a_transforms_run_wgmma_with_a_in_registers(transformed, case, op):
     """Every kernel the GPU tests launch: one module per (case, transform) holds all three."""
     types, arr, size = case
     desc = gemm(size, types, arr)
     assert desc.plan.is_wgmma
-    kernel = bx.compile_kernel(kernel_source(types[0], op), "register_api", {"GEMM": desc})
+    kernel = transformed[(desc, op, "register_api")]
     assert kernel.arch == "sm_90a" and kernel.local_memory == 0
     name = opcode(types[0])
     found = functions(kernel.compiled.sass())
