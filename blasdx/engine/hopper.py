@@ -195,7 +195,7 @@ SWAP_MIN_N = 256
 MEDIUM = EngineConfig(64, 128, 64, 8, 1)
 MEDIUM_MAX_M = 256
 #: Medium tiles split K into as many splits as keep one unit per SM at most, each split at least this many
-#: K steps deep (:func:`medium_splits`). Measured (H200, bf16 unless named, CUDA-graph replay, us, unsplit
+#: K steps deep (:func:`split_count`). Measured (H200, bf16 unless named, CUDA-graph replay, us, unsplit
 #: against splits): shallow splits lose (128x4096x4096, 64 steps: 14.0-14.9 / 15.3 in 2; 96x4096x4096
 #: 15.5 / 17.2 (2); e4m3 128x4096x4096, 32 steps: 13.2 / 14.4 (2); 128x2048x2048 8.8 / 11.2 (2)), deep ones
 #: win as far as the SMs take them (128x2112x7168, 34 tiles: 21.0 / 17.5 (2), 15.7 (3); 96x2112x7168 22.7 /
@@ -240,7 +240,7 @@ def choose_config(a: _dt.DType, m: int, n: int, k: int, batch: int, multiprocess
     The 3xtf32 scheme takes `split square`. Otherwise outputs of at most SWAP_MAX_M rows are computed
     transposed (`decode`, N tile the rows rounded up to 16, 32 or 64), or take `narrow` where the caller
     keeps x and y in place; up to MEDIUM_MAX_M rows, while `pingpong` tiles would not fill the SMs once,
-    `medium` (K split up to one unit per SM with deep splits, :func:`medium_splits`); long products with
+    `medium` (K split up to one unit per SM with deep splits, :func:`split_count`); long products with
     many `wide` tiles (at least CLUSTER_WAVES per SM, CLUSTER_MIN_K_STEPS deep) take `wide` in clusters of 2; the rest `pingpong`, or `wide`
     for fp8: a promoting consumer (``promotion`` K elements, see PROMOTION) waits for its
     products before it adds them up, so both consumers had better multiply the same stage and
@@ -264,7 +264,7 @@ def choose_config(a: _dt.DType, m: int, n: int, k: int, batch: int, multiprocess
     elif (m <= MEDIUM_MAX_M and batch * math.ceil(m / PINGPONG.bm) * math.ceil(n / PINGPONG.bn) < multiprocessors
           and scheme == "native"):
         config = replace(MEDIUM, bk=bk, promotion=promotion)
-        splits = medium_splits(config, m, n, k, batch, multiprocessors)
+        splits = split_count(config, m, n, k, batch, multiprocessors, MEDIUM_MIN_STEPS_PER_SPLIT)
         if stream_k and splits > 1:
             return stream_k_or_splits(config, splits, m, n, k, batch, multiprocessors)
         return config, splits
@@ -432,27 +432,14 @@ def memory_bound_splits(config: EngineConfig, m: int, n: int, k: int, batch: int
     return 1 if 2 * tiles > multiprocessors else balanced_splits(config, m, n, k, batch, multiprocessors)
 
 
-def medium_splits(config: EngineConfig, m: int, n: int, k: int, batch: int, multiprocessors: int) -> int:
-    """K splits of the `medium` class: the most that keep the work units within one per SM, each split at least
-    MEDIUM_MIN_STEPS_PER_SPLIT K steps deep (and none left empty)."""
-    tiles = batch * math.ceil(m / config.bm) * math.ceil(n / config.bn)
-    steps = math.ceil(k / config.bk)
-    splits = max(1, min(multiprocessors // max(tiles, 1), steps // MEDIUM_MIN_STEPS_PER_SPLIT, MAX_SPLITS))
-    return nonempty_splits(steps, splits)
-
-
-def split_count(config: EngineConfig, m: int, n: int, k: int, batch: int, multiprocessors: int) -> int:
-    """K splits that bring the work units up to the SM count, each at least MIN_STEPS_PER_SPLIT deep (the
-    wide path's rule: its splits are added up by a second kernel)."""
+def split_count(config: EngineConfig, m: int, n: int, k: int, batch: int, multiprocessors: int,
+                min_steps: int = MIN_STEPS_PER_SPLIT) -> int:
+    """K splits that bring the work units up to the SM count (at most one per SM), each at least ``min_steps``
+    deep, none left empty: the wide path's rule (its splits are added up by a second kernel) and, with
+    MEDIUM_MIN_STEPS_PER_SPLIT, the `medium` class's."""
     units = batch * math.ceil(m / config.bm) * math.ceil(n / config.bn)
     steps = math.ceil(k / config.bk)
-    if units >= multiprocessors or steps < 2 * MIN_STEPS_PER_SPLIT:
-        return 1
-    splits = min(multiprocessors // units, steps // MIN_STEPS_PER_SPLIT, MAX_SPLITS)
-    if splits <= 1:
-        return 1
-    chunk = math.ceil(steps / splits)
-    return math.ceil(steps / chunk)  # no split left empty
+    return nonempty_splits(steps, min(multiprocessors // max(units, 1), steps // min_steps, MAX_SPLITS))
 
 
 # ---------------------------------------------------------------------------------------------
