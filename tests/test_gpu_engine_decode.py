@@ -48,6 +48,26 @@ def test_decode_products(torch, m, n, k, weights, a, c):
     _check(torch, out, x, y, a, c, k, acc, alpha=0.75, beta=-0.5, what=f"{m}x{n}x{k} {weights}: {engine.describe()}")
 
 
+@pytest.mark.parametrize("m", [1, 16, 17, 32, 33, 64])
+@pytest.mark.parametrize(("n", "k"), [(10240, 1000), (32768, 136)])
+@pytest.mark.parametrize("weights", ["NK", "KN"])
+@pytest.mark.parametrize(("a", "c"), [(dt.bfloat16, dt.float32), (dt.float16, dt.float16)], ids=lambda t: t.name)
+def test_products_past_a_wave_of_decode_tiles(torch, m, n, k, weights, a, c):
+    """The tiles the rule takes past a wave of decode tiles on 132 SMs (128 weight rows on two consumers up to 32
+    rows; from 33, `medium` or `narrow` with x as A), run on this GPU whatever its SM count: alpha / beta into a
+    poisoned out, element by element against float64."""
+    config, splits = hopper.decode_config(a, m, n, k, 1, 132, 64, 0)
+    assert (config.bm, config.consumers) == (128, 2) if m <= 32 else not config.swap_ab, config
+    gen = torch.Generator(device="cuda").manual_seed(m * 17 + n + k + len(weights))
+    x = operand(torch, (m, k), a, gen)
+    y = operand(torch, (n, k), a, gen).t() if weights == "NK" else operand(torch, (k, n), a, gen)
+    acc = operand(torch, (m, n), c, gen)
+    out = poisoned(torch, (m, n), c)
+    engine = engine_call(torch, x, y, acc, out, c, a, alpha=0.75, beta=-0.5, config=config, splits=splits)
+    assert engine.swapped == config.swap_ab, engine.describe()
+    _check(torch, out, x, y, a, c, k, acc, alpha=0.75, beta=-0.5, what=f"{m}x{n}x{k} {weights}: {engine.describe()}")
+
+
 @pytest.mark.parametrize("m", [1, 16, 17, 33, 64])
 @pytest.mark.parametrize(("n", "k"), [(256, 128), (4096, 1040), (3000, 4096)])  # 8-bit rows of whole 16 bytes
 @pytest.mark.parametrize(("a", "c"), [(dt.float8_e4m3, dt.float16), (dt.float8_e5m2, dt.float32),

@@ -47,9 +47,17 @@ def plan(x, y, acc=None, sm=90):
     ((512, 2112, 7168), "pingpong", 3, {}),  # 68 tiles: three splits, 204 units in two rounds
     ((2048, 2112, 7168), "pingpong", 1, {}),  # 272 tiles (2.06 waves): halves in 5 rounds gain too little
     ((16, 8192, 8192), "decode", 1, {}),  # swapped: 128 tiles of 64 weight rows x 16 occupy the SMs, K whole
-    ((16, 4096, 4096), "decode", 2, {}),  # 64 tiles: under half the SMs, balanced splits
+    ((16, 4096, 4096), "decode", 1, {}),  # 64 tiles: over a third of the SMs, K whole
+    ((16, 2112, 7168), "decode", 4, {}),  # 33 tiles: balanced splits
     ((33, 8192, 8192), "decode", 1, {"bn": 64, "stages": hopper.DECODE_64_STAGES}),  # 33-64 rows: a 64-wide N tile
-    ((64, 4096, 14336), "decode", 2, {"bn": 64, "stages": hopper.DECODE_64_STAGES}),
+    ((64, 4096, 14336), "decode", 1, {"bn": 64, "stages": hopper.DECODE_64_STAGES}),
+    # past a wave of decode tiles, the largest tile whose waves are used as well
+    ((16, 32768, 512), "decode", 1, {"bm": 128, "consumers": 2, "stages": hopper.DECODE_PAIR_STAGES}),
+    ((32, 10240, 8192), "decode", 1, {"bm": 128, "bn": 32, "consumers": 2, "stages": hopper.DECODE_PAIR_STAGES - 1}),
+    ((16, 24576, 1536), "decode", 1, {}),  # 384 tiles use 2.9 waves; 192 of 128 rows only 1.45
+    ((64, 14336, 4096), "medium", 1, {}),  # 224 decode tiles, 112 medium ones: the same 85% of 2 waves
+    ((64, 32768, 512), "narrow", 1, {}),
+    ((64, 57344, 8192), "decode", 1, {"bn": 64, "stages": hopper.DECODE_64_STAGES}),  # 896 tiles: 97% of 7 waves
     ((128, 4096, 4096), "medium", 1, {}),  # 32 ping-pong tiles: 64 medium ones, 64 K steps: whole
     ((128, 4096, 14336), "medium", 2, {}),  # 224 K steps: split to occupy the SMs
     ((128, 2112, 7168), "medium", 3, {}),  # 34 tiles, 112 K steps: 3 splits of 38 (102 units)

@@ -186,6 +186,18 @@ SWAP_MAX_M = 64
 DECODE_64_STAGES = 10
 #: ... and at least this many columns (the swapped M: whole tiles of weights).
 SWAP_MIN_N = 256
+# Past one wave of decode tiles (16-bit inputs), a larger tile over the same wave count loads each stage for more
+# products: rows up to 16 or 32 take 128 weight rows on two consumers, 33 to 64 rows take x as A in `medium` or
+# `narrow` tiles. Measured (H200, bf16 nk, CUDA-graph replay, us; 64-row decode tiles / the larger tile; torch):
+#   16x10240x8192 53.8 / 47.5 (128 rows); 16x32768x512 9.8 / 7.8; 16x14336x4096 33.3 / 32.3; 16x28672x4096 63.3 / 60.6;
+#   16x24576x1536 22.3 / 23.0 (384 tiles, 2.9 waves; 128 rows: 1.45) and 16x57344x8192 228.5 / 229.1 stay decode;
+#   64x10240x8192 58.7 / 47.0 (medium); 64x14336x4096 36.3 / 33.4 (medium); 64x28672x4096 68.9 / 63.4 (narrow);
+#   64x32768x512 13.6 / 9.3 (narrow); 64x24576x1536 24.6 / 25.7 and 64x57344x8192 236.2 / 241.2 stay decode.
+#: Stages of the 128-row decode tile (two consumers) at an N tile of 16 (18 KB a stage); one fewer at 32 (20 KB),
+#: so that a TMA-stored result's staging fits beside them.
+DECODE_PAIR_STAGES = 10
+#: A larger tile is taken while its waves are used at least this much less than the best candidate's.
+WAVE_USE_SLACK = 0.05
 # Medium (65 to MEDIUM_MAX_M rows, while ping-pong's 128 x 128 tiles would not fill the SMs once): 64 x 128
 # tiles, one consumer, 8 stages. Measured (H200, bf16, CUDA-graph replay, us):
 #   128x4096x4096: medium 14.0 (1 split), ping-pong 19.2 (4 splits); torch 13.3
@@ -238,7 +250,7 @@ def choose_config(a: _dt.DType, m: int, n: int, k: int, batch: int, multiprocess
     """The tile configuration and K split count of an M x N x K product with ``batch`` problems.
 
     The 3xtf32 scheme takes `split square`. Otherwise outputs of at most SWAP_MAX_M rows are computed
-    transposed (`decode`, N tile the rows rounded up to 16, 32 or 64), or take `narrow` where the caller
+    transposed (:func:`decode_config`: `decode` or, past a wave of its tiles, a larger one), or take `narrow` where the caller
     keeps x and y in place; up to MEDIUM_MAX_M rows, while `pingpong` tiles would not fill the SMs once,
     `medium` (K split up to one unit per SM with deep splits, :func:`split_count`); long products with
     many `wide` tiles (at least CLUSTER_WAVES per SM, CLUSTER_MIN_K_STEPS deep) take `wide` in clusters of 2; the rest `pingpong`, or `wide`
@@ -256,9 +268,7 @@ def choose_config(a: _dt.DType, m: int, n: int, k: int, batch: int, multiprocess
     if scheme == "3xtf32":
         config = SPLIT_SQUARE
     elif swap and decodes(m, n):
-        config = replace(DECODE, bn=16 if m <= 16 else 32 if m <= 32 else 64, bk=bk, promotion=promotion)
-        config = replace(config, stages=DECODE.stages if config.bn < 64 else DECODE_64_STAGES)
-        return config, memory_bound_splits(config, n, m, k, batch, multiprocessors)
+        return decode_config(a, m, n, k, batch, multiprocessors, bk, promotion)
     elif m <= 64:
         config = NARROW
     elif (m <= MEDIUM_MAX_M and batch * math.ceil(m / PINGPONG.bm) * math.ceil(n / PINGPONG.bn) < multiprocessors
@@ -425,11 +435,39 @@ def nonempty_splits(steps: int, splits: int) -> int:
 
 
 def memory_bound_splits(config: EngineConfig, m: int, n: int, k: int, batch: int, multiprocessors: int) -> int:
-    """K splits of the memory-bound `decode` class: none once the tiles occupy half of the SMs
+    """K splits of the memory-bound `decode` class: none once the tiles occupy a third of the SMs
     (the weights stream at full bandwidth from there, and a split's exchange of partial sums only adds
-    traffic: 128x4096x4096 ran 14.0 us unsplit, 15.4 us in 2 splits), else :func:`balanced_splits`."""
+    traffic: H200, bf16, us, whole / 2 splits: 64x4096x4096 12.0 / 13.2, 16x4096x14336 33.4 / 35.7, 16x4096x4096
+    10.7 / 11.0 (64 tiles); 16x2112x7168, 33 tiles: 16.4 whole, 10.5 in 4), else :func:`balanced_splits`."""
     tiles = batch * math.ceil(m / config.bm) * math.ceil(n / config.bn)
-    return 1 if 2 * tiles > multiprocessors else balanced_splits(config, m, n, k, batch, multiprocessors)
+    return 1 if 3 * tiles > multiprocessors else balanced_splits(config, m, n, k, batch, multiprocessors)
+
+
+def wave_use(tiles: int, multiprocessors: int) -> float:
+    """The share of its rounds' block slots that ``tiles`` one-block-per-SM tiles occupy."""
+    return tiles / (math.ceil(tiles / multiprocessors) * multiprocessors)
+
+
+def decode_config(a: _dt.DType, m: int, n: int, k: int, batch: int, multiprocessors: int, bk: int,
+                  promotion: int) -> tuple[EngineConfig, int]:
+    """The tile and K splits of a product of at most SWAP_MAX_M rows: `decode` (swapped, N tile the rows rounded
+    up to 16, 32 or 64) with :func:`memory_bound_splits`, or, for 16-bit inputs past one wave of decode tiles, the
+    largest tile whose waves are used within WAVE_USE_SLACK of the best (rows up to 32: 128 weight rows on two
+    consumers; 33 to 64: `medium` or `narrow`, x as A), whole."""
+    bn = 16 if m <= 16 else 32 if m <= 32 else 64
+    decode = replace(DECODE, bn=bn, bk=bk, promotion=promotion,
+                     stages=DECODE.stages if bn < 64 else DECODE_64_STAGES)
+    if a.size == 2 and batch * math.ceil(n / decode.bm) > multiprocessors:
+        larger = ([replace(decode, bm=128, consumers=2, stages=DECODE_PAIR_STAGES - bn // 32)] if bn < 64 else
+                  [replace(MEDIUM, bk=bk, promotion=promotion), replace(NARROW, bk=bk, promotion=promotion)])
+
+        def use(config: EngineConfig) -> float:
+            rows, columns = (n, m) if config.swap_ab else (m, n)
+            return wave_use(batch * math.ceil(rows / config.bm) * math.ceil(columns / config.bn), multiprocessors)
+
+        best = max(use(config) for config in [decode, *larger])
+        return next((c for c in reversed(larger) if use(c) >= best - WAVE_USE_SLACK), decode), 1
+    return decode, memory_bound_splits(decode, n, m, k, batch, multiprocessors)
 
 
 def split_count(config: EngineConfig, m: int, n: int, k: int, batch: int, multiprocessors: int,
