@@ -9,8 +9,8 @@
 // * Shapes (9.7.15.5, "Matrix Shape"): m64nNk16 for f16/bf16 inputs (accumulator f16 or f32),
 //   m64nNk32 for e4m3/e5m2 (f16 or f32) and for s8/u8 (s32), m64nNk8 for tf32; N is a multiple
 //   of 8 from 8 to 256 (of 16 from 16 to 256 for s8/u8 beyond 32: the widths blasdx issues,
-//   powers of two, are valid for every type). One instruction reads 32 bytes of K per row of A
-//   and per column of B in every case.
+//   powers of two, are valid for every type; 192 is issued with f32 accumulators only). One
+//   instruction reads 32 bytes of K per row of A and per column of B in every case.
 // * Operands (9.7.15.5, syntax): f16/bf16 take "d, a-desc, b-desc, scale-d, imm-scale-a,
 //   imm-scale-b, imm-trans-a, imm-trans-b"; tf32 and fp8 the same without the transposes;
 //   s8/u8 only "d, a-desc, b-desc, scale-d" (no negation, no transposes). scale-d 0 computes
@@ -241,6 +241,9 @@ __device__ __forceinline__ void fence_operand(double& r) { asm volatile("" : "+d
 #define BLASDX_WG_REGS_64                                                                                      \
     BLASDX_WG_REGS_32 ", " BLASDX_WG_R4_8 ", " BLASDX_WG_R4_9 ", " BLASDX_WG_R4_10 ", " BLASDX_WG_R4_11 ", " \
         BLASDX_WG_R4_12 ", " BLASDX_WG_R4_13 ", " BLASDX_WG_R4_14 ", " BLASDX_WG_R4_15
+#define BLASDX_WG_REGS_96                                                                                         \
+    BLASDX_WG_REGS_64 ", " BLASDX_WG_R4_16 ", " BLASDX_WG_R4_17 ", " BLASDX_WG_R4_18 ", " BLASDX_WG_R4_19 ", "   \
+        BLASDX_WG_R4_20 ", " BLASDX_WG_R4_21 ", " BLASDX_WG_R4_22 ", " BLASDX_WG_R4_23
 #define BLASDX_WG_REGS_128                                                                                        \
     BLASDX_WG_REGS_64 ", " BLASDX_WG_R4_16 ", " BLASDX_WG_R4_17 ", " BLASDX_WG_R4_18 ", " BLASDX_WG_R4_19 ", "   \
         BLASDX_WG_R4_20 ", " BLASDX_WG_R4_21 ", " BLASDX_WG_R4_22 ", " BLASDX_WG_R4_23 ", " BLASDX_WG_R4_24 ", " \
@@ -252,6 +255,7 @@ __device__ __forceinline__ void fence_operand(double& r) { asm volatile("" : "+d
 #define BLASDX_WG_AB_16 "%16, %17"
 #define BLASDX_WG_AB_32 "%32, %33"
 #define BLASDX_WG_AB_64 "%64, %65"
+#define BLASDX_WG_AB_96 "%96, %97"
 #define BLASDX_WG_AB_128 "%128, %129"
 #define BLASDX_WG_T_2 ", %4, %5"
 #define BLASDX_WG_T_4 ", %6, %7"
@@ -259,6 +263,7 @@ __device__ __forceinline__ void fence_operand(double& r) { asm volatile("" : "+d
 #define BLASDX_WG_T_16 ", %18, %19"
 #define BLASDX_WG_T_32 ", %34, %35"
 #define BLASDX_WG_T_64 ", %66, %67"
+#define BLASDX_WG_T_96 ", %98, %99"
 #define BLASDX_WG_T_128 ", %130, %131"
 #define BLASDX_WG_NO_T(C) ""
 #define BLASDX_WG_WITH_T(C) BLASDX_WG_T_##C
@@ -269,6 +274,7 @@ __device__ __forceinline__ void fence_operand(double& r) { asm volatile("" : "+d
 #define BLASDX_WG_F16(d) BLASDX_WG_F8(d), BLASDX_WG_F8((d) + 8)
 #define BLASDX_WG_F32(d) BLASDX_WG_F16(d), BLASDX_WG_F16((d) + 16)
 #define BLASDX_WG_F64(d) BLASDX_WG_F32(d), BLASDX_WG_F32((d) + 32)
+#define BLASDX_WG_F96(d) BLASDX_WG_F64(d), BLASDX_WG_F32((d) + 64)
 #define BLASDX_WG_F128(d) BLASDX_WG_F64(d), BLASDX_WG_F64((d) + 64)
 #define BLASDX_WG_U2(d) "+r"((d)[0]), "+r"((d)[1])
 #define BLASDX_WG_U4(d) BLASDX_WG_U2(d), BLASDX_WG_U2((d) + 2)
@@ -293,6 +299,7 @@ __device__ __forceinline__ void fence_operand(double& r) { asm volatile("" : "+d
     BLASDX_WG_CASE(32, 16, OP, BLASDX_WG_F, TRANS, __VA_ARGS__)  \
     BLASDX_WG_CASE(64, 32, OP, BLASDX_WG_F, TRANS, __VA_ARGS__)  \
     BLASDX_WG_CASE(128, 64, OP, BLASDX_WG_F, TRANS, __VA_ARGS__) \
+    BLASDX_WG_CASE(192, 96, OP, BLASDX_WG_F, TRANS, __VA_ARGS__) \
     BLASDX_WG_CASE(256, 128, OP, BLASDX_WG_F, TRANS, __VA_ARGS__)
 #define BLASDX_WG_F16_WIDTHS(OP, TRANS, ...)                   \
     BLASDX_WG_CASE(8, 2, OP, BLASDX_WG_U, TRANS, __VA_ARGS__)   \
@@ -368,8 +375,10 @@ __device__ __forceinline__ void fence_operand(double& r) { asm volatile("" : "+d
 
 template <int WIDTH>
 struct width_check {
-    static_assert(WIDTH == 8 || WIDTH == 16 || WIDTH == 32 || WIDTH == 64 || WIDTH == 128 || WIDTH == 256,
-                  "blasdx issues wgmma widths that are powers of two from 8 to 256 (wider tiles take several)");
+    static_assert(WIDTH == 8 || WIDTH == 16 || WIDTH == 32 || WIDTH == 64 || WIDTH == 128 || WIDTH == 192 ||
+                      WIDTH == 256,
+                  "blasdx issues wgmma widths that are powers of two from 8 to 256, and 192 with f32 sums (wider "
+                  "tiles take several)");
 };
 
 // mma<TA, TB, TAcc>::issue<WIDTH, TRANS_A, TRANS_B>(d, desc_a, desc_b): d += A * B for a 64 x

@@ -133,7 +133,9 @@ struct DeviceGemm {
     static_assert(CLUSTER == 1 || CLUSTER == 2, "clusters of one or two blocks");
     static_assert(!PINGPONG || CONSUMERS == 2, "ping-pong takes two consumers");
     static_assert(WG_M % 64 == 0 && ATOMS_M <= 2, "a consumer owns one or two 64-row slices of the tile");
-    static_assert(BN == 16 || BN == 32 || BN == 64 || BN == 128 || BN == 256, "one wgmma spans the tile's N: 16 to 256");
+    static_assert(BN == 16 || BN == 32 || BN == 64 || BN == 128 || BN == 256 ||
+                      (BN == 192 && !PROMOTION && !REWRITE && sizeof(typename Cfg::a_type) == 2),
+                  "one wgmma spans the tile's N: 16 to 256 (192: 16-bit inputs, unpromoted, stages as loaded)");
     static_assert(STAGES >= 2, "the producer loads ahead while consumers multiply");
     static_assert(!SPLIT || (CLUSTER == 1 && sizeof(typename Cfg::a_type) == 4 && sizeof(typename Cfg::b_type) == 4),
                   "the tf32 split takes float32 operands, without clusters");
