@@ -235,6 +235,22 @@ def test_every_config_and_split(torch):
                 _check(torch, d, x, y, a, c, k, what=f"{name} {splits} splits {layout}")
 
 
+@pytest.mark.parametrize("splits", [1, 2])
+@pytest.mark.parametrize(("a", "c"), [(dt.float16, dt.float16), (dt.bfloat16, dt.float32), (dt.bfloat16, dt.bfloat16)],
+                         ids=lambda t: t.name)
+def test_wide_192_tiles(torch, a, c, splits):
+    """128 x 192 tiles (96 f32 sums a thread): unsplit with D stored by TMA in 64-row chunks (3 or 6 of them across
+    the tile), split through partial sums; a last tile column 40 wide, K not a whole number of steps, x MN-major."""
+    gen = torch.Generator(device="cuda").manual_seed(31 + splits)
+    m, n, k = 384, 1000, 700
+    x, y = operand(torch, (m, k), a, gen, "C"), operand(torch, (k, n), a, gen, "R")
+    acc = operand(torch, (m, n), c, gen)
+    d = poisoned(torch, (m, n), c)
+    engine = engine_call(torch, x, y, acc, d, c, a, alpha=0.5, beta=-1.0, config=hopper.WIDE_192, splits=splits)
+    assert engine.config.bn == 192 and ("D by TMA" in engine.describe()) == (splits == 1), engine.describe()
+    _check(torch, d, x, y, a, c, k, acc, alpha=0.5, beta=-1.0, what=engine.describe())
+
+
 def test_streams_and_repeat_calls(torch):
     """bx.matmul (the engine, and one block per problem) and bx.mma into out=, each warmed up and then run
     again on a busy side stream behind writes of new inputs (gpu_support.behind_a_delay): each call must

@@ -291,7 +291,7 @@ def test_every_config_compiles(name):
     sass = compiled.sass()
     assert compiled.local_memory == 0 and "HGMMA" in sass and "UTMASTG" not in sass  # direct stores
     width = {"wide": 256, "square": 128, "narrow": 256, "pingpong": 128, "wide clusters": 256, "decode": 16,
-             "medium": 128}[name]
+             "medium": 128, "wide 192": 192}[name]
     assert f"HGMMA.64x{width}x16.F32.BF16" in sass
 
 

@@ -163,6 +163,15 @@ SQUARE = EngineConfig(128, 128, 64, 6, 2)
 NARROW = EngineConfig(64, 256, 64, 5, 1)
 PINGPONG = EngineConfig(128, 128, 64, 6, 2, pingpong=True)
 WIDE_CLUSTERS = EngineConfig(128, 256, 64, 4, 2, cluster=2)
+# 128 x 192 tiles (16-bit inputs; 2 consumers of 64 x 192, 96 f32 accumulators each; 40 KB stages): fewer tiles than
+# 128 x 128 where those would leave a last wave mostly empty. The 16-bit rule (:func:`wave_config`) weighs the three
+# by how well their rounds fill the SMs. Measured (H200, bf16 nk, CUDA-graph replay, us; ping-pong / 128 x 192 /
+# 128 x 256, whole unless split; torch): 512x6144x4096 45.3 / 37.1 / 44.4 (36.2); 384x6144x4096 50.3 / 39.0 / 44.2
+# (33.0); 1024x2112x7168 77.8 / 55.8 / 71.8 (44.3); 512x2112x7168 39.1 (3 splits) / 34.6 (3) / 70.6 (24.4);
+# 512x4096x4096 25.9 / 33.9 / 43.1 (23.8); 512x57344x8192 707.0 / 786.5 / 646.7 (634.1); 2048x28672x4096 744.3 /
+# 773.7 / 661.1 (621.3); 2048x8192x28672 1475.9 / 1546.0 / 1371.8 (1427.8); 512x32768x512 37.6 / 43.5 / 39.8 (31.8).
+# Over 32 shapes of 384-8192 rows the rule's choice geomeans 0.93x torch, the former ping-pong rule 0.87x.
+WIDE_192 = EngineConfig(128, 192, 64, 4, 2)
 # The 3xtf32 split doubles a stage (low parts beside the high ones): 128 x 128 x 32 f32
 # tiles take 64 KB a stage, so 3 stages; each stage carries three times the products, summed
 # apart and added into the accumulator per stage (gemm.cuh, multiply_promoted), which takes
@@ -196,8 +205,10 @@ SWAP_MIN_N = 256
 #: Stages of the 128-row decode tile (two consumers) at an N tile of 16 (18 KB a stage); one fewer at 32 (20 KB),
 #: so that a TMA-stored result's staging fits beside them.
 DECODE_PAIR_STAGES = 10
-#: A larger tile is taken while its waves are used at least this much less than the best candidate's.
-WAVE_USE_SLACK = 0.05
+#: A larger tile is taken while its rounds are used at most this much less than the best candidate's.
+WAVE_USE_SLACK = 0.01
+#: :func:`wave_config` counts a K-split launch's use this much less (the partial sums' traffic).
+SPLIT_USE_PENALTY = 0.1
 # Medium (65 to MEDIUM_MAX_M rows, while ping-pong's 128 x 128 tiles would not fill the SMs once): 64 x 128
 # tiles, one consumer, 8 stages. Measured (H200, bf16, CUDA-graph replay, us):
 #   128x4096x4096: medium 14.0 (1 split), ping-pong 19.2 (4 splits); torch 13.3
@@ -215,6 +226,7 @@ MEDIUM_MAX_M = 256
 #: 15.5 (3), 14.6 (4); 128x4096x14336 43.5 / 39.7-40.0 (2); tf32 128x4096x4096, 128 steps: 28.6 / 27.8 (2)).
 MEDIUM_MIN_STEPS_PER_SPLIT = 36
 CONFIGS = {"wide": WIDE, "square": SQUARE, "narrow": NARROW, "pingpong": PINGPONG, "wide clusters": WIDE_CLUSTERS,
+           "wide 192": WIDE_192,
            "split square": SPLIT_SQUARE, "split square p1": replace(SPLIT_SQUARE, promote_stages=1),
            "split square p4": replace(SPLIT_SQUARE, promote_stages=4), "decode": DECODE, "medium": MEDIUM}
 
@@ -253,7 +265,8 @@ def choose_config(a: _dt.DType, m: int, n: int, k: int, batch: int, multiprocess
     transposed (:func:`decode_config`: `decode` or, past a wave of its tiles, a larger one), or take `narrow` where the caller
     keeps x and y in place; up to MEDIUM_MAX_M rows, while `pingpong` tiles would not fill the SMs once,
     `medium` (K split up to one unit per SM with deep splits, :func:`split_count`); long products with
-    many `wide` tiles (at least CLUSTER_WAVES per SM, CLUSTER_MIN_K_STEPS deep) take `wide` in clusters of 2; the rest `pingpong`, or `wide`
+    many `wide` tiles (at least CLUSTER_WAVES per SM, CLUSTER_MIN_K_STEPS deep) take `wide` in clusters of 2; 16-bit
+    products at least that deep the tile of :func:`wave_config`; the rest `pingpong`, or `wide`
     for fp8: a promoting consumer (``promotion`` K elements, see PROMOTION) waits for its
     products before it adds them up, so both consumers had better multiply the same stage and
     fill each other's waits (ping-pong consumers take turns), and fp8's narrow results make
@@ -280,11 +293,30 @@ def choose_config(a: _dt.DType, m: int, n: int, k: int, batch: int, multiprocess
         return config, splits
     elif wide_tiles >= CLUSTER_WAVES * multiprocessors and math.ceil(k / bk) >= CLUSTER_MIN_K_STEPS:
         config = WIDE_CLUSTERS
+    elif a.size == 2 and scheme == "native" and math.ceil(k / bk) >= CLUSTER_MIN_K_STEPS:
+        config, splits = wave_config(m, n, k, batch, multiprocessors, bk)
+        return stream_k_or_splits(config, splits, m, n, k, batch, multiprocessors) if stream_k else (config, splits)
     else:
         config = WIDE if a in _FP8 else PINGPONG
     config = replace(config, bk=bk, promotion=promotion)
     splits = balanced_splits(config, m, n, k, batch, multiprocessors)
     return stream_k_or_splits(config, splits, m, n, k, batch, multiprocessors) if stream_k else (config, splits)
+
+
+def wave_config(m: int, n: int, k: int, batch: int, multiprocessors: int, bk: int) -> tuple[EngineConfig, int]:
+    """The tile of a 16-bit product of at least CLUSTER_MIN_K_STEPS K steps outside the decode and medium classes:
+    of `pingpong` (128 x 128), `wide 192` and `wide` (128 x 256), each K split as :func:`split_count` would with
+    MEDIUM_MIN_STEPS_PER_SPLIT (up to a unit per SM), the widest whose rounds are used within WAVE_USE_SLACK of the
+    best, a split launch's use counted SPLIT_USE_PENALTY less (its partial sums)."""
+    options = []
+    for config in (PINGPONG, WIDE_192, WIDE):
+        config = replace(config, bk=bk)
+        splits = split_count(config, m, n, k, batch, multiprocessors, MEDIUM_MIN_STEPS_PER_SPLIT)
+        tiles = batch * math.ceil(m / config.bm) * math.ceil(n / config.bn)
+        use = wave_use(tiles * splits, multiprocessors) * (1 - SPLIT_USE_PENALTY * (splits > 1))
+        options.append((config, splits, use))
+    best = max(use for _, _, use in options)
+    return next((config, splits) for config, splits, use in reversed(options) if use >= best - WAVE_USE_SLACK)
 
 
 #: B's MN-major tile is transposed in shared memory (instead of repacking B in global memory) when
@@ -802,6 +834,8 @@ class EnginePlan:
         self.route_b = route_b
         if self.config.split_tf32 != (scheme == "3xtf32"):
             raise ValueError(f"configuration {self.config} does not run the {scheme} scheme")
+        if self.config.bn == 192 and (a.size != 2 or self.config.promotion or self.config.transpose_b):
+            raise ValueError(f"configuration {self.config}: 192-wide tiles take 16-bit inputs as loaded")
         self.multiprocessors = multiprocessors
         self.operand_a = _operand(route_a, a, m, k, lda, batch_a, batch_stride_a, self.config.bm, self.config.bk)
         cluster = self.config.cluster

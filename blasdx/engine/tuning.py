@@ -26,7 +26,7 @@ __all__ = ["CANDIDATES", "TUNED", "TUNED_FILE", "TuneKey", "TunedConfigs", "key_
 #: Stream-K candidates (``stream_k``) are tried with waves of tiles (blasdx.calls.tune.STREAM_K_WAVES) for splits.
 CANDIDATES = [("narrow", {}), ("narrow", {"bn": 128, "stages": 8}), ("pingpong", {}),
               ("pingpong", {"bm": 64, "bn": 256, "stages": 4}), ("pingpong", {"cluster": 2}), ("wide", {}),
-              ("wide clusters", {}), ("square", {}), ("decode", {}), ("decode", {"bn": 32}),
+              ("wide clusters", {}), ("wide 192", {}), ("square", {}), ("decode", {}), ("decode", {"bn": 32}),
               ("decode", {"bm": 128, "consumers": 2, "stages": 10}), ("pingpong", {"stream_k": True}),
               ("medium", {"stream_k": True})]
 
