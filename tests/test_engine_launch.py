@@ -109,7 +109,7 @@ def _engine(shape, splits):
     return p.kernel, x, y, acc
 
 
-@pytest.mark.parametrize(("shape", "splits"), [((256, 256, 256), 1), ((512, 512, 512), 2)])
+@pytest.mark.parametrize(("shape", "splits"), [((256, 256, 256), 1), ((512, 2112, 7168), 3)])
 def test_launch_on_pointers_is_run_on_views(gpu, shape, splits):
     engine, x, y, acc = _engine(shape, splits)
     out = acc._replace(ptr=PTR + 3 * 2**30)
@@ -224,7 +224,7 @@ def test_scaled_plans_launch_with_their_scratch(gpu, k):
 def test_split_sums_come_from_the_pool_unless_the_stream_captures(gpu, monkeypatch):
     """A split call on pointers takes its sums from the pool (one buffer, kept); while its stream captures a graph,
     a buffer of its own, allocated, zeroed and freed on the stream around the launch, and the pool is left alone."""
-    engine, x, y, acc = _engine((512, 512, 512), 2)
+    engine, x, y, acc = _engine((512, 2112, 7168), 3)
     out = acc._replace(ptr=PTR + 3 * 2**30)
     scalars = engine.scalars(acc, out, 1.0, 0.0)
     engine.launch(0, 0, x.ptr, y.ptr, acc.ptr, out.ptr, scalars)
@@ -246,7 +246,7 @@ def test_split_sums_come_from_the_pool_unless_the_stream_captures(gpu, monkeypat
 def test_split_calls_keep_their_pool_buffers_until_the_pool_gives_one_back(gpu, monkeypatch):
     """A split call asks the pool for its two buffers once; later calls on that stream launch with them until the
     pool gives a buffer back (a regrowth or an eviction), and a call on another stream asks again."""
-    engine, x, y, acc = _engine((512, 512, 512), 2)
+    engine, x, y, acc = _engine((512, 2112, 7168), 3)
     out = acc._replace(ptr=PTR + 3 * 2**30)
     scalars = engine.scalars(acc, out, 1.0, 0.0)
     asked = []

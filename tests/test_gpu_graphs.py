@@ -195,10 +195,10 @@ def _cases(torch, sm: int) -> list[Case]:
         return cases
     # the engine, split K; mma into a given out
     x = torch.randn(16, 8192, device="cuda", generator=gen).to(torch.float16)
-    y = torch.randn(8192, 4096, device="cuda", generator=gen).to(torch.float16)
-    acc = torch.randn(16, 4096, device="cuda", generator=gen)
-    out = torch.empty(16, 4096, device="cuda")
-    cases.append(Case("mma(out=) 16x4096x8192 f16 -> f32 (split K)", lambda: bx.mma(x, y, acc, out=out),
+    y = torch.randn(8192, 2048, device="cuda", generator=gen).to(torch.float16)
+    acc = torch.randn(16, 2048, device="cuda", generator=gen)
+    out = torch.empty(16, 2048, device="cuda")
+    cases.append(Case("mma(out=) 16x2048x8192 f16 -> f32 (split K)", lambda: bx.mma(x, y, acc, out=out),
                       normal(x, y, acc),
                       lambda: x.to(f64) @ y.to(f64) + acc.to(f64), tolerance(dt.float16, dt.float32, 8192)))
     # tf32 with a row-major y: wgmma reads K-major tf32 only, so y is repacked into scratch first

@@ -39,13 +39,15 @@ def plan(x, y, acc=None, sm=90):
 
 @pytest.mark.parametrize(("shape", "config", "splits", "changes"), [
     ((8192, 8192, 8192), "wide clusters", 1, {}),  # 2048 wide tiles (15 waves), 128 K steps
-    ((4096, 4096, 4096), "pingpong", 1, {}),
-    ((2048, 2048, 2048), "pingpong", 1, {}),
-    ((1024, 1024, 1024), "pingpong", 2, {}),  # 64 tiles, 16 K steps: two splits of 8 fill the SMs
-    ((1024, 1024, 2048), "pingpong", 2, {}),  # 32 K steps: two splits of 16
-    ((512, 512, 512), "pingpong", 2, {}),
-    ((512, 2112, 7168), "pingpong", 3, {}),  # 68 tiles: three splits, 204 units in two rounds
-    ((2048, 2112, 7168), "pingpong", 1, {}),  # 272 tiles (2.06 waves): halves in 5 rounds gain too little
+    ((4096, 4096, 4096), "wide", 1, {}),  # 1024 ping-pong tiles, 512 wide ones: 97% of their rounds alike
+    ((2048, 2048, 2048), "wide", 1, {}),
+    ((3072, 3072, 3072), "wide 192", 1, {}),  # 384 tiles of 128 x 192 fill 3 rounds (97%), 576 ping-pong 87%
+    ((1024, 1024, 1024), "pingpong", 1, {}),  # 16 K steps: too shallow to split (9.6 us whole, 14.7 in 2)
+    ((1024, 1024, 2048), "pingpong", 1, {}),  # 64 tiles: 48% of the SMs, the largest share
+    ((512, 512, 512), "pingpong", 1, {}),
+    ((512, 2112, 7168), "wide 192", 3, {}),  # 44 tiles in three splits of 38 K steps: 132 units
+    ((512, 6144, 4096), "wide 192", 1, {}),  # 128 tiles, 97% of a round (128 x 128: 192 tiles, 73% of 2)
+    ((2048, 2112, 7168), "pingpong", 1, {}),  # 272 tiles use 69% of 3 rounds, 176 of 128 x 192 67% of 2
     ((16, 8192, 8192), "decode", 1, {}),  # swapped: 128 tiles of 64 weight rows x 16 occupy the SMs, K whole
     ((16, 4096, 4096), "decode", 1, {}),  # 64 tiles: over a third of the SMs, K whole
     ((16, 2112, 7168), "decode", 4, {}),  # 33 tiles: balanced splits
@@ -66,7 +68,7 @@ def plan(x, y, acc=None, sm=90):
     ((128, 2048, 2048), "medium", 1, {}),  # 32 K steps: too shallow to split
     ((256, 4096, 4096), "medium", 1, {}),
     ((128, 8192, 28672), "medium", 1, {}),
-    ((128, 28672, 4096), "pingpong", 1, {}),  # 224 ping-pong tiles fill the SMs: no longer medium
+    ((128, 28672, 4096), "wide", 1, {}),  # 224 ping-pong tiles fill the SMs: no longer medium; 112 wide ones as well
     ((8192, 8192, 512), "pingpong", 1, {}),  # short K: epilogues under products beat clusters
 ])
 def test_config_rule(shape, config, splits, changes):
@@ -177,7 +179,7 @@ def test_d_is_stored_by_tma_when_row_major_on_16_bytes(encoder):
                              array_gemm._DeviceInfo(90, SMS), 0, out)
     assert "D by direct stores" in p.describe()
     assert "D by direct stores" in plan(view((500, 17)), view((17, 17))).describe()  # 34-byte rows
-    assert "2 K splits, D by direct stores" in plan(view((1024, 2048)), view((2048, 1024))).describe()
+    assert "3 K splits, D by direct stores" in plan(view((512, 7168)), view((7168, 2112))).describe()
     for c, n in ((dt.float16, 257), (dt.float32, 257), (dt.float32, 258)):  # padded rows of 16 bytes, N is not
         padded = view((333, n), c, strides=(n + (-n * c.size % 16 + 16) // c.size, 1))
         x, y = view((333, 1000)), col((1000, n))

@@ -293,7 +293,7 @@ def choose_config(a: _dt.DType, m: int, n: int, k: int, batch: int, multiprocess
         return config, splits
     elif wide_tiles >= CLUSTER_WAVES * multiprocessors and math.ceil(k / bk) >= CLUSTER_MIN_K_STEPS:
         config = WIDE_CLUSTERS
-    elif a.size == 2 and scheme == "native" and math.ceil(k / bk) >= CLUSTER_MIN_K_STEPS:
+    elif a.size == 2 and scheme == "native":
         config, splits = wave_config(m, n, k, batch, multiprocessors, bk)
         return stream_k_or_splits(config, splits, m, n, k, batch, multiprocessors) if stream_k else (config, splits)
     else:
@@ -304,12 +304,15 @@ def choose_config(a: _dt.DType, m: int, n: int, k: int, batch: int, multiprocess
 
 
 def wave_config(m: int, n: int, k: int, batch: int, multiprocessors: int, bk: int) -> tuple[EngineConfig, int]:
-    """The tile of a 16-bit product of at least CLUSTER_MIN_K_STEPS K steps outside the decode and medium classes:
-    of `pingpong` (128 x 128), `wide 192` and `wide` (128 x 256), each K split as :func:`split_count` would with
-    MEDIUM_MIN_STEPS_PER_SPLIT (up to a unit per SM), the widest whose rounds are used within WAVE_USE_SLACK of the
-    best, a split launch's use counted SPLIT_USE_PENALTY less (its partial sums)."""
+    """The tile of a 16-bit product outside the decode, medium and cluster classes: of `pingpong` (128 x 128),
+    `wide 192` and `wide` (128 x 256), each K split as :func:`split_count` would with MEDIUM_MIN_STEPS_PER_SPLIT (up
+    to a unit per SM), the widest whose rounds are used within WAVE_USE_SLACK of the best, a split launch's use
+    counted SPLIT_USE_PENALTY less (its partial sums). Under CLUSTER_MIN_K_STEPS K steps `pingpong` alone (its
+    epilogue under the other consumer's products; whole: H200, bf16, us, 1024^3 9.6 whole / 14.7 in 2 splits,
+    512x32768x512 37.6 / 128 x 256 39.8)."""
     options = []
-    for config in (PINGPONG, WIDE_192, WIDE):
+    short = math.ceil(k / bk) < CLUSTER_MIN_K_STEPS
+    for config in (PINGPONG,) if short else (PINGPONG, WIDE_192, WIDE):
         config = replace(config, bk=bk)
         splits = split_count(config, m, n, k, batch, multiprocessors, MEDIUM_MIN_STEPS_PER_SPLIT)
         tiles = batch * math.ceil(m / config.bm) * math.ceil(n / config.bn)
@@ -466,13 +469,15 @@ def nonempty_splits(steps: int, splits: int) -> int:
     return math.ceil(steps / math.ceil(steps / splits))
 
 
-def memory_bound_splits(config: EngineConfig, m: int, n: int, k: int, batch: int, multiprocessors: int) -> int:
-    """K splits of the memory-bound `decode` class: none once the tiles occupy a third of the SMs
+def memory_bound_splits(config: EngineConfig, m: int, n: int, k: int, batch: int, multiprocessors: int,
+                        share: int = 2) -> int:
+    """K splits of the memory-bound `decode` class: none once the tiles occupy 1 / ``share`` of the SMs
     (the weights stream at full bandwidth from there, and a split's exchange of partial sums only adds
-    traffic: H200, bf16, us, whole / 2 splits: 64x4096x4096 12.0 / 13.2, 16x4096x14336 33.4 / 35.7, 16x4096x4096
-    10.7 / 11.0 (64 tiles); 16x2112x7168, 33 tiles: 16.4 whole, 10.5 in 4), else :func:`balanced_splits`."""
+    traffic: 128x4096x4096 ran 14.0 us unsplit, 15.4 us in 2 splits), else :func:`balanced_splits`. 16-bit
+    inputs take a third (H200, bf16, us, whole / 2 splits: 64x4096x4096 12.0 / 13.2, 16x4096x14336 33.4 / 35.7,
+    16x4096x4096 10.7 / 11.0 (64 tiles); 16x2112x7168, 33 tiles: 16.4 whole, 10.5 in 4); others half."""
     tiles = batch * math.ceil(m / config.bm) * math.ceil(n / config.bn)
-    return 1 if 3 * tiles > multiprocessors else balanced_splits(config, m, n, k, batch, multiprocessors)
+    return 1 if share * tiles > multiprocessors else balanced_splits(config, m, n, k, batch, multiprocessors)
 
 
 def wave_use(tiles: int, multiprocessors: int) -> float:
@@ -499,7 +504,7 @@ def decode_config(a: _dt.DType, m: int, n: int, k: int, batch: int, multiprocess
 
         best = max(use(config) for config in [decode, *larger])
         return next((c for c in reversed(larger) if use(c) >= best - WAVE_USE_SLACK), decode), 1
-    return decode, memory_bound_splits(decode, n, m, k, batch, multiprocessors)
+    return decode, memory_bound_splits(decode, n, m, k, batch, multiprocessors, 3 if a.size == 2 else 2)
 
 
 def split_count(config: EngineConfig, m: int, n: int, k: int, batch: int, multiprocessors: int,
