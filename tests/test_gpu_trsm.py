@@ -32,6 +32,8 @@ from blasdx.trsm_reference import (
 )
 
 from .gpu_support import (
+    C,
+    R,
     behind_a_delay,
     host_to_torch,
     poisoned_new_tensors,
@@ -45,7 +47,6 @@ from .trsm_support import SOLVE_KERNEL
 
 pytestmark = pytest.mark.gpu
 
-R, C = bx.row_major, bx.col_major
 TYPES = [(bx.float32, bx.Type.real), (bx.float64, bx.Type.real), (bx.float32, bx.Type.complex),
          (bx.float64, bx.Type.complex)]
 ORDERS = list(itertools.product((R, C), repeat=2))
