@@ -20,6 +20,8 @@ from blasdx.reference import random_operand
 
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+#: The arrangements' shorthand in the GPU tests' tables: row-major and column-major.
+R, C = bx.row_major, bx.col_major
 
 
 @functools.cache
@@ -34,6 +36,15 @@ def gpu_sm() -> int | None:
         return major * 10 + minor
     except Exception:  # no driver, no device
         return None
+
+
+def scalar_pairs(row: dt.Combination) -> list[tuple]:
+    """(alpha, beta) pairs of a type: beta = 0 (C must not be read), then both non-trivial."""
+    if row.c.integral:
+        return [(1, 0), (-2, 3)]
+    if row.is_complex:
+        return [(1, 0), (complex(-1.5, 0.25), complex(0.5, -1))]
+    return [(1, 0), (-1.5, 0.5)]
 
 
 def require_gpu() -> int:

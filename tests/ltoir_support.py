@@ -13,6 +13,33 @@ import functools
 import pytest
 
 import blasdx as bx
+from blasdx import dtypes as dt
+
+
+def link_cases(types_by_name: dict[str, tuple], sms: list[tuple[int, bool]]):
+    """pytest params (types, sm, arch_specific) of each (A, B, C) on each (sm, arch_specific) of ``sms`` it runs on."""
+    for name, types in types_by_name.items():
+        row = dt.find_combination(*types, False)
+        for sm, specific in sms:
+            if row.min_sm <= sm:
+                yield pytest.param(types, sm, specific, id=f"{name}-sm{sm}{'a' if specific else ''}")
+
+
+def tensor_opcodes(desc: bx.Descriptor) -> set[str]:
+    """The SASS opcodes ``desc``'s instruction becomes: a kernel with its GEMM must hold one of them."""
+    a = desc.precision[0]
+    if desc.instruction == "fma":
+        return {"FFMA", "DFMA"}
+    if desc.instruction.startswith("wgmma"):
+        return {"HGMMA", "QGMMA", "IGMMA"}
+    if a == dt.float64:
+        return {"DMMA"}
+    if a in (dt.float8_e4m3, dt.float8_e5m2):
+        return {"QMMA"} if desc.sm == 89 else {"HMMA"}
+    if a in (dt.int8, dt.uint8):
+        return {"IMMA"}
+    return {"HMMA"}
+
 
 KERNELS = r"""
 // Both kernels: the same arguments, and A and B of this block's problem loaded into the GEMM's shared memory.

@@ -16,7 +16,16 @@ from blasdx import dtypes as dt
 from blasdx.errors import ExecutionError
 from blasdx.reference import assert_close, assert_gemm_close, to_float64, tolerance
 
-from .gpu_support import gemm_operands, gpu_sm, require_gpu, stable_seed, tight_operands, torch_to_host, value_type
+from .gpu_support import (
+    gemm_operands,
+    gpu_sm,
+    require_gpu,
+    scalar_pairs,
+    stable_seed,
+    tight_operands,
+    torch_to_host,
+    value_type,
+)
 from .test_fusion import (
     case_id,
     compile_type_kernels,
@@ -28,7 +37,6 @@ from .test_fusion import (
 
 pytestmark = pytest.mark.gpu
 
-R, C = bx.row_major, bx.col_major
 CASES = type_cases(gpu_sm() or 90)
 
 
@@ -40,15 +48,6 @@ def sm() -> int:
 @pytest.fixture(scope="module")
 def type_kernels(sm):
     return compile_type_kernels(CASES, sm)
-
-
-def _scalars(row: dt.Combination) -> list[tuple]:
-    """(alpha, beta) pairs: beta = 0 (C must not be read), then both non-trivial."""
-    if row.c.integral:
-        return [(1, 0), (-2, 3)]
-    if row.is_complex:
-        return [(1, 0), (complex(-1.5, 0.25), complex(0.5, -1))]
-    return [(1, 0), (-1.5, 0.5)]
 
 
 def run_type_case(kernel: bx.FusedKernel, desc: bx.Descriptor, row: dt.Combination, alpha, beta, rng,
@@ -71,7 +70,7 @@ def test_register_and_shared_memory_api_every_type(sm, type_kernels, case):
     desc = type_descriptor(row, sm, shape)
     rng = np.random.default_rng(stable_seed(case_id(case)))
     for kernel in type_kernels[case]:
-        for alpha, beta in _scalars(row):
+        for alpha, beta in scalar_pairs(row):
             run_type_case(kernel, desc, row, alpha, beta, rng)
 
 

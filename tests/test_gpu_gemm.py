@@ -30,6 +30,8 @@ from blasdx.reference import (
 )
 
 from .gpu_support import (
+    C,
+    R,
     behind_a_delay,
     check_outside,
     gemm_descriptor,
@@ -38,6 +40,7 @@ from .gpu_support import (
     guarded_operand,
     largest_square,
     require_gpu,
+    scalar_pairs,
     side_stream,
     stable_seed,
     strided_operand,
@@ -47,7 +50,6 @@ from .gpu_support import (
 
 pytestmark = pytest.mark.gpu
 
-R, C = bx.row_major, bx.col_major
 ALL_ARRANGEMENTS = list(itertools.product((R, C), repeat=3))
 TWO_ARRANGEMENTS = [(R, C, C), (C, R, R)]
 SIZES_ALL_ARRANGEMENTS = [(17, 33, 9), (64, 64, 64)]
@@ -75,14 +77,6 @@ def _cases():
 
 
 CASES = list(_cases())
-
-
-def _scalars(row: dt.Combination) -> list[tuple]:
-    if row.c.integral:
-        return [(1, 0), (-2, 3)]
-    if row.is_complex:
-        return [(1, 0), (complex(-1.5, 0.25), complex(0.5, -1))]
-    return [(1, 0), (-1.5, 0.5)]
 
 
 @pytest.fixture(scope="module")
@@ -141,7 +135,7 @@ def test_every_combination(compiled, row, size, arr):
     desc = compiled.get((row, size, arr))
     if desc is None:
         pytest.skip("does not fit this SM's shared memory")
-    for alpha, beta in _scalars(row):
+    for alpha, beta in scalar_pairs(row):
         run_gemm(desc, row, alpha, beta, stable_seed(repr(desc), alpha, beta))
 
 
@@ -149,7 +143,7 @@ def test_every_combination(compiled, row, size, arr):
 @pytest.mark.parametrize("row", _rows(), ids=_row_id)
 def test_block_dim_override(sm, row, threads):
     desc = gemm_descriptor(row, (40, 24, 40), sm, (R, C, C), block=bx.BlockDim(threads))
-    run_gemm(desc, row, *_scalars(row)[1], stable_seed(repr(desc)))
+    run_gemm(desc, row, *scalar_pairs(row)[1], stable_seed(repr(desc)))
 
 
 @pytest.mark.parametrize("arr", [(R, R, R), (R, C, C), (C, C, R)], ids=lambda a: "".join(x.name[0] for x in a))
@@ -160,17 +154,17 @@ def test_compute_bound_workload(sm, row, size, arr):
     desc = gemm_descriptor(row, size, sm, arr, workload=bx.Workload.compute_bound)
     if not desc.is_supported:
         pytest.skip("does not fit this SM's shared memory")
-    run_gemm(desc, row, *_scalars(row)[1], stable_seed(repr(desc)))
+    run_gemm(desc, row, *scalar_pairs(row)[1], stable_seed(repr(desc)))
 
 
 @pytest.mark.parametrize("row", _rows(), ids=_row_id)
 def test_explicit_leading_dimensions_and_alignment(sm, row):
     ld = bx.LeadingDimension(40, 48, 36)
     desc = gemm_descriptor(row, (32, 32, 32), sm, (C, C, C), ld=ld)
-    run_gemm(desc, row, *_scalars(row)[1], 7)
+    run_gemm(desc, row, *scalar_pairs(row)[1], 7)
     desc16 = gemm_descriptor(row, (64, 64, 64), sm, (R, C, C), al=bx.MaxAlignment)
     if desc16.is_supported:
-        run_gemm(desc16, row, *_scalars(row)[1], 8)
+        run_gemm(desc16, row, *scalar_pairs(row)[1], 8)
 
 
 @pytest.mark.parametrize("arr", [(R, R, R), (C, C, C)], ids=lambda a: "".join(x.name[0] for x in a))
@@ -182,9 +176,9 @@ def test_several_problems_per_block(sm, row, size, arr):
     desc = gemm_descriptor(row, size, sm, arr)
     if not desc.is_supported or desc.plan.stages == 1:
         pytest.skip("one problem per block")
-    for alpha, beta in _scalars(row):
+    for alpha, beta in scalar_pairs(row):
         run_gemm(desc, row, alpha, beta, stable_seed(repr(desc), alpha, beta, "stages"), batch=7)
-    run_gemm(desc, row, *_scalars(row)[1], stable_seed(repr(desc), "broadcast"), batch=5, a_batch=1)
+    run_gemm(desc, row, *scalar_pairs(row)[1], stable_seed(repr(desc), "broadcast"), batch=5, a_batch=1)
 
 
 def _replanned(monkeypatch, name: str, choice):
@@ -225,7 +219,7 @@ def test_k_in_chunks(sm, k_chunks_everywhere, row, size, arr):
     desc = gemm_descriptor(row, size, sm, arr)
     if not desc.is_supported or not desc.plan.k_chunk:
         pytest.skip("no K chunks for this plan")
-    for alpha, beta in _scalars(row):
+    for alpha, beta in scalar_pairs(row):
         run_gemm(desc, row, alpha, beta, stable_seed(repr(desc), alpha, beta, "k chunks"), batch=3)
 
 
@@ -257,7 +251,7 @@ def test_operands_in_panels(sm, panels_everywhere, row, size, arr, arch_specific
                 + bx.SM(sm, arch_specific=True) + bx.Block() + bx.Arrangement(*arr))
     if not desc.is_supported or desc.plan.batched_panels == (0, 0):
         pytest.skip("no panels for this plan")
-    for alpha, beta in _scalars(row):
+    for alpha, beta in scalar_pairs(row):
         run_gemm(desc, row, alpha, beta, stable_seed(repr(desc), alpha, beta, "panels"), batch=5)
 
 
@@ -271,7 +265,7 @@ def test_operands_in_panels_with_c_over_them(sm, panels_everywhere, monkeypatch,
     monkeypatch.setattr(heuristics, "staged_c_layout", lambda p, ab_bytes, max_bytes: None)
     desc = gemm_descriptor(row, size, sm, arr)
     assert desc.plan.batched_panels != (0, 0) and desc.plan.smem_c_over_ab is not None
-    for alpha, beta in _scalars(row):
+    for alpha, beta in scalar_pairs(row):
         run_gemm(desc, row, alpha, beta, stable_seed(repr(desc), alpha, beta, "panels, C over"), batch=5)
 
 
@@ -290,7 +284,7 @@ def test_k_chunk_plans_of_the_heuristics(sm, a, bits, size, arr):
     desc = gemm_descriptor(row, size, sm, arr, **({"bits": bx.MantissaBits(bits)} if bits else {}))
     if not desc.is_supported or not desc.plan.k_chunk:
         pytest.skip("no K chunks for this plan on this GPU")
-    for alpha, beta in _scalars(row):
+    for alpha, beta in scalar_pairs(row):
         run_gemm(desc, row, alpha, beta, stable_seed(repr(desc), alpha, beta, "planned chunks"), batch=3)
 
 

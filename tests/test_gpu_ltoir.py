@@ -15,6 +15,8 @@ from blasdx import dtypes as dt
 from blasdx.reference import assert_gemm_close, rounding, tolerance
 
 from .gpu_support import (
+    C,
+    R,
     family_types,
     gemm_operands,
     require_gpu,
@@ -29,7 +31,6 @@ from .ltoir_support import link, opt_in, require_nvjitlink
 
 pytestmark = pytest.mark.gpu
 
-R, C = bx.row_major, bx.col_major
 TYPES = family_types((dt.float8_e5m2, dt.float8_e4m3))
 SIZES = [(64, 64, 64), (32, 32, 32), (17, 33, 9), (128, 128, 64)]
 ARRANGEMENTS = [(R, C, C), (C, R, R), (R, R, C)]

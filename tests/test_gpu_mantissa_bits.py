@@ -28,6 +28,8 @@ from blasdx.reference import (
 )
 
 from .gpu_support import (
+    C,
+    R,
     check_outside,
     gemm_operands,
     guarded_operand,
@@ -41,7 +43,6 @@ from .test_fusion import type_source
 
 pytestmark = pytest.mark.gpu
 
-R, C = bx.row_major, bx.col_major
 F32 = dt.find_combination(dt.float32, dt.float32, dt.float32, False)
 ALL_ARRANGEMENTS = list(itertools.product((R, C), repeat=3))
 # K from 32 to 4096 (M and N shrink so that A and B fit one block), odd sizes among them

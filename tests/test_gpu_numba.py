@@ -14,6 +14,8 @@ from blasdx import dtypes as dt
 from blasdx.reference import assert_close, gemm_scale, reference_gemm, rounding, tolerance
 
 from .gpu_support import (
+    C,
+    R,
     family_types,
     gemm_operands,
     require_gpu,
@@ -29,7 +31,6 @@ from .test_numba import register_api_kernel, shared_api_kernel
 
 pytestmark = pytest.mark.gpu
 cuda = numba_cuda
-R, C = bx.row_major, bx.col_major
 
 TYPES = family_types((dt.float8_e4m3, dt.float8_e5m2))
 SIZES = [(32, 32, 32), (64, 64, 64), (17, 33, 9), (128, 128, 64), (48, 80, 32)]

@@ -23,15 +23,14 @@ import blasdx as bx
 from blasdx import dtypes as dt
 from blasdx.reference import random_operand, relative_error
 from blasdx.trsm_reference import (
-    backward_error,
     condition_number,
     forward_bound,
     random_triangular,
-    residual_bound,
-    solve_reference,
 )
 
 from .gpu_support import (
+    C,
+    R,
     behind_a_delay,
     host_to_torch,
     poisoned_new_tensors,
@@ -41,11 +40,10 @@ from .gpu_support import (
     strided_operand,
     torch_to_host,
 )
-from .trsm_support import SOLVE_KERNEL
+from .trsm_support import SOLVE_KERNEL, check_solution
 
 pytestmark = pytest.mark.gpu
 
-R, C = bx.row_major, bx.col_major
 TYPES = [(bx.float32, bx.Type.real), (bx.float64, bx.Type.real), (bx.float32, bx.Type.complex),
          (bx.float64, bx.Type.complex)]
 ORDERS = list(itertools.product((R, C), repeat=2))
@@ -66,20 +64,6 @@ def trsm(size, sm, *ops, prec=bx.float32, kind=bx.Type.real):
 @pytest.fixture(scope="module")
 def sm() -> int:
     return require_gpu()
-
-
-def check_solution(desc, system, b_host, x, alpha, what: str) -> None:
-    """Backward error within 2 n u; forward error within 2 n u cond(A); alpha = 0 gives exact zeros."""
-    if alpha == 0:
-        assert np.all(x == 0), f"{what}: alpha = 0 must give zeros"
-        return
-    left = desc.side is bx.Side.left
-    real, dim = desc.scalar_type, desc.a_dim[0]
-    eta = backward_error(system.exact, x, b_host, left=left, alpha=alpha)
-    assert eta <= residual_bound(real, dim), f"{what}: backward error {eta:.2e} > {residual_bound(real, dim):.2e}"
-    ref = solve_reference(system.exact, b_host, left=left, lower=desc.fill_mode is bx.FillMode.lower, alpha=alpha)
-    err, bound = relative_error(x, ref), forward_bound(real, dim, condition_number(system.exact))
-    assert err <= bound, f"{what}: forward error {err:.2e} > {bound:.2e}"
 
 
 def run_execute(desc, rng, *, batch=3, alpha=1.0, shared_a=False, growth=None) -> None:

@@ -19,12 +19,11 @@ import pytest
 import blasdx as bx
 from blasdx import dtypes as dt
 
-from .gpu_support import require_gpu, stable_seed
+from .gpu_support import C, R, require_gpu, stable_seed
 from .test_gpu_gemm import run_gemm
 
 pytestmark = pytest.mark.gpu
 
-R, C = bx.row_major, bx.col_major
 F16, BF16, F32 = bx.float16, bx.bfloat16, bx.float32
 E4, E5 = bx.float8_e4m3, bx.float8_e5m2
 I8, U8, I32 = bx.int8, bx.uint8, bx.int32

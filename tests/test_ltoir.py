@@ -14,9 +14,15 @@ from blasdx.compile import cache as _cache
 from blasdx.compile import cubin as _cubin
 from blasdx.compile import ltoir as _ltoir
 
-from .ltoir_support import kernel_source, link, require_nvjitlink
+from .ltoir_support import (
+    kernel_source,
+    link,
+    link_cases,
+    require_nvjitlink,
+    tensor_opcodes,
+)
 
-#: (A, B, C) per case and the SASS opcodes its tensor-core (or FMA) instruction becomes, per SM.
+#: (A, B, C) per case (test_numba links the same descriptors into Numba kernels).
 TYPES = {
     "f16-f32": (dt.float16, dt.float16, dt.float32),
     "f16-f16": (dt.float16, dt.float16, dt.float16),
@@ -30,33 +36,10 @@ TYPES = {
 SMS = [(75, False), (80, False), (86, False), (89, False), (90, False), (90, True)]
 
 
-def _opcodes(desc: bx.Descriptor) -> tuple[str, ...]:
-    a = desc.precision[0]
-    if desc.instruction == "fma":
-        return ("FFMA", "DFMA", "IMAD")
-    if desc.instruction.startswith("wgmma"):
-        return ("HGMMA", "QGMMA", "IGMMA")
-    if a == dt.float64:
-        return ("DMMA",)
-    if a in (dt.float8_e4m3, dt.float8_e5m2):
-        return ("QMMA",) if desc.sm == 89 else ("HMMA",)
-    if a in (dt.int8, dt.uint8):
-        return ("IMMA",)
-    return ("HMMA",)
-
-
 def _desc(types, sm, arch_specific, size=(64, 64, 64), arrangement=(bx.row_major, bx.col_major, bx.col_major)):
     a, b, c = types
     return (bx.Size(*size) + bx.Precision(a, b, c) + bx.Function.MM + bx.Arrangement(*arrangement)
             + bx.SM(sm, arch_specific=arch_specific) + bx.Block())
-
-
-def _cases():
-    for name, types in TYPES.items():
-        row = dt.find_combination(*types, False)
-        for sm, specific in SMS:
-            if row.min_sm <= sm:
-                yield pytest.param(types, sm, specific, id=f"{name}-sm{sm}{'a' if specific else ''}")
 
 
 @pytest.fixture
@@ -70,7 +53,7 @@ def private_cache(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("types, sm, arch_specific", list(_cases()))
+@pytest.mark.parametrize("types, sm, arch_specific", list(link_cases(TYPES, SMS)))
 def test_links_into_a_kernel_on_the_tensor_cores_without_local_memory(types, sm, arch_specific):
     require_nvjitlink()
     desc = _desc(types, sm, arch_specific)
@@ -83,7 +66,7 @@ def test_links_into_a_kernel_on_the_tensor_cores_without_local_memory(types, sm,
         usage = _cubin.resource_usage(cubin, kernel)
         assert usage.local_memory == 0, f"{kernel} of {desc!r} uses {usage.local_memory} B of local memory"
     found = set(re.findall(r"\b(HMMA|IMMA|QMMA|DMMA|HGMMA|QGMMA|IGMMA|FFMA|DFMA|IMAD)\b", sass))
-    assert found & set(_opcodes(desc)), f"{desc!r} ({desc.instruction}): SASS has {sorted(found)}"
+    assert found & tensor_opcodes(desc), f"{desc!r} ({desc.instruction}): SASS has {sorted(found)}"
     assert not re.search(r"\b(LDL|STL)\b", sass), f"{desc!r} touches local memory"
     assert not re.search(r"\bCALL\.", sass), "the entry points did not inline at link time"
 

@@ -101,6 +101,19 @@ def gemm(sm: int, size=(48, 40, 32), precision=(bx.float16, bx.float16, bx.float
             + bx.Arrangement(bx.row_major, bx.row_major, bx.row_major))
 
 
+def torch_problem(sm: int, devices: tuple[int, int, int], seed: int):
+    """gemm(sm), five problems (A, B, C) drawn from ``seed`` on the host, and torch copies of A, B, C on ``devices``."""
+    desc = gemm(sm)
+    host = gemm_operands(desc, np.random.default_rng(seed), 5)
+    return desc, host, tuple(on(device, x) for device, x in zip(devices, host))
+
+
+def check_product(c, a_h: np.ndarray, b_h: np.ndarray) -> None:
+    """C (a torch tensor) holds A B within the f16 -> f32 tolerance."""
+    assert_close(to_host(c), reference_gemm(a_h, b_h), tolerance(dt.float16, dt.float32, 32),
+                 scale=gemm_scale(a_h, b_h))
+
+
 BOTH = pytest.mark.parametrize("device", [0, 1])
 
 
@@ -111,9 +124,7 @@ BOTH = pytest.mark.parametrize("device", [0, 1])
 
 @BOTH
 def test_execute_torch_arrays(sms, current, device):
-    desc = gemm(sms[device])
-    a_h, b_h, c_h = gemm_operands(desc, np.random.default_rng(10 + device), 5)
-    a, b, c = on(device, a_h), on(device, b_h), on(device, c_h)
+    desc, (a_h, b_h, c_h), (a, b, c) = torch_problem(sms[device], (device, device, device), 10 + device)
     current(1 - device)
     desc.execute(a, b, c, alpha=0.5, beta=-2.0)
     still_current(1 - device)
@@ -121,8 +132,7 @@ def test_execute_torch_arrays(sms, current, device):
                  scale=gemm_scale(a_h, b_h, c_h, 0.5, -2.0))
     c.fill_(float("nan"))  # beta = 0 never reads C
     desc.execute(a, b, c)
-    assert_close(to_host(c), reference_gemm(a_h, b_h), tolerance(dt.float16, dt.float32, 32),
-                 scale=gemm_scale(a_h, b_h))
+    check_product(c, a_h, b_h)
 
 
 @BOTH
@@ -239,9 +249,7 @@ def test_to_device_and_from_device(sms, current, device):
 def test_mixed_devices_are_refused_and_nothing_runs(sms, current):
     import torch
 
-    desc = gemm(sms[0])
-    a_h, b_h, c_h = gemm_operands(desc, np.random.default_rng(80), 5)
-    a, b, c = on(0, a_h), on(1, b_h), on(0, c_h)
+    desc, (a_h, b_h, _), (a, b, c) = torch_problem(sms[0], (0, 1, 0), 80)
     before = c.clone()
     current(0)
     with pytest.raises(bx.ExecutionError, match="b: the array is on device 1 but a is on device 0"):
@@ -260,16 +268,13 @@ def test_mixed_devices_are_refused_and_nothing_runs(sms, current):
     torch.cuda.synchronize(1)
     assert torch.equal(c, before)
     desc.execute(a, on(0, b_h), c)  # still healthy
-    assert_close(to_host(c), reference_gemm(a_h, b_h), tolerance(dt.float16, dt.float32, 32),
-                 scale=gemm_scale(a_h, b_h))
+    check_product(c, a_h, b_h)
 
 
 def test_a_stream_of_another_device_is_refused(sms, current):
     import torch
 
-    desc = gemm(sms[1])
-    a_h, b_h, c_h = gemm_operands(desc, np.random.default_rng(90), 5)
-    a, b, c = on(1, a_h), on(1, b_h), on(1, c_h)
+    desc, (a_h, b_h, _), (a, b, c) = torch_problem(sms[1], (1, 1, 1), 90)
     before = c.clone()
     current(0)
     foreign = torch.cuda.Stream(device=0)
@@ -289,8 +294,7 @@ def test_a_stream_of_another_device_is_refused(sms, current):
     own = torch.cuda.Stream(device=1)
     desc.execute(a, b, c, stream=own)
     own.synchronize()
-    assert_close(to_host(c), reference_gemm(a_h, b_h), tolerance(dt.float16, dt.float32, 32),
-                 scale=gemm_scale(a_h, b_h))
+    check_product(c, a_h, b_h)
 
 
 # ---------------------------------------------------------------------------------------------

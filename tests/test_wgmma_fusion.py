@@ -229,6 +229,13 @@ def kernels():
     return {**wgmma, **transforms}
 
 
+def gmma_in_every_function(found: dict[str, str], desc: bx.Descriptor, gmma: str, what: str) -> None:
+    """Each function's SASS (``found``: name to SASS) has the ``gmma`` pattern, and no HMMA nor local memory."""
+    for name, sass in found.items():
+        assert re.search(gmma, sass), f"{name} of {desc!r}: no {what}"
+        assert not re.search(r"\b(HMMA|LDL|STL)\b", sass), f"{name} of {desc!r}: HMMA or local memory"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("case", SASS_CASES, ids=case_id)
 def test_every_api_form_compiles_to_gmma_without_local_memory(kernels, case):
@@ -240,9 +247,7 @@ def test_every_api_form_compiles_to_gmma_without_local_memory(kernels, case):
     width, depth = desc.plan.atom[1:]
     found = functions(kernel.compiled.sass())
     assert sorted(found) == sorted(KERNEL_NAMES)
-    for name, sass in found.items():
-        assert re.search(rf"\b{opcode}\.64x{width}x{depth}\b", sass), f"{name} of {desc!r}: no {opcode}"
-        assert not re.search(r"\b(HMMA|LDL|STL)\b", sass), f"{name} of {desc!r}: HMMA or local memory"
+    gmma_in_every_function(found, desc, rf"\b{opcode}\.64x{width}x{depth}\b", opcode)
 
 
 @pytest.mark.slow
@@ -251,9 +256,8 @@ def test_a_transforms_keep_gmma_with_a_in_registers(kernels, case):
     types, arr, size = case
     desc = gemm(size, types, arr)
     opcode = "QGMMA" if types[0] in FP8 else "HGMMA"
-    for name, sass in functions(kernels[(desc, "transform", "register_api")].compiled.sass()).items():
-        assert re.search(rf"\b{opcode}\.64x\d+x\d+\S* R\d+, R\d+, gdesc\[", sass), f"{name} of {desc!r}: no register A"
-        assert not re.search(r"\b(HMMA|LDL|STL)\b", sass), f"{name} of {desc!r}: HMMA or local memory"
+    found = functions(kernels[(desc, "transform", "register_api")].compiled.sass())
+    gmma_in_every_function(found, desc, rf"\b{opcode}\.64x\d+x\d+\S* R\d+, R\d+, gdesc\[", "register A")
 
 
 @pytest.mark.slow

@@ -1,6 +1,12 @@
-"""What the TRSM tests share: a user's kernel that solves with the device API."""
+"""What the TRSM tests share: a user's kernel that solves with the device API, and the check of a solution."""
 
 from __future__ import annotations
+
+import numpy as np
+
+import blasdx as bx
+from blasdx.reference import relative_error
+from blasdx.trsm_reference import backward_error, condition_number, forward_bound, residual_bound, solve_reference
 
 #: One block solves TRSM::batches_per_block systems of a batch stored tightly (leading dimensions
 #: the descriptor's): load A and B, execute, store X over B. Blocks of up to 256 threads.
@@ -21,3 +27,17 @@ solve(const TRSM::a_value_type* a, TRSM::b_value_type* b, TRSM::scalar_value_typ
     }
 }
 """
+
+
+def check_solution(desc, system, b_host, x, alpha, what: str) -> None:
+    """Backward error within 2 n u; forward error within 2 n u cond(A); alpha = 0 gives exact zeros."""
+    if alpha == 0:
+        assert np.all(x == 0), f"{what}: alpha = 0 must give zeros"
+        return
+    left = desc.side is bx.Side.left
+    real, dim = desc.scalar_type, desc.a_dim[0]
+    eta = backward_error(system.exact, x, b_host, left=left, alpha=alpha)
+    assert eta <= residual_bound(real, dim), f"{what}: backward error {eta:.2e} > {residual_bound(real, dim):.2e}"
+    ref = solve_reference(system.exact, b_host, left=left, lower=desc.fill_mode is bx.FillMode.lower, alpha=alpha)
+    err, bound = relative_error(x, ref), forward_bound(real, dim, condition_number(system.exact))
+    assert err <= bound, f"{what}: forward error {err:.2e} > {bound:.2e}"
