@@ -67,6 +67,7 @@ def plan(x, y, acc=None, sm=90):
     ((128, 1536, 7168), "medium", 3, {}),  # 24 tiles: 4 splits would be 28 steps deep
     ((128, 2048, 2048), "medium", 1, {}),  # 32 K steps: too shallow to split
     ((256, 4096, 4096), "medium", 1, {}),
+    ((128, 10240, 8192), "pingpong", 1, {}),  # 80 ping-pong tiles use one round as well as 160 medium ones two
     ((128, 8192, 28672), "medium", 1, {}),
     ((128, 28672, 4096), "wide", 1, {}),  # 224 ping-pong tiles fill the SMs: no longer medium; 112 wide ones as well
     ((8192, 8192, 512), "pingpong", 1, {}),  # short K: epilogues under products beat clusters

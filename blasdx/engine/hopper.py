@@ -215,6 +215,9 @@ SPLIT_USE_PENALTY = 0.1
 #   256x4096x4096: medium 14.7 (1), ping-pong 26.2 (2); torch 15.3
 #   128x4096x14336: medium 39.7 (2), 43.5 (1), ping-pong 43.9 (4); torch 37.7
 #   128x28672x4096 (224 ping-pong tiles): ping-pong 69.2, wide 67.2; torch 67.4
+# Where ping-pong tiles use the SMs' rounds as well as medium ones (16-bit), they are taken instead:
+#   128x10240x8192 (160 medium tiles, 80 ping-pong ones: 61% of 2 rounds, of 1): medium 67.8, ping-pong 51.2; torch 46.9
+#   128x14336x4096 (224 / 112: 85%): medium 38.5, ping-pong 37.2; torch 33.9; 192x6144x4096: 30.0 / 30.3 (torch 23.4)
 MEDIUM = EngineConfig(64, 128, 64, 8, 1)
 MEDIUM_MAX_M = 256
 #: Medium tiles split K into as many splits as keep one unit per SM at most, each split at least this many
@@ -287,6 +290,10 @@ def choose_config(a: _dt.DType, m: int, n: int, k: int, batch: int, multiprocess
     elif (m <= MEDIUM_MAX_M and batch * math.ceil(m / PINGPONG.bm) * math.ceil(n / PINGPONG.bn) < multiprocessors
           and scheme == "native"):
         config = replace(MEDIUM, bk=bk, promotion=promotion)
+        pair_tiles = batch * math.ceil(m / PINGPONG.bm) * math.ceil(n / PINGPONG.bn)
+        if a.size == 2 and wave_use(pair_tiles, multiprocessors) >= wave_use(
+                batch * math.ceil(m / MEDIUM.bm) * math.ceil(n / MEDIUM.bn), multiprocessors) - WAVE_USE_SLACK:
+            config = replace(PINGPONG, bk=bk)  # as much of the SMs in half the tiles (MEDIUM's figures)
         splits = split_count(config, m, n, k, batch, multiprocessors, MEDIUM_MIN_STEPS_PER_SPLIT)
         if stream_k and splits > 1:
             return stream_k_or_splits(config, splits, m, n, k, batch, multiprocessors)
