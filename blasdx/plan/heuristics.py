@@ -867,9 +867,10 @@ def _plan_warp_level(p: Problem, threads: int | None) -> KernelPlan:
     return _epilogue(p, plan, ab_bytes)
 
 
-#: Whether compute-bound f64 products of row-major A and B take :func:`dmma_transposed`'s order
-#: (a switch for benchmarks that time both orders in one process; a plan reads it when it is made).
-DMMA_TRANSPOSED = True
+#: The largest block whose compute-bound f64 products of row-major A and B take
+#: :func:`dmma_transposed`'s order; 0: none. A benchmark that times the orders against each other in
+#: one process sets it before it makes each descriptor (a plan reads it once, when it is made).
+DMMA_TRANSPOSED_THREADS = 128
 
 
 def dmma_transposed(p: Problem, family: str, warp_tile: tuple[int, int], threads: int) -> bool:
@@ -884,15 +885,16 @@ def dmma_transposed(p: Problem, family: str, warp_tile: tuple[int, int], threads
     (K 2t and 2t + 1 of one row: one 16-byte read): 64 LDS.128 per 64 DMMA, free of conflicts in
     the odd-chunk rows. Each lane then holds C in column pairs of neighbouring pieces and row
     pairs 2t, 2t + 1, so epilogues store element by element: memory-bound batches keep the
-    atom's order (their C stores are 16 bytes wide).
+    atom's order (their C stores are 16 bytes wide). Blocks of more than 128 threads already read
+    A 16 bytes at a time (block_gemm.cuh) and are unmeasured in this order, so they keep theirs.
     """
-    if not DMMA_TRANSPOSED or family != "mma.sync.m16n8k8" or p.a != _dt.float64 or p.b != _dt.float64:
+    if threads > DMMA_TRANSPOSED_THREADS or family != "mma.sync.m16n8k8" or p.a != _dt.float64 or p.b != _dt.float64:
         return False
     if not p.compute_bound or p.is_complex or not p.a_row_major or not p.b_row_major or p.scheme != "native":
         return False
     am, an, ak = atom_shape(family)
     wm, wn = warp_tile[0] * am, warp_tile[1] * an
-    return warp_tile[1] % 2 == 0 and p.m % wm == 0 and p.n % wn == 0 and p.k % ak == 0 and threads >= 32
+    return warp_tile[1] % 2 == 0 and p.m % wm == 0 and p.n % wn == 0 and p.k % ak == 0
 
 
 def k_loop_unroll(p: Problem, family: str) -> int:
