@@ -6,7 +6,8 @@ Each blasdx candidate is the benchmark's descriptor (benchmarks/numba_gemm.py) p
 one type per equal descriptor, so each candidate and nvmath.device's GEMM (cuBLASDx through libmathdx) live in
 a worker process of their own: every worker builds and checks its kernel once, then the workers time it in
 turn, ``--rounds`` times, so that clocks and temperature drift alike for all. The table gives the median and
-best TFLOP/s of each and the ratio of medians to nvmath's.
+best TFLOP/s of each, the ratio of medians to nvmath's, and what one pass of each kernel's hot loop runs
+(benchmarks/sass_loops.py: MMAs, shared-memory loads by width, instructions per MMA).
 
     python benchmarks/numba_f64_orders.py [--cases f64:64x64x64:compute ...] [--rounds 7] [--repeats 400]
 """
@@ -45,6 +46,24 @@ def build(name: str, case: str, size, sm: int):
     return make, threads, smem, facts
 
 
+def loop_of(kernel) -> str:
+    """What one pass of the kernel's hot loop runs (benchmarks/sass_loops.py): MMAs, shared loads by width,
+    instructions per MMA; the reason where its SASS cannot be read."""
+    try:
+        import sass_loops
+
+        from blasdx.compile import cubin as _cubin
+
+        library = next(iter(kernel.overloads.values()))._codelibrary
+        code = library.get_cubin()
+        data = code if isinstance(code, (bytes, bytearray)) else bytes(code.code)
+        mix = sass_loops.loop_mix(sass_loops.hot_loop(sass_loops.instructions(_cubin.run_cuobjdump(bytes(data), "-sass"))))
+        loads = ", ".join(f"{n} {op}" for op, n in mix["loads"].items())
+        return f"{mix['mma']} {mix['mma_opcode']}; {loads}; {mix['instructions_per_mma']} instr/MMA"
+    except Exception as exc:  # noqa: BLE001 - the SASS is a note beside the timing
+        return f"({type(exc).__name__})"
+
+
 def serve(name: str, text: str, repeats: int, conn) -> None:
     """A worker: build and check candidate ``name`` of case ``text``, then time it whenever asked."""
     from numba import cuda
@@ -66,7 +85,7 @@ def serve(name: str, text: str, repeats: int, conn) -> None:
         ops.check(ng.CHECK_REPEATS, kind, case, f"{name} {text}", facts.get("instruction"))
         m, n, k = size
         flops = 2.0 * m * n * k * repeats * blocks
-        conn.send({"ready": True, "threads": list(threads), **facts})
+        conn.send({"ready": True, "threads": list(threads), "loop": loop_of(kernel), **facts})
     except Exception as exc:  # noqa: BLE001 - the reason is reported in the table
         conn.send({"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"})
         return
@@ -100,17 +119,17 @@ def run_case(text: str, rounds: int, repeats: int) -> list[dict]:
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| case | candidate | transposed | threads | median TFLOP/s | best | / nvmath (medians) |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| case | candidate | transposed | threads | median TFLOP/s | best | / nvmath (medians) | hot loop (SASS) |",
+             "|---|---|---|---|---|---|---|---|"]
     reference = {r["case"]: float(np.median(r["samples"])) for r in rows if r["candidate"] == "nvmath" and r["samples"]}
     for r in rows:
         if not r["samples"]:
-            lines.append(f"| {r['case']} | {r['candidate']} | | | {r.get('error', 'not run')} | | |")
+            lines.append(f"| {r['case']} | {r['candidate']} | | | {r.get('error', 'not run')} | | | |")
             continue
         med, best, ref = float(np.median(r["samples"])), max(r["samples"]), reference.get(r["case"])
         ratio = f"{med / ref:.3f}" if ref else "-"
         lines.append(f"| {r['case']} | {r['candidate']} | {r.get('transposed', '-')} | {r['threads'][0]} | {med:.2f} | "
-                     f"{best:.2f} | {ratio} |")
+                     f"{best:.2f} | {ratio} | {r.get('loop', '')} |")
     return "\n".join(lines)
 
 
