@@ -15,6 +15,7 @@ best TFLOP/s of each, the ratio of medians to nvmath's, and what one pass of eac
 from __future__ import annotations
 
 import argparse
+import collections
 import multiprocessing
 import sys
 from pathlib import Path
@@ -57,9 +58,16 @@ def loop_of(kernel) -> str:
         library = next(iter(kernel.overloads.values()))._codelibrary
         code = library.get_cubin()
         data = code if isinstance(code, (bytes, bytearray)) else bytes(code.code)
-        mix = sass_loops.loop_mix(sass_loops.hot_loop(sass_loops.instructions(_cubin.run_cuobjdump(bytes(data), "-sass"))))
+        code = sass_loops.instructions(_cubin.run_cuobjdump(bytes(data), "-sass"))
+        ops = sass_loops.hot_loop(code)
+        where = "loop"
+        if ops is None:  # the MMAs sit in a called function: the whole kernel's counts instead
+            ops, where = collections.Counter(op for _, op, _ in code), "whole kernel"
+        mix = sass_loops.loop_mix(ops)
         loads = ", ".join(f"{n} {op}" for op, n in mix["loads"].items())
-        return f"{mix['mma']} {mix['mma_opcode']}; {loads}; {mix['instructions_per_mma']} instr/MMA"
+        generic = sum(n for op, n in ops.items() if op.startswith(("LD.", "LDL")))
+        return (f"{where}: {mix['mma']} {mix['mma_opcode']}; {loads or 'no LDS'}"
+                f"{f'; {generic} LD/LDL' if generic else ''}; {mix['instructions_per_mma']} instr/MMA")
     except Exception as exc:  # noqa: BLE001 - the SASS is a note beside the timing
         return f"({type(exc).__name__})"
 
