@@ -1,8 +1,9 @@
 """The f64 block-compute GEMM in one Numba kernel: blasdx's fragment orders against nvmath.device, timed in turn.
 
 Each blasdx candidate is the benchmark's descriptor (benchmarks/numba_gemm.py) planned under one setting of
-``blasdx.plan.heuristics.DMMA_TRANSPOSED_THREADS``: ``atom``, the DMMA instruction's own order (0), and
-``transposed``, each DMMA on C^T = B^T A^T with 16-byte reads of both operands (1024: any block). Numba keeps
+``blasdx.plan.heuristics.DMMA_TRANSPOSED_THREADS`` and ``DMMA_TRANSPOSED_K4``: ``atom``, the DMMA
+instruction's own order (0), ``transposed``, each DMMA on C^T = B^T A^T with 16-byte reads of both operands
+(1024: any block), and ``transposed-k4``, the same registers through two m16n8k4 per K step. Numba keeps
 one type per equal descriptor, so each candidate and nvmath.device's GEMM (cuBLASDx through libmathdx) live in
 a worker process of their own: every worker builds and checks its kernel once, then the workers time it in
 turn, ``--rounds`` times, so that clocks and temperature drift alike for all. The table gives the median and
@@ -27,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numba_gemm as ng
 
-#: blasdx's candidates: the largest block that takes the transposed order under each (0: none).
-CANDIDATES = {"atom": 0, "transposed": 1024}
+#: blasdx's candidates: (the largest block that takes the transposed order, 0: none; K steps as two m16n8k4).
+CANDIDATES = {"atom": (0, False), "transposed": (1024, False), "transposed-k4": (1024, True)}
 
 
 def build(name: str, case: str, size, sm: int):
@@ -40,10 +41,11 @@ def build(name: str, case: str, size, sm: int):
     else:
         from blasdx.plan import heuristics
 
-        heuristics.DMMA_TRANSPOSED_THREADS = CANDIDATES[name]  # this process plans every descriptor so
+        # this process plans every descriptor so
+        heuristics.DMMA_TRANSPOSED_THREADS, heuristics.DMMA_TRANSPOSED_K4 = CANDIDATES[name]
         G = ng.descriptor(case, size, sm, "compute")
         make, threads, smem = (lambda: ng.blasdx_kernel(G, "compute")), G.block_dim, G.shared_memory_size_ab
-        facts = {"transposed": G.plan.dmma_transposed, "instruction": G.instruction}
+        facts = {"transposed": "m16n8k4" if G.plan.dmma_k4 else G.plan.dmma_transposed, "instruction": G.instruction}
     return make, threads, smem, facts
 
 

@@ -18,9 +18,9 @@ echo "=== fp8 tests exit $? ($((SECONDS - start)) s)"
 grep -cE "PASSED" "$logs/test_gpu.log" | sed 's/^/passed: /'
 grep -E "^FAILED|^E  |ERROR" "$logs/test_gpu.log" | head -12 | cut -c1-240
 
-# 1b. the f64 64^3 block-compute GEMM in blasdx's two fragment orders (the DMMA atom's, and the transposed one its
-# compute-bound plans take) against nvmath.device, each timed in turn in workers of their own, 7 rounds (~60 s);
-# NUMBA_F64_ORDER_ROUNDS=0 skips it
+# 1b. the f64 64^3 block-compute GEMM in blasdx's fragment orders (the DMMA atom's; the transposed one its
+# compute-bound plans take; that one through two m16n8k4 per K step) against nvmath.device, each checked, then
+# timed in turn in workers of their own, 7 rounds (~60-80 s); NUMBA_F64_ORDER_ROUNDS=0 skips it
 rounds="${NUMBA_F64_ORDER_ROUNDS:-7}"
 if [ "$rounds" -gt 0 ]; then
   timeout 150 python3 benchmarks/numba_f64_orders.py --cases "f64:64x64x64:compute" --rounds "$rounds" \

@@ -280,6 +280,7 @@ class KernelPlan:
     k_chunk: int = 0  # batched kernel: K elements per copy group, each multiplied as it lands; 0: K at once
     batched_panels: tuple[int, int] = (0, 0)  # batched kernel: A, B in swizzled panels this wide (bytes); 0: smem_a/b
     dmma_transposed: bool = False  # f64 m16n8k8 issued on C^T = B^T A^T (dmma_transposed), B read 16 bytes at a time
+    dmma_k4: bool = False  # the transposed order's K steps as two m16n8k4 each (DMMA_TRANSPOSED_K4)
 
     @property
     def is_mma(self) -> bool:
@@ -863,6 +864,7 @@ def _plan_warp_level(p: Problem, threads: int | None) -> KernelPlan:
         shared_memory=ab_bytes,
         k_unroll=k_loop_unroll(p, family),
         dmma_transposed=dmma_transposed(p, family, warp_tile, threads),
+        dmma_k4=DMMA_TRANSPOSED_K4 and dmma_transposed(p, family, warp_tile, threads),
     )
     return _epilogue(p, plan, ab_bytes)
 
@@ -871,6 +873,9 @@ def _plan_warp_level(p: Problem, threads: int | None) -> KernelPlan:
 #: :func:`dmma_transposed`'s order; 0: none. A benchmark that times the orders against each other in
 #: one process sets it before it makes each descriptor (a plan reads it once, when it is made).
 DMMA_TRANSPOSED_THREADS = 128
+#: Whether the transposed order issues each K step as two m16n8k4 DMMAs (the shape nvmath.device's f64
+#: 64^3 GEMM runs) on the same registers instead of one m16n8k8: a candidate for benchmarks, off by default.
+DMMA_TRANSPOSED_K4 = False
 
 
 def dmma_transposed(p: Problem, family: str, warp_tile: tuple[int, int], threads: int) -> bool:

@@ -160,6 +160,9 @@ template <class Cfg, class = void> struct dmma_transposed { static constexpr boo
 template <class Cfg> struct dmma_transposed<Cfg, decltype(void(Cfg::dmma_transposed))> {
     static constexpr bool value = Cfg::dmma_transposed;
 };
+// Whether the transposed order issues each K step as two m16n8k4 (heuristics.DMMA_TRANSPOSED_K4); absent: no.
+template <class Cfg, class = void> struct dmma_k4 { static constexpr bool value = false; };
+template <class Cfg> struct dmma_k4<Cfg, decltype(void(Cfg::dmma_k4))> { static constexpr bool value = Cfg::dmma_k4; };
 
 // f64 m16n8k8 (sm_90 DMMA): the order that lets one 16-byte shared-memory load fill two
 // registers of a K-contiguous operand, without bank conflicts in the padded layouts (rows an odd
@@ -234,7 +237,12 @@ struct tile_order<Cfg, Atom, typename std_conditional<Atom::M == 16 && sizeof(ty
         double d[4] = {c0[2 * h], c0[2 * h + 1], c1[2 * h], c1[2 * h + 1]};
         const double ta[4] = {b0[0], b1[0], b0[1], b1[1]};  // instruction rows g, g + 8 at K 2t, then 2t + 1
         const double tb[2] = {a[2 * h], a[2 * h + 1]};      // instruction column g at K 2t, 2t + 1
-        Atom::mma(d, ta, tb);
+        if constexpr (dmma_k4<Cfg>::value) {  // K 2t of the step (slot t of one m16n8k4), then K 2t + 1
+            mma_m16n8_f64<4>::mma(d, ta, tb);
+            mma_m16n8_f64<4>::mma(d, ta + 2, tb + 1);
+        } else {
+            Atom::mma(d, ta, tb);
+        }
         c0[2 * h] = d[0], c0[2 * h + 1] = d[1], c1[2 * h] = d[2], c1[2 * h + 1] = d[3];
     }
 };
