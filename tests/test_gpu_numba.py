@@ -123,6 +123,25 @@ def test_gemms_in_numba_kernels_match_float64(sm, types, size, arrangement, arch
         run_case(desc, "index", 1, 0)
 
 
+@pytest.mark.parametrize("c_order", [R, C], ids=lambda o: o.name)
+@pytest.mark.parametrize("size", [(64, 64, 64), (32, 32, 32), (128, 64, 64), (64, 32, 16)], ids=str)
+def test_transposed_f64_order_in_numba_kernels_matches_float64(sm, size, c_order):
+    """Compute-bound f64 on row-major A and B issues each DMMA on C^T = B^T A^T (heuristics.dmma_transposed),
+    which moves every accumulator element: the shared-memory API's epilogue, the register API's store and
+    the element positions it reports (positions, index) all follow it."""
+    if sm < 90:
+        pytest.skip("the transposed order is sm_90's DMMA m16n8k8 (older GPUs run m8n8k4)")
+    desc = (bx.Size(*size) + bx.Precision(dt.float64) + bx.Function.MM + bx.Arrangement(R, R, c_order)
+            + bx.MaxAlignment + bx.SM(sm) + bx.Block() + bx.Workload.compute_bound)
+    desc = desc + bx.LeadingDimension(*desc.suggested_leading_dimension)
+    assert desc.plan.dmma_transposed, desc.plan
+    if desc.shared_memory_size <= cuda.get_current_device().MAX_SHARED_MEMORY_PER_BLOCK_OPTIN:
+        run_case(desc, "shared", -1.5, 0.5)
+    run_case(desc, "register", 1, 0)
+    run_case(desc, "positions", 0.75, 0.25)
+    run_case(desc, "index", 1, 0)
+
+
 @pytest.mark.parametrize("real", [dt.float32, dt.float64], ids=lambda t: f"complex-{t.name}")
 def test_complex_gemms_in_numba_kernels_match_float64(sm, real):
     desc = (bx.Size(32, 16, 24) + bx.Precision(real) + bx.Type.complex + bx.Function.MM

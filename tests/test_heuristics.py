@@ -561,6 +561,7 @@ def test_compute_bound_warp_tiles_are_balanced(size, a, c, b_row_major, expected
 
 
 I8, E4M3 = bx.int8, bx.float8_e4m3
+R, C = bx.row_major, bx.col_major
 
 
 @pytest.mark.parametrize("size, a, c, sm, compute_bound, is_complex, scheme, expected", [
@@ -593,6 +594,53 @@ def test_k_unroll_reaches_the_generated_config():
             + bx.Workload.compute_bound)
     assert desc.plan.k_unroll == 8
     assert "static constexpr int k_unroll = 8;" in codegen.generate(desc).source
+
+
+@pytest.mark.parametrize("size, arr, compute_bound, cplx, threads, expected", [
+    ((64, 64, 64), (R, R, R), True, False, None, True),    # the block-compute case: 128 threads, 32 x 32 tiles
+    ((32, 32, 32), (R, R, C), True, False, None, True),    # any C
+    ((64, 32, 16), (R, R, R), True, False, None, True),
+    ((64, 64, 64), (R, R, R), False, False, None, False),  # memory bound: 16-byte C stores of the atom's order
+    ((64, 64, 64), (R, C, R), True, False, None, False),   # K-contiguous B reads 16 bytes in the atom's order
+    ((64, 64, 64), (C, R, R), True, False, None, False),   # M-contiguous A
+    ((64, 64, 64), (R, R, R), True, True, None, False),    # complex
+    ((100, 100, 100), (R, R, R), True, False, None, False),  # warp tiles past C
+    ((48, 80, 24), (R, R, R), True, False, None, False),
+    ((128, 128, 64), (R, R, R), True, False, None, False),  # 256 threads: unmeasured, the atom's order
+    ((64, 64, 64), (R, R, R), True, False, 256, False),
+])
+def test_compute_bound_f64_of_row_major_a_and_b_takes_the_transposed_order(size, arr, compute_bound, cplx, threads,
+                                                                           expected):
+    """heuristics.dmma_transposed: f64 DMMA blocks of up to 128 threads on real row-major A and B, whose warp
+    tiles (an even count of pieces along N) tile C and whose K is whole steps; the config says so only then."""
+    desc = (bx.Size(*size) + bx.Precision(F64) + bx.Function.MM + bx.Arrangement(*arr) + bx.SM(90) + bx.Block()
+            + (bx.Type.complex if cplx else bx.Type.real))
+    desc = desc + bx.Workload.compute_bound if compute_bound else desc
+    desc = desc + bx.BlockDim(threads) if threads else desc
+    assert desc.plan.dmma_transposed is expected, desc.plan
+    assert ("static constexpr bool dmma_transposed = true;" in codegen.generate(desc).source) is expected
+
+
+def test_the_transposed_f64_order_can_be_switched_off_or_to_m16n8k4():
+    """DMMA_TRANSPOSED_THREADS = 0 (what a benchmark of the orders sets) plans the atom's order;
+    DMMA_TRANSPOSED_K4 the transposed order's K steps as two m16n8k4 each (off by default)."""
+    desc = lambda: (bx.Size(64, 64, 64) + bx.Precision(F64) + bx.Function.MM + bx.Arrangement(R, R, R) + bx.SM(90)
+                    + bx.Block() + bx.Workload.compute_bound)
+    saved = h.DMMA_TRANSPOSED_THREADS, h.DMMA_TRANSPOSED_K4
+    try:
+        h.DMMA_TRANSPOSED_THREADS = 0
+        assert not desc().plan.dmma_transposed
+        h.DMMA_TRANSPOSED_K4 = True
+        assert not desc().plan.dmma_k4  # only the transposed order has it
+        h.DMMA_TRANSPOSED_THREADS = saved[0]
+        k4 = desc()
+        assert k4.plan.dmma_transposed and k4.plan.dmma_k4
+        assert "static constexpr bool dmma_k4 = true;" in codegen.generate(k4).source
+    finally:
+        h.DMMA_TRANSPOSED_THREADS, h.DMMA_TRANSPOSED_K4 = saved
+    default = desc()
+    assert default.plan.dmma_transposed and not default.plan.dmma_k4
+    assert "dmma_k4" not in codegen.generate(default).source
 
 
 @pytest.mark.parametrize("size, a, c, compute_bound, threads, expected, warps", [

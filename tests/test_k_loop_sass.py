@@ -92,6 +92,47 @@ def test_f64_dmma_fragments_land_in_the_instruction_registers(size, a_order):
     assert mix["instructions_per_mma"] <= 8.0, mix
 
 
+@pytest.mark.parametrize("size", [(64, 64, 64), (32, 32, 32)], ids=lambda s: "x".join(map(str, s)))
+def test_transposed_f64_order_reads_each_dmma_operand_pair_with_one_16_byte_load(size):
+    """Compute-bound f64 on row-major A and B issues each DMMA on C^T = B^T A^T (heuristics.dmma_transposed):
+    16-byte reads only, at most one per DMMA (64^3: 64 LDS.128 per 64 DMMA, against 128 LDS.64 in the atom's
+    order; 32^3 unrolls four repeats and reads some fragments once for them), no moves."""
+    sass_loops = _sass_loops()
+    desc = (bx.Size(*size) + bx.Precision(dt.float64) + bx.Function.MM + bx.Arrangement(bx.row_major, bx.row_major)
+            + bx.MaxAlignment + bx.SM(90, arch_specific=True) + bx.Block() + bx.Workload.compute_bound)
+    desc = desc + bx.LeadingDimension(*desc.suggested_leading_dimension)
+    assert desc.plan.dmma_transposed
+    sass = sass_loops.block_compute.compile_blasdx(desc).compiled.sass()
+    mix = sass_loops.loop_mix(sass_loops.hot_loop(sass_loops.instructions(sass)))
+    assert mix["mma_opcode"].startswith("DMMA"), mix
+    assert set(mix["loads"]) == {"LDS.128"} and mix["loads"]["LDS.128"] <= mix["mma"], mix
+    assert mix["moves"] == 0, mix
+    assert not re.search(r"\b(STL|LDL)\b", sass), "local memory"
+
+
+def test_transposed_f64_order_as_m16n8k4_reads_the_same_16_byte_pairs():
+    """DMMA_TRANSPOSED_K4 (a benchmark candidate) issues each K step as two m16n8k4 on the same registers:
+    twice the DMMAs, the same 16-byte reads, no moves, no local memory."""
+    from blasdx.plan import heuristics
+
+    sass_loops = _sass_loops()
+    saved = heuristics.DMMA_TRANSPOSED_K4
+    try:
+        heuristics.DMMA_TRANSPOSED_K4 = True
+        desc = (bx.Size(64, 64, 64) + bx.Precision(dt.float64) + bx.Function.MM
+                + bx.Arrangement(bx.row_major, bx.row_major) + bx.MaxAlignment + bx.SM(90, arch_specific=True)
+                + bx.Block() + bx.Workload.compute_bound)
+        desc = desc + bx.LeadingDimension(*desc.suggested_leading_dimension)
+        assert desc.plan.dmma_k4
+    finally:
+        heuristics.DMMA_TRANSPOSED_K4 = saved
+    sass = sass_loops.block_compute.compile_blasdx(desc).compiled.sass()
+    mix = sass_loops.loop_mix(sass_loops.hot_loop(sass_loops.instructions(sass)))
+    assert "DMMA.16x8x4" in sass and "DMMA.16x8x8" not in sass
+    assert mix["loads"] == {"LDS.128": mix["mma"] // 2} and mix["moves"] == 0, mix
+    assert not re.search(r"\b(STL|LDL)\b", sass), "local memory"
+
+
 @pytest.mark.parametrize("name", ["f16->f32", "f16->f16", "bf16->f32"])
 def test_repeated_gemm_on_the_whole_block_unrolls_without_thread_checks(name):
     """compile_kernel launches its block, so a GEMM on all of the block's threads needs no check

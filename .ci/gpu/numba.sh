@@ -18,6 +18,17 @@ echo "=== fp8 tests exit $? ($((SECONDS - start)) s)"
 grep -cE "PASSED" "$logs/test_gpu.log" | sed 's/^/passed: /'
 grep -E "^FAILED|^E  |ERROR" "$logs/test_gpu.log" | head -12 | cut -c1-240
 
+# 1b. the f64 64^3 block-compute GEMM in blasdx's fragment orders (the DMMA atom's; the transposed one its
+# compute-bound plans take; that one through two m16n8k4 per K step) against nvmath.device, each checked, then
+# timed in turn in workers of their own, 7 rounds (~60-80 s); NUMBA_F64_ORDER_ROUNDS=0 skips it
+rounds="${NUMBA_F64_ORDER_ROUNDS:-7}"
+if [ "$rounds" -gt 0 ]; then
+  timeout 150 python3 benchmarks/numba_f64_orders.py --cases "f64:64x64x64:compute" --rounds "$rounds" \
+    > "$logs/numba_f64_orders.log" 2>&1
+  echo "=== benchmarks/numba_f64_orders.py exit $? ($((SECONDS - start)) s)"; grep -E "^\|" "$logs/numba_f64_orders.log"
+  tail -n 3 "$logs/numba_f64_orders.log" | grep -vE "^\|" | cut -c1-240
+fi
+
 # 2. blasdx's first and warm builds one at a time (one worker: a user's build does not share the machine with
 # fifteen others), over every type blasdx serves in Numba
 seq=("f16->f32:64x64x64:compute" "f64:64x64x64:compute" "f32:64x64x64:batched" "bf16->f32:128x128x128:batched"

@@ -106,6 +106,10 @@ def config_struct(desc: Descriptor, name: str = "blasdx_config") -> str:
             f"    static constexpr int k_unroll = {warp.k_unroll};  // K steps per pass of the K loop",
             "    static constexpr int thread_m = 1, thread_n = 1;",
         ]
+        if warp.dmma_transposed:
+            lines.append("    static constexpr bool dmma_transposed = true;  // each DMMA on C^T = B^T A^T (tile_order)")
+        if warp.dmma_k4:
+            lines.append("    static constexpr bool dmma_k4 = true;  // each K step as two m16n8k4")
     else:
         lines += [
             "    static constexpr int warp_m = 1, warp_n = 1;",

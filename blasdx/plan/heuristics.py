@@ -279,6 +279,8 @@ class KernelPlan:
     k_unroll: int = 1  # mma.sync K steps unrolled per pass of a warp tile's K loop (k_loop_unroll)
     k_chunk: int = 0  # batched kernel: K elements per copy group, each multiplied as it lands; 0: K at once
     batched_panels: tuple[int, int] = (0, 0)  # batched kernel: A, B in swizzled panels this wide (bytes); 0: smem_a/b
+    dmma_transposed: bool = False  # f64 m16n8k8 issued on C^T = B^T A^T (dmma_transposed), B read 16 bytes at a time
+    dmma_k4: bool = False  # the transposed order's K steps as two m16n8k4 each (DMMA_TRANSPOSED_K4)
 
     @property
     def is_mma(self) -> bool:
@@ -861,8 +863,43 @@ def _plan_warp_level(p: Problem, threads: int | None) -> KernelPlan:
         smem_c_offset=0,
         shared_memory=ab_bytes,
         k_unroll=k_loop_unroll(p, family),
+        dmma_transposed=dmma_transposed(p, family, warp_tile, threads),
+        dmma_k4=DMMA_TRANSPOSED_K4 and dmma_transposed(p, family, warp_tile, threads),
     )
     return _epilogue(p, plan, ab_bytes)
+
+
+#: The largest block whose compute-bound f64 products of row-major A and B take
+#: :func:`dmma_transposed`'s order; 0: none. A benchmark that times the orders against each other in
+#: one process sets it before it makes each descriptor (a plan reads it once, when it is made).
+DMMA_TRANSPOSED_THREADS = 128
+#: Whether the transposed order issues each K step as two m16n8k4 DMMAs (the shape nvmath.device's f64
+#: 64^3 GEMM runs) on the same registers instead of one m16n8k8: a candidate for benchmarks, off by default.
+DMMA_TRANSPOSED_K4 = False
+
+
+def dmma_transposed(p: Problem, family: str, warp_tile: tuple[int, int], threads: int) -> bool:
+    """Whether the f64 m16n8k8 block GEMM issues each DMMA on the transposed product C^T = B^T A^T
+    (block_gemm.cuh's tile_order): compute-bound real f64 with K-contiguous A and N-contiguous B,
+    warp tiles of an even number of pieces along N that tile C exactly, and whole K steps.
+
+    In the atom's own order an N-contiguous B fragment is two doubles of one column at K 2t and
+    2t + 1, rows apart: two 8-byte reads, and A's rows take four more per piece (f64 64^3 at 128
+    threads: 128 LDS.64 per 64 DMMA, 2-way conflicts on A). Transposed, B is the instruction's A
+    (columns 2g and 2g + 1 of one K row are its rows g and g + 8: one 16-byte read) and A its B
+    (K 2t and 2t + 1 of one row: one 16-byte read): 64 LDS.128 per 64 DMMA, free of conflicts in
+    the odd-chunk rows. Each lane then holds C in column pairs of neighbouring pieces and row
+    pairs 2t, 2t + 1, so epilogues store element by element: memory-bound batches keep the
+    atom's order (their C stores are 16 bytes wide). Blocks of more than 128 threads already read
+    A 16 bytes at a time (block_gemm.cuh) and are unmeasured in this order, so they keep theirs.
+    """
+    if threads > DMMA_TRANSPOSED_THREADS or family != "mma.sync.m16n8k8" or p.a != _dt.float64 or p.b != _dt.float64:
+        return False
+    if not p.compute_bound or p.is_complex or not p.a_row_major or not p.b_row_major or p.scheme != "native":
+        return False
+    am, an, ak = atom_shape(family)
+    wm, wn = warp_tile[0] * am, warp_tile[1] * an
+    return warp_tile[1] % 2 == 0 and p.m % wm == 0 and p.n % wn == 0 and p.k % ak == 0
 
 
 def k_loop_unroll(p: Problem, family: str) -> int:

@@ -132,7 +132,7 @@ template <class Cfg, class Atom> __host__ __device__ constexpr int b_group_piece
 // where the atom's order takes P byte reads) and C's columns come in runs of 2P per lane.
 template <class Cfg, class Atom = typename Cfg::atom, class = void>
 struct tile_order {
-    static constexpr bool DMMA = false;
+    static constexpr bool DMMA = false, TRANSPOSED = false;
     static constexpr int P = b_group_pieces<Cfg, Atom>();
     __host__ __device__ __forceinline__ static constexpr int b_place(int j, int c) {  // column c of piece j
         return (j / P) * Atom::N * P + c * P + j % P;
@@ -155,6 +155,15 @@ template <class Order> __host__ __device__ constexpr int pieces_before(int piece
     return inside;
 }
 
+// Whether Cfg asks for the f64 order's transposed issue (heuristics.dmma_transposed); absent: no.
+template <class Cfg, class = void> struct dmma_transposed { static constexpr bool value = false; };
+template <class Cfg> struct dmma_transposed<Cfg, decltype(void(Cfg::dmma_transposed))> {
+    static constexpr bool value = Cfg::dmma_transposed;
+};
+// Whether the transposed order issues each K step as two m16n8k4 (heuristics.DMMA_TRANSPOSED_K4); absent: no.
+template <class Cfg, class = void> struct dmma_k4 { static constexpr bool value = false; };
+template <class Cfg> struct dmma_k4<Cfg, decltype(void(Cfg::dmma_k4))> { static constexpr bool value = Cfg::dmma_k4; };
+
 // f64 m16n8k8 (sm_90 DMMA): the order that lets one 16-byte shared-memory load fill two
 // registers of a K-contiguous operand, without bank conflicts in the padded layouts (rows an odd
 // number of 16-byte chunks), while each lane keeps C's adjacent pairs (what lets the epilogue
@@ -167,6 +176,14 @@ template <class Order> __host__ __device__ constexpr int pieces_before(int piece
 //   line; M-contiguous A: rows g and g + 8 of a piece are 2g and 2g + 1 (one load gives both).
 // * K-contiguous B: column g is dmma_row_order(g) where C is column-major; where it is row-major
 //   that order would split C's column pairs, so B keeps the atom's columns (2-way conflicts).
+// TRANSPOSED (Cfg::dmma_transposed: K-contiguous A, N-contiguous B, even warp_n): each DMMA
+// computes the transpose of an 8-row x 16-column block of C, B^T as the instruction's A and A^T as
+// its B, so that both read 16 bytes at a time. Pieces keep their registers' count (16 x 8 elements
+// of C, four per lane) but not their shape: piece (i, j) holds rows 16i + 8h + dmma_row_order(2t +
+// s) (register 2h + s) and column 16(j / 2) + 2g + j % 2, i.e. registers 2h, 2h + 1 of pieces 2q
+// and 2q + 1 are one instruction's C. A's register 2h + s is row 16i + 8h + dmma_row_order(g) at K
+// 2t + s; B's register s of piece j is column 16(j / 2) + 2g + j % 2 at K 2t + s, so a lane's
+// columns 2g, 2g + 1 of one K row (pieces 2q, 2q + 1) are one load.
 // The Hopper engine's f64 warp tile (hopper/dmma_tile.cuh) uses the same orders on swizzled stages.
 template <class Cfg, class Atom>
 struct tile_order<Cfg, Atom, typename std_conditional<Atom::M == 16 && sizeof(typename Atom::a_type) == 8, void, int>::type> {
@@ -174,20 +191,60 @@ struct tile_order<Cfg, Atom, typename std_conditional<Atom::M == 16 && sizeof(ty
     static_assert(Atom::K == 8, "the f64 order pairs the two K slots of m16n8k8");
     static constexpr bool A_K = Cfg::a_row_major, B_K = !Cfg::b_row_major;
     static constexpr bool B_ORDERED = B_K && !Cfg::c_row_major;
+    static constexpr bool TRANSPOSED = dmma_transposed<Cfg>::value;
+    static_assert(!TRANSPOSED || (A_K && !B_K && !Cfg::is_complex && Cfg::warp_n % 2 == 0 && Cfg::k % 8 == 0 &&
+                                  Cfg::m % (16 * Cfg::warp_m) == 0 && Cfg::n % (8 * Cfg::warp_n) == 0),
+                  "the transposed f64 order takes real K-contiguous A, N-contiguous B, an even warp_n, whole K "
+                  "steps and warp tiles that tile C (heuristics.dmma_transposed)");
     __host__ __device__ __forceinline__ static constexpr int a_place(int r) {  // instruction row r (0..15)
         return A_K ? (r & 8) + dmma_row_order(r & 7) : 2 * (r & 7) + (r >> 3);
     }
     __host__ __device__ __forceinline__ static constexpr int b_place(int j, int c) {  // column c of piece j
-        return 8 * j + (B_ORDERED ? dmma_row_order(c) : c);
+        return TRANSPOSED ? 16 * (j >> 1) + 2 * c + (j & 1) : 8 * j + (B_ORDERED ? dmma_row_order(c) : c);
     }
     __host__ __device__ __forceinline__ static constexpr int k_place(int s) { return 2 * (s & 3) + (s >> 2); }
-    __device__ __forceinline__ static int a_row(int lane, int i, int e) { return 16 * i + a_place(Atom::a_row(lane, e)); }
-    __device__ __forceinline__ static int b_col(int lane, int j, int e) { return b_place(j, Atom::b_col(lane, e)); }
-    __device__ __forceinline__ static int a_k(int lane, int e) { return k_place(Atom::a_k(lane, e)); }
-    __device__ __forceinline__ static int b_k(int lane, int e) { return k_place(Atom::b_k(lane, e)); }
-    __device__ __forceinline__ static int c_row(int lane, int i, int e) { return 16 * i + a_place(Atom::c_row(lane, e)); }
-    __device__ __forceinline__ static int c_col(int lane, int j, int e) { return b_place(j, Atom::c_col(lane, e)); }
-    __host__ __device__ __forceinline__ static constexpr int piece_col(int j) { return 8 * j; }
+    __device__ __forceinline__ static int a_row(int lane, int i, int e) {
+        return TRANSPOSED ? 16 * i + 8 * (e >> 1) + dmma_row_order(lane >> 2) : 16 * i + a_place(Atom::a_row(lane, e));
+    }
+    __device__ __forceinline__ static int b_col(int lane, int j, int e) {
+        return TRANSPOSED ? b_place(j, lane >> 2) : b_place(j, Atom::b_col(lane, e));
+    }
+    __device__ __forceinline__ static int a_k(int lane, int e) {
+        return TRANSPOSED ? 2 * (lane & 3) + (e & 1) : k_place(Atom::a_k(lane, e));
+    }
+    __device__ __forceinline__ static int b_k(int lane, int e) {
+        return TRANSPOSED ? 2 * (lane & 3) + e : k_place(Atom::b_k(lane, e));
+    }
+    __device__ __forceinline__ static int c_row(int lane, int i, int e) {
+        return TRANSPOSED ? 16 * i + 8 * (e >> 1) + dmma_row_order(2 * (lane & 3) + (e & 1))
+                          : 16 * i + a_place(Atom::c_row(lane, e));
+    }
+    __device__ __forceinline__ static int c_col(int lane, int j, int e) {
+        return TRANSPOSED ? b_place(j, lane >> 2) : b_place(j, Atom::c_col(lane, e));
+    }
+    __host__ __device__ __forceinline__ static constexpr int piece_col(int j) { return TRANSPOSED ? b_place(j, 0) : 8 * j; }
+
+    // The transposed order's instruction over rows 16i + 8h + (0..7) and the columns of pieces 2q,
+    // 2q + 1: registers 2h, 2h + 1 of those pieces' C, B's registers of both pieces, A's 2h, 2h + 1.
+    template <class Acc, class FragA, class FragB>
+    __device__ __forceinline__ static void mma_transposed(Acc& acc, const FragA& fa, const FragB* fb, int i, int h,
+                                                          int q) {
+        double* c0 = acc[i][2 * q];
+        double* c1 = acc[i][2 * q + 1];
+        const double* b0 = fb[2 * q][0].regs();
+        const double* b1 = fb[2 * q + 1][0].regs();
+        const double* a = fa.regs();
+        double d[4] = {c0[2 * h], c0[2 * h + 1], c1[2 * h], c1[2 * h + 1]};
+        const double ta[4] = {b0[0], b1[0], b0[1], b1[1]};  // instruction rows g, g + 8 at K 2t, then 2t + 1
+        const double tb[2] = {a[2 * h], a[2 * h + 1]};      // instruction column g at K 2t, 2t + 1
+        if constexpr (dmma_k4<Cfg>::value) {  // K 2t of the step (slot t of one m16n8k4), then K 2t + 1
+            mma_m16n8_f64<4>::mma(d, ta, tb);
+            mma_m16n8_f64<4>::mma(d, ta + 2, tb + 1);
+        } else {
+            Atom::mma(d, ta, tb);
+        }
+        c0[2 * h] = d[0], c0[2 * h + 1] = d[1], c1[2 * h] = d[2], c1[2 * h + 1] = d[3];
+    }
 };
 
 // Runs of adjacent columns of C that a lane holds in one row of a warp tile, so that an epilogue
@@ -203,7 +260,7 @@ struct c_runs {
     using acc_type = typename Cfg::accumulator_type;
     static constexpr int P = order::DMMA ? 1 : b_group_pieces<Cfg, Atom>();
     static constexpr int RUN = 2 * P, HALVES = Atom::C_ELEMS / 2;
-    static constexpr bool works = !Cfg::is_complex && Atom::C_ELEMS % 2 == 0;
+    static constexpr bool works = !Cfg::is_complex && Atom::C_ELEMS % 2 == 0 && !dmma_transposed<Cfg>::value;
 
     // Columns of a part of a run that lies wholly inside or wholly outside C: the run itself where
     // the tile lies inside C along N, else the largest power of two dividing both it and N.
@@ -372,14 +429,34 @@ struct BlockGemm {
 
     // Whether f64 fragments of this operand are read 16 bytes at a time (tile_order's f64 order):
     // real values in rows of an even number of doubles starting on 16-byte boundaries; B only
-    // K-contiguous.
+    // K-contiguous, or in the transposed order (two pieces' columns at once, load_dmma_b_pair).
     template <bool IS_A, int LD> __host__ __device__ static constexpr bool dmma_vector_reads() {
         using order = tile_order<Cfg>;
         if constexpr (!order::DMMA) {
             return false;
         } else {
-            return !is_complex && LD != PANELS && LD % 2 == 0 && aligned_smem<Cfg>::value && (IS_A || order::B_K);
+            return !is_complex && LD != PANELS && LD % 2 == 0 && aligned_smem<Cfg>::value &&
+                   (IS_A || order::B_K || order::TRANSPOSED);
         }
+    }
+
+    // Whether B fragments come in pairs of pieces from load_dmma_b_pair (the transposed f64 order).
+    template <int LD> __host__ __device__ static constexpr bool dmma_b_pairs() {
+        return tile_order<Cfg>::TRANSPOSED && dmma_vector_reads<false, LD>();
+    }
+
+    // The B fragments of pieces `piece` and `piece` + 1 (piece even) of the warp tile at column x0,
+    // K step k0, in the transposed f64 order: one 16-byte load per K row gives the lane's columns
+    // 2g and 2g + 1, one of each piece (tile_order: warp tiles lie inside C, K steps are whole).
+    template <int LD, class Frag, class Op>
+    __device__ __forceinline__ static void load_dmma_b_pair(Frag* first, Frag* second, const double* s, int x0,
+                                                            int piece, int k0, int lane, const Op& op) {
+        const int c = x0 + tile_order<Cfg>::b_place(piece, lane >> 2), kk = k0 + 2 * (lane & 3);
+        const double2 v0 = *reinterpret_cast<const double2*>(s + kk * LD + c);
+        const double2 v1 = *reinterpret_cast<const double2*>(s + (kk + 1) * LD + c);
+        double* f = first[0].elems();
+        double* g = second[0].elems();
+        f[0] = op(v0.x), f[1] = op(v1.x), g[0] = op(v0.y), g[1] = op(v1.y);
     }
 
     // One double from shared address `addr`, an 8-byte load of its own.
@@ -405,7 +482,13 @@ struct BlockGemm {
         if (!k_in) kk = 0;
         double* f = frag[0].elems();
         constexpr int N = IS_A ? 4 : 2;
-        if constexpr (IS_A && order::A_K) {  // rows r and r + 8, K 2t and 2t + 1 each
+        if constexpr (IS_A && order::TRANSPOSED) {  // rows r and r + 8 (two instructions' columns), K 2t and 2t + 1
+            static_assert(FULL_K && FULL_X, "the transposed f64 order takes whole K steps and tiles inside C");
+            const int r0 = x0 + 16 * piece + dmma_row_order(g);
+            const double2 lo = *reinterpret_cast<const double2*>(s + r0 * LD + kk);
+            const double2 hi = *reinterpret_cast<const double2*>(s + (r0 + 8) * LD + kk);
+            f[0] = lo.x, f[1] = lo.y, f[2] = hi.x, f[3] = hi.y;
+        } else if constexpr (IS_A && order::A_K) {  // rows r and r + 8, K 2t and 2t + 1 each
             int r0 = x0 + 16 * piece + dmma_row_order(g), r1 = r0 + 8;
             if (!FULL_X) {
                 r0 = r0 < X ? r0 : 0;
@@ -437,15 +520,16 @@ struct BlockGemm {
             const double2 v1 = *reinterpret_cast<const double2*>(s + r + (k1_in ? kk + 1 : 0) * LD);
             f[0] = v0.x, f[1] = v0.y, f[2] = v1.x, f[3] = v1.y;
         } else {  // column c, K 2t and 2t + 1
+            static_assert(!order::TRANSPOSED, "the transposed f64 order reads B in pairs of pieces (load_dmma_b_pair)");
             int c = x0 + order::b_place(piece, g);
             if (!FULL_X) c = c < X ? c : 0;
             const double2 v = *reinterpret_cast<const double2*>(s + c * LD + kk);
             f[0] = v.x, f[1] = v.y;
         }
 #pragma unroll
-        for (int e = 0; e < N; ++e) {  // register e holds K index 2t + (e >> 1) of A, 2t + e of B
+        for (int e = 0; e < N; ++e) {  // register e holds K index 2t + (e >> 1) of A (transposed: e & 1), 2t + e of B
             if constexpr (!is_identity<Op>::value) f[e] = op(f[e]);
-            if (!((IS_A ? e >> 1 : e) == 0 ? k_in : k1_in)) f[e] = 0.0;
+            if (!((IS_A ? (order::TRANSPOSED ? e & 1 : e >> 1) : e) == 0 ? k_in : k1_in)) f[e] = 0.0;
         }
     }
 
@@ -646,12 +730,24 @@ struct BlockGemm {
                 } else {
                     load_fragment<false, LDB, atom, Reach>(fb[j], sB, n0, j, k0, lane, b_op);
                 }
+            } else if constexpr (dmma_b_pairs<LDB>()) {
+                if (j % 2 == 0) load_dmma_b_pair<LDB>(fb[j], fb[j + 1], sB, n0, j, k0, lane, b_op);
             } else if constexpr (b_pairs<LDB, atom>()) {
                 if (j % 2 == 0 && j + 1 < PN) load_b_pair<LDB, atom, Reach>(fb[j], fb[j + 1], sB, n0, j, k0, lane, b_op);
                 if (j % 2 == 0 && j + 1 == PN) load_fragment<false, LDB, atom, Reach>(fb[j], sB, n0, j, k0, lane, b_op);
             } else {
                 load_fragment<false, LDB, atom, Reach>(fb[j], sB, n0, j, k0, lane, b_op);
             }
+        }
+        using order = tile_order<Cfg, atom>;
+        if constexpr (order::TRANSPOSED) {  // one instruction per 8 rows and two pieces' columns
+#pragma unroll
+            for (int i = 0; i < PM; ++i)
+#pragma unroll
+                for (int h = 0; h < 2; ++h)
+#pragma unroll
+                    for (int q = 0; q < PN / 2; ++q) order::mma_transposed(acc[0], fa[i][0], fb, i, h, q);
+            return;
         }
 #pragma unroll
         for (int i = 0; i < PM; ++i)
