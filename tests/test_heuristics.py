@@ -623,24 +623,24 @@ def test_compute_bound_f64_of_row_major_a_and_b_takes_the_transposed_order(size,
 
 def test_the_transposed_f64_order_can_be_switched_off_or_to_m16n8k4():
     """DMMA_TRANSPOSED_THREADS = 0 (what a benchmark of the orders sets) plans the atom's order;
-    DMMA_TRANSPOSED_K4 the transposed order's K steps as two m16n8k4 each (off by default)."""
+    DMMA_TRANSPOSED_K4 the transposed order's K steps as two m16n8k4 each (the default; off: one m16n8k8)."""
     desc = lambda: (bx.Size(64, 64, 64) + bx.Precision(F64) + bx.Function.MM + bx.Arrangement(R, R, R) + bx.SM(90)
                     + bx.Block() + bx.Workload.compute_bound)
     saved = h.DMMA_TRANSPOSED_THREADS, h.DMMA_TRANSPOSED_K4
     try:
         h.DMMA_TRANSPOSED_THREADS = 0
         assert not desc().plan.dmma_transposed
-        h.DMMA_TRANSPOSED_K4 = True
         assert not desc().plan.dmma_k4  # only the transposed order has it
         h.DMMA_TRANSPOSED_THREADS = saved[0]
-        k4 = desc()
-        assert k4.plan.dmma_transposed and k4.plan.dmma_k4
-        assert "static constexpr bool dmma_k4 = true;" in codegen.generate(k4).source
+        h.DMMA_TRANSPOSED_K4 = False
+        k8 = desc()
+        assert k8.plan.dmma_transposed and not k8.plan.dmma_k4
+        assert "dmma_k4" not in codegen.generate(k8).source
     finally:
         h.DMMA_TRANSPOSED_THREADS, h.DMMA_TRANSPOSED_K4 = saved
     default = desc()
-    assert default.plan.dmma_transposed and not default.plan.dmma_k4
-    assert "dmma_k4" not in codegen.generate(default).source
+    assert default.plan.dmma_transposed and default.plan.dmma_k4
+    assert "static constexpr bool dmma_k4 = true;" in codegen.generate(default).source
 
 
 @pytest.mark.parametrize("size, a, c, compute_bound, threads, expected, warps", [

@@ -104,32 +104,32 @@ def test_transposed_f64_order_reads_each_dmma_operand_pair_with_one_16_byte_load
     assert desc.plan.dmma_transposed
     sass = sass_loops.block_compute.compile_blasdx(desc).compiled.sass()
     mix = sass_loops.loop_mix(sass_loops.hot_loop(sass_loops.instructions(sass)))
-    assert mix["mma_opcode"].startswith("DMMA"), mix
+    assert mix["mma_opcode"].startswith("DMMA") and "DMMA.16x8x4" in sass, mix  # two m16n8k4 per K step
     assert set(mix["loads"]) == {"LDS.128"} and mix["loads"]["LDS.128"] <= mix["mma"], mix
     assert mix["moves"] == 0, mix
     assert not re.search(r"\b(STL|LDL)\b", sass), "local memory"
 
 
-def test_transposed_f64_order_as_m16n8k4_reads_the_same_16_byte_pairs():
-    """DMMA_TRANSPOSED_K4 (a benchmark candidate) issues each K step as two m16n8k4 on the same registers:
-    twice the DMMAs, the same 16-byte reads, no moves, no local memory."""
+def test_transposed_f64_order_as_m16n8k8_reads_the_same_16_byte_pairs():
+    """With DMMA_TRANSPOSED_K4 off, each K step of the transposed order is one m16n8k8 on the same 16-byte
+    reads (the default issues two m16n8k4): half the DMMAs, no moves, no local memory."""
     from blasdx.plan import heuristics
 
     sass_loops = _sass_loops()
     saved = heuristics.DMMA_TRANSPOSED_K4
     try:
-        heuristics.DMMA_TRANSPOSED_K4 = True
+        heuristics.DMMA_TRANSPOSED_K4 = False
         desc = (bx.Size(64, 64, 64) + bx.Precision(dt.float64) + bx.Function.MM
                 + bx.Arrangement(bx.row_major, bx.row_major) + bx.MaxAlignment + bx.SM(90, arch_specific=True)
                 + bx.Block() + bx.Workload.compute_bound)
         desc = desc + bx.LeadingDimension(*desc.suggested_leading_dimension)
-        assert desc.plan.dmma_k4
+        assert desc.plan.dmma_transposed and not desc.plan.dmma_k4
     finally:
         heuristics.DMMA_TRANSPOSED_K4 = saved
     sass = sass_loops.block_compute.compile_blasdx(desc).compiled.sass()
     mix = sass_loops.loop_mix(sass_loops.hot_loop(sass_loops.instructions(sass)))
-    assert "DMMA.16x8x4" in sass and "DMMA.16x8x8" not in sass
-    assert mix["loads"] == {"LDS.128": mix["mma"] // 2} and mix["moves"] == 0, mix
+    assert "DMMA.16x8x8" in sass and "DMMA.16x8x4" not in sass
+    assert mix["loads"] == {"LDS.128": mix["mma"]} and mix["moves"] == 0, mix
     assert not re.search(r"\b(STL|LDL)\b", sass), "local memory"
 
 

@@ -874,8 +874,10 @@ def _plan_warp_level(p: Problem, threads: int | None) -> KernelPlan:
 #: one process sets it before it makes each descriptor (a plan reads it once, when it is made).
 DMMA_TRANSPOSED_THREADS = 128
 #: Whether the transposed order issues each K step as two m16n8k4 DMMAs (the shape nvmath.device's f64
-#: 64^3 GEMM runs) on the same registers instead of one m16n8k8: a candidate for benchmarks, off by default.
-DMMA_TRANSPOSED_K4 = False
+#: 64^3 GEMM runs) on the same registers instead of one m16n8k8. Measured (H200, 2026-11-28, f64 64^3 block
+#: compute in one Numba kernel, benchmarks/numba_f64_orders.py, median of 7 rounds): m16n8k4 63.0 TFLOP/s,
+#: m16n8k8 60.6, the atom's order 59.9, nvmath.device 60.3.
+DMMA_TRANSPOSED_K4 = True
 
 
 def dmma_transposed(p: Problem, family: str, warp_tile: tuple[int, int], threads: int) -> bool:
