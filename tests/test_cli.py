@@ -112,7 +112,7 @@ def test_an_error_keeps_its_whole_message(capsys):
 def test_matmul_explains_its_fields(capsys):
     assert main(["matmul", "bfloat16", "4096x4096x4096", "--explain"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith("hopper wgmma+TMA, 128x128x64, ") and ", 1 K split, D by TMA, x K-major, y MN-major" in out[0]
+    assert out[0].startswith("hopper wgmma+TMA, 128x256x64, ") and ", 1 K split, D by TMA, x K-major, y MN-major" in out[0]
     legend = "\n".join(out[1:])
     for field in ("stages", "consumers", "group 8", "K split", "D by TMA", "K-major"):
         assert field in legend
