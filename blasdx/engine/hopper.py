@@ -268,8 +268,8 @@ def choose_config(a: _dt.DType, m: int, n: int, k: int, batch: int, multiprocess
     transposed (:func:`decode_config`: `decode` or, past a wave of its tiles, a larger one), or take `narrow` where the caller
     keeps x and y in place; up to MEDIUM_MAX_M rows, while `pingpong` tiles would not fill the SMs once,
     `medium` (K split up to one unit per SM with deep splits, :func:`split_count`); long products with
-    many `wide` tiles (at least CLUSTER_WAVES per SM, CLUSTER_MIN_K_STEPS deep) take `wide` in clusters of 2; 16-bit
-    products at least that deep the tile of :func:`wave_config`; the rest `pingpong`, or `wide`
+    many `wide` tiles (at least CLUSTER_WAVES per SM, CLUSTER_MIN_K_STEPS deep) take `wide` in clusters of 2; other
+    16-bit products the tile of :func:`wave_config`; the rest `pingpong`, or `wide`
     for fp8: a promoting consumer (``promotion`` K elements, see PROMOTION) waits for its
     products before it adds them up, so both consumers had better multiply the same stage and
     fill each other's waits (ping-pong consumers take turns), and fp8's narrow results make
