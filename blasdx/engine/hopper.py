@@ -117,6 +117,10 @@ class EngineConfig:
         """Producer warpgroup plus consumers (plus a rewriting warpgroup with the tf32 split or B transposed)."""
         return 128 * (1 + self.consumers + (1 if self.split_tf32 or self.transpose_b else 0))
 
+    def tiles(self, m: int, n: int, batch: int = 1) -> int:
+        """Output tiles of ``batch`` M x N products (the rule's unit of work before K splits and clusters)."""
+        return batch * math.ceil(m / self.bm) * math.ceil(n / self.bn)
+
     def stage_bytes(self, itemsize: int) -> int:
         """A stage's operands; twice that with the tf32 split (high parts, then low parts); B's raw tile
         beside them when B is transposed."""
@@ -280,19 +284,17 @@ def choose_config(a: _dt.DType, m: int, n: int, k: int, batch: int, multiprocess
     be split).
     """
     bk = _SWIZZLE // a.size
-    wide_tiles = batch * math.ceil(m / WIDE.bm) * math.ceil(n / WIDE.bn)
+    wide_tiles = WIDE.tiles(m, n, batch)
     if scheme == "3xtf32":
         config = SPLIT_SQUARE
     elif swap and decodes(m, n):
         return decode_config(a, m, n, k, batch, multiprocessors, bk, promotion)
     elif m <= 64:
         config = NARROW
-    elif (m <= MEDIUM_MAX_M and batch * math.ceil(m / PINGPONG.bm) * math.ceil(n / PINGPONG.bn) < multiprocessors
-          and scheme == "native"):
+    elif m <= MEDIUM_MAX_M and PINGPONG.tiles(m, n, batch) < multiprocessors and scheme == "native":
         config = replace(MEDIUM, bk=bk, promotion=promotion)
-        pair_tiles = batch * math.ceil(m / PINGPONG.bm) * math.ceil(n / PINGPONG.bn)
-        if a.size == 2 and wave_use(pair_tiles, multiprocessors) >= wave_use(
-                batch * math.ceil(m / MEDIUM.bm) * math.ceil(n / MEDIUM.bn), multiprocessors) - WAVE_USE_SLACK:
+        if a.size == 2 and (wave_use(PINGPONG.tiles(m, n, batch), multiprocessors)
+                            >= wave_use(MEDIUM.tiles(m, n, batch), multiprocessors) - WAVE_USE_SLACK):
             config = replace(PINGPONG, bk=bk)  # as much of the SMs in half the tiles (MEDIUM's figures)
         splits = split_count(config, m, n, k, batch, multiprocessors, MEDIUM_MIN_STEPS_PER_SPLIT)
         if stream_k and splits > 1:
@@ -322,7 +324,7 @@ def wave_config(m: int, n: int, k: int, batch: int, multiprocessors: int, bk: in
     for config in (PINGPONG,) if short else (PINGPONG, WIDE_192, WIDE):
         config = replace(config, bk=bk)
         splits = split_count(config, m, n, k, batch, multiprocessors, MEDIUM_MIN_STEPS_PER_SPLIT)
-        tiles = batch * math.ceil(m / config.bm) * math.ceil(n / config.bn)
+        tiles = config.tiles(m, n, batch)
         use = wave_use(tiles * splits, multiprocessors) * (1 - SPLIT_USE_PENALTY * (splits > 1))
         options.append((config, splits, use))
     best = max(use for _, _, use in options)
@@ -448,7 +450,7 @@ def stream_k_estimate(config: EngineConfig, m: int, n: int, k: int, batch: int, 
                       waves: int = STREAM_K_WAVES) -> int:
     """The time of a stream-K launch in K steps (blasdx.engine.streamk.estimate: each piece that shares a tile
     costs SPLIT_COST_STEPS, as a split does)."""
-    tiles = batch * math.ceil(m / config.bm) * math.ceil(n / config.bn)
+    tiles = config.tiles(m, n, batch)
     return _streamk.estimate(tiles, math.ceil(k / config.bk), multiprocessors, waves, SPLIT_COST_STEPS)
 
 
@@ -458,7 +460,7 @@ def stream_k_or_splits(config: EngineConfig, splits: int, m: int, n: int, k: int
     eligible configuration (:func:`stream_k_eligible`), K > 0, at most STREAM_K_MAX_WAVES waves of tiles, and a
     stream-K estimate below STREAM_K_GAIN times the splits' (wave quantisation: 2048x2112x7168's 272 tiles
     run 3 rounds of 112 K steps unsplit, 235 in stream-K; 512x2112x7168's 68 tiles 80 in 3 splits, 62)."""
-    tiles = batch * math.ceil(m / config.bm) * math.ceil(n / config.bn)
+    tiles = config.tiles(m, n, batch)
     if (not stream_k_eligible(config) or k <= 0 or multiprocessors <= 0
             or tiles > STREAM_K_MAX_WAVES * multiprocessors):
         return config, splits
@@ -483,7 +485,7 @@ def memory_bound_splits(config: EngineConfig, m: int, n: int, k: int, batch: int
     traffic: 128x4096x4096 ran 14.0 us unsplit, 15.4 us in 2 splits), else :func:`balanced_splits`. 16-bit
     inputs take a third (H200, bf16, us, whole / 2 splits: 64x4096x4096 12.0 / 13.2, 16x4096x14336 33.4 / 35.7,
     16x4096x4096 10.7 / 11.0 (64 tiles); 16x2112x7168, 33 tiles: 16.4 whole, 10.5 in 4); others half."""
-    tiles = batch * math.ceil(m / config.bm) * math.ceil(n / config.bn)
+    tiles = config.tiles(m, n, batch)
     return 1 if share * tiles > multiprocessors else balanced_splits(config, m, n, k, batch, multiprocessors)
 
 
@@ -501,13 +503,13 @@ def decode_config(a: _dt.DType, m: int, n: int, k: int, batch: int, multiprocess
     bn = 16 if m <= 16 else 32 if m <= 32 else 64
     decode = replace(DECODE, bn=bn, bk=bk, promotion=promotion,
                      stages=DECODE.stages if bn < 64 else DECODE_64_STAGES)
-    if a.size == 2 and batch * math.ceil(n / decode.bm) > multiprocessors:
+    if a.size == 2 and decode.tiles(n, m, batch) > multiprocessors:
         larger = ([replace(decode, bm=128, consumers=2, stages=DECODE_PAIR_STAGES - bn // 32)] if bn < 64 else
                   [replace(MEDIUM, bk=bk, promotion=promotion), replace(NARROW, bk=bk, promotion=promotion)])
 
         def use(config: EngineConfig) -> float:
             rows, columns = (n, m) if config.swap_ab else (m, n)
-            return wave_use(batch * math.ceil(rows / config.bm) * math.ceil(columns / config.bn), multiprocessors)
+            return wave_use(config.tiles(rows, columns, batch), multiprocessors)
 
         best = max(use(config) for config in [decode, *larger])
         return next((c for c in reversed(larger) if use(c) >= best - WAVE_USE_SLACK), decode), 1
@@ -519,7 +521,7 @@ def split_count(config: EngineConfig, m: int, n: int, k: int, batch: int, multip
     """K splits that bring the work units up to the SM count (at most one per SM), each at least ``min_steps``
     deep, none left empty: the wide path's rule (its splits are added up by a second kernel) and, with
     MEDIUM_MIN_STEPS_PER_SPLIT, the `medium` class's."""
-    units = batch * math.ceil(m / config.bm) * math.ceil(n / config.bn)
+    units = batch * math.ceil(m / config.bm) * math.ceil(n / config.bn)  # config: any object with bm, bn, bk
     steps = math.ceil(k / config.bk)
     return nonempty_splits(steps, min(multiprocessors // max(units, 1), steps // min_steps, MAX_SPLITS))
 
