@@ -314,3 +314,44 @@ def test_cluster_plans_alternating_streams(torch):
         torch.cuda.synchronize()
         err = torch_relative_error(torch, out, ref)
         assert err <= tolerance(dt.float16, dt.float16, 2048), f"step {step}: relative error {err:.3e}"
+
+
+def test_launches_go_through_the_c_call_and_agree_with_cuda_bindings(torch):
+    """On a machine with a C compiler blasdx launches through its C call; the same calls through cuda.bindings
+    (the call uninstalled for a while) give the same bits: block kernels, the engine, execute()."""
+    from blasdx.compile import host_launch
+    from blasdx.launch import cuda_driver
+
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    x = torch.randn(64, 96, device="cuda", generator=gen).half()
+    y = torch.randn(96, 80, device="cuda", generator=gen).half()
+    big_x = torch.randn(512, 1024, device="cuda", generator=gen).bfloat16()
+    big_y = torch.randn(1024, 768, device="cuda", generator=gen).bfloat16()
+    desc = (bx.Size(32, 32, 32) + bx.Precision(bx.float16, bx.float16, bx.float32) + bx.Type.real + bx.Function.MM
+            + bx.Arrangement(bx.row_major, bx.col_major, bx.col_major) + bx.SM(gpu_sm()) + bx.Block())
+    a = torch.randn(3, 32, 32, device="cuda", generator=gen).half()
+    b = torch.randn(3, 32, 32, device="cuda", generator=gen).half().transpose(1, 2)
+
+    def calls():
+        c = torch.full((3, 32, 32), float("nan"), device="cuda").transpose(1, 2)
+        desc.execute(a, b, c)
+        outs = [bx.matmul(x, y), bx.matmul(big_x, big_y), c]
+        for _ in range(3):  # bound calls after the first
+            outs += [bx.matmul(x, y), bx.matmul(big_x, big_y)]
+            desc.execute(a, b, c)
+        torch.cuda.synchronize()
+        return outs
+
+    with_c = calls()
+    assert host_launch.status() == "on", host_launch.status()
+    installed = cuda_driver._host
+    try:
+        cuda_driver.use_host_launch(None)
+        without = calls()
+    finally:
+        cuda_driver.use_host_launch(installed)
+    for got, ref in zip(with_c, without):
+        assert torch.equal(got, ref)
+    _check_matmul(torch, with_c[1], big_x, big_y)
+    ref = a.double() @ b.double()
+    assert (with_c[2].double() - ref).abs().max().item() <= 1e-2 * ref.abs().max().item()

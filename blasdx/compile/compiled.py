@@ -14,6 +14,7 @@ from typing import Any
 from ..errors import DeviceError
 from ..launch import cuda_modules as _cuda
 from ..launch import devices as _devices
+from . import host_launch as _host_launch
 from .cubin import ResourceUsage, run_cuobjdump
 
 __all__ = ["CompiledKernel", "DEFAULT_DYNAMIC_SHARED_MEMORY_LIMIT"]
@@ -135,6 +136,7 @@ def _current_device_id() -> int:
 
 def _load(cubin: bytes, kernel_name: str, device_id: int) -> tuple[Any, Any]:
     """Load the cubin on the current device, ``device_id``, and look up the kernel (ObjectCode -> Kernel)."""
+    _host_launch.install()  # before the kernel's first launch: blasdx's launches go through the C call
     try:
         code = _cuda.core().ObjectCode.from_cubin(cubin)
         return code, code.get_kernel(kernel_name)

@@ -37,7 +37,6 @@ import hashlib
 import json
 import os
 import struct
-import sys
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -46,6 +45,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from .compiled import CompiledKernel
 from .cubin import ResourceUsage
+from .location import cache_dir, cache_enabled
 
 __all__ = [
     "CacheInfo",
@@ -117,22 +117,6 @@ stats = StoreStats()
 # ---------------------------------------------------------------------------------------------
 # location and key
 # ---------------------------------------------------------------------------------------------
-
-
-def cache_enabled() -> bool:
-    """False when ``BLASDX_CACHE`` is 0/false/no/off: no disk level."""
-    return os.environ.get("BLASDX_CACHE", "1").strip().lower() not in ("0", "false", "no", "off")
-
-
-def cache_dir() -> Path:
-    """``$BLASDX_CACHE_DIR``, else the user cache dir (``$XDG_CACHE_HOME`` or ``~/.cache``) + ``blasdx``."""
-    explicit = os.environ.get("BLASDX_CACHE_DIR")
-    if explicit:
-        return Path(explicit).expanduser()
-    if sys.platform == "win32" and os.environ.get("LOCALAPPDATA"):
-        return Path(os.environ["LOCALAPPDATA"]) / "blasdx" / "cache"
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "blasdx"
 
 
 def digest(parts: Iterable[str], source: str) -> str:

@@ -1,11 +1,14 @@
 """The one driver layer: every CUDA driver call blasdx makes to run its kernels, and its launches.
 
-Every launch goes one way: ``cuLaunchKernel`` (``cuLaunchKernelEx`` for clusters) through
-cuda.bindings, by the kernel's CUfunction in the current context (:func:`function_of`; a
-launch by CUkernel makes the driver look that function up on every call), with the
-parameters as one packed block of 8-byte slots and the array of slot pointers the driver
-reads. The driver copies the parameters before the launch returns, so a block is reused
-call after call.
+Every launch goes one way: ``cuLaunchKernel`` (``cuLaunchKernelEx`` for clusters), by the
+kernel's CUfunction in the current context (:func:`function_of`; a launch by CUkernel makes
+the driver look that function up on every call), with the parameters as one packed block of
+8-byte slots and the array of slot pointers the driver reads. The driver copies the
+parameters before the launch returns, so a block is reused call after call. The call itself
+goes through blasdx's C launch call where blasdx.compile.host_launch could build it
+(:func:`use_host_launch`: plain integers in, no argument objects; about 1.5 us less per
+launch), else through cuda.bindings; first launches, retries and clusters always take
+cuda.bindings.
 
 * Packed launches of blasdx's own kernels (:class:`PackedLaunch`): a kernel whose parameter
   list is fixed by its plan; a launch writes the values with one ``struct.pack_into`` into
@@ -43,7 +46,7 @@ from .caches import remember
 __all__ = [
     "TensorMap", "ParameterBlock", "PackedLaunch", "SLOT_FORMATS", "TENSOR_MAP_TYPES", "allocate_async",
     "core_launch", "encode_tiled", "free_async", "function_of", "is_capturing", "launch", "max_active_clusters",
-    "parameters_of", "stream_object", "zero_async",
+    "parameters_of", "stream_object", "use_host_launch", "zero_async",
 ]
 
 _LIB: list[Any] = []
@@ -376,12 +379,44 @@ _CONFIGS: dict[tuple[Any, ...], Any] = {}
 #: current): CUDA_ERROR_INVALID_CONTEXT, CUDA_ERROR_INVALID_HANDLE. The CUkernel launches in any context.
 _OTHER_CONTEXT = (201, 400)
 
+#: blasdx's launch call in C (blasdx.compile.host_launch) once installed: ``launch`` and ``launch_pointers``
+#: take the function, the stream and the parameter arrays as plain integers; None: launches go through
+#: cuda.bindings.
+_host: Any = None
+
+
+def use_host_launch(module: Any) -> None:
+    """Launch through ``module`` (the C launch call, its entry points set) from now on; None: through cuda.bindings."""
+    global _host
+    _host = module
+
+
+def _result_name(err: Any) -> str:
+    """A launch result's name, whether cuda.bindings' enum or the C call's integer."""
+    if isinstance(err, int):
+        try:
+            return _devices.driver().CUresult(err).name
+        except ValueError:
+            return f"CUresult {err}"
+    return getattr(err, "name", str(err))
+
 
 def launch(function: Any, grid: tuple[int, int, int], block: tuple[int, int, int], shared_memory: int, stream: int,
            params: ParameterBlock, cluster: int = 1, kernel: int | None = None) -> None:
     """Launch ``function`` (a CUfunction from :func:`function_of`, or a CUkernel address) in the current context;
     ``cluster`` blocks along x. ``kernel``: the CUkernel address, launched instead when ``function`` belongs to
     another context than the current one."""
+    host = _host
+    if cluster == 1 and host is not None and grid[2] == 1:
+        gx, gy, _ = grid
+        bx, by, bz = block
+        err = host.launch(int(function), gx, gy, bx, by, bz, shared_memory, stream, params.address)
+        if err and kernel is not None and err in _OTHER_CONTEXT:
+            err = host.launch(kernel, gx, gy, bx, by, bz, shared_memory, stream, params.address)
+        if err:
+            raise DeviceError(f"cuLaunchKernel failed: {_result_name(err)} (grid {grid}, block {block}, "
+                              f"{shared_memory} bytes of shared memory)")
+        return
     drv = _devices.driver()
     found = _STREAMS.get(stream)
     handle = found if found is not None else stream_object(stream)
@@ -423,15 +458,16 @@ class _Buffers:
     kernel's CUfunction in the context its launches run in (looked up at the thread's first launch), and the
     tail (:meth:`PackedLaunch.launch_pointers`) whose values the slots after the first three hold now."""
 
-    __slots__ = ("data", "view", "pointers", "address", "function", "tail")
+    __slots__ = ("data", "view", "pointers", "address", "slots", "function", "function_address", "tail")
 
     def __init__(self, count: int) -> None:
         self.data = (ctypes.c_uint64 * max(count, 1))()
         self.view = memoryview(self.data).cast("B")  # what launches pack into: cheaper to pack than the ctypes array
-        base = ctypes.addressof(self.data)
+        base = self.slots = ctypes.addressof(self.data)
         self.pointers = (ctypes.c_void_p * max(count, 1))(*(base + _SLOT_BYTES * i for i in range(count)))
         self.address = ctypes.addressof(self.pointers)
         self.function: Any = None
+        self.function_address = 0  # the CUfunction as an integer, for the C launch call
         self.tail: tuple[Any, ...] | None = None
 
 
@@ -483,7 +519,13 @@ class PackedLaunch:
             buffers = self.buffers()
         self._struct.pack_into(buffers.view, 0, *values)
         buffers.tail = None
-        self._launch(buffers, grid_x, grid_y, stream)
+        host = _host
+        if host is not None and buffers.function is not None:
+            bx, by, bz, shared_memory = self._geometry
+            if not host.launch(buffers.function_address, grid_x, grid_y, bx, by, bz, shared_memory, stream,
+                               buffers.address):
+                return
+        self._launch(buffers, grid_x, grid_y, stream)  # the first launch, or a refused one: retries or raises
 
     def launch_pointers(self, grid_x: int, stream: int, p0: int, p1: int, p2: int, tail: tuple[Any, ...]) -> None:
         """:meth:`launch` of ``(p0, p1, p2, *tail)`` on ``grid_x`` blocks: the slots after the pointers are written
@@ -503,7 +545,12 @@ class PackedLaunch:
             buffers = self._local.buffers
         except AttributeError:
             buffers = self.buffers()
+        host = _host
         if buffers.tail is tail:
+            if host is not None and buffers.function is not None:  # the C call writes the pointers and launches
+                bx, by, bz, shared_memory = self._geometry
+                return not host.launch_pointers(buffers.function_address, grid_x, bx, by, bz, shared_memory, stream,
+                                                buffers.address, buffers.slots, p0, p1, p2)
             self._pack_head(buffers.view, 0, p0, p1, p2)
         else:
             self._struct.pack_into(buffers.view, 0, p0, p1, p2, *tail)
@@ -511,18 +558,45 @@ class PackedLaunch:
         function = buffers.function
         if function is None:
             return False
-        found = _STREAMS.get(stream)
         bx, by, bz, shared_memory = self._geometry
+        if host is not None:
+            return not host.launch(buffers.function_address, grid_x, 1, bx, by, bz, shared_memory, stream,
+                                   buffers.address)
+        found = _STREAMS.get(stream)
         (err,) = self._driver.cuLaunchKernel(function, grid_x, 1, 1, bx, by, bz, shared_memory,
                                              found if found is not None else stream_object(stream),
                                              buffers.address, 0)
         return not err
+
+    def try_launch_pointers_on(self, device_id: int, grid_x: int, stream: int, p0: int, p1: int, p2: int,
+                               tail: tuple[Any, ...]) -> bool:
+        """:meth:`try_launch_pointers` with ``device_id`` current for the launch, in one C call: as it is when a
+        context of the device is current, else with its primary context pushed around the launch. False, with
+        nothing launched, where the C call is not installed, on the thread's first launch or when the driver
+        refuses (the caller then makes the device current itself)."""
+        host = _host
+        if host is None:
+            return False
+        try:
+            buffers = self._local.buffers
+        except AttributeError:
+            return False
+        if buffers.function is None:
+            return False
+        if buffers.tail is not tail:
+            self._struct.pack_into(buffers.view, 0, p0, p1, p2, *tail)
+            buffers.tail = tail
+        bx, by, bz, shared_memory = self._geometry
+        return not host.launch_pointers_on(device_id, int(_devices.primary_context(device_id)),
+                                           buffers.function_address, grid_x, bx, by, bz, shared_memory, stream,
+                                           buffers.address, buffers.slots, p0, p1, p2)
 
     def _launch(self, buffers: _Buffers, grid_x: int, grid_y: int, stream: int) -> None:
         """cuLaunchKernel of the thread's block as packed, by the CUfunction of the current context."""
         function = buffers.function
         if function is None:
             function = buffers.function = function_of(self._kernel)
+            buffers.function_address = int(function)
         bx, by, bz = self.block
         found = _STREAMS.get(stream)
         handle = found if found is not None else stream_object(stream)

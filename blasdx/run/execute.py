@@ -873,15 +873,19 @@ class BoundLayout:
         # launch when that is another device's (or none) and the stream does not name the context, and then the
         # device is made current for a second try (which raises what the launch raises). A layout whose last
         # call found another device current asks first (a refused launch costs more than the question).
-        if self.batch and not (self.try_first and self.packed.try_launch_pointers(self.grid, handle, pa, pb, pc,
-                                                                                  tail)):
-            token = _devices.enter(device)
-            self.try_first = token is None  # one assignment: threads see an old or a new value
-            try:
-                self.packed.launch_pointers(self.grid, handle, pa, pb, pc, tail)
-            finally:
-                if token is not None:
-                    _devices.leave(token)
+        # The second try makes the device current in the same C call that launches (where it is installed).
+        packed = self.packed
+        if self.batch and not (self.try_first and packed.try_launch_pointers(self.grid, handle, pa, pb, pc, tail)):
+            if packed.try_launch_pointers_on(device, self.grid, handle, pa, pb, pc, tail):
+                self.try_first = False
+            else:
+                token = _devices.enter(device)
+                self.try_first = token is None  # one assignment: threads see an old or a new value
+                try:
+                    packed.launch_pointers(self.grid, handle, pa, pb, pc, tail)
+                finally:
+                    if token is not None:
+                        _devices.leave(token)
         if in_c:
             c._set_stream(handle)
         return True
