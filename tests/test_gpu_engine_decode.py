@@ -1,8 +1,8 @@
 """The engine's decode and medium paths on the GPU: products of at most 64 rows of 16-bit x computed transposed
 (D^T = y^T x^T, blasdx.engine.hopper.DECODE), checked element by element against float64.
 
-Rows 1 to 64 (and 65, past the path: the medium tile), N and K odd and even, weights stored [N, K] (read transposed) and
-[K, N], split K and not, bx.mma with alpha / beta into a poisoned, padded out= whose padding must stay.
+Rows 1 to 64 (and 65 and 128, past the path: the medium tile or whole 64-row tiles), N and K odd and even, weights
+stored [N, K] (read transposed) and [K, N], split K and not, bx.mma with alpha / beta into a poisoned, padded out= whose padding must stay.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def _check(torch, got, x, y, a, c, k, acc=None, alpha=1.0, beta=1.0, what=""):
     check_product(torch, got, x, y, tol, acc, alpha, beta, what, rounding(c))
 
 
-@pytest.mark.parametrize("m", [1, 5, 16, 17, 32, 33, 64, 65])
+@pytest.mark.parametrize("m", [1, 5, 16, 17, 32, 33, 64, 65, 128])
 @pytest.mark.parametrize(("n", "k"), [(256, 64), (4097, 1000), (4096, 4096)])
 @pytest.mark.parametrize("weights", ["NK", "KN"])
 @pytest.mark.parametrize(("a", "c"), [(dt.bfloat16, dt.float32), (dt.float16, dt.float16), (dt.float16, dt.float32)],
@@ -44,7 +44,11 @@ def test_decode_products(torch, m, n, k, weights, a, c):
     out = poisoned(torch, (m, n), c)
     engine = engine_call(torch, x, y, acc, out, c, a, alpha=0.75, beta=-0.5)
     repacked = weights == "KN" and n % 8  # y's rows not whole 16 bytes: TMA reads a repacked copy, unswapped
-    assert engine.swapped == (m <= hopper.SWAP_MAX_M and not repacked), engine.describe()
+    config = engine.config  # whole 64-row tiles where they fit one wave (hopper.whole_rows): x as A, unswapped
+    whole = m % 64 == 0 and config.bm == 64 and config.bn in (32, 64) and not config.swap_ab
+    if weights == "KN" and whole:
+        assert config.bn == 64, engine.describe()  # [K, N] weights are read in whole 64-wide panels
+    assert engine.swapped == (m <= hopper.SWAP_MAX_M and not repacked and not whole), engine.describe()
     _check(torch, out, x, y, a, c, k, acc, alpha=0.75, beta=-0.5, what=f"{m}x{n}x{k} {weights}: {engine.describe()}")
 
 

@@ -52,7 +52,10 @@ def plan(x, y, acc=None, sm=90):
     ((16, 4096, 4096), "decode", 1, {}),  # 64 tiles: over a third of the SMs, K whole
     ((16, 2112, 7168), "decode", 4, {}),  # 33 tiles: balanced splits
     ((33, 8192, 8192), "decode", 1, {"bn": 64, "stages": hopper.DECODE_64_STAGES}),  # 33-64 rows: a 64-wide N tile
-    ((64, 4096, 14336), "decode", 1, {"bn": 64, "stages": hopper.DECODE_64_STAGES}),
+    # rows a multiple of 64 whose 64-row tiles fit one wave and fill it better: those tiles, x as A, K whole
+    ((64, 4096, 14336), "whole rows 64", 1, {}),
+    ((64, 4096, 4096), "whole rows 64", 1, {}),  # 128 tiles of 64 x 32 against 64 decode tiles
+    ((64, 2112, 7168), "decode", 4, {"bn": 64, "stages": hopper.DECODE_64_STAGES}),  # 33 tiles in 4 splits fill more
     # past a wave of decode tiles, the largest tile whose waves are used as well
     ((16, 32768, 512), "decode", 1, {"bm": 128, "consumers": 2, "stages": hopper.DECODE_PAIR_STAGES}),
     ((32, 10240, 8192), "decode", 1, {"bm": 128, "bn": 32, "consumers": 2, "stages": hopper.DECODE_PAIR_STAGES - 1}),
@@ -60,12 +63,17 @@ def plan(x, y, acc=None, sm=90):
     ((64, 14336, 4096), "medium", 1, {}),  # 224 decode tiles, 112 medium ones: the same 85% of 2 waves
     ((64, 32768, 512), "narrow", 1, {}),
     ((64, 57344, 8192), "decode", 1, {"bn": 64, "stages": hopper.DECODE_64_STAGES}),  # 896 tiles: 97% of 7 waves
-    ((128, 4096, 4096), "medium", 1, {}),  # 32 ping-pong tiles: 64 medium ones, 64 K steps: whole
-    ((128, 4096, 14336), "medium", 2, {}),  # 224 K steps: split to occupy the SMs
+    ((128, 4096, 4096), "whole rows", 1, {}),  # 128 tiles of 64 x 64 against 64 medium ones
+    ((128, 4096, 14336), "whole rows", 1, {}),  # against medium's 64 tiles in 2 splits: the same use, K whole
+    ((256, 2112, 7168), "whole rows", 1, {}),  # 132 tiles against 68 medium ones
+    ((96, 4096, 4096), "medium", 1, {}),  # rows that leave a 64-row tile half empty keep the class's choice
+    ((128, 6144, 4096), "medium", 1, {}),  # 192 tiles of 64 x 64 would take two waves
     ((128, 2112, 7168), "medium", 3, {}),  # 34 tiles, 112 K steps: 3 splits of 38 (102 units)
     ((192, 2112, 7168), "medium", 2, {}),  # 51 tiles: 2 splits keep one unit per SM
     ((128, 1536, 7168), "medium", 3, {}),  # 24 tiles: 4 splits would be 28 steps deep
-    ((128, 2048, 2048), "medium", 1, {}),  # 32 K steps: too shallow to split
+    ((128, 2048, 2048), "whole rows", 1, {}),  # 64 tiles of 64 x 64 against 32 medium ones (32 K steps: whole)
+    ((192, 2048, 2048), "whole rows", 1, {}),  # 96 tiles of 64 x 64 against 48 medium ones
+    ((160, 2048, 2048), "medium", 1, {}),  # 32 K steps: too shallow to split
     ((256, 4096, 4096), "medium", 1, {}),
     ((128, 10240, 8192), "pingpong", 1, {}),  # 80 ping-pong tiles use one round as well as 160 medium ones two
     ((128, 8192, 28672), "medium", 1, {}),
@@ -190,6 +198,17 @@ def test_d_is_stored_by_tma_when_row_major_on_16_bytes(encoder):
     assert hopper._store_geometry(dt.float16, 333, 264, 1, (272, 1, 0, PTR)).dims == (264, 333, 1)
 
 
+def test_whole_row_tiles_widen_for_mn_major_weights(encoder):
+    """64 rows x 4096 x 4096 takes 64 x 32 tiles on weights stored [N, K]; weights stored [K, N] are read in whole
+    64-wide panels, so the same rule's tile widens to 64 x 64 (and the describer says what the plan runs)."""
+    nk = plan(view((64, 4096)), col((4096, 4096))).kernel
+    kn = plan(view((64, 4096)), view((4096, 4096))).kernel
+    assert nk.config == hopper.replace(hopper.WHOLE_ROWS_64, bk=64) and not nk.swapped
+    assert kn.config == hopper.replace(hopper.WHOLE_ROWS, bk=64) and not kn.route_b.k_major
+    described = hopper.describe_call(dt.bfloat16, dt.float32, 64, 4096, 4096, 1, True, True, SMS)
+    assert "64x64x64" in described, described
+
+
 def test_decode_plans_compute_the_transposed_product(encoder):
     x, y = view((16, 4096)), col((4096, 4096))  # weights stored [N, K], read transposed
     engine = plan(x, y).kernel
@@ -289,12 +308,13 @@ def test_engine_compiles_with_wgmma_tma_and_no_spills(a, b, c, a_k_major, b_k_ma
 def test_every_config_compiles(name):
     config = hopper.replace(hopper.CONFIGS[name], bk=64)
     swapped = config.swap_ab  # A is the weights (here MN-major), B the few rows of x, K-major
-    source = hopper.gemm_source(dt.bfloat16, dt.float32, config, not swapped, swapped)
+    b_k_major = swapped or config.bn < 64  # an MN-major B is whole 64-wide panels (hopper.b_panels_fit)
+    source = hopper.gemm_source(dt.bfloat16, dt.float32, config, not swapped, b_k_major)
     compiled = cached_compile(source, hopper.KERNEL_NAME, "sm_90a")
     sass = compiled.sass()
     assert compiled.local_memory == 0 and "HGMMA" in sass and "UTMASTG" not in sass  # direct stores
     width = {"wide": 256, "square": 128, "narrow": 256, "pingpong": 128, "wide clusters": 256, "decode": 16,
-             "medium": 128, "wide 192": 192}[name]
+             "medium": 128, "wide 192": 192, "whole rows 64": 32, "whole rows": 64}[name]
     assert f"HGMMA.64x{width}x16.F32.BF16" in sass
 
 

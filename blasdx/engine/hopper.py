@@ -232,10 +232,21 @@ MEDIUM_MAX_M = 256
 #: 16.5 (3); 192x2112x7168 21.4 / 19.2 (2); 128x1536x7168 21.0 / 15.2 (3), 14.7 (4); 256x1024x7168 21.3 /
 #: 15.5 (3), 14.6 (4); 128x4096x14336 43.5 / 39.7-40.0 (2); tf32 128x4096x4096, 128 steps: 28.6 / 27.8 (2)).
 MEDIUM_MIN_STEPS_PER_SPLIT = 36
+# Whole 64-row tiles (16-bit): rows a multiple of 64 up to MEDIUM_MAX_M take 64-row tiles with x as A, K whole, where
+# those tiles fit one wave and use it at least as well as the class's own choice (its tiles times its splits):
+# 64 x 32 at 64 rows (against `decode`), 64 x 64 from 128 rows (against `medium`). Measured (H200, bf16 nk,
+# CUDA-graph replay, us; the class's choice / the whole 64-row tile; torch): 64x4096x4096 12.0 / 11.3 (8.9);
+# 64x4096x14336 36.7 / 34.2 (37.2); 128x4096x4096 14.2 / 12.3 (13.2); 128x4096x14336 40.8 in 2 splits / 37.9
+# (37.4); 256x2112x7168 27.5 / 23.7 (19.0). Kept where the tiles exceed a wave (128x6144x4096 17.8 / 23.2;
+# 128x8192x8192 39.2 / 44.6) or fill it less (64x2112x7168 13.7 in 4 splits / 17.5; 128x2112x7168 17.2 in 3 /
+# 19.0); rows that leave part of a tile empty lose (96x4096x4096 15.0 / 17.1; 48x4096x4096 12.0 / 13.1).
+WHOLE_ROWS_64 = EngineConfig(64, 32, 64, 12, 1)
+WHOLE_ROWS = EngineConfig(64, 64, 64, 10, 1)
 CONFIGS = {"wide": WIDE, "square": SQUARE, "narrow": NARROW, "pingpong": PINGPONG, "wide clusters": WIDE_CLUSTERS,
            "wide 192": WIDE_192,
            "split square": SPLIT_SQUARE, "split square p1": replace(SPLIT_SQUARE, promote_stages=1),
-           "split square p4": replace(SPLIT_SQUARE, promote_stages=4), "decode": DECODE, "medium": MEDIUM}
+           "split square p4": replace(SPLIT_SQUARE, promote_stages=4), "decode": DECODE, "medium": MEDIUM,
+           "whole rows 64": WHOLE_ROWS_64, "whole rows": WHOLE_ROWS}
 
 # Measured with benchmarks/scaled_mm.py --sweep (H100, 2026-11-23, TFLOP/s; e4m3 -> f16 promoted
 # every 128 K / fast, int8 -> int32; two runs, the second's figures, the first's where they differ):
@@ -297,6 +308,10 @@ def choose_config(a: _dt.DType, m: int, n: int, k: int, batch: int, multiprocess
                             >= wave_use(MEDIUM.tiles(m, n, batch), multiprocessors) - WAVE_USE_SLACK):
             config = replace(PINGPONG, bk=bk)  # as much of the SMs in half the tiles (MEDIUM's figures)
         splits = split_count(config, m, n, k, batch, multiprocessors, MEDIUM_MIN_STEPS_PER_SPLIT)
+        if config.bm == MEDIUM.bm:
+            whole = whole_rows(a, m, n, batch, multiprocessors, bk, config.tiles(m, n, batch) * splits)
+            if whole is not None:
+                return whole, 1
         if stream_k and splits > 1:
             return stream_k_or_splits(config, splits, m, n, k, batch, multiprocessors)
         return config, splits
@@ -513,7 +528,31 @@ def decode_config(a: _dt.DType, m: int, n: int, k: int, batch: int, multiprocess
 
         best = max(use(config) for config in [decode, *larger])
         return next((c for c in reversed(larger) if use(c) >= best - WAVE_USE_SLACK), decode), 1
-    return decode, memory_bound_splits(decode, n, m, k, batch, multiprocessors, 3 if a.size == 2 else 2)
+    splits = memory_bound_splits(decode, n, m, k, batch, multiprocessors, 3 if a.size == 2 else 2)
+    whole = whole_rows(a, m, n, batch, multiprocessors, bk, decode.tiles(n, m, batch) * splits)
+    return (whole, 1) if whole is not None else (decode, splits)
+
+
+def b_panels_fit(config: EngineConfig, route_b: OperandRoute) -> EngineConfig:
+    """``config``, or WHOLE_ROWS where an MN-major B read in place (its stages are whole 64-wide panels) meets
+    WHOLE_ROWS_64's 32-wide N tile."""
+    if config.bn < 64 and not config.swap_ab and not route_b.k_major and not route_b.repack:
+        return replace(WHOLE_ROWS, bk=config.bk, promotion=config.promotion)
+    return config
+
+
+def whole_rows(a: _dt.DType, m: int, n: int, batch: int, multiprocessors: int, bk: int,
+               units: int) -> EngineConfig | None:
+    """The whole 64-row tile (WHOLE_ROWS_64 at 64 rows, WHOLE_ROWS up to MEDIUM_MAX_M) of a 16-bit product whose
+    rows are a multiple of 64, where its tiles fit one wave and use it at least as well as ``units`` work units
+    (the class's choice: tiles times splits) would; else None."""
+    if a.size != 2 or m % 64 or m > MEDIUM_MAX_M:
+        return None
+    config = replace(WHOLE_ROWS_64 if m == 64 else WHOLE_ROWS, bk=bk)
+    tiles = config.tiles(m, n, batch)
+    if tiles > multiprocessors or wave_use(tiles, multiprocessors) < wave_use(units, multiprocessors) - WAVE_USE_SLACK:
+        return None
+    return config
 
 
 def split_count(config: EngineConfig, m: int, n: int, k: int, batch: int, multiprocessors: int,
@@ -840,6 +879,8 @@ class EnginePlan:
                 if d_layout is None:
                     d_layout = (n, 1, m * n if batch > 1 else 0, 0)
                 d_layout = (d_layout[1], d_layout[0], d_layout[2], d_layout[3])
+        if config is None:
+            self.config = b_panels_fit(self.config, route_b)
         self.swapped = self.config.swap_ab
         staged_guess = d_layout is None or _store_geometry(c, m, n, batch, d_layout) is not None
         self.config, self.splits, route_b = place_transposition(
@@ -1161,6 +1202,7 @@ def describe_call(a: _dt.DType, c: _dt.DType, m: int, n: int, k: int, batch: int
             return _describe(config, splits, route_b, route_a, False)  # x K-major: nothing to transpose
         config, splits = choose_config(a, m, n, k, batch, multiprocessors, scheme, config.promotion, swap=False,
                                        stream_k=STREAM_K_BY_RULE)
+    config = b_panels_fit(config, route_b)
     geometry = _store_geometry(c, m, n, batch, (n, 1, m * n if batch > 1 else 0, 0))
     config, splits, route_b = place_transposition(config, splits, route_b, a, m, n, k, batch, multiprocessors,
                                                   geometry is not None, stream_k=STREAM_K_BY_RULE)
