@@ -52,6 +52,9 @@ def test_traits_follow_the_engine_rule():
     assert dg.block_dim == (384, 1, 1) and dg.arch == "sm_90a"
     assert dg.shared_memory == dg.config.shared_memory(2, staged_store=True) <= 232448
     assert bx.DeviceGemm.for_problem(bx.float16, bx.float32, 16, 8192, 8192).config.bm == 64
+    # whole 64-row tiles: 64 x 32 on a column-major (K-major) B, 64 x 64 on a row-major one (whole 64-wide panels)
+    assert bx.DeviceGemm.for_problem(bx.bfloat16, bx.float32, 64, 4096, 4096, b_layout=bx.col_major).config.bn == 32
+    assert bx.DeviceGemm.for_problem(bx.bfloat16, bx.float32, 64, 4096, 4096).config.bn == 64
     assert bx.DeviceGemm(bx.tfloat32, bx.float32, bx.row_major, bx.col_major).config.bk == 32
     assert dg.grid(8192, 8192, multiprocessors=132) == 132 and dg.grid(128, 256, multiprocessors=132) == 2
     single = bx.DeviceGemm(bx.float16)

@@ -110,6 +110,7 @@ class DeviceGemm:
         a = _dt.as_dtype(a)
         promotion = _hopper.promotion_of(a, fast_accumulation is True)
         config, _ = _hopper.choose_config(a, m, n, k, 1, multiprocessors, promotion=promotion)
+        config = _hopper.b_panels_fit(config, b_layout is col_major)
         return cls(a, c, a_layout, b_layout, config, b, fast_accumulation)
 
     # -- traits ---------------------------------------------------------------------------------

@@ -533,10 +533,10 @@ def decode_config(a: _dt.DType, m: int, n: int, k: int, batch: int, multiprocess
     return (whole, 1) if whole is not None else (decode, splits)
 
 
-def b_panels_fit(config: EngineConfig, route_b: OperandRoute) -> EngineConfig:
-    """``config``, or WHOLE_ROWS where an MN-major B read in place (its stages are whole 64-wide panels) meets
-    WHOLE_ROWS_64's 32-wide N tile."""
-    if config.bn < 64 and not config.swap_ab and not route_b.k_major and not route_b.repack:
+def b_panels_fit(config: EngineConfig, b_k_major: bool) -> EngineConfig:
+    """``config``, or WHOLE_ROWS where an MN-major B (its stages are whole 64-wide panels) meets WHOLE_ROWS_64's
+    32-wide N tile."""
+    if config.bn < 64 and not config.swap_ab and not b_k_major:
         return replace(WHOLE_ROWS, bk=config.bk, promotion=config.promotion)
     return config
 
@@ -880,7 +880,7 @@ class EnginePlan:
                     d_layout = (n, 1, m * n if batch > 1 else 0, 0)
                 d_layout = (d_layout[1], d_layout[0], d_layout[2], d_layout[3])
         if config is None:
-            self.config = b_panels_fit(self.config, route_b)
+            self.config = b_panels_fit(self.config, route_b.k_major)
         self.swapped = self.config.swap_ab
         staged_guess = d_layout is None or _store_geometry(c, m, n, batch, d_layout) is not None
         self.config, self.splits, route_b = place_transposition(
@@ -1202,7 +1202,7 @@ def describe_call(a: _dt.DType, c: _dt.DType, m: int, n: int, k: int, batch: int
             return _describe(config, splits, route_b, route_a, False)  # x K-major: nothing to transpose
         config, splits = choose_config(a, m, n, k, batch, multiprocessors, scheme, config.promotion, swap=False,
                                        stream_k=STREAM_K_BY_RULE)
-    config = b_panels_fit(config, route_b)
+    config = b_panels_fit(config, route_b.k_major)
     geometry = _store_geometry(c, m, n, batch, (n, 1, m * n if batch > 1 else 0, 0))
     config, splits, route_b = place_transposition(config, splits, route_b, a, m, n, k, batch, multiprocessors,
                                                   geometry is not None, stream_k=STREAM_K_BY_RULE)
