@@ -1,5 +1,5 @@
 """For the examples: the current GPU's SM (through cuda.core, PyTorch or Numba), a descriptor's compile report, and
-the command line that the batched examples share."""
+the command lines that the batched and the attention examples share."""
 
 from __future__ import annotations
 
@@ -62,4 +62,16 @@ def batch_parser(doc: str, what: str, batch: int, check: int, checked: str = "ch
     parser.add_argument("--batch", type=int, default=batch, help=f"number of independent {what} (default {batch})")
     parser.add_argument("--check", type=int, default=check,
                         help=f"{what} {checked} against the float64 reference (default {check})")
+    return parser
+
+
+def attention_parser(doc: str, batch: int, heads: int, seq: list[int], head_dim: list[int],
+                     seq_help: str = "sequence lengths") -> argparse.ArgumentParser:
+    """The command line of an attention example: ``batch`` x ``heads`` heads at each of the sequence lengths ``seq``
+    and head dimensions ``head_dim``; described by the first line of the example's ``doc``."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--batch", type=int, default=batch)
+    parser.add_argument("--heads", type=int, default=heads)
+    parser.add_argument("--seq", type=int, nargs="*", default=seq, help=seq_help)
+    parser.add_argument("--head-dim", type=int, nargs="*", default=head_dim, help="head dimensions")
     return parser
