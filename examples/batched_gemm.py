@@ -8,7 +8,6 @@ and reports its resources, then says that it skipped the run.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 
@@ -19,13 +18,11 @@ from blasdx.reference import assert_close, random_operand, reference_gemm, toler
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batch", type=int, default=1_000_000, help="number of independent products")
-    parser.add_argument("--size", type=int, default=32, help="M = N = K of each product")
-    parser.add_argument("--check", type=int, default=2000, help="problems checked against the float64 reference")
-    args = parser.parse_args()
+    from gpu_device import batch_parser, compile_and_report, device_sm  # examples/ is on sys.path
 
-    from gpu_device import compile_and_report, device_sm  # examples/ is on sys.path
+    parser = batch_parser(__doc__, "products", batch=1_000_000, check=2000)
+    parser.add_argument("--size", type=int, default=32, help="M = N = K of each product")
+    args = parser.parse_args()
 
     sm = device_sm()
     gemm = (

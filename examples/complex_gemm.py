@@ -13,7 +13,6 @@ against cuBLAS conjugating by itself.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from typing import Any
 
@@ -77,13 +76,11 @@ def reference(a: np.ndarray, b: np.ndarray, c: np.ndarray, alpha: complex, beta:
 
 
 def main() -> int:
-    from gpu_device import torch_sm  # examples/ is on sys.path when run as a script
+    from gpu_device import batch_parser, torch_sm  # examples/ is on sys.path when run as a script
     from gpu_timing import print_speedups, time_ms
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batch", type=int, default=65536)
+    parser = batch_parser(__doc__, "products", batch=65536, check=256)
     parser.add_argument("--size", type=int, default=32, help="M = N = K")
-    parser.add_argument("--check", type=int, default=256, help="problems checked against the reference")
     args = parser.parse_args()
 
     import torch

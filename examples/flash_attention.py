@@ -26,7 +26,6 @@ times both.
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 from typing import Any
@@ -298,11 +297,9 @@ def benchmark(batch: int, heads: int, seq: int, head_dim: int, dtype: Any, causa
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batch", type=int, default=4)
-    parser.add_argument("--heads", type=int, default=16)
-    parser.add_argument("--seq", type=int, nargs="*", default=[4096, 1000])
-    parser.add_argument("--head-dim", type=int, nargs="*", default=[64, 128])
+    from gpu_device import attention_parser  # examples/ is on sys.path when run as a script
+
+    parser = attention_parser(__doc__, batch=4, heads=16, seq=[4096, 1000], head_dim=[64, 128])
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="float16")
     parser.add_argument("--causal", action="store_true")
     parser.add_argument("--pipeline", choices=sorted(PIPELINES), default=None, help="default: per head dim")

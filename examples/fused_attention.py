@@ -14,7 +14,6 @@ attention (matmul, scale, softmax, matmul) and, for reference, its fused SDPA ke
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 from typing import Any
@@ -214,11 +213,10 @@ def benchmark(sm: int, batch: int, heads: int, seq: int, head_dim: int, check: i
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batch", type=int, default=128)
-    parser.add_argument("--heads", type=int, default=16)
-    parser.add_argument("--seq", type=int, nargs="*", default=[128, 100], help="sequence lengths (<= 128)")
-    parser.add_argument("--head-dim", type=int, nargs="*", default=[64, 128], help="head dimensions")
+    from gpu_device import attention_parser  # examples/ is on sys.path when run as a script
+
+    parser = attention_parser(__doc__, batch=128, heads=16, seq=[128, 100], head_dim=[64, 128],
+                              seq_help="sequence lengths (<= 128)")
     parser.add_argument("--check", type=int, default=16, help="heads checked against the float64 reference")
     args = parser.parse_args()
 

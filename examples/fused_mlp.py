@@ -13,7 +13,6 @@ PyTorch's unfused layer.
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 from typing import Any
@@ -123,15 +122,13 @@ def reference(x: np.ndarray, w: np.ndarray, bias: np.ndarray) -> np.ndarray:
 
 
 def main() -> int:
-    from gpu_device import torch_sm  # examples/ is on sys.path when run as a script
+    from gpu_device import batch_parser, torch_sm  # examples/ is on sys.path when run as a script
     from gpu_timing import print_speedups, time_ms
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batch", type=int, default=16384, help="token blocks")
+    parser = batch_parser(__doc__, "token blocks", batch=16384, check=32)
     parser.add_argument("--tokens", type=int, default=64, help="tokens per block (M)")
     parser.add_argument("--features", type=int, default=128, help="input features (K)")
     parser.add_argument("--hidden", type=int, default=128, help="hidden units (N)")
-    parser.add_argument("--check", type=int, default=32, help="blocks checked against the float64 reference")
     args = parser.parse_args()
 
     import torch

@@ -1,7 +1,9 @@
-"""The current GPU's SM (through cuda.core, PyTorch or Numba) and a descriptor's compile report, for the examples."""
+"""For the examples: the current GPU's SM (through cuda.core, PyTorch or Numba), a descriptor's compile report, and
+the command lines that the batched and the attention examples share."""
 
 from __future__ import annotations
 
+import argparse
 import time
 from typing import Any
 
@@ -51,3 +53,25 @@ def numba_sm() -> int | None:
         return 10 * major + minor
     except Exception:  # noqa: BLE001 - no driver or no device
         return None
+
+
+def batch_parser(doc: str, what: str, batch: int, check: int, checked: str = "checked") -> argparse.ArgumentParser:
+    """The command line of an example of ``batch`` independent ``what``, ``check`` of them checked against the float64
+    reference (``checked``: how, e.g. "checked per GPU"); described by the first line of the example's ``doc``."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--batch", type=int, default=batch, help=f"number of independent {what} (default {batch})")
+    parser.add_argument("--check", type=int, default=check,
+                        help=f"{what} {checked} against the float64 reference (default {check})")
+    return parser
+
+
+def attention_parser(doc: str, batch: int, heads: int, seq: list[int], head_dim: list[int],
+                     seq_help: str = "sequence lengths") -> argparse.ArgumentParser:
+    """The command line of an attention example: ``batch`` x ``heads`` heads at each of the sequence lengths ``seq``
+    and head dimensions ``head_dim``; described by the first line of the example's ``doc``."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--batch", type=int, default=batch)
+    parser.add_argument("--heads", type=int, default=heads)
+    parser.add_argument("--seq", type=int, nargs="*", default=seq, help=seq_help)
+    parser.add_argument("--head-dim", type=int, nargs="*", default=head_dim, help="head dimensions")
+    return parser

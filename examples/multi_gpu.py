@@ -12,7 +12,6 @@ float64 reference. Without a GPU the script compiles the kernel and says it skip
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import threading
@@ -91,11 +90,11 @@ class Worker(threading.Thread):
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batch", type=int, default=131_072, help="independent products in all (default 131072)")
+    from gpu_device import batch_parser  # examples/ is on sys.path when run as a script
+
+    parser = batch_parser(__doc__, "products", batch=131_072, check=500, checked="checked per GPU")
     parser.add_argument("--size", type=int, default=32, help="M = N = K of each product (default 32)")
     parser.add_argument("--repeats", type=int, default=10, help="timed launches per GPU (default 10)")
-    parser.add_argument("--check", type=int, default=500, help="problems checked per GPU (default 500)")
     args = parser.parse_args()
 
     found = gpus()

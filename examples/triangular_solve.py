@@ -10,7 +10,6 @@ the descriptor, compiles the kernel with NVRTC and reports its resources.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 
@@ -42,14 +41,12 @@ def check(system, b_host: np.ndarray, x: np.ndarray, pick: np.ndarray, what: str
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batch", type=int, default=20_000, help="number of independent systems")
+    from gpu_device import batch_parser, compile_and_report, device_sm  # examples/ is on sys.path
+
+    parser = batch_parser(__doc__, "systems", batch=20_000, check=200)
     parser.add_argument("--size", type=int, default=32, help="S: A is S x S")
     parser.add_argument("--rhs", type=int, default=8, help="R: right-hand sides per system")
-    parser.add_argument("--check", type=int, default=200, help="systems checked against the reference")
     args = parser.parse_args()
-
-    from gpu_device import compile_and_report, device_sm  # examples/ is on sys.path
 
     sm = device_sm()
     trsm = (

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from ..errors import DeviceError
 from ..launch import cuda_modules as _cuda
@@ -17,7 +17,9 @@ from ..launch import devices as _devices
 from . import host_launch as _host_launch
 from .cubin import ResourceUsage, run_cuobjdump
 
-__all__ = ["CompiledKernel", "DEFAULT_DYNAMIC_SHARED_MEMORY_LIMIT"]
+__all__ = ["CompiledKernel", "DEFAULT_DYNAMIC_SHARED_MEMORY_LIMIT", "Forward"]
+
+T = TypeVar("T")
 
 #: Bytes of dynamic shared memory a kernel may use without opting in.
 DEFAULT_DYNAMIC_SHARED_MEMORY_LIMIT = 48 * 1024
@@ -37,6 +39,25 @@ class _LoadState:
         return (_LoadState, ())
 
 
+class Forward(Generic[T]):
+    """A read-only attribute read off a member under the same name (``registers = Forward[int]("compiled", doc)``):
+    the figures a wrapper shows of the kernel it wraps, one line each."""
+
+    def __init__(self, member: str, doc: str) -> None:
+        self.member, self.name, self.__doc__ = member, "", doc
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, owner: type | None = None) -> T:
+        if obj is None:
+            return self  # type: ignore[return-value]  # read off the class: the descriptor itself (help, docs)
+        return getattr(getattr(obj, self.member), self.name)  # type: ignore[no-any-return]
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        raise AttributeError(f"{self.name} is read-only: it is {self.member}.{self.name}")
+
+
 @dataclass(frozen=True, eq=False)
 class CompiledKernel:
     """A compiled kernel: the cubin, what it uses, and a lazily loaded ``cuda.core.Kernel``.
@@ -53,20 +74,9 @@ class CompiledKernel:
     log: str = ""
     _state: _LoadState = field(default_factory=_LoadState, init=False, repr=False, compare=False)
 
-    @property
-    def registers(self) -> int:
-        """Registers per thread."""
-        return self.resources.registers
-
-    @property
-    def shared_memory(self) -> int:
-        """Static shared memory in bytes (dynamic shared memory is a launch parameter)."""
-        return self.resources.shared_memory
-
-    @property
-    def local_memory(self) -> int:
-        """Local memory (stack: spills, local arrays) in bytes per thread; 0 for a healthy GEMM."""
-        return self.resources.local_memory
+    registers = Forward[int]("resources", "Registers per thread.")
+    shared_memory = Forward[int]("resources", "Static shared memory in bytes (dynamic: a launch parameter).")
+    local_memory = Forward[int]("resources", "Stack bytes per thread (spills, local arrays); 0 for a healthy GEMM.")
 
     def __repr__(self) -> str:
         r = self.resources

@@ -10,7 +10,7 @@ import enum
 import operator
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from .. import dtypes as _dt
@@ -110,24 +110,30 @@ def _positive_int(value: Any, what: str) -> int:
     return value
 
 
+class _Extents(Operator):
+    """Base of the operators of positive integers whose last may be left out (None: Size's K, LeadingDimension's ldc):
+    each checked once, and the repr written as the call that made it."""
+
+    __slots__ = ()
+
+    def __post_init__(self) -> None:
+        for f in fields(self):  # type: ignore[arg-type]  # every subclass is a dataclass
+            value = getattr(self, f.name)
+            if value is not None or f.default is not None:
+                object.__setattr__(self, f.name, _positive_int(value, f"{type(self).__name__}: {f.name}"))
+
+    def __repr__(self) -> str:
+        values = (getattr(self, f.name) for f in fields(self))  # type: ignore[arg-type]
+        return f"{type(self).__name__}({', '.join(str(v) for v in values if v is not None)})"
+
+
 @dataclass(frozen=True, repr=False)
-class Size(Operator):
+class Size(_Extents):
     """Problem size: for MM, C is m x n, A is m x k, B is k x n; for TRSM, ``Size(m, n)`` with B m x n."""
 
     m: int
     n: int
     k: int | None = None
-
-    def __post_init__(self) -> None:
-        for name in ("m", "n", "k"):
-            if name == "k" and self.k is None:
-                continue
-            object.__setattr__(self, name, _positive_int(getattr(self, name), f"Size: {name}"))
-
-    def __repr__(self) -> str:
-        if self.k is None:
-            return f"Size({self.m}, {self.n})"
-        return f"Size({self.m}, {self.n}, {self.k})"
 
 
 @dataclass(frozen=True, repr=False, init=False)
@@ -302,7 +308,7 @@ def _transpose_mode_quiet(a: str, b: str) -> TransposeMode:
 
 
 @dataclass(frozen=True, repr=False)
-class LeadingDimension(Operator):
+class LeadingDimension(_Extents):
     """Leading dimensions (elements between consecutive columns, or rows for row-major).
 
     ``ldc`` may be left out: a GEMM then keeps C tight, and a TRSM (which has no C) takes
@@ -312,17 +318,6 @@ class LeadingDimension(Operator):
     lda: int
     ldb: int
     ldc: int | None = None
-
-    def __post_init__(self) -> None:
-        for name in ("lda", "ldb", "ldc"):
-            if name == "ldc" and self.ldc is None:
-                continue
-            object.__setattr__(self, name, _positive_int(getattr(self, name), f"LeadingDimension: {name}"))
-
-    def __repr__(self) -> str:
-        if self.ldc is None:
-            return f"LeadingDimension({self.lda}, {self.ldb})"
-        return f"LeadingDimension({self.lda}, {self.ldb}, {self.ldc})"
 
 
 @dataclass(frozen=True, repr=False)

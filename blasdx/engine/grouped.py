@@ -23,6 +23,7 @@ from dataclasses import replace
 from typing import Any
 
 from .. import dtypes as _dt
+from ..compile.compiled import Forward
 from ..errors import ExecutionError
 from ..launch import cuda_driver as _driver
 from . import hopper as _hopper
@@ -208,14 +209,8 @@ class GroupedPlan:
         return _hopper._store_geometry(self.c, self.rows, self.n, self.groups if per_group else 1,
                                        d_layout if per_group else (*d_layout[:2], 0, d_layout[3]))
 
-    @property
-    def compiled(self) -> Any:
-        """The grouped GEMM's CompiledKernel (SASS, registers, spills)."""
-        return self._gemm.compiled
-
-    @property
-    def source(self) -> str:
-        return self._gemm.source
+    compiled = Forward[Any]("_gemm", "The grouped GEMM's CompiledKernel (SASS, registers, spills).")
+    source = Forward[str]("_gemm", "The grouped GEMM's CUDA C++ source.")
 
     def describe(self) -> str:
         """The path and what it chose: tile, layouts, scales."""

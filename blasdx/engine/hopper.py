@@ -30,6 +30,7 @@ from typing import Any
 
 from .. import dtypes as _dt
 from ..compile.cache import cached_compile
+from ..compile.compiled import Forward
 from ..launch import cuda_driver as _driver
 from ..launch import scratch as _scratch
 from . import streamk as _streamk
@@ -965,10 +966,7 @@ class EnginePlan:
         """The path and what it chose: tile, stages, splits, operand routes, how D is stored."""
         return _describe(self.config, self.splits, self.route_a, self.route_b, self.store_d is not None)
 
-    @property
-    def compiled(self) -> Any:
-        """The GEMM's CompiledKernel (SASS, registers, spills)."""
-        return self._gemm.compiled
+    compiled = Forward[Any]("_gemm", "The GEMM's CompiledKernel (SASS, registers, spills).")
 
     # -- per call -------------------------------------------------------------------------------
 

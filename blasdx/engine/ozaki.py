@@ -31,6 +31,7 @@ from typing import Any
 
 from .. import dtypes as _dt
 from ..arrays.view import ArrayView
+from ..compile.compiled import Forward
 from ..launch import scratch as _scratch
 from . import hopper as _hopper
 
@@ -175,10 +176,7 @@ class OzakiPlan:
         return (f"float64 as {s.count} int8 residue products (moduli {s.moduli[0]}..{s.moduli[-1]}, rows of x and "
                 f"columns of y scaled to integers of 2-norm <= 2^{math.log2(s.norm):.1f}); {self.gemm.describe()}")
 
-    @property
-    def compiled(self) -> Any:
-        """The int8 GEMM's CompiledKernel."""
-        return self.gemm.compiled
+    compiled = Forward[Any]("gemm", "The int8 GEMM's CompiledKernel.")
 
     def run(self, device_id: int, stream_core: Any, stream: int, x: ArrayView, y: ArrayView, c: ArrayView | None,
             d: ArrayView, alpha: float, beta: float) -> None:

@@ -37,7 +37,7 @@ from ..codegen import trsm as _trsm_codegen
 from ..compile import headers as _headers
 from ..compile import nvrtc as _nvrtc
 from ..compile.cache import cached_compile
-from ..compile.compiled import CompiledKernel
+from ..compile.compiled import CompiledKernel, Forward
 from ..compile.nvrtc import DEFAULT_OPTIONS, CompileOptions
 from ..describe.descriptor import Descriptor
 from ..describe.operators import Block, Function
@@ -705,15 +705,8 @@ class FusedKernel:
             f"{names})"
         )
 
-    @property
-    def registers(self) -> int:
-        """Registers per thread."""
-        return self.compiled.registers
-
-    @property
-    def local_memory(self) -> int:
-        """Stack bytes per thread (spills); 0 for a healthy kernel."""
-        return self.compiled.local_memory
+    registers = Forward[int]("compiled", "Registers per thread.")
+    local_memory = Forward[int]("compiled", "Stack bytes per thread (spills); 0 for a healthy kernel.")
 
     def max_active_blocks_per_sm(
         self, block: int | Sequence[int] | None = None, shared_memory: int | None = None

@@ -131,22 +131,10 @@ class accumulator_rows {
     __device__ __forceinline__ static double larger(double a, double b) { return fmax(a, b); }
     __device__ __forceinline__ static int larger(int a, int b) { return a > b ? a : b; }
 
-    // f(i, slot, col) for every element i of C this thread holds: straight code once unrolled.
+    // f(i, slot, col) for every element i of C this thread holds: the accumulator's own walk, the row as its slot
+    // (i = t * PER_ITEM + e is a constant once unrolled, and so is the slot).
     template <class F> __device__ __forceinline__ void visit(F&& f) const {
-        const int tid = acc_.thread();
-        if (!shape::active(tid)) return;
-#pragma unroll
-        for (int t = 0; t < shape::ITEMS; ++t) {
-            if (!shape::item_exists(tid, t)) continue;
-            const int r0 = shape::row_base(tid, t), c0 = shape::col_base(tid, t);
-#pragma unroll
-            for (int e = 0; e < shape::PER_ITEM; ++e) {
-                const int r = r0 + shape::row_offset(e), c = c0 + shape::col_offset(e);
-                if ((shape::FULL_M || r < shape::m) && (shape::FULL_N || c < shape::n)) {
-                    f(t * shape::PER_ITEM + e, slots::slot(t, e), c);
-                }
-            }
-        }
+        acc_.visit([&](int i, int, int c) { f(i, slots::slot(i / shape::PER_ITEM, i % shape::PER_ITEM), c); });
     }
 
     Acc& acc_;

@@ -211,6 +211,8 @@ constexpr int MAX_ACCUMULATOR_BYTES = 512;
 // (0 <= i < size) is C(row(i), col(i)) when is_valid(i). Loop over elements with
 // `#pragma unroll` (or use for_each / transform, which do): a runtime index puts the whole
 // accumulator in local memory.
+template <class Cfg> class accumulator_rows;  // accumulator_rows.cuh: its rows, which visit the same elements
+
 template <class Cfg>
 class accumulator {
     using fragment_type = detail::fragment_of<Cfg>;
@@ -276,6 +278,8 @@ class accumulator {
     __device__ __forceinline__ int thread() const { return tid_; }
 
   private:
+    friend class accumulator_rows<Cfg>;  // walks the same elements, rows as slots
+
     // f(i, row, col) for every valid element i. Coordinates are a per-item base plus a
     // compile-time offset, and whole tiles need no bounds checks, so this unrolls to straight
     // code with the index arithmetic done once per item.
