@@ -207,6 +207,12 @@ def test_whole_row_tiles_widen_for_mn_major_weights(encoder):
     assert kn.config == hopper.replace(hopper.WHOLE_ROWS, bk=64) and not kn.route_b.k_major
     described = hopper.describe_call(dt.bfloat16, dt.float32, 64, 4096, 4096, 1, True, True, SMS)
     assert "64x64x64" in described, described
+    # 16-bit results of a 32-wide tile are half the TMA store's 128-byte chunk: stored directly
+    half = plan(view((64, 4096), dt.float16), col((4096, 4096), dt.float16)).kernel
+    assert half.config.bn == 32 and half.store_d is None and "D by direct stores" in half.describe()
+    assert "D by direct stores" in hopper.describe_call(dt.float16, dt.float16, 64, 4096, 4096, 1, True, False, SMS)
+    source = hopper.gemm_source(dt.float16, dt.float16, half.config, True, True, store_by_tma=False)
+    assert cached_compile(source, hopper.KERNEL_NAME, "sm_90a").local_memory == 0
 
 
 def test_decode_plans_compute_the_transposed_product(encoder):

@@ -911,7 +911,8 @@ class EnginePlan:
         self._grid_checked = cluster == 1
         if d_layout is None:
             d_layout = (n, 1, m * n if batch > 1 else 0, 0)
-        self.store_d = _store_geometry(c, m, n, batch, d_layout) if self.splits == 1 else None
+        self.store_d = (_store_geometry(c, m, n, batch, d_layout)
+                        if self.splits == 1 and stores_whole_chunks(self.config, c) else None)
         staged = self.store_d is not None
         self._gemm = self._gemm_kernel(staged)
         self._reduce = (_Kernel(reduce_source(c), REDUCE_NAME, "sm_90", _scalar_kinds(_REDUCE_PARAMS, c))
@@ -1204,8 +1205,14 @@ def describe_call(a: _dt.DType, c: _dt.DType, m: int, n: int, k: int, batch: int
     geometry = _store_geometry(c, m, n, batch, (n, 1, m * n if batch > 1 else 0, 0))
     config, splits, route_b = place_transposition(config, splits, route_b, a, m, n, k, batch, multiprocessors,
                                                   geometry is not None, stream_k=STREAM_K_BY_RULE)
-    store = splits == 1 and geometry is not None
+    store = splits == 1 and geometry is not None and stores_whole_chunks(config, c)
     return _describe(config, splits, route_a, route_b, store)
+
+
+def stores_whole_chunks(config: EngineConfig, c: _dt.DType) -> bool:
+    """Whether the TMA-store epilogue can take the tile: it stages D in chunks of 128 bytes of a row (a 32-wide
+    tile of 16-bit results is half a chunk: stored directly)."""
+    return (config.bn * c.size) % 128 == 0
 
 
 def _store_geometry(c: _dt.DType, m: int, n: int, batch: int, d_layout: tuple[int, int, int, int]) -> _Operand | None:
