@@ -207,6 +207,10 @@ def test_whole_row_tiles_widen_for_mn_major_weights(encoder):
     assert kn.config == hopper.replace(hopper.WHOLE_ROWS, bk=64) and not kn.route_b.k_major
     described = hopper.describe_call(dt.bfloat16, dt.float32, 64, 4096, 4096, 1, True, True, SMS)
     assert "64x64x64" in described, described
+    x, y = view((64, 4096)), view((4096, 4096))
+    with pytest.raises(ValueError, match="whole 64-wide panels"):  # asked for by name, the tile is refused
+        array_gemm._engine_plan(x, y, array_gemm._matrix(x, "x"), array_gemm._matrix(y, "y"), dt.float32, 64, 4096,
+                                4096, 1, array_gemm._DeviceInfo(90, SMS), config=hopper.WHOLE_ROWS_64)
     # 16-bit results of a 32-wide tile are half the TMA store's 128-byte chunk: stored directly
     half = plan(view((64, 4096), dt.float16), col((4096, 4096), dt.float16)).kernel
     assert half.config.bn == 32 and half.store_d is None and "D by direct stores" in half.describe()

@@ -28,7 +28,7 @@ CANDIDATES = [("narrow", {}), ("narrow", {"bn": 128, "stages": 8}), ("pingpong",
               ("pingpong", {"bm": 64, "bn": 256, "stages": 4}), ("pingpong", {"cluster": 2}), ("wide", {}),
               ("wide clusters", {}), ("wide 192", {}), ("square", {}), ("decode", {}), ("decode", {"bn": 32}),
               ("decode", {"bm": 128, "consumers": 2, "stages": 10}), ("pingpong", {"stream_k": True}),
-              ("medium", {"stream_k": True})]
+              ("medium", {"stream_k": True}), ("whole rows 64", {}), ("whole rows", {})]
 
 TUNED_FILE = "tuned-engine.json"
 _VERSION = 1  # of the file's layout
