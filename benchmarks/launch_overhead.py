@@ -49,6 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np  # noqa: E402
 
 import blasdx as bx  # noqa: E402
+from blasdx.compile import host_launch  # noqa: E402
 from blasdx.launch import devices  # noqa: E402
 from blasdx.run import execute as ex  # noqa: E402
 
@@ -433,7 +434,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = measure(desc, args.calls, args.rounds)
     if count > 1:
         rows += measure(desc, args.calls, args.rounds, device=1)
-    save(rows=rows)
+    # decided at the first kernel load, inside measure()
+    print(f"blasdx's C launch call: {host_launch.status()} (BLASDX_HOST_LAUNCH=0 turns it off)")
+    save(rows=rows, host_launch=host_launch.status())
     print(f"{'arrays':<38} {'execute us':>11} {'bind us':>9} {'packed us':>10} {'bare launch us':>15} {'ratio':>7}")
     for r in rows:
         mark = "" if r["ratio"] <= GOAL_RATIO else f"  (> goal {GOAL_RATIO:g}x)"
