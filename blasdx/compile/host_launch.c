@@ -66,38 +66,38 @@ static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromLong(err);
 }
 
-/* launch_pointers(function, grid_x, block_x, block_y, block_z, shared, stream, params, slots, p0, p1, p2)
- * -> CUresult: the three pointers written into the first three 8-byte slots, then the launch. */
-static PyObject *launch_pointers(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    unsigned long long v[12];
-    if (read_args(args, nargs, 12, "launch_pointers", v) < 0 || !ready()) return NULL;
+/* The launch of launch_pointers' arguments v (function, grid_x, block_x, block_y, block_z, shared, stream, params,
+ * slots, p0, p1, p2): the three pointers written into the first three 8-byte slots, then cuLaunchKernel. */
+static int pointers_launch(const unsigned long long *v) {
     uint64_t *slots = (uint64_t *)(uintptr_t)v[8];
     slots[0] = v[9];
     slots[1] = v[10];
     slots[2] = v[11];
-    int err = launch_kernel((void *)(uintptr_t)v[0], (unsigned)v[1], 1, 1, (unsigned)v[2], (unsigned)v[3],
-                            (unsigned)v[4], (unsigned)v[5], (void *)(uintptr_t)v[6], (void **)(uintptr_t)v[7], NULL);
-    return PyLong_FromLong(err);
+    return launch_kernel((void *)(uintptr_t)v[0], (unsigned)v[1], 1, 1, (unsigned)v[2], (unsigned)v[3],
+                         (unsigned)v[4], (unsigned)v[5], (void *)(uintptr_t)v[6], (void **)(uintptr_t)v[7], NULL);
 }
 
-/* launch_pointers_on(device, context, function, grid_x, block_x, block_y, block_z, shared, stream, params, slots,
- * p0, p1, p2) -> CUresult: launch_pointers with ``device`` current: as it is when a context of it is current,
- * else with ``context`` (its primary context) pushed on the thread's context stack for the launch, popped after. */
+/* launch_pointers(function, grid_x, block_x, block_y, block_z, shared, stream, params, slots, p0, p1, p2)
+ * -> CUresult */
+static PyObject *launch_pointers(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    unsigned long long v[12];
+    if (read_args(args, nargs, 12, "launch_pointers", v) < 0 || !ready()) return NULL;
+    return PyLong_FromLong(pointers_launch(v));
+}
+
+/* launch_pointers_on(device, context, <launch_pointers' arguments>) -> CUresult: launch_pointers with ``device``
+ * current: as it is when a context of it is current, else with ``context`` (its primary context) pushed on the
+ * thread's context stack for the launch, popped after. */
 static PyObject *launch_pointers_on(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     unsigned long long v[14];
     if (read_args(args, nargs, 14, "launch_pointers_on", v) < 0 || !ready()) return NULL;
-    uint64_t *slots = (uint64_t *)(uintptr_t)v[10];
-    slots[0] = v[11];
-    slots[1] = v[12];
-    slots[2] = v[13];
     int current = -1;
     int pushed = context_device(&current) != 0 || current != (int)v[0];
     if (pushed) {
         int err = context_push((void *)(uintptr_t)v[1]);
         if (err) return PyLong_FromLong(err);
     }
-    int err = launch_kernel((void *)(uintptr_t)v[2], (unsigned)v[3], 1, 1, (unsigned)v[4], (unsigned)v[5],
-                            (unsigned)v[6], (unsigned)v[7], (void *)(uintptr_t)v[8], (void **)(uintptr_t)v[9], NULL);
+    int err = pointers_launch(v + 2);
     if (pushed) {  /* the launch's result is what counts: a launch that ran must not be retried */
         void *popped = NULL;
         context_pop(&popped);
