@@ -60,9 +60,12 @@ static PyObject *set_entry_points(PyObject *self, PyObject *const *args, Py_ssiz
 static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     unsigned long long v[9];
     if (read_args(args, nargs, 9, "launch", v) < 0 || !ready()) return NULL;
-    int err = launch_kernel((void *)(uintptr_t)v[0], (unsigned)v[1], (unsigned)v[2], 1, (unsigned)v[3],
-                            (unsigned)v[4], (unsigned)v[5], (unsigned)v[6], (void *)(uintptr_t)v[7],
-                            (void **)(uintptr_t)v[8], NULL);
+    int err;
+    Py_BEGIN_ALLOW_THREADS  /* a launch waits while the stream's queue is full: other threads run meanwhile */
+    err = launch_kernel((void *)(uintptr_t)v[0], (unsigned)v[1], (unsigned)v[2], 1, (unsigned)v[3],
+                        (unsigned)v[4], (unsigned)v[5], (unsigned)v[6], (void *)(uintptr_t)v[7],
+                        (void **)(uintptr_t)v[8], NULL);
+    Py_END_ALLOW_THREADS
     return PyLong_FromLong(err);
 }
 
@@ -82,7 +85,11 @@ static int pointers_launch(const unsigned long long *v) {
 static PyObject *launch_pointers(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     unsigned long long v[12];
     if (read_args(args, nargs, 12, "launch_pointers", v) < 0 || !ready()) return NULL;
-    return PyLong_FromLong(pointers_launch(v));
+    int err;
+    Py_BEGIN_ALLOW_THREADS
+    err = pointers_launch(v);
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLong(err);
 }
 
 /* launch_pointers_on(device, context, <launch_pointers' arguments>) -> CUresult: launch_pointers with ``device``
@@ -91,17 +98,19 @@ static PyObject *launch_pointers(PyObject *self, PyObject *const *args, Py_ssize
 static PyObject *launch_pointers_on(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     unsigned long long v[14];
     if (read_args(args, nargs, 14, "launch_pointers_on", v) < 0 || !ready()) return NULL;
+    int err = 0;
+    Py_BEGIN_ALLOW_THREADS  /* the context stack is the calling thread's own */
     int current = -1;
     int pushed = context_device(&current) != 0 || current != (int)v[0];
-    if (pushed) {
-        int err = context_push((void *)(uintptr_t)v[1]);
-        if (err) return PyLong_FromLong(err);
+    if (pushed) err = context_push((void *)(uintptr_t)v[1]);
+    if (!err) {
+        err = pointers_launch(v + 2);
+        if (pushed) {  /* the launch's result is what counts: a launch that ran must not be retried */
+            void *popped = NULL;
+            context_pop(&popped);
+        }
     }
-    int err = pointers_launch(v + 2);
-    if (pushed) {  /* the launch's result is what counts: a launch that ran must not be retried */
-        void *popped = NULL;
-        context_pop(&popped);
-    }
+    Py_END_ALLOW_THREADS
     return PyLong_FromLong(err);
 }
 
