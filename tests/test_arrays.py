@@ -490,6 +490,22 @@ def test_torch_pending_negation_rejected_and_keyless(monkeypatch):
         assert gather(*trio) is None
 
 
+def test_torch_subclasses_are_read_through_their_own_methods(monkeypatch):
+    """Keys of torch.Tensor itself call its methods unbound; a subclass's keys go through the subclass's methods."""
+    torch = _fake_torch()
+    monkeypatch.setitem(sys.modules, "torch", torch)
+
+    class Sub(torch.Tensor):
+        def stride(self):
+            return (99, 1)
+
+    plain, sub = torch.Tensor((2, 2), (2, 1)), Sub((2, 2), (2, 1))
+    as_array(plain, "x")  # the dtype is known to the readers from here on
+    assert keys.read(plain)[0][2] == (2, 1) and keys.read(sub)[0][2] == (99, 1)
+    assert keys.gatherer(torch.Tensor)(plain, plain, plain)[0][2] == (2, 1)
+    assert keys.gatherer(Sub)(sub, sub, sub)[0][2] == (99, 1)
+
+
 def _fake_cupy(current_stream=0):
     cupy = types.ModuleType("cupy")
 
