@@ -880,11 +880,12 @@ class EnginePlan:
                 if d_layout is None:
                     d_layout = (n, 1, m * n if batch > 1 else 0, 0)
                 d_layout = (d_layout[1], d_layout[0], d_layout[2], d_layout[3])
-        if b_panels_fit(self.config, route_b.k_major) is not self.config:
+        fitted = b_panels_fit(self.config, route_b.k_major)
+        if fitted is not self.config:
             if config is not None:
                 raise ValueError(f"configuration {self.config} does not run these operands: an MN-major B is read "
                                  "in whole 64-wide panels, wider than its N tile")
-            self.config = b_panels_fit(self.config, route_b.k_major)
+            self.config = fitted
         self.swapped = self.config.swap_ab
         staged_guess = d_layout is None or _store_geometry(c, m, n, batch, d_layout) is not None
         self.config, self.splits, route_b = place_transposition(
