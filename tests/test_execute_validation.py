@@ -732,14 +732,17 @@ def test_plan_cache():
 _STAND_IN = r"""
 extern "C" __global__ void stand_in(const float* a, const float* b, float* c, float alpha, float beta,
                                     long long sa, long long sb, long long sc) {
-    // naive C = alpha A B + beta C; A row-major (lda = K), B and C column-major (ldb = K, ldc = M)
-    const int M = %(m)d, N = %(n)d, K = %(k)d;
-    a += blockIdx.x * sa; b += blockIdx.x * sb; c += blockIdx.x * sc;
-    for (int idx = threadIdx.x; idx < M * N; idx += blockDim.x) {
-        int i = idx %% M, j = idx / M;
-        float acc = 0.f;
-        for (int p = 0; p < K; ++p) acc += a[i * K + p] * b[p + j * K];
-        c[i + j * M] = alpha * acc + (beta != 0.f ? beta * c[i + j * M] : 0.f);
+    // naive C = alpha A B + beta C; A row-major (lda = K), B and C column-major (ldb = K, ldc = M);
+    // a block takes the plan's STAGES consecutive problems, as blasdx's kernel does
+    const int M = %(m)d, N = %(n)d, K = %(k)d, STAGES = %(stages)d, BATCH = %(batch)d;
+    for (int problem = blockIdx.x * STAGES; problem < (blockIdx.x + 1) * STAGES && problem < BATCH; ++problem) {
+        const float* pa = a + problem * sa; const float* pb = b + problem * sb; float* pc = c + problem * sc;
+        for (int idx = threadIdx.x; idx < M * N; idx += blockDim.x) {
+            int i = idx %% M, j = idx / M;
+            float acc = 0.f;
+            for (int p = 0; p < K; ++p) acc += pa[i * K + p] * pb[p + j * K];
+            pc[i + j * M] = alpha * acc + (beta != 0.f ? beta * pc[i + j * M] : 0.f);
+        }
     }
 }
 """
@@ -769,7 +772,8 @@ def test_launch_path_with_stand_in_kernel(monkeypatch):
     desc = gemm(m, n, k, (bx.float32,), sm=major * 10 + minor)
     dev = Device(0)
     dev.set_current()
-    code = Program(_STAND_IN % {"m": m, "n": n, "k": k}, "c++", ProgramOptions(arch=f"sm_{major}{minor}")).compile("cubin")
+    source = _STAND_IN % {"m": m, "n": n, "k": k, "stages": desc.plan.stages, "batch": batch}
+    code = Program(source, "c++", ProgramOptions(arch=f"sm_{major}{minor}")).compile("cubin")
     kernel = code.get_kernel("stand_in")
     monkeypatch.setattr(ex, "_load_kernel", lambda desc, smem, device: kernel)
     rng = np.random.default_rng(0)
