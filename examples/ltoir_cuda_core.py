@@ -56,7 +56,7 @@ def link(gemm: bx.Descriptor):
 
 
 def main() -> int:
-    from gpu_device import device_sm, sized_parser  # examples/ is on sys.path when run as a script
+    from gpu_device import device_sm, sized_parser  # examples/ is on sys.path
 
     args = sized_parser(__doc__, batch=100_000, size=64).parse_args()
 

@@ -78,7 +78,7 @@ def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
 
 
 def main() -> int:
-    from gpu_device import numba_sm, sized_parser  # examples/ is on sys.path when run as a script
+    from gpu_device import numba_sm, sized_parser  # examples/ is on sys.path
 
     args = sized_parser(__doc__, "quick", "fewer heads (for tests)", heads=4096, seq=64, dim=64).parse_args()
     heads = 256 if args.quick else args.heads

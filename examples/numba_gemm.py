@@ -58,7 +58,7 @@ def reference(a: np.ndarray, b: np.ndarray, bias: np.ndarray) -> np.ndarray:
 
 
 def main() -> int:
-    from gpu_device import numba_sm, sized_parser  # examples/ is on sys.path when run as a script
+    from gpu_device import numba_sm, sized_parser  # examples/ is on sys.path
 
     args = sized_parser(__doc__, "quick", "a small batch (for tests)", batch=200_000, size=64).parse_args()
     batch, s = (2000 if args.quick else args.batch), args.size
