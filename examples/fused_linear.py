@@ -16,7 +16,6 @@ up-projections of Llama-3-8B (K = 4096, N = 28672: gate and up fused) and Llama-
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 import blasdx as bx
@@ -63,11 +62,9 @@ LLM_SHAPES = [(m, n, k) for n, k in ((28672, 4096), (57344, 8192)) for m in (204
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--m", type=int, default=4096)
-    parser.add_argument("--n", type=int, default=4096)
-    parser.add_argument("--k", type=int, default=4096)
-    parser.add_argument("--llm", action="store_true", help="the Llama-3 MLP shapes at M = 2048 and 8192")
+    from gpu_device import sized_parser  # examples/ is on sys.path when run as a script
+
+    parser = sized_parser(__doc__, "llm", "the Llama-3 MLP shapes at M = 2048 and 8192", m=4096, n=4096, k=4096)
     args = parser.parse_args()
     shapes = LLM_SHAPES if args.llm else [(args.m, args.n, args.k)]
     status = 0

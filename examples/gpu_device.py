@@ -1,5 +1,5 @@
 """For the examples: the current GPU's SM (through cuda.core, PyTorch or Numba), a descriptor's compile report, and
-the command lines that the batched and the attention examples share."""
+the command lines that the batched, the attention and the sized examples share."""
 
 from __future__ import annotations
 
@@ -74,4 +74,16 @@ def attention_parser(doc: str, batch: int, heads: int, seq: list[int], head_dim:
     parser.add_argument("--heads", type=int, default=heads)
     parser.add_argument("--seq", type=int, nargs="*", default=seq, help=seq_help)
     parser.add_argument("--head-dim", type=int, nargs="*", default=head_dim, help="head dimensions")
+    return parser
+
+
+def sized_parser(doc: str, flag: str | None = None, flag_help: str | None = None,
+                 **sizes: int) -> argparse.ArgumentParser:
+    """The command line of an example sized by integer options ``--name`` (defaults ``sizes``, in order), with an
+    on / off ``--flag`` after them when given; described by the first line of the example's ``doc``."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    for name, default in sizes.items():
+        parser.add_argument(f"--{name}", type=int, default=default)
+    if flag is not None:
+        parser.add_argument(f"--{flag}", action="store_true", help=flag_help)
     return parser

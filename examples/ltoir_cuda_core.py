@@ -13,7 +13,6 @@ Without a GPU the script compiles and links for sm_90a and prints the kernel's S
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 import numpy as np
@@ -57,12 +56,9 @@ def link(gemm: bx.Descriptor):
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batch", type=int, default=100_000)
-    parser.add_argument("--size", type=int, default=64)
-    args = parser.parse_args()
+    from gpu_device import device_sm, sized_parser  # examples/ is on sys.path
 
-    from gpu_device import device_sm  # examples/ is on sys.path when run as a script
+    args = sized_parser(__doc__, batch=100_000, size=64).parse_args()
 
     sm = device_sm()
     s = args.size

@@ -11,7 +11,6 @@ GEMMs' buffers sit side by side in dynamic shared memory (the second at the firs
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 
@@ -79,14 +78,10 @@ def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--heads", type=int, default=4096)
-    parser.add_argument("--seq", type=int, default=64)
-    parser.add_argument("--dim", type=int, default=64)
-    parser.add_argument("--quick", action="store_true", help="fewer heads (for tests)")
-    args = parser.parse_args()
+    from gpu_device import numba_sm, sized_parser  # examples/ is on sys.path
+
+    args = sized_parser(__doc__, "quick", "fewer heads (for tests)", heads=4096, seq=64, dim=64).parse_args()
     heads = 256 if args.quick else args.heads
-    from gpu_device import numba_sm  # examples/ is on sys.path when run as a script
 
     sm = numba_sm()
     S_GEMM, O_GEMM = descriptors(args.seq, args.dim, sm or 90)

@@ -12,7 +12,6 @@ kernel's link on its own. Checked against a float64 reference.
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 import time
@@ -59,13 +58,10 @@ def reference(a: np.ndarray, b: np.ndarray, bias: np.ndarray) -> np.ndarray:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batch", type=int, default=200_000)
-    parser.add_argument("--size", type=int, default=64)
-    parser.add_argument("--quick", action="store_true", help="a small batch (for tests)")
-    args = parser.parse_args()
+    from gpu_device import numba_sm, sized_parser  # examples/ is on sys.path
+
+    args = sized_parser(__doc__, "quick", "a small batch (for tests)", batch=200_000, size=64).parse_args()
     batch, s = (2000 if args.quick else args.batch), args.size
-    from gpu_device import numba_sm  # examples/ is on sys.path when run as a script
 
     sm = numba_sm()
     GEMM = (bx.Size(s, s, s) + bx.Precision(bx.float16, bx.float16, bx.float32) + bx.Function.MM

@@ -19,13 +19,9 @@ extern "C" __global__ void
     blasdx_complex_expand(const part_type* __restrict__ src, part_type* __restrict__ dst, int rows, int cols,
                           blasdx::i64 src_row, blasdx::i64 src_col, blasdx::i64 src_batch, blasdx::i64 ld_dst,
                           blasdx::i64 dst_batch, int batch) {
-    __shared__ part_type re[32][33];
-    __shared__ part_type im[32][33];
-    const int r0 = blockIdx.y * 32, c0 = blockIdx.x * 32;
-    for (int p = blockIdx.z; p < batch; p += gridDim.z) {
-        const part_type* s = src + 2 * p * src_batch;
-        part_type* t = dst + p * dst_batch;
-        blasdx::stage_complex_tile(re, im, s, r0, c0, rows, cols, src_row, src_col);
+    blasdx::rewrite_complex_tiles(src, dst, rows, cols, src_row, src_col, src_batch, dst_batch, batch,
+                                  [=](const part_type (&re)[32][33], const part_type (&im)[32][33], part_type* t,
+                                      int r0, int c0) {
         // thread x walks K (the result's contiguous dimension); i walks the tile's columns
         for (int i = threadIdx.y; i < 32; i += 8) {
             const int r = r0 + threadIdx.x, c = c0 + i;
@@ -39,6 +35,5 @@ extern "C" __global__ void
                 odd[1] = a;
             }
         }
-        __syncthreads();  // the next problem overwrites the tiles
-    }
+    });
 }

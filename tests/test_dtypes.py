@@ -71,48 +71,21 @@ def test_complex_of_other_types_raises(real):
         dt.complex_of(real)
 
 
-# every spelling the type table accepts, and what it means
-SPELLINGS = [
-    (bx.float16, bx.float16),
-    ("float16", bx.float16),
-    ("FLOAT16", bx.float16),
-    (" float16 ", bx.float16),
-    ("f16", bx.float16),
-    ("fp16", bx.float16),
-    ("half", bx.float16),
-    (np.float16, bx.float16),
-    (np.dtype("float16"), bx.float16),
-    ("bfloat16", bx.bfloat16),
-    ("bf16", bx.bfloat16),
-    (ml_dtypes.bfloat16, bx.bfloat16),
-    (np.dtype(ml_dtypes.bfloat16), bx.bfloat16),
-    ("tfloat32", bx.tfloat32),
-    ("tf32", bx.tfloat32),
-    ("float32", bx.float32),
-    ("f32", bx.float32),
-    ("single", bx.float32),
-    (np.float32, bx.float32),
-    ("float64", bx.float64),
-    ("double", bx.float64),
-    (np.float64, bx.float64),
-    (float, bx.float64),  # numpy reads the Python float as float64
-    ("float8_e4m3", bx.float8_e4m3),
-    ("float8_e4m3fn", bx.float8_e4m3),
-    ("e4m3", bx.float8_e4m3),
-    (ml_dtypes.float8_e4m3fn, bx.float8_e4m3),
-    ("float8_e5m2", bx.float8_e5m2),
-    ("e5m2", bx.float8_e5m2),
-    (ml_dtypes.float8_e5m2, bx.float8_e5m2),
-    ("int8", bx.int8),
-    ("s8", bx.int8),
-    (np.int8, bx.int8),
-    ("uint8", bx.uint8),
-    ("u8", bx.uint8),
-    (np.uint8, bx.uint8),
-    ("int32", bx.int32),
-    ("s32", bx.int32),
-    (np.int32, bx.int32),
-]
+# every spelling the type table accepts, by the type it means
+SPELLINGS_OF = {
+    bx.float16: (bx.float16, "float16", "FLOAT16", " float16 ", "f16", "fp16", "half", np.float16,
+                 np.dtype("float16")),
+    bx.bfloat16: ("bfloat16", "bf16", ml_dtypes.bfloat16, np.dtype(ml_dtypes.bfloat16)),
+    bx.tfloat32: ("tfloat32", "tf32"),
+    bx.float32: ("float32", "f32", "single", np.float32),
+    bx.float64: ("float64", "double", np.float64, float),  # numpy reads the Python float as float64
+    bx.float8_e4m3: ("float8_e4m3", "float8_e4m3fn", "e4m3", ml_dtypes.float8_e4m3fn),
+    bx.float8_e5m2: ("float8_e5m2", "e5m2", ml_dtypes.float8_e5m2),
+    bx.int8: ("int8", "s8", np.int8),
+    bx.uint8: ("uint8", "u8", np.uint8),
+    bx.int32: ("int32", "s32", np.int32),
+}
+SPELLINGS = [(value, expected) for expected, values in SPELLINGS_OF.items() for value in values]
 
 
 @pytest.mark.parametrize("value, expected", SPELLINGS, ids=[repr(v) for v, _ in SPELLINGS])

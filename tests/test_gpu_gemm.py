@@ -345,11 +345,15 @@ def test_beta_zero_never_reads_c(sm):
 # (gpu_support.behind_a_delay: a launch on any other stream runs during the delay, on the old data)
 
 
+def stream_case(sm: int, types, size, arrangement, what: str) -> tuple[bx.Descriptor, int]:
+    """A stream test's block GEMM of the real ``types`` (A, B, C) and its seed, stable for ``what``."""
+    return gemm_descriptor(dt.find_combination(*types, False), size, sm, arrangement), stable_seed(what)
+
+
 def test_cupy_arrays_and_cupy_stream(sm):
     cp = pytest.importorskip("cupy")
     torch = pytest.importorskip("torch")
-    desc = gemm_descriptor(dt.find_combination(dt.float32, dt.float32, dt.float32, False), (33, 17, 20), sm, (R, R, R))
-    seed = stable_seed("cupy stream")
+    desc, seed = stream_case(sm, (dt.float32, dt.float32, dt.float32), (33, 17, 20), (R, R, R), "cupy stream")
     rng = np.random.default_rng(seed)
     a_h, b_h, c_h, new_a, new_c = (rng.standard_normal(shape).astype(np.float32)
                                    for shape in ((33, 20), (20, 17), (33, 17), (33, 20), (33, 17)))
@@ -373,9 +377,7 @@ def test_cupy_arrays_and_cupy_stream(sm):
 
 def test_torch_stream_orders_work(sm):
     torch = pytest.importorskip("torch")
-    desc = gemm_descriptor(dt.find_combination(dt.bfloat16, dt.bfloat16, dt.float32, False), (64, 64, 64), sm,
-                           (R, C, C))
-    seed = stable_seed("torch stream")
+    desc, seed = stream_case(sm, (dt.bfloat16, dt.bfloat16, dt.float32), (64, 64, 64), (R, C, C), "torch stream")
     gen = torch.Generator(device="cuda").manual_seed(seed)
     s = side_stream()
     with torch.cuda.stream(s):
@@ -397,9 +399,8 @@ def test_torch_stream_orders_work(sm):
 
 def test_default_stream_uses_torch_current_stream(sm):
     torch = pytest.importorskip("torch")
-    desc = gemm_descriptor(dt.find_combination(dt.float64, dt.float64, dt.float64, False), (16, 16, 16), sm,
-                           (R, R, R))
-    seed = stable_seed("torch current stream")
+    desc, seed = stream_case(sm, (dt.float64, dt.float64, dt.float64), (16, 16, 16), (R, R, R),
+                             "torch current stream")
     gen = torch.Generator(device="cuda").manual_seed(seed)
     a, b, fresh = (torch.randn(16, 16, device="cuda", dtype=torch.float64, generator=gen) for _ in range(3))
     c = torch.full((16, 16), float("nan"), device="cuda", dtype=torch.float64)
@@ -421,8 +422,7 @@ def test_default_stream_uses_torch_current_stream(sm):
 def test_blasdx_arrays_on_a_busy_stream(sm):
     """blasdx's own arrays, written on the stream through torch views of the same memory (DLPack)."""
     torch = pytest.importorskip("torch")
-    desc = gemm_descriptor(dt.find_combination(dt.int8, dt.int8, dt.int32, False), (48, 40, 64), sm, (R, C, C))
-    seed = stable_seed("blasdx arrays on a stream")
+    desc, seed = stream_case(sm, (dt.int8, dt.int8, dt.int32), (48, 40, 64), (R, C, C), "blasdx arrays on a stream")
     rng = np.random.default_rng(seed)
     a_h, new_a = (random_operand(dt.int8, (48, 64), rng) for _ in range(2))
     b_h = np.asfortranarray(random_operand(dt.int8, (64, 40), rng))

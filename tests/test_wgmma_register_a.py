@@ -166,14 +166,14 @@ WIDTH_ROWS = [
     ("f16_f16", "__half, __half, __half", False, 256, "HGMMA.64x{}x16.F16"),
     ("f16_f16_n_major_b", "__half, __half, __half", True, 256, "HGMMA.64x{}x16.F16"),
     ("bf16_f32", "__nv_bfloat16, __nv_bfloat16, float", True, 256, "HGMMA.64x{}x16.F32.BF16"),
-    ("e4m3_e4m3", "__nv_fp8_e4m3, __nv_fp8_e4m3, float", False, 256, "QGMMA.64x{}x32.F32.E4M3.E4M3"),
-    ("e4m3_e5m2", "__nv_fp8_e4m3, __nv_fp8_e5m2, float", False, 256, "QGMMA.64x{}x32.F32.E4M3.E5M2"),
-    ("e5m2_e4m3", "__nv_fp8_e5m2, __nv_fp8_e4m3, float", False, 256, "QGMMA.64x{}x32.F32.E5M2.E4M3"),
-    ("e5m2_e5m2", "__nv_fp8_e5m2, __nv_fp8_e5m2, float", False, 256, "QGMMA.64x{}x32.F32.E5M2.E5M2"),
-    ("s8_s8", "signed char, signed char, int", False, 128, "IGMMA.64x{}x32.S8.S8"),
-    ("s8_u8", "signed char, unsigned char, int", False, 128, "IGMMA.64x{}x32.S8.U8"),
-    ("u8_s8", "unsigned char, signed char, int", False, 128, "IGMMA.64x{}x32.U8.S8"),
-    ("u8_u8", "unsigned char, unsigned char, int", False, 128, "IGMMA.64x{}x32.U8.U8"),
+] + [  # every pair of 8-bit A and B: fp8 to f32 up to N = 256, integers to s32 up to N = 128
+    (f"{a}_{b}", f"{kinds[a]}, {kinds[b]}, {acc}", False, widest, f"{op}.{a.upper()}.{b.upper()}")
+    for kinds, acc, widest, op in (
+        ({"e4m3": "__nv_fp8_e4m3", "e5m2": "__nv_fp8_e5m2"}, "float", 256, "QGMMA.64x{}x32.F32"),
+        ({"s8": "signed char", "u8": "unsigned char"}, "int", 128, "IGMMA.64x{}x32"),
+    )
+    for a in kinds
+    for b in kinds
 ]
 
 

@@ -28,4 +28,23 @@ __device__ __forceinline__ void stage_complex_tile(T (&re)[32][33], T (&im)[32][
     __syncthreads();
 }
 
+// The loop both rewriting kernels share: for each problem p = blockIdx.z, blockIdx.z +
+// gridDim.z, ... below batch (src problems src_batch complex elements apart, dst problems
+// dst_batch parts apart), stages tile (blockIdx.y, blockIdx.x) of the source and calls
+// write(re, im, t, r0, c0) with t the problem's destination and (r0, c0) the tile's first
+// element; the block waits before the next problem overwrites the tiles.
+template <class T, class Write>
+__device__ __forceinline__ void rewrite_complex_tiles(const T* __restrict__ src, T* __restrict__ dst, int rows,
+                                                      int cols, i64 src_row, i64 src_col, i64 src_batch,
+                                                      i64 dst_batch, int batch, Write write) {
+    __shared__ T re[32][33];
+    __shared__ T im[32][33];
+    const int r0 = blockIdx.y * 32, c0 = blockIdx.x * 32;
+    for (int p = blockIdx.z; p < batch; p += gridDim.z) {
+        stage_complex_tile(re, im, src + 2 * p * src_batch, r0, c0, rows, cols, src_row, src_col);
+        write(re, im, dst + p * dst_batch, r0, c0);
+        __syncthreads();
+    }
+}
+
 }  // namespace blasdx
