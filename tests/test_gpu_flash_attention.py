@@ -15,15 +15,7 @@ import pytest
 import blasdx as bx
 from blasdx.reference import assert_close, tolerance
 
-from .attention_kernels import (
-    chain_gemms,
-    compile_chain,
-    compile_kv_stream,
-    compile_online_softmax,
-    compile_row_stats,
-    row_stats_gemm,
-    stream_gemms,
-)
+from . import attention_kernels as ak
 from .gpu_support import gpu_sm
 from .test_fusion import load_example
 
@@ -146,8 +138,8 @@ def test_rows_and_bounded_copies(sm, size, threads, rows: int, stage_barrier: bo
     import numpy as np
 
     torch = pytest.importorskip("torch")
-    desc = row_stats_gemm(sm, size=size, threads=threads)
-    kernel = compile_row_stats(desc, stage_barrier)
+    desc = ak.row_stats_gemm(sm, size=size, threads=threads)
+    kernel = ak.compile_row_stats(desc, stage_barrier)
     m, n, k = size
     torch.manual_seed(rows)
     a = torch.rand(m, k, device="cuda", dtype=torch.float16) + 0.1  # positive: row sums far from zero
@@ -178,8 +170,8 @@ def test_register_a_chain(hopper, dtype, b2_order) -> None:
     """O = round16(A B1) B2, the first accumulator becoming the second GEMM's register A."""
     import torch
 
-    gemms = chain_gemms(dtype, b2_order=b2_order)
-    kernel = compile_chain(gemms)
+    gemms = ak.chain_gemms(dtype, b2_order=b2_order)
+    kernel = ak.compile_chain(gemms)
     g1, g2 = gemms["G1"], gemms["G2"]
     tdtype = getattr(torch, str(dtype))
     torch.manual_seed(7)
@@ -200,8 +192,8 @@ def test_async_chain(hopper, dtype) -> None:
     """execute_async / wait with two groups in flight: the older (register A) and the newer (A B1 again)."""
     import torch
 
-    gemms = chain_gemms(dtype)
-    kernel = compile_chain(gemms, asynchronous=True)
+    gemms = ak.chain_gemms(dtype)
+    kernel = ak.compile_chain(gemms, asynchronous=True)
     g1, g2 = gemms["G1"], gemms["G2"]
     tdtype = getattr(torch, str(dtype))
     torch.manual_seed(11)
@@ -242,7 +234,7 @@ def test_online_softmax(sm, size, threads, tiles: int, keys: int) -> None:
     torch = pytest.importorskip("torch")
     m, n, k = size
     keys = min(keys, tiles * n)
-    kernel = compile_online_softmax(row_stats_gemm(sm, size=size, threads=threads))
+    kernel = ak.compile_online_softmax(ak.row_stats_gemm(sm, size=size, threads=threads))
     torch.manual_seed(tiles * 1000 + keys)
     a = torch.rand(m, k, device="cuda", dtype=torch.float16)
     a[:, 0] = 1.0
@@ -269,8 +261,8 @@ def test_kv_stream(hopper, pipelining: str, seq: int, q_rows: int) -> None:
     import numpy as np
     import torch
 
-    gemms = stream_gemms()
-    kernel = compile_kv_stream(gemms, pipelining)
+    gemms = ak.stream_gemms()
+    kernel = ak.compile_kv_stream(gemms, pipelining)
     torch.manual_seed(seq + q_rows)
     q = torch.randn(128, 64, device="cuda", dtype=torch.float16)
     k, v = (torch.randn(seq, 64, device="cuda", dtype=torch.float16) for _ in range(2))

@@ -17,19 +17,7 @@ from blasdx.engine import wide as hopper_wide
 from blasdx.reference import tolerance
 
 from .gpu_support import poisoned_new_tensors, torch_dtype
-from .hopper_support import (
-    LAYOUTS,
-    batched_mma,
-    check_product,
-    engine_call,
-    hopper_torch,
-    layout_operands,
-    operand,
-    poisoned,
-    repacked_mma,
-    run_again,
-    split_k_mma,
-)
+from . import hopper_support as hs
 
 pytestmark = pytest.mark.gpu
 
@@ -38,21 +26,21 @@ WIDE = [dt.float64, dt.float32]
 
 @pytest.fixture(scope="module")
 def torch():
-    return hopper_torch()
+    return hs.hopper_torch()
 
 
 def _check(torch, got, x, y, a: dt.DType, k: int, acc=None, alpha=1.0, beta=1.0, what=""):
     """Every element of ``got`` against alpha * x @ y + beta * acc within the type's own allowance."""
-    check_product(torch, got, x, y, tolerance(a, a, max(k, 1), a), acc, alpha, beta, what)
+    hs.check_product(torch, got, x, y, tolerance(a, a, max(k, 1), a), acc, alpha, beta, what)
 
 
 @pytest.mark.parametrize("size", [1, 17, 255, 1000, 4097])
-@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("layout", hs.LAYOUTS)
 @pytest.mark.parametrize("a", WIDE, ids=lambda t: t.name)
 def test_types_layouts_sizes(torch, a, layout, size):
-    x, y, acc, out = layout_operands(torch, size, layout, a, a)
+    x, y, acc, out = hs.layout_operands(torch, size, layout, a, a)
     (m, k), n = x.shape, y.shape[1]
-    engine = engine_call(torch, x, y, acc, out, a)
+    engine = hs.engine_call(torch, x, y, acc, out, a)
     assert isinstance(engine, hopper_wide.WidePlan)
     _check(torch, out, x, y, a, k, acc, what=f"{a.name} {layout} {m}x{n}x{k}: {engine.describe()}")
 
@@ -60,7 +48,7 @@ def test_types_layouts_sizes(torch, a, layout, size):
 @pytest.mark.parametrize("a", WIDE, ids=lambda t: t.name)
 def test_matmul_takes_the_wide_path(torch, a):
     gen = torch.Generator(device="cuda").manual_seed(11)
-    x, y = operand(torch, (640, 384), a, gen), operand(torch, (384, 520), a, gen, "C")
+    x, y = hs.operand(torch, (640, 384), a, gen), hs.operand(torch, (384, 520), a, gen, "C")
     with poisoned_new_tensors():  # the result matmul allocates starts as NaN
         got = bx.matmul(x, y)
     assert got.dtype == torch_dtype(a)
@@ -73,7 +61,7 @@ def test_matmul_takes_the_wide_path(torch, a):
 @pytest.mark.parametrize("layout", ["RR", "CC"])
 @pytest.mark.parametrize("a", WIDE, ids=lambda t: t.name)
 def test_batched_and_broadcast(torch, a, broadcast, layout):
-    x, y, acc, out = batched_mma(torch, a, a, broadcast, layout)
+    x, y, acc, out = hs.batched_mma(torch, a, a, broadcast, layout)
     _check(torch, out, x, y, a, x.shape[-1], acc, what=f"{a.name} batch {broadcast} {layout}")
 
 
@@ -85,7 +73,7 @@ SPLITS_AT_132_SMS = {(16, 4096, 8192): 4, (100, 1000, 9000): 16, (8192, 1024, 51
 @pytest.mark.parametrize("a", WIDE, ids=lambda t: t.name)
 def test_split_k_shapes(torch, a, shape):
     m, n, k = shape
-    x, y, acc, out, plan = split_k_mma(torch, shape, a, a, SPLITS_AT_132_SMS[shape])
+    x, y, acc, out, plan = hs.split_k_mma(torch, shape, a, a, SPLITS_AT_132_SMS[shape])
     _check(torch, out, x, y, a, k, acc, what=f"{a.name} {m}x{n}x{k} ({plan.kernel.splits} splits)")
 
 
@@ -94,15 +82,15 @@ def test_split_k_shapes(torch, a, shape):
 def test_repacked_operands(torch, a, case):
     gen = torch.Generator(device="cuda").manual_seed(9)
     if case == "odd ld":
-        x = operand(torch, (301, 203), a, gen)[:, :201]  # rows of 203 elements: not whole 16 bytes
-        y = operand(torch, (201, 150), a, gen, "C")
+        x = hs.operand(torch, (301, 203), a, gen)[:, :201]  # rows of 203 elements: not whole 16 bytes
+        y = hs.operand(torch, (201, 150), a, gen, "C")
     elif case == "odd offset":
-        x = operand(torch, (301 * 200 + 1,), a, gen)[1:].view(301, 200)  # starts one element in
-        y = operand(torch, (200, 150), a, gen)
+        x = hs.operand(torch, (301 * 200 + 1,), a, gen)[1:].view(301, 200)  # starts one element in
+        y = hs.operand(torch, (200, 150), a, gen)
     else:
-        x = operand(torch, (3, 301, 200), a, gen)
-        y = operand(torch, (3 * 200 * 150 + 3,), a, gen).as_strided((3, 200, 150), (200 * 150 + 1, 150, 1))
-    acc, out = repacked_mma(torch, x, y, a, a, gen)
+        x = hs.operand(torch, (3, 301, 200), a, gen)
+        y = hs.operand(torch, (3 * 200 * 150 + 3,), a, gen).as_strided((3, 200, 150), (200 * 150 + 1, 150, 1))
+    acc, out = hs.repacked_mma(torch, x, y, a, a, gen)
     _check(torch, out, x, y, a, x.shape[-1], acc, what=f"{a.name} {case}")
 
 
@@ -111,18 +99,18 @@ def test_alpha_beta_and_strided_c_d(torch, a):
     """alpha / beta in the type itself, column-major C, padded D, with and without split K."""
     gen = torch.Generator(device="cuda").manual_seed(12)
     m, n, k = 333, 257, 1000
-    x, y = operand(torch, (m, k), a, gen), operand(torch, (k, n), a, gen, "C")
-    cin = operand(torch, (n, m), a, gen).t()
+    x, y = hs.operand(torch, (m, k), a, gen), hs.operand(torch, (k, n), a, gen, "C")
+    cin = hs.operand(torch, (n, m), a, gen).t()
     storage = torch.full((m, n + 7), float("nan"), device="cuda", dtype=torch_dtype(a))
     d = storage[:, :n]  # padded D: its padding must stay NaN
     for splits in (1, 3):
         engine = None
         for alpha, beta in ((0.5, -2.0), (1.0, 0.0), (0.5, -2.0), (-1.5, 1.0)):
             if engine is None:
-                engine = engine_call(torch, x, y, cin, d, a, alpha=alpha, beta=beta, splits=splits)
+                engine = hs.engine_call(torch, x, y, cin, d, a, alpha=alpha, beta=beta, splits=splits)
                 assert engine.splits == splits
             else:
-                run_again(engine, x, y, cin, d, alpha, beta)
+                hs.run_again(engine, x, y, cin, d, alpha, beta)
             what = f"{a.name} alpha {alpha} beta {beta}, {splits} splits"
             _check(torch, d, x, y, a, k, cin, alpha=alpha, beta=beta, what=what)
             assert torch.isnan(storage[:, n:]).all(), f"{what}: D's padding was written"
@@ -135,10 +123,10 @@ def test_every_sweep_configuration(torch, a):
     m, n, k = 259, 390, 1100  # 3 tile rows: the last cluster's second block lies past M
     for name, config in hopper_wide.sweep_configs(a).items():
         for layout in ("RC", "CR"):
-            x = operand(torch, (m, k), a, gen, layout[0])
-            y = operand(torch, (k, n), a, gen, layout[1])
-            d = poisoned(torch, (m, n), a)
-            engine = engine_call(torch, x, y, None, d, a, config=config, splits=1)
+            x = hs.operand(torch, (m, k), a, gen, layout[0])
+            y = hs.operand(torch, (k, n), a, gen, layout[1])
+            d = hs.poisoned(torch, (m, n), a)
+            engine = hs.engine_call(torch, x, y, None, d, a, config=config, splits=1)
             assert engine.config == config
             _check(torch, d, x, y, a, k, what=f"{a.name} {name} {layout}")
 
@@ -146,8 +134,8 @@ def test_every_sweep_configuration(torch, a):
 def test_nan_in_c_stays_out_when_beta_is_zero(torch):
     a = dt.float64
     gen = torch.Generator(device="cuda").manual_seed(15)
-    x, y = operand(torch, (500, 300), a, gen), operand(torch, (300, 400), a, gen)
+    x, y = hs.operand(torch, (500, 300), a, gen), hs.operand(torch, (300, 400), a, gen)
     cin = torch.full((500, 400), float("nan"), device="cuda", dtype=torch.float64)
-    d = poisoned(torch, (500, 400), a)
-    engine_call(torch, x, y, cin, d, a, alpha=1.0, beta=0.0)
+    d = hs.poisoned(torch, (500, 400), a)
+    hs.engine_call(torch, x, y, cin, d, a, alpha=1.0, beta=0.0)
     _check(torch, d, x, y, a, 300, what="beta 0 with NaN in C")
