@@ -7,6 +7,10 @@ import re
 import pytest
 
 numba_cuda = pytest.importorskip("numba.cuda", reason="needs numba-cuda (pip install blasdx[numba])")
+try:  # numba-cuda's array support, which blasdx.numba lowers through, loads only with a numpy it knows
+    import numba.cuda.np.arrayobj  # noqa: F401
+except AttributeError as exc:
+    pytest.skip(f"numba-cuda cannot load its array support with this numpy: {exc}", allow_module_level=True)
 
 import blasdx.numba  # noqa: F401 - registers the descriptor's Numba types
 from blasdx.compile import cubin as _cubin
