@@ -28,39 +28,40 @@ from .tma_rules import FakeEncoder
 _owned = pytest.StashKey[str]()
 
 
+def _gpu_run(config: pytest.Config) -> bool:
+    """Whether this run selects the GPU tests (``-m gpu`` / ``-m multigpu``) or has a GPU to run them on."""
+    marks = config.getoption("markexpr", "") or ""
+    if "gpu" in marks.replace("not gpu", ""):
+        return True
+    from .gpu_support import gpu_sm
+
+    return gpu_sm() is not None
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto``: a worker per core on a machine without a GPU; none (one process) for GPU runs."""
-    marks = config.getoption("markexpr", "") or ""
-    if "gpu" in marks.replace("not gpu", ""):
-        return 0
-    from .gpu_support import gpu_sm
-
-    return 0 if gpu_sm() is not None else (os.cpu_count() or 1)
+    return 0 if _gpu_run(config) else (os.cpu_count() or 1)
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """CPU tests go to the workers a file at a time (``--dist loadgroup``), so that a module's fixtures
-    (compiled matrices) are built once; a test with an xdist_group of its own keeps it (the compile
-    matrix splits by SM). GPU tests have no group: with ``-n`` they spread one by one."""
+    """The order in which the workers take the test files (``--dist loadfile --no-loadscope-reorder``: a file goes
+    to one worker, so that its module fixtures, the compile matrices, are built once): the files that compile the
+    most (most tests marked slow) first, then by size, so that no long file starts last."""
+    files: dict[str, list[pytest.Item]] = {}
     for item in items:
-        if any(item.get_closest_marker(name) for name in ("xdist_group", "gpu", "multigpu")):
-            continue
-        item.add_marker(pytest.mark.xdist_group(item.module.__name__ if item.module else item.nodeid))
-    # The workers take groups in this order (--no-loadscope-reorder): those that compile the most
-    # (most tests marked slow) first, then by size, so that no long group starts last.
-    groups: dict[str, list[pytest.Item]] = {}
-    for item in items:
-        marker = item.get_closest_marker("xdist_group")
-        groups.setdefault(marker.args[0] if marker else "", []).append(item)
-    order = sorted(groups.values(), key=lambda group: (-sum(bool(i.get_closest_marker("slow")) for i in group),
-                                                       -len(group)))
-    items[:] = [item for group in order for item in group]
+        files.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+    order = sorted(files.values(), key=lambda tests: (-sum(bool(i.get_closest_marker("slow")) for i in tests),
+                                                      -len(tests)))
+    items[:] = [item for tests in order for item in tests]
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Point BLASDX_CACHE_DIR at a fresh folder for this run (xdist workers, started later, inherit it)."""
+    """Point BLASDX_CACHE_DIR at a fresh folder for this run (xdist workers, started later, inherit it). GPU runs
+    with ``-n`` spread the tests one by one (``--dist load``): they share the device, not compiled matrices."""
+    if getattr(config.option, "dist", "no") == "loadfile" and _gpu_run(config):
+        config.option.dist = "load"
     if os.environ.get("BLASDX_CACHE_DIR"):  # the caller (or the xdist controller) chose a folder: keep it
         return
     from .gpu_support import gpu_sm

@@ -60,8 +60,7 @@ def _cases():
                 continue
             for order in ORDERS:
                 for size_key in SIZES:
-                    # one worker group per SM (tests/conftest.py): the matrix spreads over the workers
-                    yield pytest.param(row, sm, order, size_key, marks=pytest.mark.xdist_group(f"compile-matrix-sm{sm}"),
+                    yield pytest.param(row, sm, order, size_key,
                                        id=(f"{'c' if row.is_complex else ''}{row.a.name}x{row.b.name}-{row.c.name}-"
                                            f"sm{sm}-{order[0].name[0]}{order[1].name[0]}-{size_key}"))
 
