@@ -30,7 +30,7 @@ from report import case_labels, cell, save_plot  # noqa: E402
 from timing import time_ms  # noqa: E402  (the benchmarks' one CUDA-event timer, imported from here by the others)
 
 import blasdx as bx  # noqa: E402
-from blasdx import dtypes as dt  # noqa: E402
+from blasdx.base import dtypes as dt  # noqa: E402
 from blasdx.reference import assert_close, reference_gemm, relative_error, tolerance  # noqa: E402
 
 # (name, A, B, C); every case runs at each size of SIZES that fits one block.

@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import blasdx as bx  # noqa: E402
 from batched import write_record  # noqa: E402
-from blasdx import dtypes as dt  # noqa: E402
+from blasdx.base import dtypes as dt  # noqa: E402
 from blasdx.reference import tolerance  # noqa: E402
 
 SCHEMES = {"3xtf32": (bx.float32, 23), "ffma": (bx.float32, None), "tf32": (bx.tfloat32, None)}

@@ -31,7 +31,7 @@ import cublasdx_harness as dx  # noqa: E402
 from batched import (  # noqa: E402
     SIZES, TYPES, _host, descriptor, gpu_sm, pyplot, random_tensor, say_unbuilt, time_ms, torch_dtype,
 )
-from blasdx import dtypes as dt  # noqa: E402
+from blasdx.base import dtypes as dt  # noqa: E402
 from blasdx.reference import assert_close, reference_gemm, tolerance  # noqa: E402
 from report import case_labels, save_plot  # noqa: E402
 

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import blasdx as bx  # noqa: E402
 from batched import cuda_sm, time_ms  # noqa: E402
-from blasdx import dtypes as dt  # noqa: E402
+from blasdx.base import dtypes as dt  # noqa: E402
 from blasdx.reference import tolerance  # noqa: E402
 
 TYPES = {"c64": dt.complex_of(dt.float32), "c128": dt.complex_of(dt.float64)}

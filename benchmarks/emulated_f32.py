@@ -24,7 +24,7 @@ from batched import emulation_parser, time_ms, write_record  # noqa: E402
 from blasdx.calls import matmul as array_gemm  # noqa: E402
 from blasdx import arrays
 from blasdx.engine import hopper
-from blasdx import dtypes as dt  # noqa: E402
+from blasdx.base import dtypes as dt  # noqa: E402
 
 
 def _operands(size: int, wide_range: bool, gen):

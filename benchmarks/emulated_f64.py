@@ -98,7 +98,7 @@ def stages(plan, x, y) -> dict:
     whole = time_ms(lambda: plan.run(device, core, handle, vx, vy, None, vout, 1.0, 0.0), 5)
     gemm = plan.gemm
     m, n, count, ld = plan.m, plan.n, plan.scheme.count, plan.ld
-    from blasdx import dtypes as dt
+    from blasdx.base import dtypes as dt
     from blasdx.engine import hopper
     from blasdx.engine.ozaki import _view
 

@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from batched import cuda_sm, pyplot
 
 import blasdx as bx
-from blasdx import dtypes as dt
+from blasdx.base import dtypes as dt
 from blasdx.reference import tolerance
 
 #: K x N of each model's linear layers (x [M, K] @ w -> [M, N]).

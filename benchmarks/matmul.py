@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import blasdx as bx  # noqa: E402
 from batched import cuda_sm, pyplot, time_ms  # noqa: E402  (shared by the benchmarks)
 from blasdx.calls import matmul as array_gemm  # noqa: E402
-from blasdx import dtypes as dt  # noqa: E402
+from blasdx.base import dtypes as dt  # noqa: E402
 from blasdx.reference import assert_close, reference_gemm, tolerance  # noqa: E402
 from matmul_competitors import TRITON_CASES, merge_cublasdx, run_cublasdx_pipeline, triton_call  # noqa: E402
 

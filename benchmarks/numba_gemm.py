@@ -51,7 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import batched  # noqa: E402  (the block-level benchmarks' table of cases)
 
 import blasdx as bx  # noqa: E402
-from blasdx import dtypes as dt  # noqa: E402
+from blasdx.base import dtypes as dt  # noqa: E402
 from blasdx.reference import (  # noqa: E402
     assert_close,
     gemm_scale,

@@ -37,7 +37,7 @@ from batched import cuda_sm  # noqa: E402
 from blasdx.calls import matmul as array_gemm  # noqa: E402
 from blasdx import arrays
 from blasdx.engine import hopper
-from blasdx import dtypes as dt  # noqa: E402
+from blasdx.base import dtypes as dt  # noqa: E402
 from blasdx.reference import tolerance  # noqa: E402
 from timing import events_ms  # noqa: E402
 

@@ -34,9 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import blasdx as bx  # noqa: E402
 from batched import cuda_sm, time_ms  # noqa: E402
 from report import cell  # noqa: E402
-from blasdx import dtypes as dt  # noqa: E402
+from blasdx.base import dtypes as dt  # noqa: E402
 from blasdx.reference import relative_error  # noqa: E402
-from blasdx.trsm_reference import (  # noqa: E402
+from blasdx.reference.trsm import (  # noqa: E402
     backward_error,
     condition_number,
     forward_bound,

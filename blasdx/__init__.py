@@ -39,7 +39,7 @@ from .describe.operators import (
     row_major,
 )
 from .describe.trsm import TrsmDescriptor
-from .dtypes import (
+from .base.dtypes import (
     DType,
     bfloat16,
     float8_e4m3,
@@ -52,7 +52,7 @@ from .dtypes import (
     tfloat32,
     uint8,
 )
-from .errors import (
+from .base.errors import (
     BlasdxError,
     CompileError,
     DescriptorError,

@@ -87,7 +87,7 @@ def _with_arch(desc: Any, arch: str) -> Any:
 def _cmd_describe(args: argparse.Namespace) -> None:
     """Print the descriptor and every trait."""
     from .describe.trsm import TrsmDescriptor
-    from .errors import BlasdxError
+    from .base.errors import BlasdxError
 
     desc = parse_descriptor(args.expression)
     print(repr(desc))
@@ -161,7 +161,7 @@ def _cmd_cache(args: argparse.Namespace) -> None:
 
 def _cmd_matmul(args: argparse.Namespace) -> None:
     """What bx.matmul runs on an sm_90 GPU for contiguous operands of a type, shape and layouts."""
-    from . import dtypes as dt
+    from .base import dtypes as dt
     from .calls.matmul import RESULT_TYPES
     from .engine import hopper
     from .engine import wide as hopper_wide
@@ -236,7 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status (0, or 2 after an error message)."""
-    from .errors import BlasdxError
+    from .base.errors import BlasdxError
 
     args = build_parser().parse_args(argv)
     try:

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 import blasdx as bx
-from blasdx.dtypes import as_dtype
+from blasdx.base.dtypes import as_dtype
 from blasdx.reference import assert_close, tolerance
 
 SOURCE = r"""

@@ -17,7 +17,7 @@ import numpy as np
 
 import blasdx as bx
 from blasdx.reference import random_operand, relative_error
-from blasdx.trsm_reference import (
+from blasdx.reference.trsm import (
     backward_error,
     condition_number,
     forward_bound,

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from blasdx import dtypes as dt
+from blasdx.base import dtypes as dt
 from blasdx.arrays import ArrayView
 from blasdx.calls import matmul as array_gemm
 from blasdx.launch import cuda_driver

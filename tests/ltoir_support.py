@@ -13,7 +13,7 @@ import functools
 import pytest
 
 import blasdx as bx
-from blasdx import dtypes as dt
+from blasdx.base import dtypes as dt
 
 
 def link_cases(types_by_name: dict[str, tuple], sms: list[tuple[int, bool]]):

@@ -13,8 +13,8 @@ import pytest
 
 import blasdx as bx
 from blasdx.calls import matmul as array_gemm
-from blasdx import dtypes as dt
-from blasdx.errors import DeviceError, ExecutionError
+from blasdx.base import dtypes as dt
+from blasdx.base.errors import DeviceError, ExecutionError
 
 from .array_views import PTR, hopper_calls, views
 

@@ -20,9 +20,9 @@ import blasdx as bx
 from blasdx import arrays
 from blasdx.launch import devices
 from blasdx.arrays import keys, streams
-from blasdx import dtypes as dt
+from blasdx.base import dtypes as dt
 from blasdx.arrays import ArrayView, DeviceArray, as_array, array_dtype, resolve_stream, stream_handle
-from blasdx.errors import ExecutionError
+from blasdx.base.errors import ExecutionError
 
 BASE = 0x7F00_0000_0000
 

@@ -22,7 +22,7 @@ from blasdx.calls import gemm_steps as steps
 from blasdx.calls import matmul as array_gemm
 from blasdx.calls import solve_triangular as array_trsm
 from blasdx.engine import layouts
-from blasdx.errors import ExecutionError
+from blasdx.base.errors import ExecutionError
 from blasdx.launch import devices
 from blasdx.launch import scratch as scratch_module
 from blasdx.run import trsm as trsm_run

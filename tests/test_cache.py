@@ -19,7 +19,7 @@ from blasdx import compile as cc
 from blasdx.compile import headers
 from blasdx.compile import nvrtc as nvrtc_driver
 from blasdx.compile.cache import cache_key, cached_compile, compile_descriptor
-from blasdx.errors import BlasdxError, CompileError, DescriptorError
+from blasdx.base.errors import BlasdxError, CompileError, DescriptorError
 
 REPO = Path(__file__).resolve().parent.parent
 

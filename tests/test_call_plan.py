@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from blasdx import dtypes as dt
+from blasdx.base import dtypes as dt
 from blasdx.calls import matmul as array_gemm
 from blasdx.calls.matmul import call_plan
 

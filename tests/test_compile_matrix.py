@@ -17,7 +17,7 @@ import blasdx as bx
 from blasdx.codegen import gemm as codegen
 from blasdx.compile import cubin as cubins
 from blasdx.plan import heuristics
-from blasdx import dtypes as dt
+from blasdx.base import dtypes as dt
 
 SMS = (75, 80, 89, 90)
 ORDERS = list(itertools.product((bx.row_major, bx.col_major), repeat=2))

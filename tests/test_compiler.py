@@ -13,7 +13,7 @@ import blasdx as bx
 from blasdx import compile as cc
 from blasdx.compile import cubin
 from blasdx.compile.cache import compile_descriptor
-from blasdx.errors import CompileError, DeviceError
+from blasdx.base.errors import CompileError, DeviceError
 
 SMALL = r"""
 #include <cuda_fp16.h>

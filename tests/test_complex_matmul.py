@@ -17,12 +17,12 @@ import numpy as np
 import pytest
 
 import blasdx as bx
-from blasdx import dtypes as dt
+from blasdx.base import dtypes as dt
 from blasdx.calls import complex_matmul
 from blasdx.calls import solve_triangular as array_trsm
 from blasdx.compile.cache import cached_compile
 from blasdx.engine import layouts
-from blasdx.errors import ExecutionError
+from blasdx.base.errors import ExecutionError
 
 from .test_blocked_trsm import at, device, host_gpu, result, solve64, triangular  # noqa: F401 (fixture)
 

@@ -12,8 +12,8 @@ import pytest
 import blasdx as bx
 from blasdx.launch import cuda_driver
 from blasdx.engine import hopper
-from blasdx import dtypes as dt
-from blasdx.errors import DescriptorError, ExecutionError
+from blasdx.base import dtypes as dt
+from blasdx.base.errors import DescriptorError, ExecutionError
 
 from .tma_rules import FakeEncoder
 from .array_views import views

@@ -14,9 +14,9 @@ from blasdx.calls import matmul as array_gemm
 from blasdx.compile import compiled
 from blasdx.launch import devices
 from blasdx.run import execute as ex
-from blasdx import dtypes as dt
+from blasdx.base import dtypes as dt
 from blasdx.arrays.view import ArrayView
-from blasdx.errors import DeviceError, ExecutionError
+from blasdx.base.errors import DeviceError, ExecutionError
 
 from .fake_driver import FakeCore, install
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import blasdx as bx
-from blasdx import dtypes as dt
+from blasdx.base import dtypes as dt
 
 # name, C++ type, bytes, integral, host numpy dtype -- written out, not read from the module
 TYPE_TABLE = [

@@ -12,9 +12,9 @@ from blasdx.calls import matmul as array_gemm
 from blasdx.engine import emulation
 
 from blasdx.engine import hopper
-from blasdx import dtypes as dt
+from blasdx.base import dtypes as dt
 from blasdx.compile.cache import cached_compile
-from blasdx.errors import ExecutionError
+from blasdx.base.errors import ExecutionError
 from blasdx.reference import tolerance
 
 from .test_hopper import SMS, col, view

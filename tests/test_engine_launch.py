@@ -14,7 +14,7 @@ import ctypes
 
 import pytest
 
-from blasdx import dtypes as dt
+from blasdx.base import dtypes as dt
 from blasdx.calls import matmul as array_gemm
 from blasdx.engine import hopper
 from blasdx.launch import cuda_driver

@@ -22,7 +22,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from blasdx import dtypes as dt
+from blasdx.base import dtypes as dt
 from blasdx.calls import matmul as array_gemm
 from blasdx.compile.cache import cached_compile
 from blasdx.engine import hopper, streamk, tuning

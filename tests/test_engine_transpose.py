@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from blasdx import dtypes as dt
+from blasdx.base import dtypes as dt
 from blasdx.calls import matmul as array_gemm
 from blasdx.compile.cache import cached_compile
 from blasdx.engine import hopper

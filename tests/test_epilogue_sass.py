@@ -14,7 +14,7 @@ from collections import Counter
 import pytest
 
 import blasdx as bx
-from blasdx import dtypes as dt
+from blasdx.base import dtypes as dt
 
 R = bx.row_major
 

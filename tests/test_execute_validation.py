@@ -18,7 +18,7 @@ import blasdx as bx
 from blasdx import arrays
 from blasdx.launch import devices
 from blasdx.run import execute as ex
-from blasdx.errors import DescriptorError, DeviceError, ExecutionError
+from blasdx.base.errors import DescriptorError, DeviceError, ExecutionError
 
 from .fake_driver import install
 

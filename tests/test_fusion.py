@@ -19,9 +19,9 @@ from blasdx import arrays
 from blasdx.launch import devices
 from blasdx.arrays import streams
 from blasdx import compile as cc
-from blasdx import dtypes as dt
+from blasdx.base import dtypes as dt
 from blasdx.fusion import kernel as fusion
-from blasdx.errors import CompileError, DescriptorError, ExecutionError
+from blasdx.base.errors import CompileError, DescriptorError, ExecutionError
 
 from . import fusion_kernels
 

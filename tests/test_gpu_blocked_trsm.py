@@ -1,6 +1,6 @@
 """GPU correctness of blocked triangular solves (bx.solve_triangular with an A larger than one block).
 
-Fresh random systems (blasdx.trsm_reference): the unread triangle of A, and its diagonal when
+Fresh random systems (blasdx.reference.trsm): the unread triangle of A, and its diagonal when
 unit, hold NaN, so a read of them shows. Each result is checked for its backward error within
 2 n u and its forward error against PyTorch's solution of the same system in float64 within
 2 n u cond(A), over every side x triangle x diagonal x type, transposed (column-major) A,
@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 import blasdx as bx
-from blasdx import dtypes as dt
+from blasdx.base import dtypes as dt
 from blasdx.calls.solve_triangular import solve_plan
 from blasdx.reference import random_operand, relative_error
-from blasdx.trsm_reference import (
+from blasdx.reference.trsm import (
     backward_error,
     condition_number,
     forward_bound,

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import blasdx as bx
-from blasdx import dtypes as dt
+from blasdx.base import dtypes as dt
 from blasdx.reference import assert_close, random_operand, reference_gemm, tolerance
 
 from .gpu_support import require_gpu
@@ -100,7 +100,7 @@ def test_cupy_arrays(sm):
 @pytest.mark.parametrize("left", [True, False], ids=["left", "right"])
 def test_blocked_complex_solve(sm, value, left):
     pytest.importorskip("torch")
-    from blasdx.trsm_reference import backward_error, random_triangular, residual_bound
+    from blasdx.reference.trsm import backward_error, random_triangular, residual_bound
 
     from .gpu_support import host_to_torch, torch_to_host
 

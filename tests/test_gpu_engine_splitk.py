@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from blasdx import dtypes as dt
+from blasdx.base import dtypes as dt
 from blasdx.engine import hopper
 
 from .gpu_support import torch_dtype, type_id

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from blasdx import dtypes as dt
+from blasdx.base import dtypes as dt
 from blasdx.engine import hopper, streamk
 
 from .hopper_support import check_norm, engine_plan, hopper_torch, run_again, stream_k_config

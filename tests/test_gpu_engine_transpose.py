@@ -13,7 +13,7 @@ import math
 import pytest
 
 import blasdx as bx
-from blasdx import dtypes as dt
+from blasdx.base import dtypes as dt
 from blasdx.calls import matmul as array_gemm
 from blasdx.engine import hopper
 from blasdx.reference import tolerance

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 import blasdx as bx
-from blasdx import dtypes as dt
+from blasdx.base import dtypes as dt
 from blasdx.calls import matmul as array_gemm
 from blasdx.engine import tuning
 from blasdx.reference import tolerance

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import blasdx as bx
-from blasdx import dtypes as dt
-from blasdx.errors import ExecutionError
+from blasdx.base import dtypes as dt
+from blasdx.base.errors import ExecutionError
 from blasdx.reference import assert_close, assert_gemm_close, to_float64, tolerance
 
 from .gpu_support import (

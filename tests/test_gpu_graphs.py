@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 import pytest
 
 import blasdx as bx
-from blasdx import dtypes as dt
+from blasdx.base import dtypes as dt
 from blasdx.launch import scratch as _scratch
 from blasdx.reference import tolerance
 

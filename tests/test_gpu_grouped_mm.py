@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 import blasdx as bx
-from blasdx import dtypes as dt
-from blasdx.errors import ExecutionError
+from blasdx.base import dtypes as dt
+from blasdx.base.errors import ExecutionError
 from blasdx.reference import rounding, tolerance
 
 from .gpu_support import require_gpu, torch_dtype

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 import blasdx as bx
-from blasdx import dtypes as dt
+from blasdx.base import dtypes as dt
 from blasdx.calls import matmul as array_gemm
 from blasdx.calls.matmul import call_plan
 from blasdx.engine import hopper

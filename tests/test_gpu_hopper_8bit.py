@@ -20,10 +20,10 @@ import os
 import pytest
 
 import blasdx as bx
-from blasdx import dtypes as dt
+from blasdx.base import dtypes as dt
 from blasdx.calls.matmul import call_plan
 from blasdx.engine import hopper
-from blasdx.errors import ExecutionError
+from blasdx.base.errors import ExecutionError
 from blasdx.reference import rounding, tolerance
 
 from .gpu_support import behind_a_delay, poisoned_new_tensors, side_stream, torch_dtype

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import blasdx as bx
-from blasdx import dtypes as dt
+from blasdx.base import dtypes as dt
 from blasdx.reference import assert_gemm_close, rounding, tolerance
 
 from .gpu_support import (

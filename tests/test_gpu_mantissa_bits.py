@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import blasdx as bx
-from blasdx import dtypes as dt
+from blasdx.base import dtypes as dt
 from blasdx.calls.matmul import call_plan
 from blasdx.reference import (
     assert_close,

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import blasdx as bx
-from blasdx import dtypes as dt
+from blasdx.base import dtypes as dt
 from blasdx.reference import assert_close, gemm_scale, reference_gemm, rounding, tolerance
 
 from .gpu_support import (

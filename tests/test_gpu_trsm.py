@@ -1,6 +1,6 @@
 """GPU correctness of TRSM: descriptors' execute, bx.solve_triangular and the device API.
 
-Fresh random systems per case (blasdx.trsm_reference): A's unread triangle, and its diagonal
+Fresh random systems per case (blasdx.reference.trsm): A's unread triangle, and its diagonal
 when unit, hold NaN, so a read of them shows. Every result is checked twice: its backward
 error (residual) within 2 n u, and its forward error against an extended-precision solution
 within 2 n u cond(A). Every Side x FillMode x Diag x arrangement x type at an odd size, the
@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 
 import blasdx as bx
-from blasdx import dtypes as dt
+from blasdx.base import dtypes as dt
 from blasdx.reference import random_operand, relative_error
-from blasdx.trsm_reference import (
+from blasdx.reference.trsm import (
     condition_number,
     forward_bound,
     random_triangular,

@@ -17,7 +17,7 @@ import itertools
 import pytest
 
 import blasdx as bx
-from blasdx import dtypes as dt
+from blasdx.base import dtypes as dt
 
 from .gpu_support import C, R, require_gpu, stable_seed
 from .test_gpu_gemm import run_gemm

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 import blasdx as bx
-from blasdx import dtypes as dt
+from blasdx.base import dtypes as dt
 from blasdx.reference import assert_gemm_close, to_float64, tolerance
 
 from . import test_wgmma_register_a as rs

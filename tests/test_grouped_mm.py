@@ -13,14 +13,14 @@ import re
 import pytest
 
 import blasdx as bx
-from blasdx import dtypes as dt
+from blasdx.base import dtypes as dt
 from blasdx.arrays import ArrayView
 from blasdx.calls import grouped_mm as grouped
 from blasdx.calls import matmul as array_gemm
 from blasdx.compile.cache import cached_compile
 from blasdx.engine import grouped as engine
 from blasdx.engine import hopper
-from blasdx.errors import DeviceError, ExecutionError
+from blasdx.base.errors import DeviceError, ExecutionError
 
 from .array_views import PTR, hopper_calls, views
 

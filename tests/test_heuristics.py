@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import blasdx as bx
-from blasdx import dtypes as dt
+from blasdx.base import dtypes as dt
 from blasdx.codegen import gemm as codegen
 from blasdx.plan import heuristics as h
 from blasdx.describe.operators import SUPPORTED_SMS

@@ -17,7 +17,7 @@ from blasdx.calls import matmul as array_gemm
 from blasdx.launch import cuda_driver
 
 from blasdx.engine import hopper
-from blasdx import dtypes as dt
+from blasdx.base import dtypes as dt
 from blasdx.compile.cache import cached_compile
 
 from .array_views import PTR, views

@@ -15,7 +15,7 @@ from blasdx.calls import matmul as array_gemm
 from blasdx.engine import hopper
 
 from blasdx.engine import wide as hopper_wide
-from blasdx import dtypes as dt
+from blasdx.base import dtypes as dt
 from blasdx.compile.cache import cached_compile
 
 from .test_hopper import PTR, SMS, col, plan, view

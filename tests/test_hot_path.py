@@ -14,7 +14,7 @@ import pytest
 
 import blasdx as bx
 from blasdx.arrays import DeviceArray, keys
-from blasdx.errors import ExecutionError
+from blasdx.base.errors import ExecutionError
 from blasdx.launch import devices
 from blasdx.run import execute as ex
 
@@ -410,7 +410,7 @@ def test_cluster_launch_configurations_are_built_once_per_geometry_and_stream(gp
 def test_a_bound_launch_that_fails_goes_through_the_full_launch_step(gpu):
     """launch_pointers launches by the thread's CUfunction itself; a refusal takes PackedLaunch._launch, which
     launches by the CUkernel when another context of the device is current, and raises otherwise."""
-    from blasdx.errors import DeviceError
+    from blasdx.base.errors import DeviceError
 
     from .fake_driver import CUresult
 

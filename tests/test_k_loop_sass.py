@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import blasdx as bx
-from blasdx import dtypes as dt
+from blasdx.base import dtypes as dt
 from blasdx.compile import cubin as cubins
 
 _BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"

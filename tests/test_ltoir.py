@@ -8,7 +8,7 @@ import re
 import pytest
 
 import blasdx as bx
-from blasdx import dtypes as dt
+from blasdx.base import dtypes as dt
 from blasdx.codegen import ltoir as codegen
 from blasdx.compile import cache as _cache
 from blasdx.compile import cubin as _cubin

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import blasdx as bx
-from blasdx import dtypes as dt
+from blasdx.base import dtypes as dt
 from blasdx.codegen.gemm import generate
 from blasdx.fusion.kernel import prelude
 from blasdx.reference import relative_error, tolerance

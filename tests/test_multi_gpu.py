@@ -17,7 +17,7 @@ import pytest
 
 import blasdx as bx
 from blasdx.launch import devices
-from blasdx import dtypes as dt
+from blasdx.base import dtypes as dt
 from blasdx.run import execute as ex
 from blasdx.reference import assert_close, gemm_scale, random_operand, reference_gemm, tolerance
 

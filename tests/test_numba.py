@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import blasdx as bx
-from blasdx import dtypes as dt
+from blasdx.base import dtypes as dt
 
 from .ltoir_support import link_cases, require_nvjitlink, tensor_opcodes
 from .numba_support import (  # skips without numba-cuda

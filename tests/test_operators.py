@@ -172,7 +172,7 @@ def test_precision_rejects_unknown_types(args, words):
 
 
 def test_precision_rejects_a_complex_dtype():
-    from blasdx.dtypes import complex_of
+    from blasdx.base.dtypes import complex_of
 
     with pytest.raises(bx.DescriptorError, match="real part type \\(float32\\) and add Type.complex"):
         bx.Precision(complex_of(bx.float32))

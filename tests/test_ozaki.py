@@ -14,7 +14,7 @@ from blasdx.calls import matmul as array_gemm
 from blasdx.engine import emulation
 
 from blasdx.engine import ozaki
-from blasdx import dtypes as dt
+from blasdx.base import dtypes as dt
 from blasdx.compile.cache import cached_compile
 from blasdx.reference import ozaki_bound
 

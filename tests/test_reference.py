@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from blasdx import dtypes as dt
+from blasdx.base import dtypes as dt
 from blasdx.reference import (
     assert_close,
     fp8_wgmma_allowance,

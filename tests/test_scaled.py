@@ -16,9 +16,9 @@ import blasdx as bx
 from blasdx.calls import matmul as array_gemm
 from blasdx.engine import hopper
 from blasdx.calls import scaled_mm as scaled
-from blasdx import dtypes as dt
+from blasdx.base import dtypes as dt
 from blasdx.compile.cache import cached_compile
-from blasdx.errors import DeviceError, ExecutionError
+from blasdx.base.errors import DeviceError, ExecutionError
 
 from .array_views import PTR, hopper_calls, views
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from blasdx.errors import DeviceError
+from blasdx.base.errors import DeviceError
 from blasdx.launch import cuda_driver
 from blasdx.launch import scratch as sc
 

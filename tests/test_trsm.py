@@ -8,7 +8,7 @@ import re
 import pytest
 
 import blasdx as bx
-from blasdx import dtypes as dt
+from blasdx.base import dtypes as dt
 
 R, C = bx.row_major, bx.col_major
 

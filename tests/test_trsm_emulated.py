@@ -19,11 +19,11 @@ import numpy as np
 import pytest
 
 import blasdx as bx
-from blasdx import dtypes as dt
+from blasdx.base import dtypes as dt
 from blasdx.codegen.trsm import OutputLayout, generate
 from blasdx.fusion.kernel import fused_source
 from blasdx.reference import random_operand
-from blasdx.trsm_reference import (
+from blasdx.reference.trsm import (
     condition_number,
     random_triangular,
 )

@@ -18,7 +18,7 @@ from blasdx import arrays
 from blasdx.launch import devices
 from blasdx.run import trsm as trsm_execute
 from blasdx.run import execute as ex
-from blasdx.errors import DescriptorError, ExecutionError
+from blasdx.base.errors import DescriptorError, ExecutionError
 
 from .test_execute_validation import Fake
 

@@ -7,7 +7,7 @@ import re
 import pytest
 
 import blasdx as bx
-from blasdx import dtypes as dt
+from blasdx.base import dtypes as dt
 from blasdx.fusion.kernel import prelude
 
 from .trsm_support import SOLVE_KERNEL

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from blasdx import dtypes as dt
+from blasdx.base import dtypes as dt
 from blasdx.plan import heuristics as h
 from blasdx.plan import trsm as tp
 

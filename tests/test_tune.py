@@ -4,7 +4,7 @@ import pytest
 
 import blasdx as bx
 from blasdx.calls import tune as _tune
-from blasdx.errors import ExecutionError
+from blasdx.base.errors import ExecutionError
 
 
 def test_timing_events_are_options_the_installed_cuda_core_takes():

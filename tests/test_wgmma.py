@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 import blasdx as bx
 from blasdx import compile as cc
 from blasdx.compile import cubin as cubins
-from blasdx import dtypes as dt
+from blasdx.base import dtypes as dt
 from blasdx.plan import heuristics as h
 
 R, C = bx.row_major, bx.col_major

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import blasdx as bx
-from blasdx import dtypes as dt
+from blasdx.base import dtypes as dt
 from blasdx.compile import cubin as cubins
 
 from . import fusion_kernels

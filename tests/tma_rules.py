@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from blasdx.launch import cuda_driver
-from blasdx.errors import ExecutionError
+from blasdx.base.errors import ExecutionError
 
 _SIZES = {"float16": 2, "bfloat16": 2, "tfloat32": 4, "float32": 4, "float64": 8, "float8_e4m3": 1,
           "float8_e5m2": 1, "int8": 1, "uint8": 1, "int32": 4}

@@ -6,7 +6,7 @@ import numpy as np
 
 import blasdx as bx
 from blasdx.reference import relative_error
-from blasdx.trsm_reference import backward_error, condition_number, forward_bound, residual_bound, solve_reference
+from blasdx.reference.trsm import backward_error, condition_number, forward_bound, residual_bound, solve_reference
 
 #: One block solves TRSM::batches_per_block systems of a batch stored tightly (leading dimensions
 #: the descriptor's): load A and B, execute, store X over B. Blocks of up to 256 threads.

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ExecutionError
+from ..base.errors import ExecutionError
 from ..launch import cuda_modules as _cuda
 from ..launch.devices import (
     as_device,

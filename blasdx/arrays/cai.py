@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from ..dtypes import DType
-from ..errors import ExecutionError
+from ..base.dtypes import DType
+from ..base.errors import ExecutionError
 from ..launch import devices as _devices
 from .streams import canonical
 from .view import ArrayView, byte_strides_to_elements, c_strides, numpy_dtype

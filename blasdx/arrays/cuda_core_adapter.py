@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import ExecutionError
+from ..base.errors import ExecutionError
 from .view import HOST_HINT, ArrayView, array_dtype, c_strides
 
 __all__ = ["from_strided_memory_view", "reject_buffer"]

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from ..dtypes import DType
+from ..base.dtypes import DType
 from .streams import default_stream_handle
 from .view import ArrayView, byte_strides_to_elements, new_view, numpy_dtype
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ExecutionError
+from ..base.errors import ExecutionError
 from ..launch import devices as _devices
 from ..launch.devices import as_device, check
 from .dlpack import KDL_CUDA, dl_code_of, make_capsule

@@ -15,8 +15,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..dtypes import DType
-from ..errors import ExecutionError
+from ..base.dtypes import DType
+from ..base.errors import ExecutionError
 from .streams import default_stream_handle
 from .view import HOST_HINT, ArrayView, array_dtype, c_strides, describe, foreign_dtype
 

@@ -10,8 +10,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from ..dtypes import DType
-from ..errors import ExecutionError
+from ..base.dtypes import DType
+from ..base.errors import ExecutionError
 from .streams import default_stream_handle
 from .view import HOST_HINT, ArrayView, array_dtype, new_view
 

@@ -1,7 +1,7 @@
 """The array-view core: any device array reduced to a small frozen :class:`ArrayView`.
 
 An ArrayView holds what a launch needs (pointer, shape, strides in elements, blasdx
-:class:`~blasdx.dtypes.DType`, device, read-only flag, the owner that keeps the memory
+:class:`~blasdx.base.dtypes.DType`, device, read-only flag, the owner that keeps the memory
 alive and the producer's stream). The adapters that read each library's arrays into one
 live beside this module (``array_torch``, ``array_cupy``, ``array_cuda_core``, ``dlpack``,
 ``cai``, ``device_array``); :func:`blasdx.arrays.as_array` picks the adapter of a type.
@@ -16,9 +16,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .. import dtypes as _dt
-from ..dtypes import DType
-from ..errors import HOST_HINT, ExecutionError
+from ..base import dtypes as _dt
+from ..base.dtypes import DType
+from ..base.errors import HOST_HINT, ExecutionError
 
 __all__ = [
     "ArrayView",

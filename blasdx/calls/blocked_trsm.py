@@ -35,13 +35,13 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from .. import dtypes as _dt
+from ..base import dtypes as _dt
 from ..arrays import ArrayView
 from ..codegen.trsm import OutputLayout
 from ..describe.operators import Size
 from ..describe.trsm import solve_description
 from ..engine import layouts as _layouts
-from ..errors import UnsupportedError
+from ..base.errors import UnsupportedError
 from ..launch import scratch as _scratch
 from ..run.trsm import TrsmKernel, kernel_for
 from . import gemm_steps as _steps

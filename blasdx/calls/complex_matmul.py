@@ -31,10 +31,10 @@ import math
 from typing import Any, NamedTuple
 
 from .. import arrays as _arrays
-from .. import dtypes as _dt
+from ..base import dtypes as _dt
 from ..arrays import ArrayView, DeviceArray, as_array
 from ..engine import layouts as _layouts
-from ..errors import ExecutionError
+from ..base.errors import ExecutionError
 from ..launch import devices as _devices
 from ..launch import scratch as _scratch
 from . import gemm_steps as _steps

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import arrays as _arrays
-from .. import dtypes as _dt
+from ..base import dtypes as _dt
 from ..arrays import ArrayView
 from ..engine import emulation as _emulation
 from ..run import execute as _execute

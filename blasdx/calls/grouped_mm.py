@@ -20,7 +20,7 @@ counts written into the same arrays. fp8 inputs (float8_e4m3 / float8_e5m2) take
 scales: scale_x per row or per 1 x 128 block of x, scale_w per group and column or per
 128 x 128 block of each w[g]; the products are summed in f32, promoted from the tensor core
 every 128 K as in bx.scaled_mm. Every argument is checked before anything is allocated or
-launched; a failure is an :class:`~blasdx.errors.ExecutionError` naming it. The offsets'
+launched; a failure is an :class:`~blasdx.base.errors.ExecutionError` naming it. The offsets'
 values live on the device: ``check_offsets=True`` reads them back (a synchronisation) and
 checks them; without it, offsets out of order or past the rows give empty or shortened
 groups (the kernel clamps them), never accesses outside the arrays.
@@ -34,11 +34,11 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .. import arrays as _arrays
-from .. import dtypes as _dt
+from ..base import dtypes as _dt
 from ..arrays import ArrayView, DeviceArray, as_array, resolve_stream
 from ..engine import grouped as _grouped
 from ..engine import hopper as _hopper
-from ..errors import DeviceError, ExecutionError
+from ..base.errors import DeviceError, ExecutionError
 from ..launch import devices as _devices
 from ..launch import scratch as _scratch
 from . import matmul as _ag

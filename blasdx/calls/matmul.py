@@ -16,7 +16,7 @@ a repeated call costs reading the arrays, one dictionary look-up, the output all
 and the launch. A call runs on its arrays' device (made current for the call, whichever
 device was current before); arrays on different devices, or a stream of another device,
 are refused. Every rule is checked before anything is allocated or launched; a
-failure is an :class:`~blasdx.errors.ExecutionError` that quotes the rule it broke.
+failure is an :class:`~blasdx.base.errors.ExecutionError` that quotes the rule it broke.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import operator
 from typing import Any, NamedTuple
 
 from .. import arrays as _arrays
-from .. import dtypes as _dt
+from ..base import dtypes as _dt
 from ..arrays import ArrayView, DeviceArray, as_array, resolve_stream
 from ..arrays import keys as _keys
 from ..arrays.view import new_view as _new_view
@@ -47,7 +47,7 @@ from ..engine import emulation as _emulation
 from ..engine import hopper as _hopper
 from ..engine import ozaki as _ozaki
 from ..engine import wide as _hopper_wide
-from ..errors import DeviceError, ExecutionError
+from ..base.errors import DeviceError, ExecutionError
 from ..launch import caches as _caches
 from ..launch import cuda_modules as _cuda
 from ..launch import devices as _devices

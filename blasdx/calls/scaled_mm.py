@@ -12,7 +12,7 @@ Factors constant along K (tensor, row, column) multiply the finished f32 sum in 
 block factors vary along K, so they multiply each 128-deep partial sum as the engine promotes
 it into f32 registers (kernels/blasdx/hopper/promotion.cuh), which is why block scales need
 promotion (``fast_accumulation=False``). Every argument is checked before anything is
-allocated or launched; a failure is an :class:`~blasdx.errors.ExecutionError` naming it.
+allocated or launched; a failure is an :class:`~blasdx.base.errors.ExecutionError` naming it.
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ import math
 from typing import Any, NamedTuple
 
 from .. import arrays as _arrays
-from .. import dtypes as _dt
+from ..base import dtypes as _dt
 from ..arrays import ArrayView, DeviceArray, as_array, resolve_stream
 from ..arrays import keys as _keys
 from ..engine import hopper as _hopper
-from ..errors import DeviceError, ExecutionError
+from ..base.errors import DeviceError, ExecutionError
 from ..launch import caches as _caches
 from ..launch import devices as _devices
 from . import matmul as _ag

@@ -23,13 +23,13 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from .. import arrays as _arrays
-from .. import dtypes as _dt
+from ..base import dtypes as _dt
 from ..arrays import ArrayView, as_array, resolve_stream
 from ..arrays import keys as _keys
 from ..codegen.trsm import OutputLayout
 from ..describe.operators import Size
 from ..describe.trsm import solve_description
-from ..errors import ExecutionError, UnsupportedError
+from ..base.errors import ExecutionError, UnsupportedError
 from ..launch import caches as _caches
 from ..launch import devices as _devices
 from ..plan.trsm import TRSM_TYPES

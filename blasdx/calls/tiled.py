@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import dtypes as _dt
+from ..base import dtypes as _dt
 from ..compile.cache import cached_compile
 from ..describe.descriptor import Descriptor
 from ..describe.operators import (

@@ -26,7 +26,7 @@ from ..arrays import resolve_stream
 from ..arrays.host_copy import to_host
 from ..engine import hopper as _hopper
 from ..engine import tuning as _tuning
-from ..errors import ExecutionError
+from ..base.errors import ExecutionError
 from ..launch import cuda_modules as _cuda
 from ..launch import devices as _devices
 from . import matmul as _ag

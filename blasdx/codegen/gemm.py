@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .. import dtypes as _dt
+from ..base import dtypes as _dt
 from ..plan import heuristics as _h
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -18,9 +18,9 @@ import hashlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .. import dtypes as _dt
+from ..base import dtypes as _dt
 from ..describe.operators import Block, Function
-from ..errors import DescriptorError
+from ..base.errors import DescriptorError
 from ..plan import heuristics as _h
 from . import gemm as _gemm
 

@@ -11,7 +11,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from ..errors import DeviceError
+from ..base.errors import DeviceError
 from ..launch import cuda_modules as _cuda
 from ..launch import devices as _devices
 from . import host_launch as _host_launch

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import CompileError
+from ..base.errors import CompileError
 from ..launch import cuda_modules as _cuda
 
 __all__ = ["ResourceUsage", "find_cuobjdump", "kernel_names", "prefetch_sass", "resource_usage", "run_cuobjdump",

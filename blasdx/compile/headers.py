@@ -4,7 +4,7 @@
   first on the include path, and a digest of its content for cache keys;
 * **header discovery** (:func:`include_dirs_for`): the CUDA headers a source includes
   (``cuda_fp16.h`` ..., ``crt/mma.h``, ``cuda/std/...``) are looked up in the pip wheels
-  first, then a CUDA toolkit; a missing one is a :class:`~blasdx.errors.CompileError` naming
+  first, then a CUDA toolkit; a missing one is a :class:`~blasdx.base.errors.CompileError` naming
   every directory searched and the pip package that ships it.
 
 Nothing here loads NVRTC or needs a GPU.
@@ -22,7 +22,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ..errors import CompileError
+from ..base.errors import CompileError
 from ..launch import cuda_modules as _cuda
 
 __all__ = [

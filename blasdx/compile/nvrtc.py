@@ -26,7 +26,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ..errors import CompileError
+from ..base.errors import CompileError
 from ..launch import cuda_modules as _cuda
 from .compiled import CompiledKernel
 from .cubin import resource_usage

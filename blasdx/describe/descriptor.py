@@ -15,8 +15,8 @@ from collections.abc import Iterable
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from .. import dtypes as _dt
-from ..errors import DescriptorError, ExecutionError, UnsupportedError
+from ..base import dtypes as _dt
+from ..base.errors import DescriptorError, ExecutionError, UnsupportedError
 from ..plan import heuristics as _h
 from . import operators as _operators
 from . import schemes as _schemes

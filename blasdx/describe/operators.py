@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
-from .. import dtypes as _dt
-from ..errors import DescriptorError, UnsupportedError
+from ..base import dtypes as _dt
+from ..base.errors import DescriptorError, UnsupportedError
 
 __all__ = [
     "Operator",

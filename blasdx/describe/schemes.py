@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .. import dtypes as _dt
-from ..errors import ExecutionError
+from ..base import dtypes as _dt
+from ..base.errors import ExecutionError
 
 __all__ = ["Scheme", "NATIVE_BITS", "TF32_BITS", "BLOCK_SCHEMES", "resolve_block", "native_scheme",
            "check_requirement"]

@@ -15,8 +15,8 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Any
 
-from .. import dtypes as _dt
-from ..errors import DescriptorError, UnsupportedError
+from ..base import dtypes as _dt
+from ..base.errors import DescriptorError, UnsupportedError
 from ..plan import heuristics as _h
 from ..plan import trsm as _plan
 from .backend import runtime

@@ -22,10 +22,10 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from .. import dtypes as _dt
+from ..base import dtypes as _dt
 from ..arrays import as_array
 from ..describe.operators import Layout, col_major, row_major
-from ..errors import DescriptorError, ExecutionError
+from ..base.errors import DescriptorError, ExecutionError
 from ..launch import cuda_driver as _driver
 from . import hopper as _hopper
 

@@ -27,7 +27,7 @@ The block-level GEMM (a descriptor with ``MantissaBits``) has its own, shorter l
 
 from __future__ import annotations
 
-from .. import dtypes as _dt
+from ..base import dtypes as _dt
 from ..describe.schemes import (
     NATIVE_BITS,
     TF32_BITS,

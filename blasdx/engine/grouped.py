@@ -22,9 +22,9 @@ import math
 from dataclasses import replace
 from typing import Any
 
-from .. import dtypes as _dt
+from ..base import dtypes as _dt
 from ..compile.compiled import Forward
-from ..errors import ExecutionError
+from ..base.errors import ExecutionError
 from ..launch import cuda_driver as _driver
 from . import hopper as _hopper
 

@@ -28,7 +28,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .. import dtypes as _dt
+from ..base import dtypes as _dt
 from ..compile.cache import cached_compile
 from ..compile.compiled import Forward
 from ..launch import cuda_driver as _driver
@@ -46,7 +46,7 @@ REPACK_NAME = "blasdx_repack"
 ARCH = "sm_90a"
 
 #: (input, result) type pairs the engine runs; other types take the multi-block mma.sync kernel.
-#: 8-bit inputs may mix (e4m3 x e5m2, int8 x uint8): the table of blasdx.dtypes decides.
+#: 8-bit inputs may mix (e4m3 x e5m2, int8 x uint8): the table of blasdx.base.dtypes decides.
 SERVED = {
     (_dt.float16, _dt.float16), (_dt.float16, _dt.float32), (_dt.bfloat16, _dt.float32), (_dt.tfloat32, _dt.float32),
     (_dt.float8_e4m3, _dt.float16), (_dt.float8_e4m3, _dt.float32), (_dt.float8_e5m2, _dt.float16),

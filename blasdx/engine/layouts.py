@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .. import dtypes as _dt
+from ..base import dtypes as _dt
 from .hopper import _Kernel
 
 __all__ = ["COMBINE_NAME", "COPY_NAME", "EXPAND_NAME", "PLANES_NAME", "combine", "copy", "copy_source", "expand",

@@ -29,7 +29,7 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Any
 
-from .. import dtypes as _dt
+from ..base import dtypes as _dt
 from ..arrays.view import ArrayView
 from ..compile.compiled import Forward
 from ..launch import scratch as _scratch

@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .. import dtypes as _dt
+from ..base import dtypes as _dt
 from ..launch import scratch as _scratch
 from . import hopper as _hopper
 from .hopper import OperandRoute

@@ -30,7 +30,7 @@ import ml_dtypes
 import numpy as np
 
 from .. import arrays as _arrays
-from .. import dtypes as _dt
+from ..base import dtypes as _dt
 from ..arrays import streams as _streams
 from ..codegen import gemm as _codegen
 from ..codegen import trsm as _trsm_codegen
@@ -43,7 +43,7 @@ from ..describe.descriptor import Descriptor
 from ..describe.operators import Block, Function
 from ..describe.trsm import TrsmDescriptor
 from ..engine.device_gemm import DeviceGemm
-from ..errors import CompileError, DescriptorError, ExecutionError
+from ..base.errors import CompileError, DescriptorError, ExecutionError
 from ..launch import cuda_driver as _cuda_driver
 from ..launch import cuda_modules as _cuda
 from ..launch import devices as _devices

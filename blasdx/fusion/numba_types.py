@@ -28,7 +28,7 @@ from numba.cuda.datamodel.models import ArrayModel, OpaqueModel
 from numba.cuda.extending import infer_getattr, register_model, typeof_impl
 from numba.cuda.typing.templates import AbstractTemplate, AttributeTemplate, signature
 
-from .. import dtypes as _dt
+from ..base import dtypes as _dt
 from ..codegen import ltoir as _ltoir_codegen
 from ..describe.descriptor import Descriptor
 from ..describe.operators import Block, Function

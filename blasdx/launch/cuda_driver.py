@@ -39,7 +39,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import DeviceError, ExecutionError
+from ..base.errors import DeviceError, ExecutionError
 from . import devices as _devices
 from .caches import remember
 

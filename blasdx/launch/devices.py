@@ -20,7 +20,7 @@ import numbers
 import threading
 from typing import Any
 
-from ..errors import HOST_HINT, DeviceError, ExecutionError
+from ..base.errors import HOST_HINT, DeviceError, ExecutionError
 from . import cuda_modules as _cuda
 
 __all__ = [

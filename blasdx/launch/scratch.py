@@ -26,7 +26,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from ..errors import DeviceError
+from ..base.errors import DeviceError
 from . import cuda_driver as _driver
 
 __all__ = ["ScratchPool", "CallScratch", "call_scratch", "POOL"]

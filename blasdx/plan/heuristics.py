@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from math import ceil
 
-from .. import dtypes as _dt
+from ..base import dtypes as _dt
 
 __all__ = [
     "MAX_SHARED_MEMORY",

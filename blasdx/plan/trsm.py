@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import ceil
 
-from .. import dtypes as _dt
+from ..base import dtypes as _dt
 from . import heuristics as _h
 
 __all__ = [

@@ -12,7 +12,7 @@ are tested) without a GPU:
    beta, and return a :class:`Launch` holding the exact kernel arguments. Checks that
    depend only on (dtype, shape, strides) and on alpha/beta run once per distinct value
    and are remembered; pointers, devices and the read-only flag are checked every call.
-   Every failure is an :class:`~blasdx.errors.ExecutionError` naming the argument,
+   Every failure is an :class:`~blasdx.base.errors.ExecutionError` naming the argument,
    showing the value and saying what was expected; nothing has been launched.
 3. :meth:`ExecutionPlan.on_device` — once per (descriptor, device): check the device can
    run the kernel (DeviceError), load it on that device and lay out its parameter block
@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from .. import dtypes as _dt
+from ..base import dtypes as _dt
 from ..arrays import (
     _ADAPTERS,
     ArrayView,
@@ -52,7 +52,7 @@ from ..arrays.streams import as_core_stream, stream_handle, wait_for_producers
 from ..arrays.streams import default_stream_handle as _default_stream
 from ..arrays.view import byte_span
 from ..describe.operators import Block, Function, row_major
-from ..errors import DescriptorError, DeviceError, ExecutionError
+from ..base.errors import DescriptorError, DeviceError, ExecutionError
 from ..launch import cuda_driver as _driver
 from ..launch import devices as _devices
 from ..launch.devices import check_stream_device

@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterable
 from typing import IO, TYPE_CHECKING, Any
 
-from ..errors import BlasdxError, DeviceError
+from ..base.errors import BlasdxError, DeviceError
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..compile.compiled import CompiledKernel

@@ -29,7 +29,7 @@ from ..arrays import (
 from ..codegen.trsm import KERNEL_NAME, OutputLayout, default_output, generate
 from ..compile.cache import cached_compile
 from ..describe.operators import Block, Side, row_major
-from ..errors import DescriptorError, ExecutionError
+from ..base.errors import DescriptorError, ExecutionError
 from ..launch import devices as _devices
 from ..launch.caches import remember
 from . import execute as _ex

@@ -14,8 +14,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import dtypes as _dt
-from .reference import random_operand
+from ..base import dtypes as _dt
+from .gemm import random_operand
 
 __all__ = [
     "FORWARD_FACTOR",

@@ -13,13 +13,14 @@ from typing import Any
 
 import numpy as np
 
-from . import dtypes as _dt
+from ..base import dtypes as _dt
 
 __all__ = [
     "FP8_WGMMA_FRACTION_BITS",
     "FP8_WGMMA_GROUP",
     "MARGINS",
     "assert_close",
+    "assert_gemm_close",
     "fp8_wgmma_allowance",
     "fp8_wgmma_sum",
     "gemm_scale",
@@ -200,7 +201,7 @@ def ozaki_bound(x: np.ndarray, y: np.ndarray, norm: float) -> np.ndarray:
     product back together: 4 * 2^-53 of the result and 2^-80 ||x_i|| ||y_j|| for the sum of
     fractions (whose error is about 2^-85 of M, with M < 8 T^2 and 2^-s_i < 2 ||x_i|| / T).
     """
-    from .engine.ozaki import NORM_MARGIN
+    from ..engine.ozaki import NORM_MARGIN
 
     x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     k = x.shape[1]
