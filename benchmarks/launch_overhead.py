@@ -336,6 +336,8 @@ def measure_pieces(desc: bx.Descriptor, calls: int, rounds: int) -> dict[str, fl
         "tensor.shape + stride()": lambda: (x.shape, x.stride()),
         "keys.read(tensor)": lambda: keys.read(x),
         "keys gather, 3 tensors (execute's key)": lambda: gather(a, b, c),
+        "keys.read_pair, 2 tensors (bx.matmul's key)": lambda: keys.read_pair(a, b),
+        "keys.read_quad, 4 tensors (bx.mma(out=)'s key)": lambda: keys.read_quad(a, b, c, x),
         "torch raw current stream": lambda: raw_stream(0),
         "as_array(tensor)": lambda: as_array(x, "x", stream=handle),
         "cuCtxGetDevice (cuda.bindings)": drv.cuCtxGetDevice,

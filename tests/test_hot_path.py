@@ -512,3 +512,78 @@ def test_a_bound_mma_refuses_an_out_meeting_its_inputs(torch_calls, gpu, monkeyp
         assert gpu.launches == [], name
     bx.mma(x, y, acc, out=t(C_PTR + size))  # adjacent to acc: bound, launched
     assert gpu.launches
+
+
+def test_the_array_calls_read_several_tensors_as_one_key(torch_calls):
+    """read_pair / read_triple / read_quad join what read() gives each array (key, then the pointer's alignment
+    class): the torch.Tensor route and the route of any other type agree; host tensors and pending negations have
+    none."""
+    from blasdx.arrays import as_array
+
+    torch = torch_calls
+
+    def t(ptr, strides=(4, 1), **kwargs):
+        return torch.Tensor((8, 4), strides, name="float64", itemsize=8, ptr=ptr, **kwargs)
+
+    a, b, c, d = t(A_PTR), t(B_PTR + 8, (1, 8)), t(C_PTR + 4, device=1), t(C_PTR)
+    as_array(a, "a")  # float64 read once: read() gives its keys
+
+    def joined(*arrays):
+        found = [keys.read(x) for x in arrays]
+        return (sum(((*k, p & 15) for k, p in found), ()), *(p for _, p in found))
+
+    assert keys.read_pair(a, b) == joined(a, b)
+    assert keys.read_triple(a, b, c) == joined(a, b, c)
+    assert keys.read_quad(a, b, c, d) == joined(a, b, c, d)
+
+    class Sub(torch.Tensor):  # a subclass takes read() per array
+        pass
+
+    s = Sub((8, 4), (4, 1), name="float64", itemsize=8, ptr=B_PTR)
+    assert keys.read_pair(a, s) == joined(a, s) and keys.read_triple(s, a, b) == joined(s, a, b)
+    for bad in (t(A_PTR, cuda=False), t(A_PTR, neg=True)):
+        assert keys.read_pair(a, bad) is None and keys.read_triple(bad, a, b) is None
+        assert keys.read_quad(a, b, c, bad) is None and keys.read_pair(bad, s) is None
+
+
+def test_a_bound_mma_on_the_multi_block_kernel_launches_as_the_full_path(torch_calls, gpu, monkeypatch):
+    """bx.mma(out=) on the multi-block kernel (sm_80, one problem, out not acc): the bound call launches on
+    pointers with the arguments the full path computes; out=acc and an out aliasing acc bind kinds of their
+    own, which launch as the full path does too."""
+    import types
+    from itertools import count
+
+    from blasdx.calls import matmul as mm
+    from blasdx.calls import tiled
+
+    from .fake_driver import FakeKernel
+
+    handles = count(0xE000)  # the multi-block kernels load as fake ones (20 parameters), none kept past the test
+    monkeypatch.setattr(tiled, "_KERNELS", {})
+    monkeypatch.setattr(tiled.TiledKernel, "compile", lambda self: types.SimpleNamespace(
+        kernel=lambda **kwargs: FakeKernel(gpu, next(handles), 20)))
+    torch = torch_calls
+
+    def t(ptr):
+        return torch.Tensor((64, 64), (64, 1), name="float16", itemsize=2, ptr=ptr)
+
+    x, y, acc = t(A_PTR), t(B_PTR), t(C_PTR)
+    outs = {"out": lambda shift: t(C_PTR + (1 << 20) + shift), "out=acc": None,
+            "alias": lambda shift: t(C_PTR + shift)}
+    for name, make in outs.items():
+        for shift in (0, 4096):
+            xs, ys = t(A_PTR + shift), t(B_PTR + shift)
+            accs = t(C_PTR + shift)
+            out = accs if make is None else make(shift)
+            mm._BOUND.clear()
+            gpu.launches.clear()
+            bx.mma(xs, ys, accs, out=out)  # full, binds
+            bx.mma(xs, ys, accs, out=out)  # bound
+            full, bound = gpu.launches[-2:]
+            assert (bound.function, bound.grid, bound.slots, bound.stream) == (
+                full.function, full.grid, full.slots, full.stream), (name, shift)
+        assert len(mm._BOUND) == 1, name
+        plan = next(iter(mm._BOUND.values()))
+        if name == "out":
+            assert plan.tiled is not None and plan.plan.kind == "tiled"
+    del x, y, acc

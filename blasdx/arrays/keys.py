@@ -22,7 +22,8 @@ from .device_array import DeviceArray
 from .streams import default_stream_handle
 from .torch_adapter import _TORCH_REAL, _TORCH_STREAM, _torch_stream_function
 
-__all__ = ["GATHERERS", "gatherer", "library_of_type", "library_stream", "read", "read_with_blasdx", "stream_query"]
+__all__ = ["GATHERERS", "gatherer", "library_of_type", "library_stream", "read", "read_pair", "read_quad", "read_triple",
+           "read_with_blasdx", "stream_query"]
 
 _Reader = Callable[[Any], "tuple[tuple[Any, ...], int] | None"]
 
@@ -81,8 +82,11 @@ def library_of_type(kind: type) -> str | None:
 
 
 def _reader_of(kind: type) -> _Reader:
-    """The reader of arrays of type ``kind`` (chosen once per type)."""
-    return {"torch": _torch, "cupy": _cupy}.get(library_of_type(kind), _none)  # type: ignore[arg-type]
+    """The reader of arrays of type ``kind``, chosen once per type."""
+    reader = _READERS.get(kind)
+    if reader is None:
+        reader = _READERS[kind] = {"torch": _torch, "cupy": _cupy}.get(library_of_type(kind), _none)  # type: ignore[arg-type]
+    return reader
 
 
 def read(obj: Any) -> tuple[tuple[Any, ...], int] | None:
@@ -92,7 +96,7 @@ def read(obj: Any) -> tuple[tuple[Any, ...], int] | None:
     """
     reader = _READERS.get(type(obj))
     if reader is None:
-        reader = _READERS[type(obj)] = _reader_of(type(obj))
+        reader = _reader_of(type(obj))
     return reader(obj)
 
 
@@ -102,8 +106,83 @@ def read_with_blasdx(obj: Any) -> tuple[tuple[Any, ...], int] | None:
         return obj._key, obj._ptr
     reader = _READERS.get(type(obj))
     if reader is None:
-        reader = _READERS[type(obj)] = _reader_of(type(obj))
+        reader = _reader_of(type(obj))
     return reader(obj)
+
+
+# ---------------------------------------------------------------------------------------------
+# the array calls' keys: two to four arrays read in one go, each key with its pointer's alignment class
+# ---------------------------------------------------------------------------------------------
+
+
+def _joined(*arrays: Any) -> tuple[Any, ...] | None:
+    """(key, pointers...) of arrays of any libraries with keys (:func:`read` each, its key and its pointer's
+    16-byte alignment class joined in one tuple, five entries an array); None when one has none."""
+    key: tuple[Any, ...] = ()
+    pointers = []
+    for array in arrays:
+        found = read(array)
+        if found is None:
+            return None
+        key += (*found[0], found[1] & 15)
+        pointers.append(found[1])
+    return (key, *pointers)
+
+
+def _torch_methods(a: Any) -> tuple[Any, ...] | None:
+    """:func:`_unbound` of ``a``'s type, its memo read inline."""
+    kind = type(a)
+    methods = _UNBOUND.get(kind, False)
+    return _unbound(kind) if methods is False else methods
+
+
+def read_pair(a: Any, b: Any) -> tuple[tuple[Any, ...], int, int] | None:
+    """(key, pa, pb) of two arrays with keys (:func:`read`: PyTorch and CuPy, not blasdx arrays), None else.
+
+    The key holds each array's key and its pointer's 16-byte alignment class, five entries an array. Two
+    torch.Tensors are read in one go, without a tuple each; their dtype is not checked: a kind is bound only
+    after a full call has run with it, which no dtype without a key does, so such a key finds nothing.
+    """
+    methods = _torch_methods(a)
+    if methods is not None and type(b) is type(a):
+        stride, is_neg, get_device, data_ptr = methods
+        if a.is_cuda and b.is_cuda and not (is_neg(a) or is_neg(b)):
+            pa, pb = data_ptr(a), data_ptr(b)
+            return ((a.dtype, a.shape, stride(a), get_device(a), pa & 15,
+                     b.dtype, b.shape, stride(b), get_device(b), pb & 15), pa, pb)
+        return None
+    return _joined(a, b)  # type: ignore[return-value]
+
+
+def read_triple(a: Any, b: Any, c: Any) -> tuple[tuple[Any, ...], int, int, int] | None:
+    """:func:`read_pair` of three arrays."""
+    methods = _torch_methods(a)
+    if methods is not None and type(b) is type(a) and type(c) is type(a):
+        stride, is_neg, get_device, data_ptr = methods
+        if a.is_cuda and b.is_cuda and c.is_cuda and not (is_neg(a) or is_neg(b) or is_neg(c)):
+            pa, pb, pc = data_ptr(a), data_ptr(b), data_ptr(c)
+            return ((a.dtype, a.shape, stride(a), get_device(a), pa & 15,
+                     b.dtype, b.shape, stride(b), get_device(b), pb & 15,
+                     c.dtype, c.shape, stride(c), get_device(c), pc & 15), pa, pb, pc)
+        return None
+    return _joined(a, b, c)  # type: ignore[return-value]
+
+
+def read_quad(a: Any, b: Any, c: Any, d: Any) -> tuple[tuple[Any, ...], int, int, int, int] | None:
+    """:func:`read_pair` of four arrays."""
+    methods = _torch_methods(a)
+    kind = type(a)
+    if methods is not None and type(b) is kind and type(c) is kind and type(d) is kind:
+        stride, is_neg, get_device, data_ptr = methods
+        if a.is_cuda and b.is_cuda and c.is_cuda and d.is_cuda and not (is_neg(a) or is_neg(b) or is_neg(c)
+                                                                       or is_neg(d)):
+            pa, pb, pc, pd = data_ptr(a), data_ptr(b), data_ptr(c), data_ptr(d)
+            return ((a.dtype, a.shape, stride(a), get_device(a), pa & 15,
+                     b.dtype, b.shape, stride(b), get_device(b), pb & 15,
+                     c.dtype, c.shape, stride(c), get_device(c), pc & 15,
+                     d.dtype, d.shape, stride(d), get_device(d), pd & 15), pa, pb, pc, pd)
+        return None
+    return _joined(a, b, c, d)  # type: ignore[return-value]
 
 
 _Gatherer = Callable[[Any, Any, Any], "tuple[tuple[Any, ...], int, int, int] | None"]
@@ -132,7 +211,9 @@ def _torch3(a: Any, b: Any, c: Any) -> tuple[tuple[Any, ...], int, int, int] | N
     kind = type(a)
     if type(b) is not kind or type(c) is not kind:
         return _mixed(a, b, c)
-    methods = _unbound(kind)
+    methods = _UNBOUND.get(kind, False)
+    if methods is False:
+        methods = _unbound(kind)
     if methods is not None:
         stride, is_neg, get_device, data_ptr = methods
         if a.is_cuda and b.is_cuda and c.is_cuda and not (is_neg(a) or is_neg(b) or is_neg(c)):
@@ -189,7 +270,7 @@ def library_stream(obj: Any) -> Callable[[int], int]:
     per-thread default stream for the library's null stream; the default stream for blasdx
     arrays).
     """
-    reader = _READERS.get(type(obj))
+    reader = _reader_of(type(obj))
     default = default_stream_handle()
     if reader is _torch:
         raw = _TORCH_STREAM[0] if _TORCH_STREAM else _torch_stream_function()
@@ -207,7 +288,7 @@ def stream_query(obj: Any) -> tuple[Callable[[int], Any] | None, bool]:
     device, whether it answers with a stream object whose ``ptr`` is the handle). The handle is that, or the
     default stream when it is 0 (the library's null stream); the query is None for blasdx arrays (the default
     stream always)."""
-    reader = _READERS.get(type(obj))
+    reader = _reader_of(type(obj))
     if reader is _torch:
         return (_TORCH_STREAM[0] if _TORCH_STREAM else _torch_stream_function()), False
     if reader is _cupy:

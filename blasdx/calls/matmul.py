@@ -553,25 +553,28 @@ def _copy_into(out: Any, acc: Any, stream: int, device_id: int) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def _launch_tiled(plan: CallPlan, vx: ArrayView, vy: ArrayView, cin: ArrayView | None, dout: ArrayView,
-                  alpha: float, beta: float, handle: int) -> None:
-    """The multi-block kernel: D = alpha x @ y + beta C, on the plan's device (current) and stream ``handle``."""
-    kernel = plan.kernel
+def _tiled_arguments(plan: CallPlan, cin: ArrayView | None, dout: ArrayView, alpha: float, beta: float
+                     ) -> tuple[int, int, tuple[Any, ...]]:
+    """The multi-block kernel's grid and its arguments after the four pointers (x, y, C, D) for C and D laid out
+    as ``cin`` (None: no C) and ``dout``: functions of shapes and strides alone."""
     mx, my, _ = plan.strides
     rs_c = cs_c = bs_c = 0
-    c_ptr = 0
     if cin is not None:
-        c_ptr = cin.ptr
         rs_c, cs_c = cin.strides[-2:]
         bs_c = cin.strides[0] if len(cin.shape) == 3 and cin.shape[0] > 1 else 0
     rs_d, cs_d = dout.strides[-2:]
     bs_d = dout.strides[0] if len(dout.shape) == 3 and dout.shape[0] > 1 else 0
-    grid_x, grid_y, _ = kernel.grid(plan.m, plan.n, plan.batch)
-    kernel.packed(plan.device_id).launch(
-        grid_x, grid_y, handle,
-        vx.ptr, vy.ptr, c_ptr, dout.ptr, plan.m, plan.n, plan.k, mx.ld, my.ld, rs_c, cs_c, rs_d, cs_d,
-        mx.batch_stride, my.batch_stride, bs_c, bs_d, plan.batch, alpha, beta,
-    )
+    grid_x, grid_y, _ = plan.kernel.grid(plan.m, plan.n, plan.batch)
+    return grid_x, grid_y, (plan.m, plan.n, plan.k, mx.ld, my.ld, rs_c, cs_c, rs_d, cs_d, mx.batch_stride,
+                            my.batch_stride, bs_c, bs_d, plan.batch, alpha, beta)
+
+
+def _launch_tiled(plan: CallPlan, vx: ArrayView, vy: ArrayView, cin: ArrayView | None, dout: ArrayView,
+                  alpha: float, beta: float, handle: int) -> None:
+    """The multi-block kernel: D = alpha x @ y + beta C, on the plan's device (current) and stream ``handle``."""
+    grid_x, grid_y, tail = _tiled_arguments(plan, cin, dout, alpha, beta)
+    plan.kernel.packed(plan.device_id).launch(grid_x, grid_y, handle, vx.ptr, vy.ptr, 0 if cin is None else cin.ptr,
+                                              dout.ptr, *tail)
 
 
 _CALLS: dict[tuple[Any, ...], CallPlan] = {}
@@ -663,13 +666,11 @@ def matmul(x: Any, y: Any, *, stream: Any = None, dtype: Any = None, mantissa_bi
     :func:`mma`'s (fp8 inputs only).
     """
     if stream is None and dtype is None and mantissa_bits is None and fast_accumulation is False:
-        rx = _keys.read(x)
-        if rx is not None:
-            ry = _keys.read(y)
-            if ry is not None:
-                bound = _BOUND.get((rx[0], rx[1] & 15, ry[0], ry[1] & 15))
-                if bound is not None:
-                    return bound.matmul(rx[1], ry[1])
+        found = _keys.read_pair(x, y)
+        if found is not None:
+            bound = _BOUND.get(found[0])
+            if bound is not None:
+                return bound.matmul(found[1], found[2])
     if not isinstance(fast_accumulation, bool):
         raise ExecutionError(f"fast_accumulation: expected True or False, got {fast_accumulation!r}")
     if dtype is not None:
@@ -916,7 +917,7 @@ class _Bound(BoundCall):
     """What every call of one kind does once its arrays are known to be of that kind: no reading of views,
     no checks that depend on dtypes, shapes and strides, no plan look-up. Holds no array."""
 
-    __slots__ = ("plan", "rests", "block", "empty", "overlap", "windows", "engine", "beta", "scalars")
+    __slots__ = ("plan", "rests", "block", "empty", "overlap", "windows", "engine", "beta", "scalars", "tiled")
 
     def __init__(self, plan: CallPlan, stream_of: Any, allocate: Any, pointer_of: Any,
                  rests: tuple[tuple[Any, ...] | None, ...], block: tuple[Any, ...] | None = None,
@@ -939,9 +940,14 @@ class _Bound(BoundCall):
         self.beta = float(plan.beta)
         # an engine plan that reads its operands in place launches on pointers, its other parameters computed once
         self.scalars: tuple[Any, ...] | None = None
+        # a multi-block plan launches on pointers too: (its PackedLaunch, grid x, grid y, the arguments after them)
+        self.tiled: tuple[Any, int, int, tuple[Any, ...]] | None = None
+        views = [None if r is None else _new_view(ArrayView, (0, *r)) for r in rests]
         if self.engine is not None and self.engine.on_pointers and not self.engine.repacks and not self.empty:
-            rests = [None if r is None else _new_view(ArrayView, (0, *r)) for r in rests]
-            self.scalars = self.engine.scalars(rests[2], rests[3], 1.0, self.beta)
+            self.scalars = self.engine.scalars(views[2], views[3], 1.0, self.beta)
+        elif plan.kind == "tiled" and not self.empty:
+            self.tiled = (plan.kernel.packed(plan.device_id),
+                          *_tiled_arguments(plan, views[2], views[3], 1.0, self.beta))
 
     def matmul(self, px: int, py: int) -> Any:
         """``x @ y`` into a new array: allocate, launch (:meth:`begin` inline: this is the hottest call)."""
@@ -957,6 +963,9 @@ class _Bound(BoundCall):
                     self.engine.launch(device, handle, px, py, 0, pout, self.scalars)
                 elif block is not None and pout % block[3] == 0:
                     block[0].launch_pointers(block[1], handle, px, py, pout, block[2])
+                elif self.tiled is not None:
+                    packed, grid_x, grid_y, tail = self.tiled
+                    packed.launch(grid_x, grid_y, handle, px, py, 0, pout, *tail)
                 else:
                     self._run_views(handle, None, out, (px, py, 0, pout))
         finally:
@@ -980,6 +989,9 @@ class _Bound(BoundCall):
         try:
             if self.scalars is not None:
                 self.engine.launch(device, handle, px, py, pacc, pout, self.scalars)
+            elif self.tiled is not None:
+                packed, grid_x, grid_y, tail = self.tiled
+                packed.launch(grid_x, grid_y, handle, px, py, pacc, pout, *tail)
             else:
                 self._run_views(handle, acc, out, (px, py, pacc, pout))
         finally:
@@ -1003,8 +1015,8 @@ class _Bound(BoundCall):
 
 def _bind_matmul(x: Any, y: Any, out: Any, plan: CallPlan, vx: ArrayView, vy: ArrayView, vout: ArrayView) -> None:
     """After a full matmul call: bind its kind (when x and y have keys) for the next calls."""
-    rx, ry = _keys.read(x), _keys.read(y)
-    if rx is None or ry is None or plan.scheme.name not in ("native", "tf32"):
+    found = _keys.read_pair(x, y)
+    if found is None or plan.scheme.name not in ("native", "tf32"):
         return
     block = None
     if plan.kind == "block" and not (plan.batch == 0 or plan.m == 0 or plan.n == 0) and type(out) is not DeviceArray:
@@ -1015,26 +1027,27 @@ def _bind_matmul(x: Any, y: Any, out: Any, plan: CallPlan, vx: ArrayView, vy: Ar
                  eplan.c.alignment)
     bound = _Bound(plan, _keys.library_stream(x), _allocator(x, plan), _pointer_reader(out),
                    (_rest(vx), _rest(vy), None, _rest(vout)), block)
-    _caches.remember(_BOUND, (rx[0], rx[1] & 15, ry[0], ry[1] & 15), bound)
+    _caches.remember(_BOUND, found[0], bound)
 
 
 def _mma_key(x: Any, y: Any, acc: Any, out: Any) -> tuple[tuple[Any, ...], tuple[int, int, int, int | None]] | None:
-    """The bound-call key of an mma and its pointers, or None when an array has no key."""
-    rx = _keys.read(x)
-    if rx is None:
+    """The bound-call key of an mma and its pointers, or None when an array has no key.
+
+    The key is the arrays' keys (blasdx.arrays.keys.read_triple / read_quad) and what out is: None (a new
+    result), True (out is acc itself) or, for another array, whether it is acc in place (the same memory and
+    layout)."""
+    if out is None or out is acc:
+        found = _keys.read_triple(x, y, acc)
+        if found is None:
+            return None
+        key, px, py, pacc = found
+        return (key, out is not None), (px, py, pacc, None if out is None else pacc)
+    found4 = _keys.read_quad(x, y, acc, out)
+    if found4 is None:
         return None
-    ry, racc = _keys.read(y), _keys.read(acc)
-    if ry is None or racc is None:
-        return None
-    if out is None:
-        return (rx[0], rx[1] & 15, ry[0], ry[1] & 15, racc[0], racc[1] & 15, None, 0, False), (
-            rx[1], ry[1], racc[1], None)
-    rout = _keys.read(out)
-    if rout is None:
-        return None
-    in_place = rout[1] == racc[1] and rout[0] == racc[0]
-    return (rx[0], rx[1] & 15, ry[0], ry[1] & 15, racc[0], racc[1] & 15, rout[0], rout[1] & 15, in_place), (
-        rx[1], ry[1], racc[1], rout[1])
+    key, px, py, pacc, pout = found4
+    in_place = pout == pacc and key[10:15] == key[15:20]  # acc's key and out's
+    return (key, in_place), (px, py, pacc, pout)
 
 
 def _bind_mma(x: Any, y: Any, acc: Any, out: Any, plan: CallPlan, vx: ArrayView, vy: ArrayView, vacc: ArrayView,

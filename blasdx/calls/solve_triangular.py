@@ -359,16 +359,18 @@ def _bound_key(a: Any, b: Any, out: Any, options: tuple[Any, ...]) -> tuple[tupl
     """The key of a call's kind (arrays' keys and alignment classes, the options) and its pointers, or None."""
     if type(options[0]) not in _FLAG_TYPES or any(type(o) not in _FLAG_TYPES for o in options[1:]):
         return None
-    ra, rb = _keys.read(a), _keys.read(b)
-    if ra is None or rb is None:
+    if out is None or out is b:
+        found = _keys.read_pair(a, b)
+        if found is None:
+            return None
+        key, pa, pb = found
+        return (key, out is not None, options), (pa, pb, None if out is None else pb)
+    found3 = _keys.read_triple(a, b, out)
+    if found3 is None:
         return None
-    if out is None:
-        return (ra[0], ra[1] & 15, rb[0], rb[1] & 15, None, options), (ra[1], rb[1], None)
-    ro = _keys.read(out)
-    if ro is None:
-        return None
-    same = ro[1] == rb[1] and ro[0] == rb[0]  # out is b: an in-place solve
-    return (ra[0], ra[1] & 15, rb[0], rb[1] & 15, (ro[0], ro[1] & 15, same), options), (ra[1], rb[1], ro[1])
+    key, pa, pb, po = found3
+    same = po == pb and key[5:10] == key[10:15]  # out is b's memory and layout: an in-place solve
+    return (key, same, options), (pa, pb, po)
 
 
 class _Bound(_ag.BoundCall):
