@@ -516,8 +516,8 @@ def test_a_bound_mma_refuses_an_out_meeting_its_inputs(torch_calls, gpu, monkeyp
 
 def test_the_array_calls_read_several_tensors_as_one_key(torch_calls):
     """read_pair / read_triple / read_quad join what read() gives each array (key, then the pointer's alignment
-    class): the torch.Tensor route and the route of any other type agree; host tensors and pending negations have
-    none."""
+    class): the torch.Tensor route and the route of any other type agree; host tensors, pending negations and
+    complex tensors have none."""
     from blasdx.arrays import as_array
 
     torch = torch_calls
@@ -541,7 +541,9 @@ def test_the_array_calls_read_several_tensors_as_one_key(torch_calls):
 
     s = Sub((8, 4), (4, 1), name="float64", itemsize=8, ptr=B_PTR)
     assert keys.read_pair(a, s) == joined(a, s) and keys.read_triple(s, a, b) == joined(s, a, b)
-    for bad in (t(A_PTR, cuda=False), t(A_PTR, neg=True)):
+    z = torch.Tensor((8, 4), (4, 1), name="complex128", itemsize=16, ptr=C_PTR)
+    as_array(z, "z")  # complex: never a key, whatever the full path read
+    for bad in (t(A_PTR, cuda=False), t(A_PTR, neg=True), z):
         assert keys.read_pair(a, bad) is None and keys.read_triple(bad, a, b) is None
         assert keys.read_quad(a, b, c, bad) is None and keys.read_pair(bad, s) is None
 

@@ -140,16 +140,18 @@ def read_pair(a: Any, b: Any) -> tuple[tuple[Any, ...], int, int] | None:
     """(key, pa, pb) of two arrays with keys (:func:`read`: PyTorch and CuPy, not blasdx arrays), None else.
 
     The key holds each array's key and its pointer's 16-byte alignment class, five entries an array. Two
-    torch.Tensors are read in one go, without a tuple each; their dtype is not checked: a kind is bound only
-    after a full call has run with it, which no dtype without a key does, so such a key finds nothing.
+    torch.Tensors are read in one go, without a tuple each, under read()'s rules: a real dtype the full path has
+    read, a CUDA tensor, no pending negation (complex tensors never have a key: their conjugation bit is the
+    full path's to check).
     """
     methods = _torch_methods(a)
     if methods is not None and type(b) is type(a):
         stride, is_neg, get_device, data_ptr = methods
-        if a.is_cuda and b.is_cuda and not (is_neg(a) or is_neg(b)):
+        ta, tb = a.dtype, b.dtype
+        if ta in _TORCH_REAL and tb in _TORCH_REAL and a.is_cuda and b.is_cuda and not (is_neg(a) or is_neg(b)):
             pa, pb = data_ptr(a), data_ptr(b)
-            return ((a.dtype, a.shape, stride(a), get_device(a), pa & 15,
-                     b.dtype, b.shape, stride(b), get_device(b), pb & 15), pa, pb)
+            return ((ta, a.shape, stride(a), get_device(a), pa & 15,
+                     tb, b.shape, stride(b), get_device(b), pb & 15), pa, pb)
         return None
     return _joined(a, b)  # type: ignore[return-value]
 
@@ -159,11 +161,13 @@ def read_triple(a: Any, b: Any, c: Any) -> tuple[tuple[Any, ...], int, int, int]
     methods = _torch_methods(a)
     if methods is not None and type(b) is type(a) and type(c) is type(a):
         stride, is_neg, get_device, data_ptr = methods
-        if a.is_cuda and b.is_cuda and c.is_cuda and not (is_neg(a) or is_neg(b) or is_neg(c)):
+        ta, tb, tc = a.dtype, b.dtype, c.dtype
+        if (ta in _TORCH_REAL and tb in _TORCH_REAL and tc in _TORCH_REAL and a.is_cuda and b.is_cuda and c.is_cuda
+                and not (is_neg(a) or is_neg(b) or is_neg(c))):
             pa, pb, pc = data_ptr(a), data_ptr(b), data_ptr(c)
-            return ((a.dtype, a.shape, stride(a), get_device(a), pa & 15,
-                     b.dtype, b.shape, stride(b), get_device(b), pb & 15,
-                     c.dtype, c.shape, stride(c), get_device(c), pc & 15), pa, pb, pc)
+            return ((ta, a.shape, stride(a), get_device(a), pa & 15,
+                     tb, b.shape, stride(b), get_device(b), pb & 15,
+                     tc, c.shape, stride(c), get_device(c), pc & 15), pa, pb, pc)
         return None
     return _joined(a, b, c)  # type: ignore[return-value]
 
@@ -174,13 +178,14 @@ def read_quad(a: Any, b: Any, c: Any, d: Any) -> tuple[tuple[Any, ...], int, int
     kind = type(a)
     if methods is not None and type(b) is kind and type(c) is kind and type(d) is kind:
         stride, is_neg, get_device, data_ptr = methods
-        if a.is_cuda and b.is_cuda and c.is_cuda and d.is_cuda and not (is_neg(a) or is_neg(b) or is_neg(c)
-                                                                       or is_neg(d)):
+        ta, tb, tc, td = a.dtype, b.dtype, c.dtype, d.dtype
+        if (ta in _TORCH_REAL and tb in _TORCH_REAL and tc in _TORCH_REAL and td in _TORCH_REAL and a.is_cuda
+                and b.is_cuda and c.is_cuda and d.is_cuda and not (is_neg(a) or is_neg(b) or is_neg(c) or is_neg(d))):
             pa, pb, pc, pd = data_ptr(a), data_ptr(b), data_ptr(c), data_ptr(d)
-            return ((a.dtype, a.shape, stride(a), get_device(a), pa & 15,
-                     b.dtype, b.shape, stride(b), get_device(b), pb & 15,
-                     c.dtype, c.shape, stride(c), get_device(c), pc & 15,
-                     d.dtype, d.shape, stride(d), get_device(d), pd & 15), pa, pb, pc, pd)
+            return ((ta, a.shape, stride(a), get_device(a), pa & 15,
+                     tb, b.shape, stride(b), get_device(b), pb & 15,
+                     tc, c.shape, stride(c), get_device(c), pc & 15,
+                     td, d.shape, stride(d), get_device(d), pd & 15), pa, pb, pc, pd)
         return None
     return _joined(a, b, c, d)  # type: ignore[return-value]
 
