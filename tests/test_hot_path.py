@@ -548,10 +548,11 @@ def test_the_array_calls_read_several_tensors_as_one_key(torch_calls):
         assert keys.read_quad(a, b, c, bad) is None and keys.read_pair(bad, s) is None
 
 
-def test_a_bound_mma_on_the_multi_block_kernel_launches_as_the_full_path(torch_calls, gpu, monkeypatch):
+@pytest.mark.parametrize("dtypes", [("float16", 2, "float16", 2), ("int8", 1, "int32", 4)], ids=["f16", "int8"])
+def test_a_bound_mma_on_the_multi_block_kernel_launches_as_the_full_path(torch_calls, gpu, monkeypatch, dtypes):
     """bx.mma(out=) on the multi-block kernel (sm_80, one problem, out not acc): the bound call launches on
-    pointers with the arguments the full path computes; out=acc and an out aliasing acc bind kinds of their
-    own, which launch as the full path does too."""
+    pointers with the arguments the full path computes (int32 scalars for int8); out=acc and an out aliasing acc
+    bind kinds of their own, which launch as the full path does too."""
     import types
     from itertools import count
 
@@ -566,15 +567,17 @@ def test_a_bound_mma_on_the_multi_block_kernel_launches_as_the_full_path(torch_c
         kernel=lambda **kwargs: FakeKernel(gpu, next(handles), 20)))
     torch = torch_calls
 
-    def t(ptr):
-        return torch.Tensor((64, 64), (64, 1), name="float16", itemsize=2, ptr=ptr)
+    name_in, size_in, name_acc, size_acc = dtypes
+    setattr(torch, name_acc, torch.Tensor((1,), (1,), name=name_acc, itemsize=size_acc).dtype)  # the stand-in's
 
-    x, y, acc = t(A_PTR), t(B_PTR), t(C_PTR)
+    def t(ptr, name=name_acc, itemsize=size_acc):
+        return torch.Tensor((64, 64), (64, 1), name=name, itemsize=itemsize, ptr=ptr)
+
     outs = {"out": lambda shift: t(C_PTR + (1 << 20) + shift), "out=acc": None,
             "alias": lambda shift: t(C_PTR + shift)}
     for name, make in outs.items():
         for shift in (0, 4096):
-            xs, ys = t(A_PTR + shift), t(B_PTR + shift)
+            xs, ys = t(A_PTR + shift, name_in, size_in), t(B_PTR + shift, name_in, size_in)
             accs = t(C_PTR + shift)
             out = accs if make is None else make(shift)
             mm._BOUND.clear()
@@ -588,4 +591,3 @@ def test_a_bound_mma_on_the_multi_block_kernel_launches_as_the_full_path(torch_c
         plan = next(iter(mm._BOUND.values()))
         if name == "out":
             assert plan.tiled is not None and plan.plan.kind == "tiled"
-    del x, y, acc

@@ -947,7 +947,7 @@ class _Bound(BoundCall):
             self.scalars = self.engine.scalars(views[2], views[3], 1.0, self.beta)
         elif plan.kind == "tiled" and not self.empty:
             self.tiled = (plan.kernel.packed(plan.device_id),
-                          *_tiled_arguments(plan, views[2], views[3], 1.0, self.beta))
+                          *_tiled_arguments(plan, views[2], views[3], 1, plan.beta))  # as the full path: ints
 
     def matmul(self, px: int, py: int) -> Any:
         """``x @ y`` into a new array: allocate, launch (:meth:`begin` inline: this is the hottest call)."""
