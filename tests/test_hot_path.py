@@ -591,3 +591,39 @@ def test_a_bound_mma_on_the_multi_block_kernel_launches_as_the_full_path(torch_c
         plan = next(iter(mm._BOUND.values()))
         if name == "out":
             assert plan.tiled is not None and plan.plan.kind == "tiled"
+
+
+def test_a_bound_solve_launches_as_the_full_path(torch_calls, gpu, monkeypatch):
+    """bx.solve_triangular bound to its kind (a new result, a given out, out=b in place, out aliasing b): each
+    bound call launches what the full path launches for the same arrays, and an out meeting a is refused."""
+    from blasdx.calls import solve_triangular as st
+    from blasdx.run import trsm
+
+    torch = torch_calls
+    launches = []
+    monkeypatch.setattr(trsm.TrsmKernel, "on_device", lambda self, device_id: None)
+    monkeypatch.setattr(trsm.TrsmKernel, "launch", lambda self, stream, device_id, pointers, alpha, strides, chunks,
+                        batch: launches.append((id(self), pointers, alpha, strides, chunks, batch)))
+    monkeypatch.setattr(st, "_BOUND", {})
+
+    def t(ptr, shape=(32, 16), strides=(16, 1)):
+        return torch.Tensor(shape, strides, name="float32", itemsize=4, ptr=ptr)
+
+    a = t(A_PTR, (32, 32), (32, 1))
+    cases = {"new": lambda b: None, "out": lambda b: t(C_PTR), "out=b": lambda b: b,
+             "alias": lambda b: t(b.data_ptr())}
+    for name, out_of in cases.items():
+        st._BOUND.clear()
+        b = t(B_PTR)
+        launches.clear()
+        got = bx.solve_triangular(a, b, upper=True, out=out_of(b))  # full, binds
+        again = bx.solve_triangular(a, b, upper=True, out=out_of(b))  # bound
+        assert len(st._BOUND) == 1, name
+        assert next(iter(st._BOUND.values())).in_place == (name in ("out=b", "alias")), name
+        full, bound = launches
+        if name == "new":  # new results at new addresses
+            assert full[1][:2] == bound[1][:2] and full[2:] == bound[2:] and got is not again
+        else:
+            assert full == bound, name
+    with pytest.raises(ExecutionError, match="overlaps"):
+        bx.solve_triangular(a, t(B_PTR), upper=True, out=t(A_PTR + 64))

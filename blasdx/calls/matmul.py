@@ -1033,9 +1033,9 @@ def _bind_matmul(x: Any, y: Any, out: Any, plan: CallPlan, vx: ArrayView, vy: Ar
 def _mma_key(x: Any, y: Any, acc: Any, out: Any) -> tuple[tuple[Any, ...], tuple[int, int, int, int | None]] | None:
     """The bound-call key of an mma and its pointers, or None when an array has no key.
 
-    The key is the arrays' keys (blasdx.arrays.keys.read_triple / read_quad) and what out is: None (a new
-    result), True (out is acc itself) or, for another array, whether it is acc in place (the same memory and
-    layout)."""
+    The key is the arrays' keys (blasdx.arrays.keys.read_triple / read_quad) and a flag: for x, y and acc
+    alone, whether out is acc itself (False: a new result); with out another array's key, whether out is acc
+    in place (the same memory and layout)."""
     if out is None or out is acc:
         found = _keys.read_triple(x, y, acc)
         if found is None:

@@ -422,5 +422,5 @@ def _bind(a: Any, b: Any, out: Any, options: tuple[Any, ...], plan: SolvePlan, a
         spans = tuple(_arrays._span(0, v.shape, v.strides, v.dtype.size) for v in (vout, va, vb))
     like = b if out is None else out
     bound = _Bound(plan, alpha, _keys.library_stream(like), _ag._allocator(b, plan), _ag._pointer_reader(like),
-                   spans, out is not None and found[0][4][2])
+                   spans, out is not None and found[0][1])  # the key's flag: out is b's memory and layout
     _caches.remember(_BOUND, found[0], bound)
