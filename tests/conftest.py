@@ -44,11 +44,29 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return 0 if _gpu_run(config) else (os.cpu_count() or 1)
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--skip-ids", metavar="FILE", default=None,
+                     help="deselect the test ids FILE lists, one a line (a missing FILE lists none): a run cut "
+                          "short goes on from the ids it finished (.ci/gpu/suite.sh)")
+
+
+def listed_ids(path: str | None) -> set[str]:
+    """The test ids a ``--skip-ids`` file lists (none for no file or a missing one)."""
+    if not path or not Path(path).is_file():
+        return set()
+    return {line.strip() for line in Path(path).read_text().splitlines() if line.strip()}
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The order in which the workers take the test files (``--dist loadfile --no-loadscope-reorder``: a file goes
     to one worker, so that its module fixtures, the compile matrices, are built once): the files that compile the
-    most (most tests marked slow) first, then by size, so that no long file starts last."""
+    most (most tests marked slow) first, then by size, so that no long file starts last. Tests ``--skip-ids``
+    lists are deselected."""
+    done = listed_ids(config.getoption("skip_ids"))
+    if done:
+        config.hook.pytest_deselected(items=[item for item in items if item.nodeid in done])
+        items[:] = [item for item in items if item.nodeid not in done]
     files: dict[str, list[pytest.Item]] = {}
     for item in items:
         files.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
