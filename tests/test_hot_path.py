@@ -605,6 +605,9 @@ def test_a_bound_solve_launches_as_the_full_path(torch_calls, gpu, monkeypatch):
     monkeypatch.setattr(trsm.TrsmKernel, "launch", lambda self, stream, device_id, pointers, alpha, strides, chunks,
                         batch: launches.append((id(self), pointers, alpha, strides, chunks, batch)))
     monkeypatch.setattr(st, "_BOUND", {})
+    ran = []  # what each bound call answered (None: it left the call to the full path)
+    run = st._Bound.run
+    monkeypatch.setattr(st._Bound, "run", lambda self, out, pointers: ran.append(run(self, out, pointers)) or ran[-1])
 
     def t(ptr, shape=(32, 16), strides=(16, 1)):
         return torch.Tensor(shape, strides, name="float32", itemsize=4, ptr=ptr)
@@ -616,9 +619,10 @@ def test_a_bound_solve_launches_as_the_full_path(torch_calls, gpu, monkeypatch):
         st._BOUND.clear()
         b = t(B_PTR)
         launches.clear()
+        ran.clear()
         got = bx.solve_triangular(a, b, upper=True, out=out_of(b))  # full, binds
         again = bx.solve_triangular(a, b, upper=True, out=out_of(b))  # bound
-        assert len(st._BOUND) == 1, name
+        assert len(st._BOUND) == 1 and ran == [again] and again is not None, name
         assert next(iter(st._BOUND.values())).in_place == (name in ("out=b", "alias")), name
         full, bound = launches
         if name == "new":  # new results at new addresses
