@@ -22,8 +22,8 @@ from .device_array import DeviceArray
 from .streams import default_stream_handle
 from .torch_adapter import _TORCH_REAL, _TORCH_STREAM, _torch_stream_function
 
-__all__ = ["GATHERERS", "gatherer", "library_of_type", "library_stream", "read", "read_pair", "read_quad", "read_triple",
-           "read_with_blasdx", "stream_query"]
+__all__ = ["GATHERERS", "gatherer", "library_of_type", "library_stream", "read", "read_pair", "read_quad",
+           "read_triple", "read_with_blasdx", "stream_query"]
 
 _Reader = Callable[[Any], "tuple[tuple[Any, ...], int] | None"]
 
@@ -85,7 +85,8 @@ def _reader_of(kind: type) -> _Reader:
     """The reader of arrays of type ``kind``, chosen once per type."""
     reader = _READERS.get(kind)
     if reader is None:
-        reader = _READERS[kind] = {"torch": _torch, "cupy": _cupy}.get(library_of_type(kind), _none)  # type: ignore[arg-type]
+        readers: dict[str | None, _Reader] = {"torch": _torch, "cupy": _cupy}
+        reader = _READERS[kind] = readers.get(library_of_type(kind), _none)
     return reader
 
 
