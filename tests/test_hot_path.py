@@ -631,3 +631,30 @@ def test_a_bound_solve_launches_as_the_full_path(torch_calls, gpu, monkeypatch):
             assert full == bound, name
     with pytest.raises(ExecutionError, match="overlaps"):
         bx.solve_triangular(a, t(B_PTR), upper=True, out=t(A_PTR + 64))
+
+
+def test_a_scaled_mm_key_holds_every_array_and_its_pointers_in_order(torch_calls):
+    """bx.scaled_mm's key: x, y and the scales read in one go, then bias and out; a bias and an out of the same kind
+    give different keys, pointers come back in argument order, and one array without a key leaves the call none."""
+    from blasdx.arrays import as_array
+    from blasdx.calls import scaled_mm as sm
+
+    torch = torch_calls
+
+    def t(ptr, shape=(8, 4), strides=(4, 1), name="float32", **kwargs):
+        return torch.Tensor(shape, strides, name=name, itemsize=4, ptr=ptr, **kwargs)
+
+    x, y, sx, sy = t(A_PTR), t(B_PTR, strides=(1, 8)), t(C_PTR, (8, 1), (1, 1)), t(C_PTR + 64, (1, 4), (4, 1))
+    extra = t(C_PTR + 4096)
+    as_array(x, "x")
+    key, pointers = sm._bound_key(x, y, sx, sy, None, None, None, False)
+    assert pointers == (A_PTR, B_PTR, C_PTR, C_PTR + 64, None, None)
+    assert key[2] == keys.read_quad(x, y, sx, sy)[0]
+    with_bias = sm._bound_key(x, y, sx, sy, extra, None, None, False)
+    with_out = sm._bound_key(x, y, sx, sy, None, extra, None, False)
+    assert with_bias[1][4:] == (C_PTR + 4096, None) and with_out[1][4:] == (None, C_PTR + 4096)
+    assert len({key, with_bias[0], with_out[0], sm._bound_key(x, y, sx, sy, None, None, "float16", False)[0],
+                sm._bound_key(x, y, sx, sy, None, None, None, True)[0]}) == 5
+    host = t(C_PTR, cuda=False)
+    for args in ((x, y, host, sy, None, None), (x, y, sx, sy, host, None), (x, y, sx, sy, None, host)):
+        assert sm._bound_key(*args, None, False) is None

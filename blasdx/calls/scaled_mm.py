@@ -343,20 +343,24 @@ _KEYED_DTYPES = (type(None), str, _dt.DType)  # out_dtype spellings that can sta
 
 def _bound_key(x: Any, y: Any, sx: Any, sy: Any, bias: Any, out: Any, out_dtype: Any,
                fast: bool) -> tuple[tuple[Any, ...], tuple[int | None, ...]] | None:
-    """The key of a call's kind and its pointers, or None when an array has no key."""
-    key: list[Any] = [out_dtype, fast]
-    pointers: list[int | None] = []
-    for array in (x, y, sx, sy, bias, out):
+    """The key of a call's kind and its pointers, or None when an array has no key. x, y and the scales are read
+    in one go (:func:`keys.read_quad`), bias and out one by one when given."""
+    found = _keys.read_quad(x, y, sx, sy)
+    if found is None:
+        return None
+    key: tuple[Any, ...] = (out_dtype, fast, found[0])
+    pointers: tuple[int | None, ...] = found[1:]
+    for array in (bias, out):
         if array is None:
-            key.append(None)
-            pointers.append(None)
+            key += (None,)
+            pointers += (None,)
             continue
-        found = _keys.read(array)
-        if found is None:
+        read = _keys.read(array)
+        if read is None:
             return None
-        key.append((found[0], found[1] & 15))
-        pointers.append(found[1])
-    return tuple(key), tuple(pointers)
+        key += ((read[0], read[1] & 15),)
+        pointers += (read[1],)
+    return key, pointers
 
 
 class _Bound(_ag.BoundCall):
