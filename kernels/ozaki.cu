@@ -4,7 +4,8 @@
 // 2-norm is at most T, and rounded to integers A' (B'). With pairwise coprime moduli m_l <= 256
 // whose product M exceeds 2 (T + sqrt(K) / 2)^2, every |(A' B')_ij| <= ||A'_i|| ||B'_j|| < M / 2
 // (Cauchy-Schwarz), so the exact integer product is fixed by its residues modulo the m_l, each
-// computed by an exact int8 x int8 -> int32 GEMM of residues. Three kernels, one pass each:
+// computed by an exact int8 x int8 -> int32 GEMM of residues whose epilogue stores it modulo m_l
+// as a byte (kernels/hopper_residue_gemm.cu). Three kernels here, one pass each:
 //   blasdx_ozaki_shifts   each row's scale exponent s_i (or a flag for inf / NaN);
 //   blasdx_ozaki_slices   the scaled, rounded operand as int8 residues, [modulus][row][k] (K-major);
 //   blasdx_ozaki_combine  the residue products back to float64 (Chinese remainder theorem as a
@@ -188,13 +189,13 @@ extern "C" __global__ void __launch_bounds__(256) blasdx_ozaki_slices(
 namespace blasdx::ozaki {
 
 // (sum over l of t_l / m_l) mod 1, for t_l = (c_l (M / m_l)^-1) mod m_l: the exact product over M.
+// c_l is the residue product modulo m_l, a byte in [0, m_l) (kernels/hopper_residue_gemm.cu).
 template <int L>
-__device__ __forceinline__ void accumulate(const int* __restrict__ c, i64 slice_stride, double& high, double& low) {
+__device__ __forceinline__ void accumulate(const unsigned char* __restrict__ c, i64 slice_stride, double& high,
+                                           double& low) {
     if constexpr (L < ozaki_moduli) {
         constexpr int M = ozaki_modulus(L);
-        int r = c[L * slice_stride] % M;
-        if (r < 0) r += M;
-        const int t = (r * ozaki_inverse(L)) % M;
+        const int t = (int(c[L * slice_stride]) * ozaki_inverse(L)) % M;
         high += double(t) * ozaki_hi(L);  // t * hi is a multiple of 2^-44 below 2^9: exact, as is the sum
         high -= rint(high);
         low = fma(double(t), ozaki_lo(L), low);
@@ -204,10 +205,11 @@ __device__ __forceinline__ void accumulate(const int* __restrict__ c, i64 slice_
 
 }  // namespace blasdx::ozaki
 
-// D = alpha * A B + beta * C from the residue products c ([moduli][m][n] int32, row-major) and
+// D = alpha * A B + beta * C from the residue products c ([moduli][m][n] bytes, row-major, each
+// modulo its modulus) and
 // the scale shifts of A's rows and B's columns. Grid-stride, one thread per element of D.
 extern "C" __global__ void __launch_bounds__(256) blasdx_ozaki_combine(
-    const int* __restrict__ c_slices, int m, int n, const int* __restrict__ shift_a,
+    const unsigned char* __restrict__ c_slices, int m, int n, const int* __restrict__ shift_a,
     const int* __restrict__ shift_b, const double* acc, blasdx::i64 acc_row, blasdx::i64 acc_col,
     double* d, blasdx::i64 d_row, blasdx::i64 d_col, double alpha, double beta) {
     using blasdx::i64;

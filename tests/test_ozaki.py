@@ -190,3 +190,42 @@ def test_elsewhere_float64_products_keep_the_bits(encoder, shapes, sm, why):
 def test_without_bits_float64_stays_on_dmma(encoder):
     plan = _plan(view((4096, 4096), dt.float64), view((4096, 4096), dt.float64), None)
     assert plan.scheme.name == "native" and not isinstance(plan.kernel, ozaki.OzakiPlan)
+
+
+# ---------------------------------------------------------------------------------------------
+# the residue products stored as bytes (kernels/hopper_residue_gemm.cu)
+# ---------------------------------------------------------------------------------------------
+
+
+def _residue_of(v: np.ndarray, m: int) -> np.ndarray:
+    """kernels/hopper_residue_gemm.cu's residue_of in float64 arithmetic: floor(v * RN(1 / m)), one correction."""
+    q = np.floor(v.astype(np.float64) * (1.0 / m)).astype(np.int64)
+    r = v - q * m
+    r = np.where(r < 0, r + m, r)
+    return np.where(r >= m, r - m, r)
+
+
+def test_the_epilogue_reduction_is_exact_for_every_int32_sum():
+    """The quotient from a double product is off by at most one (next to a multiple of m, v / m being a fraction
+    of denominator m <= 256 otherwise), which one correction fixes: every modulus, around every kind of edge."""
+    rng = np.random.default_rng(7)
+    for m in ozaki.MODULI:
+        q = np.arange(-(2**31) // m - 1, 2**31 // m + 2, max(1, 2**31 // m // 4000), dtype=np.int64)
+        edges = (q[:, None] * m + np.arange(-2, 3)[None, :]).ravel()
+        v = np.concatenate([edges, rng.integers(-(2**31), 2**31, 20000), [-(2**31), 2**31 - 1, 0, -1, 1]])
+        v = v[(v >= -(2**31)) & (v < 2**31)]
+        assert np.array_equal(_residue_of(v, m), v % m), m
+
+
+@pytest.mark.parametrize(("m", "n", "k", "store"), [(4096, 4096, 4096, "UTMASTG"), (100, 36, 300, "STG.E.U8")],
+                         ids=["tma-store", "direct"])
+def test_residue_products_are_stored_as_bytes(encoder, m, n, k, store):
+    """The batched int8 GEMM of an emulated float64 call writes each problem's sums reduced modulo its modulus
+    as bytes (a quarter of the int32 traffic), through TMA or directly, without local memory."""
+    plan = _plan(view((m, k), dt.float64), view((k, n), dt.float64), 52).kernel
+    gemm = plan.gemm
+    assert isinstance(gemm, ozaki.ResidueGemmPlan) and gemm.c == dt.uint8
+    compiled = gemm.compiled
+    assert compiled.local_memory == 0, compiled
+    sass = compiled.sass()
+    assert "IGMMA" in sass and store in sass and "F2I.F64.FLOOR" in sass

@@ -685,8 +685,9 @@ def type_headers(a: _dt.DType, b: _dt.DType) -> list[str]:
 
 
 def gemm_source(a: _dt.DType, c: _dt.DType, config: EngineConfig, a_k_major: bool, b_k_major: bool,
-                store_by_tma: bool = False, b: _dt.DType | None = None) -> str:
-    """kernels/hopper_gemm.cu instantiated for the input and result types, layouts, tile and store path."""
+                store_by_tma: bool = False, b: _dt.DType | None = None, kernel_file: str = "hopper_gemm.cu") -> str:
+    """kernels/hopper_gemm.cu instantiated for the input and result types, layouts, tile and store path
+    (``kernel_file``: another entry point on the same configuration, such as ozaki's residue GEMM)."""
     b = a if b is None else b
     return "\n".join([
         *type_headers(a, b),
@@ -696,7 +697,7 @@ def gemm_source(a: _dt.DType, c: _dt.DType, config: EngineConfig, a_k_major: boo
         f"    using acc_type = {accumulator_type(c)};",
         f"    static constexpr bool store_by_tma = {str(store_by_tma).lower()};",
         "};",
-        '#include "hopper_gemm.cu"',
+        f'#include "{kernel_file}"',
         "",
     ])
 

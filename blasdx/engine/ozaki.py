@@ -35,7 +35,8 @@ from ..compile.compiled import Forward
 from ..launch import scratch as _scratch
 from . import hopper as _hopper
 
-__all__ = ["MODULI", "MAX_K", "Residues", "residues_for", "OzakiPlan", "ozaki_source"]
+__all__ = ["MODULI", "MAX_K", "Residues", "residues_for", "OzakiPlan", "ResidueGemmPlan", "ozaki_constants",
+           "ozaki_source"]
 
 #: K up to which every residue product sums exactly in int32 (|r| <= 127 except m = 256's -128).
 MAX_K = 1 << 17
@@ -111,6 +112,12 @@ def residues_for(bits: int, k: int) -> Residues:
 
 def ozaki_source(scheme: Residues) -> str:
     """kernels/ozaki.cu with the scheme's moduli, inverses and fractions as generated constants."""
+    return "\n".join([ozaki_constants(scheme), '#include "ozaki.cu"', ""])
+
+
+def ozaki_constants(scheme: Residues) -> str:
+    """The scheme's moduli, inverses and fractions as the constexpr functions ozaki.cu and the residue GEMM
+    (kernels/hopper_residue_gemm.cu) read."""
     moduli = scheme.moduli
     total = scheme.product
     inverses = [pow(total // m, -1, m) for m in moduli]
@@ -129,8 +136,6 @@ def ozaki_source(scheme: Residues) -> str:
         table("ozaki_lo", "double", [float.hex(v) for v in lows]),
         f"__host__ __device__ constexpr double ozaki_product() {{ return {float.hex(float(total))}; }}",
         f"__host__ __device__ constexpr double ozaki_norm() {{ return {float.hex(_below(scheme.norm))}; }}",
-        '#include "ozaki.cu"',
-        "",
     ])
 
 
@@ -138,6 +143,27 @@ def _below(norm: int) -> float:
     """T times NORM_MARGIN as a double no larger than that (the kernels' target)."""
     value = float(Fraction(norm) * Fraction(NORM_MARGIN))
     return value if Fraction(value) <= Fraction(norm) * Fraction(NORM_MARGIN) else math.nextafter(value, 0.0)
+
+
+#: The residue GEMM's entry point (kernels/hopper_residue_gemm.cu): the engine's GEMM with byte results.
+RESIDUE_KERNEL_NAME = "blasdx_hopper_residue_gemm"
+
+
+class ResidueGemmPlan(_hopper.EnginePlan):
+    """The engine's plan of the batched residue products, problem l's int32 sums stored as bytes modulo m_l
+    (kernels/hopper_residue_gemm.cu): a quarter of the int32 products' traffic, written and read back. Same
+    parameters as the engine's own kernel, launched on pointers; C, alpha and beta are not read."""
+
+    def __init__(self, scheme: Residues, *args: Any, **kwargs: Any) -> None:
+        self.scheme = scheme  # before the engine's constructor builds the kernel
+        super().__init__(*args, **kwargs)
+
+    def _gemm_kernel(self, staged: bool) -> Any:
+        gemm = _hopper.gemm_source(self.a, self.c, self.config, self.route_a.k_major, self.route_b.k_major, staged,
+                                   self.b, kernel_file="hopper_residue_gemm.cu")
+        return _hopper._Kernel("\n".join([ozaki_constants(self.scheme), gemm]), RESIDUE_KERNEL_NAME, _hopper.ARCH,
+                               _hopper._scalar_kinds(_hopper._GEMM_PARAMS, self.c),
+                               self.config.shared_memory(self.a.size, staged))
 
 
 _SHIFT_PARAMS = ("u64", "i32", "i32", "i64", "i64", "u64")
@@ -164,9 +190,9 @@ class OzakiPlan:
         self._combine = _hopper._Kernel(source, "blasdx_ozaki_combine", "sm_90", _COMBINE_PARAMS)
         route_a = _hopper.route("x", _dt.int8, _hopper._SCRATCH_ALIGNMENT, True, self.ld, m, m * self.ld, True)
         route_b = _hopper.route("y", _dt.int8, _hopper._SCRATCH_ALIGNMENT, True, self.ld, n, n * self.ld, True)
-        self.gemm = _hopper.EnginePlan(_dt.int8, _dt.int32, m, n, k, count, route_a, route_b, self.ld, self.ld, count,
-                                       count, m * self.ld, n * self.ld, _hopper._SCRATCH_ALIGNMENT,
-                                       _hopper._SCRATCH_ALIGNMENT, multiprocessors)
+        self.gemm = ResidueGemmPlan(self.scheme, _dt.int8, _dt.uint8, m, n, k, count, route_a, route_b, self.ld,
+                                    self.ld, count, count, m * self.ld, n * self.ld, _hopper._SCRATCH_ALIGNMENT,
+                                    _hopper._SCRATCH_ALIGNMENT, multiprocessors)
 
     def __repr__(self) -> str:
         return f"OzakiPlan({self.describe()})"
@@ -187,7 +213,7 @@ class OzakiPlan:
             shift_b = scratch.get("ozaki shifts y", 4 * n)
             res_a = scratch.get("ozaki residues x", count * m * ld)
             res_b = scratch.get("ozaki residues y", count * n * ld)
-            products = scratch.get("ozaki products", 4 * count * m * n)
+            products = scratch.get("ozaki products", count * m * n)  # residues of the products, a byte each
             x_rows, x_k = x.strides[-2], x.strides[-1]  # x: rows of M along K
             y_k, y_cols = y.strides[-2], y.strides[-1]  # y read as rows of N along K
             for operand, rows, row_stride, k_stride, shifts, residues in (
@@ -201,7 +227,7 @@ class OzakiPlan:
             self.gemm.run(device_id, stream_core, stream,
                           _view(res_a, (count, m, ld), (m * ld, ld, 1), _dt.int8, device_id),
                           _view(res_b, (count, k, n), (n * ld, 1, ld), _dt.int8, device_id), None,
-                          _view(products, (count, m, n), (m * n, n, 1), _dt.int32, device_id), 1, 0)
+                          _view(products, (count, m, n), (m * n, n, 1), _dt.uint8, device_id), 1, 0)
             acc_row, acc_col = (0, 0) if c is None else c.strides[-2:]
             d_row, d_col = d.strides[-2:]
             total = m * n

@@ -24,6 +24,7 @@ template <class T> struct pair_of;
 template <> struct pair_of<float> { using type = float2; };
 template <> struct pair_of<double> { using type = double2; };
 template <> struct pair_of<int> { using type = int2; };
+template <> struct pair_of<unsigned char> { using type = uchar2; };
 template <> struct pair_of<__half> { using type = __half2; };
 template <> struct pair_of<__nv_bfloat16> { using type = __nv_bfloat162; };
 

@@ -1,0 +1,94 @@
+// The int8 residue products of float64 emulation (blasdx.engine.ozaki) on the Hopper engine,
+// each result stored as one byte: problem l of the batch is the product of the operands'
+// residues modulo m_l, and what the combine needs of it is that product modulo m_l, so the
+// epilogue reduces the exact int32 sum and stores r in [0, m_l) as an unsigned char. The
+// combine then reads a quarter of the bytes it read as int32, and the GEMM writes a quarter.
+//
+// Expects the prelude of kernels/hopper_gemm.cu (HopperConfig with c_type = unsigned char,
+// acc_type = int) after ozaki.py's generated constants (ozaki_moduli, ozaki_modulus(l)). Same
+// parameters as blasdx_hopper_gemm (C, alpha and beta are not read), so the engine's plan
+// launches it unchanged.
+#include "blasdx/hopper/gemm.cuh"
+#include "blasdx/hopper/splitk.cuh"
+
+namespace blasdx {
+namespace hopper {
+
+// v mod m in [0, m) for any int v and 2 <= m <= 256: the quotient from a double product
+// (v and 1/m to 53 bits: off by at most one next to a multiple of m), then one correction.
+__device__ __forceinline__ int residue_of(int v, int m, double inverse) {
+    const int q = __double2int_rd(double(v) * inverse);
+    int r = v - q * m;
+    if (r < 0) r += m;
+    if (r >= m) r -= m;
+    return r;
+}
+
+// 1 / ozaki_modulus(l) as a double: a chain of selects among constants (no division at run time).
+template <int L = 0>
+__device__ __forceinline__ double inverse_of(int l) {
+    if constexpr (L + 1 < ozaki_moduli) {
+        return l == L ? 1.0 / double(ozaki_modulus(L)) : inverse_of<L + 1>(l);
+    } else {
+        return 1.0 / double(ozaki_modulus(L));
+    }
+}
+
+// The tile's final values: each sum reduced modulo its problem's modulus, stored as bytes.
+struct ResidueBytes {
+    using value_type = unsigned char;
+    unsigned char* d;
+    int m, n;
+    i64 d_row, d_col, d_batch;
+    bool d_pairs;
+
+    __device__ __forceinline__ ResidueBytes(unsigned char* d_, int m_, int n_, i64 d_row_, i64 d_col_, i64 d_batch_)
+        : d(d_), m(m_), n(n_), d_row(d_row_), d_col(d_col_), d_batch(d_batch_) {
+        d_pairs = pairs_aligned(d, d_row, d_col, d_batch);
+    }
+
+    __device__ __forceinline__ void value(const Work& w, int /*row*/, int /*col*/, int& v0, int& v1) const {
+        const int modulus = ozaki_modulus(w.batch);
+        const double inverse = inverse_of(w.batch);
+        v0 = residue_of(v0, modulus, inverse);
+        v1 = residue_of(v1, modulus, inverse);
+    }
+
+    __device__ __forceinline__ void operator()(const Work& w, int row, int col, int v0, int v1) const {
+        if (row >= m || col >= n) return;
+        value(w, row, col, v0, v1);
+        store_two(d + w.batch * d_batch + row * d_row + col * d_col, v0, v1, d_col, col + 1 < n, d_pairs);
+    }
+};
+
+using Engine = DeviceGemm<HopperConfig>;
+using TC = HopperConfig::c_type;
+using TV = Engine::Acc::value_type;
+static_assert(sizeof(TC) == 1 && sizeof(TV) == 4, "residue bytes from int32 sums");
+using Fixup = SplitKFixup<StoreEachPair<ResidueBytes>, TV, Engine::BM, Engine::BN,
+                          Engine::PINGPONG ? 1 : Engine::CONSUMERS, Engine::STREAM_K>;
+
+}  // namespace hopper
+}  // namespace blasdx
+
+extern "C" __global__ void __launch_bounds__(blasdx::hopper::Engine::THREADS, 1)
+    blasdx_hopper_residue_gemm(const __grid_constant__ blasdx::hopper::TensorMap map_a,
+                               const __grid_constant__ blasdx::hopper::TensorMap map_b,
+                               const __grid_constant__ blasdx::hopper::TensorMap map_d,
+                               const blasdx::hopper::TC* /*c*/, blasdx::hopper::TC* d, blasdx::hopper::TV* workspace,
+                               int* counters, int m, int n, int k, int batch, int batched_a, int batched_b,
+                               int splits, blasdx::i64 /*c_row*/, blasdx::i64 /*c_col*/, blasdx::i64 /*c_batch*/,
+                               blasdx::i64 d_row, blasdx::i64 d_col, blasdx::i64 d_batch,
+                               blasdx::hopper::TV /*alpha*/, blasdx::hopper::TV /*beta*/) {
+    using namespace blasdx::hopper;
+    extern __shared__ __align__(16) unsigned char smem[];
+    const Engine::Sched sched(m, n, k, batch, splits);
+    const ResidueBytes final_(d, m, n, d_row, d_col, d_batch);
+    if constexpr (HopperConfig::store_by_tma) {
+        const StageThroughShared<TC, ResidueBytes> epi{&map_d, final_};
+        Engine::run(smem, &map_a, &map_b, sched, batched_a != 0, batched_b != 0, epi);
+    } else {
+        const Fixup epi{{final_}, workspace, counters, m, splits, sched.rows * HopperConfig::cluster_m, sched.tiles_n};
+        Engine::run(smem, &map_a, &map_b, sched, batched_a != 0, batched_b != 0, epi);
+    }
+}
