@@ -203,6 +203,11 @@ def test_scaled_mm_and_solve_triangular_bound(torch):
         out = torch.full((128, 64), float("nan"), device="cuda")
         bx.scaled_mm(x, y, sx, sy, out_dtype=bx.float32, out=out)
         assert torch_relative_error(torch, out, ref) <= tol
+        bias = torch.randn(64, device="cuda", generator=gen)  # the bias's slot of the bound key
+        got = bx.scaled_mm(x, y, sx, sy, out_dtype=bx.float32, bias=bias)
+        assert torch_relative_error(torch, got, ref + bias.to(f64)) <= tol
+        bx.scaled_mm(x, y, sx, sy, out_dtype=bx.float32, bias=bias, out=out)
+        assert torch_relative_error(torch, out, ref + bias.to(f64)) <= tol
         with pytest.raises(bx.ExecutionError, match="out: expected shape"):
             bx.scaled_mm(x, y, sx, sy, out_dtype=bx.float32, out=out[:, :63])
 
