@@ -84,10 +84,12 @@ def case(size: int, bits: list[int], wide_range: bool, gen) -> dict:
 
 
 def stages(plan, x, y) -> dict:
-    """Milliseconds of each stage of one emulated call: the operands' residues, the int8 GEMMs, the combine."""
+    """Milliseconds of each stage of one emulated call (blasdx.engine.ozaki.OzakiPlan's stage methods, each timed
+    alone on the call's own scratch): x's and y's shifts and residues, the int8 GEMMs, the combine."""
     import torch
 
     from blasdx import arrays
+    from blasdx.launch import scratch
 
     device = x.device.index
     handle = arrays.resolve_stream(None, (x,))
@@ -96,21 +98,18 @@ def stages(plan, x, y) -> dict:
     out = torch.empty(x.shape[0], y.shape[1], device="cuda", dtype=torch.float64)
     vout = arrays.as_array(out, "out")
     whole = time_ms(lambda: plan.run(device, core, handle, vx, vy, None, vout, 1.0, 0.0), 5)
-    gemm = plan.gemm
     m, n, count, ld = plan.m, plan.n, plan.scheme.count, plan.ld
-    from blasdx.base import dtypes as dt
-    from blasdx.engine import hopper
-    from blasdx.engine.ozaki import _view
-
-    scratch = hopper._SCRATCH
-    res_a = scratch.get(device, handle, "ozaki residues x", count * m * ld)
-    res_b = scratch.get(device, handle, "ozaki residues y", count * n * ld)
-    products = scratch.get(device, handle, "ozaki products", count * m * n)  # a byte per residue product
-    va = _view(res_a, (count, m, ld), (m * ld, ld, 1), dt.int8, device)
-    vb = _view(res_b, (count, plan.k, n), (n * ld, 1, ld), dt.int8, device)
-    vd = _view(products, (count, m, n), (m * n, n, 1), dt.uint8, device)
-    products_ms = time_ms(lambda: gemm.run(device, core, handle, va, vb, None, vd, 1, 0), 5)
+    with scratch.call_scratch(device, handle) as buffers:  # the addresses the call itself used
+        shift_a, shift_b = buffers.get("ozaki shifts x", 4 * m), buffers.get("ozaki shifts y", 4 * n)
+        res_a = buffers.get("ozaki residues x", count * m * ld)
+        res_b = buffers.get("ozaki residues y", count * n * ld)
+        products = buffers.get("ozaki products", count * m * n)
+    x_ms = time_ms(lambda: plan.residues(device, handle, vx, False, shift_a, res_a), 5)
+    y_ms = time_ms(lambda: plan.residues(device, handle, vy, True, shift_b, res_b), 5)
+    products_ms = time_ms(lambda: plan.products(device, core, handle, res_a, res_b, products), 5)
+    combine_ms = time_ms(lambda: plan.combine(device, handle, products, shift_a, shift_b, None, vout, 1.0, 0.0), 5)
     return {"whole": whole, "int8 products": products_ms, "residues and combine": whole - products_ms,
+            "residues x": x_ms, "residues y": y_ms, "combine": combine_ms,
             "int8 TOPS": 2.0 * m * n * plan.k * count / products_ms / 1e9}
 
 
@@ -188,7 +187,8 @@ def main() -> int:
                 if "stages" in v:
                     s = v["stages"]
                     print(f"{'':<22} {v['products']} int8 products {s['int8 products']:.3f} ms "
-                          f"({s['int8 TOPS']:.0f} TOPS), residues + combine {s['residues and combine']:.3f} ms")
+                          f"({s['int8 TOPS']:.0f} TOPS), residues + combine {s['residues and combine']:.3f} ms "
+                          f"(x {s['residues x']:.3f}, y {s['residues y']:.3f}, combine {s['combine']:.3f})")
     write_record(args.json, results=results)
     return 0
 

@@ -207,32 +207,50 @@ class OzakiPlan:
     def run(self, device_id: int, stream_core: Any, stream: int, x: ArrayView, y: ArrayView, c: ArrayView | None,
             d: ArrayView, alpha: float, beta: float) -> None:
         """D = alpha * x y + beta * C (C None: beta is 0) on ``stream``; x is [M, K], y [K, N], all float64."""
-        m, n, k, ld, count = self.m, self.n, self.k, self.ld, self.scheme.count
+        m, n, count = self.m, self.n, self.scheme.count
         with _scratch.call_scratch(device_id, stream) as scratch:  # safe in a CUDA graph capture
             shift_a = scratch.get("ozaki shifts x", 4 * m)
             shift_b = scratch.get("ozaki shifts y", 4 * n)
-            res_a = scratch.get("ozaki residues x", count * m * ld)
-            res_b = scratch.get("ozaki residues y", count * n * ld)
+            res_a = scratch.get("ozaki residues x", count * m * self.ld)
+            res_b = scratch.get("ozaki residues y", count * n * self.ld)
             products = scratch.get("ozaki products", count * m * n)  # residues of the products, a byte each
-            x_rows, x_k = x.strides[-2], x.strides[-1]  # x: rows of M along K
-            y_k, y_cols = y.strides[-2], y.strides[-1]  # y read as rows of N along K
-            for operand, rows, row_stride, k_stride, shifts, residues in (
-                    (x, m, x_rows, x_k, shift_a, res_a), (y, n, y_cols, y_k, shift_b, res_b)):
-                with self._shifts.params.lock:
-                    self._shifts.fill((operand.ptr, rows, k, row_stride, k_stride, shifts))
-                    self._shifts.launch(device_id, (-(-rows // 32), 1, 1), (32, 32, 1), stream)
-                with self._slices.params.lock:
-                    self._slices.fill((operand.ptr, rows, k, row_stride, k_stride, shifts, residues, ld, rows * ld))
-                    self._slices.launch(device_id, (-(-ld // 128), -(-rows // 32), 1), (256, 1, 1), stream)
-            self.gemm.run(device_id, stream_core, stream,
-                          _view(res_a, (count, m, ld), (m * ld, ld, 1), _dt.int8, device_id),
-                          _view(res_b, (count, k, n), (n * ld, 1, ld), _dt.int8, device_id), None,
-                          _view(products, (count, m, n), (m * n, n, 1), _dt.uint8, device_id), 1, 0)
-            acc_row, acc_col = (0, 0) if c is None else c.strides[-2:]
-            d_row, d_col = d.strides[-2:]
-            total = m * n
-            grid = (max(1, min(-(-total // 256), 16 * self.multiprocessors)), 1, 1)
-            with self._combine.params.lock:
-                self._combine.fill((products, m, n, shift_a, shift_b, 0 if c is None else c.ptr, acc_row, acc_col,
-                                    d.ptr, d_row, d_col, float(alpha), 0.0 if c is None else float(beta)))
-                self._combine.launch(device_id, grid, (256, 1, 1), stream)
+            self.residues(device_id, stream, x, False, shift_a, res_a)
+            self.residues(device_id, stream, y, True, shift_b, res_b)
+            self.products(device_id, stream_core, stream, res_a, res_b, products)
+            self.combine(device_id, stream, products, shift_a, shift_b, c, d, alpha, beta)
+
+    # -- the stages of a call, on scratch addresses (benchmarks/emulated_f64.py times each) ------
+
+    def residues(self, device_id: int, stream: int, operand: ArrayView, is_y: bool, shifts: int,
+                 residues: int) -> None:
+        """x's rows (y's columns when ``is_y``): their scale shifts (4 bytes a row) and their int8 residues,
+        [modulus][row][ld] (count * rows * ld bytes)."""
+        rows, k, ld = (self.n if is_y else self.m), self.k, self.ld
+        row_stride, k_stride = (operand.strides[-1], operand.strides[-2]) if is_y else operand.strides[-2:]
+        with self._shifts.params.lock:
+            self._shifts.fill((operand.ptr, rows, k, row_stride, k_stride, shifts))
+            self._shifts.launch(device_id, (-(-rows // 32), 1, 1), (32, 32, 1), stream)
+        with self._slices.params.lock:
+            self._slices.fill((operand.ptr, rows, k, row_stride, k_stride, shifts, residues, ld, rows * ld))
+            self._slices.launch(device_id, (-(-ld // 128), -(-rows // 32), 1), (256, 1, 1), stream)
+
+    def products(self, device_id: int, stream_core: Any, stream: int, res_a: int, res_b: int, products: int) -> None:
+        """The batched int8 GEMM of the residues, each product stored modulo its modulus as a byte
+        (count * m * n bytes)."""
+        m, n, k, ld, count = self.m, self.n, self.k, self.ld, self.scheme.count
+        self.gemm.run(device_id, stream_core, stream,
+                      _view(res_a, (count, m, ld), (m * ld, ld, 1), _dt.int8, device_id),
+                      _view(res_b, (count, k, n), (n * ld, 1, ld), _dt.int8, device_id), None,
+                      _view(products, (count, m, n), (m * n, n, 1), _dt.uint8, device_id), 1, 0)
+
+    def combine(self, device_id: int, stream: int, products: int, shift_a: int, shift_b: int, c: ArrayView | None,
+                d: ArrayView, alpha: float, beta: float) -> None:
+        """D = alpha * (the product put back together from its residues and scaled back) + beta * C."""
+        m, n = self.m, self.n
+        acc_row, acc_col = (0, 0) if c is None else c.strides[-2:]
+        d_row, d_col = d.strides[-2:]
+        grid = (max(1, min(-(-(m * n) // 256), 16 * self.multiprocessors)), 1, 1)
+        with self._combine.params.lock:
+            self._combine.fill((products, m, n, shift_a, shift_b, 0 if c is None else c.ptr, acc_row, acc_col,
+                                d.ptr, d_row, d_col, float(alpha), 0.0 if c is None else float(beta)))
+            self._combine.launch(device_id, grid, (256, 1, 1), stream)
