@@ -229,3 +229,43 @@ def test_residue_products_are_stored_as_bytes(encoder, m, n, k, store):
     assert compiled.local_memory == 0, compiled
     sass = compiled.sass()
     assert "IGMMA" in sass and store in sass and "F2I.F64.FLOOR" in sass
+
+
+def _residue_products(x: np.ndarray, y: np.ndarray, scheme: ozaki.Residues) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """What the residue GEMM leaves for the combine: [modulus][m][n] bytes, each exact product of the operands'
+    symmetric residues reduced modulo its modulus; and the rows' and columns' shifts."""
+    target = ozaki._below(scheme.norm)
+    xs, ex = _scaled(x, target)
+    ys, ey = _scaled(y.T, target)
+    planes = []
+    for m in scheme.moduli:
+        c = _symmetric(xs, m) @ _symmetric(ys, m).T  # int64: exact, as the GEMM's int32 sums
+        planes.append(_residue_of(c, m).astype(np.uint8))
+    return np.stack(planes), ex.astype(np.int32), ey.astype(np.int32)
+
+
+@pytest.mark.skipif(not EXTENDED, reason="needs an extended-precision long double for the reference")
+@pytest.mark.parametrize(("m", "n", "k", "bits", "alpha"), [(7, 5, 33, 52, 1.0), (19, 23, 300, 44, -0.75)])
+def test_the_combine_kernel_puts_byte_residues_back_together(m, n, k, bits, alpha, build_dir, tmp_path):
+    """kernels/ozaki.cu's combine, run on the CPU (tests/host_emulation.py) on the byte residues the GEMM
+    stores: the host model's result up to rounding, within the scheme's bound of the exact product."""
+    from . import host_emulation as emu
+
+    if emu.compiler() is None:
+        pytest.skip("needs g++ (C++20) to run kernel code on the host")
+    rng = np.random.default_rng(m * n + k)
+    x = rng.standard_normal((m, k)) * np.exp2(rng.integers(-8, 9, (m, 1)))
+    y = rng.standard_normal((k, n))
+    scheme = ozaki.residues_for(bits, k)
+    products, ex, ey = _residue_products(x, y, scheme)
+    call = ("blasdx_ozaki_combine(a.data(), %d, %d, reinterpret_cast<const int*>(b.data()), "
+            "reinterpret_cast<const int*>(b.data()) + %d, nullptr, 0, 0, reinterpret_cast<double*>(out.data()), %d, 1, "
+            "emulated_scalar(0), 0.0)") % (m, n, m, n)
+    exe = emu.build(ozaki.ozaki_source(scheme), call, "::smem", build_dir)
+    got = emu.run(exe, (2, 1), 64, 0, products, np.concatenate([ex, ey]), np.full(m * n, np.nan), tmp_path,
+                  (alpha,)).reshape(m, n)
+    scale = abs(alpha) * (np.abs(x) @ np.abs(y))
+    assert np.max(np.abs(got - alpha * _model(x, y, scheme)) / scale) < 2.0**-48  # the model's sums, to rounding
+    ref = alpha * _exact(x, y)
+    bound = abs(alpha) * (ozaki_bound(x, y, scheme.norm) + 2.0**-60 * (np.abs(x) @ np.abs(y)))
+    assert np.all(np.abs(got - ref) <= bound)
