@@ -14,23 +14,31 @@
 namespace blasdx {
 namespace hopper {
 
-// v mod m in [0, m) for any int v and 2 <= m <= 256: the quotient from a double product
-// (v and 1/m to 53 bits: off by at most one next to a multiple of m), then one correction.
-__device__ __forceinline__ int residue_of(int v, int m, double inverse) {
-    const int q = __double2int_rd(double(v) * inverse);
-    int r = v - q * m;
-    if (r < 0) r += m;
+// v mod m in [0, m) for any int v and 2 <= m <= 256, in integer instructions: u = v + 2^31 (unsigned)
+// reduced by Barrett's quotient hi32(u * floor(2^32 / m)), which falls short of floor(u / m) by at most
+// one, then 2^31 mod m taken back. `magic` is floor(2^32 / m), `offset` 2^31 mod m.
+__device__ __forceinline__ int residue_of(int v, unsigned m, unsigned magic, int offset) {
+    const unsigned u = unsigned(v) ^ 0x80000000u;
+    unsigned r = u - __umulhi(u, magic) * m;  // in [0, 2m)
     if (r >= m) r -= m;
-    return r;
+    int s = int(r) - offset;
+    if (s < 0) s += int(m);
+    return s;
 }
 
-// 1 / ozaki_modulus(l) as a double: a chain of selects among constants (no division at run time).
+// Modulus l's m, floor(2^32 / m) and 2^31 mod m: a chain of selects among constants.
+struct ModulusConstants {
+    unsigned m, magic;
+    int offset;
+};
 template <int L = 0>
-__device__ __forceinline__ double inverse_of(int l) {
+__device__ __forceinline__ ModulusConstants modulus_constants(int l) {
+    constexpr unsigned M = ozaki_modulus(L);
+    constexpr ModulusConstants here{M, unsigned((1ull << 32) / M), int((1ull << 31) % M)};
     if constexpr (L + 1 < ozaki_moduli) {
-        return l == L ? 1.0 / double(ozaki_modulus(L)) : inverse_of<L + 1>(l);
+        return l == L ? here : modulus_constants<L + 1>(l);
     } else {
-        return 1.0 / double(ozaki_modulus(L));
+        return here;
     }
 }
 
@@ -48,10 +56,9 @@ struct ResidueBytes {
     }
 
     __device__ __forceinline__ void value(const Work& w, int /*row*/, int /*col*/, int& v0, int& v1) const {
-        const int modulus = ozaki_modulus(w.batch);
-        const double inverse = inverse_of(w.batch);
-        v0 = residue_of(v0, modulus, inverse);
-        v1 = residue_of(v1, modulus, inverse);
+        const ModulusConstants c = modulus_constants(w.batch);
+        v0 = residue_of(v0, c.m, c.magic, c.offset);
+        v1 = residue_of(v1, c.m, c.magic, c.offset);
     }
 
     __device__ __forceinline__ void operator()(const Work& w, int row, int col, int v0, int v1) const {

@@ -198,16 +198,20 @@ def test_without_bits_float64_stays_on_dmma(encoder):
 
 
 def _residue_of(v: np.ndarray, m: int) -> np.ndarray:
-    """kernels/hopper_residue_gemm.cu's residue_of in float64 arithmetic: floor(v * RN(1 / m)), one correction."""
-    q = np.floor(v.astype(np.float64) * (1.0 / m)).astype(np.int64)
-    r = v - q * m
-    r = np.where(r < 0, r + m, r)
-    return np.where(r >= m, r - m, r)
+    """kernels/hopper_residue_gemm.cu's residue_of in 32-bit unsigned arithmetic: u = v + 2^31 less Barrett's
+    quotient hi32(u * floor(2^32 / m)) times m, one correction, then 2^31 mod m taken back."""
+    u = (v.astype(np.int64) + 2**31).astype(np.uint64)  # v ^ 0x80000000 as unsigned
+    quotient = (u * np.uint64(2**32 // m)) >> np.uint64(32)  # __umulhi: u and the magic are below 2^32
+    r = (u - quotient * np.uint64(m)).astype(np.int64)
+    assert np.all((r >= 0) & (r < 2 * m))
+    r = np.where(r >= m, r - m, r)
+    s = r - 2**31 % m
+    return np.where(s < 0, s + m, s)
 
 
 def test_the_epilogue_reduction_is_exact_for_every_int32_sum():
-    """The quotient from a double product is off by at most one (next to a multiple of m, v / m being a fraction
-    of denominator m <= 256 otherwise), which one correction fixes: every modulus, around every kind of edge."""
+    """Barrett's quotient falls short by at most one, which one correction fixes, and taking 2^31 mod m back
+    gives v mod m: every modulus, around every multiple of it and at the ends of int32."""
     rng = np.random.default_rng(7)
     for m in ozaki.MODULI:
         q = np.arange(-(2**31) // m - 1, 2**31 // m + 2, max(1, 2**31 // m // 4000), dtype=np.int64)
@@ -228,7 +232,7 @@ def test_residue_products_are_stored_as_bytes(encoder, m, n, k, store):
     compiled = gemm.compiled
     assert compiled.local_memory == 0, compiled
     sass = compiled.sass()
-    assert "IGMMA" in sass and store in sass and "F2I.F64.FLOOR" in sass
+    assert "IGMMA" in sass and store in sass and "IMAD.HI.U32" in sass  # Barrett's quotient
 
 
 def _residue_products(x: np.ndarray, y: np.ndarray, scheme: ozaki.Residues) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
