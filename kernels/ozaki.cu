@@ -206,8 +206,8 @@ __device__ __forceinline__ void accumulate(const unsigned char* __restrict__ c, 
 }  // namespace blasdx::ozaki
 
 // D = alpha * A B + beta * C from the residue products c ([moduli][m][n] bytes, row-major, each
-// modulo its modulus) and
-// the scale shifts of A's rows and B's columns. Grid-stride, one thread per element of D.
+// modulo its modulus) and the scale shifts of A's rows and B's columns. Grid-stride, one thread
+// per element of D.
 extern "C" __global__ void __launch_bounds__(256) blasdx_ozaki_combine(
     const unsigned char* __restrict__ c_slices, int m, int n, const int* __restrict__ shift_a,
     const int* __restrict__ shift_b, const double* acc, blasdx::i64 acc_row, blasdx::i64 acc_col,
