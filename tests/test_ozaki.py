@@ -235,7 +235,8 @@ def test_residue_products_are_stored_as_bytes(encoder, m, n, k, store):
     assert "IGMMA" in sass and store in sass and "IMAD.HI.U32" in sass  # Barrett's quotient
 
 
-def _residue_products(x: np.ndarray, y: np.ndarray, scheme: ozaki.Residues) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _residue_products(x: np.ndarray, y: np.ndarray,
+                      scheme: ozaki.Residues) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """What the residue GEMM leaves for the combine: [modulus][m][n] bytes, each exact product of the operands'
     symmetric residues reduced modulo its modulus; and the rows' and columns' shifts."""
     target = ozaki._below(scheme.norm)
@@ -262,9 +263,9 @@ def test_the_combine_kernel_puts_byte_residues_back_together(m, n, k, bits, alph
     y = rng.standard_normal((k, n))
     scheme = ozaki.residues_for(bits, k)
     products, ex, ey = _residue_products(x, y, scheme)
-    call = ("blasdx_ozaki_combine(a.data(), %d, %d, reinterpret_cast<const int*>(b.data()), "
-            "reinterpret_cast<const int*>(b.data()) + %d, nullptr, 0, 0, reinterpret_cast<double*>(out.data()), %d, 1, "
-            "emulated_scalar(0), 0.0)") % (m, n, m, n)
+    shifts = "reinterpret_cast<const int*>(b.data())"  # x's m row shifts, then y's n column shifts
+    call = (f"blasdx_ozaki_combine(a.data(), {m}, {n}, {shifts}, {shifts} + {m}, nullptr, 0, 0, "
+            f"reinterpret_cast<double*>(out.data()), {n}, 1, emulated_scalar(0), 0.0)")
     exe = emu.build(ozaki.ozaki_source(scheme), call, "::smem", build_dir)
     got = emu.run(exe, (2, 1), 64, 0, products, np.concatenate([ex, ey]), np.full(m * n, np.nan), tmp_path,
                   (alpha,)).reshape(m, n)
