@@ -15,8 +15,7 @@
 // stream-K waves (>= 2, blasdx/hopper/scheduler.cuh) and the blocks that share a tile add their sums
 // into `workspace` (one tile's sums, zero between launches). `counters` (one int per tile, consumer
 // and warp) are zero between launches. C is read only when beta != 0. Strides are in elements.
-#include "blasdx/hopper/gemm.cuh"
-#include "blasdx/hopper/splitk.cuh"
+#include "blasdx/hopper/final_store.cuh"
 
 namespace blasdx {
 namespace hopper {
@@ -25,9 +24,6 @@ using Engine = DeviceGemm<HopperConfig>;
 using TC = HopperConfig::c_type;
 using TV = Engine::Acc::value_type;  // the accumulator's type: alpha, beta and split partial sums have it too
 using Final = LinearCombination<TC, TV>;
-// Split K finished by the last split of each tile: per consumer slices, or whole ping-pong tiles.
-using Fixup = SplitKFixup<StoreEachPair<Final>, TV, Engine::BM, Engine::BN, Engine::PINGPONG ? 1 : Engine::CONSUMERS,
-                          Engine::STREAM_K>;
 
 }  // namespace hopper
 }  // namespace blasdx
@@ -44,12 +40,6 @@ extern "C" __global__ void __launch_bounds__(blasdx::hopper::Engine::THREADS, 1)
     extern __shared__ __align__(16) unsigned char smem[];
     const Engine::Sched sched(m, n, k, batch, splits);
     const Final final_(c, d, m, n, c_row, c_col, c_batch, d_row, d_col, d_batch, alpha, beta);
-    static_assert(!(Engine::STREAM_K && HopperConfig::store_by_tma), "stream-K tiles are finished by direct stores");
-    if constexpr (HopperConfig::store_by_tma) {
-        const StageThroughShared<TC, Final> epi{&map_d, final_};
-        Engine::run(smem, &map_a, &map_b, sched, batched_a != 0, batched_b != 0, epi);
-    } else {
-        const Fixup epi{{final_}, workspace, counters, m, splits, sched.rows * HopperConfig::cluster_m, sched.tiles_n};
-        Engine::run(smem, &map_a, &map_b, sched, batched_a != 0, batched_b != 0, epi);
-    }
+    run_to_final<HopperConfig>(smem, &map_a, &map_b, &map_d, sched, batched_a != 0, batched_b != 0, final_, workspace,
+                               counters, m, splits);
 }

@@ -8,8 +8,7 @@
 // acc_type = int) after ozaki.py's generated constants (ozaki_moduli, ozaki_modulus(l)). Same
 // parameters as blasdx_hopper_gemm (C, alpha and beta are not read), so the engine's plan
 // launches it unchanged.
-#include "blasdx/hopper/gemm.cuh"
-#include "blasdx/hopper/splitk.cuh"
+#include "blasdx/hopper/final_store.cuh"
 
 namespace blasdx {
 namespace hopper {
@@ -72,8 +71,6 @@ using Engine = DeviceGemm<HopperConfig>;
 using TC = HopperConfig::c_type;
 using TV = Engine::Acc::value_type;
 static_assert(sizeof(TC) == 1 && sizeof(TV) == 4, "residue bytes from int32 sums");
-using Fixup = SplitKFixup<StoreEachPair<ResidueBytes>, TV, Engine::BM, Engine::BN,
-                          Engine::PINGPONG ? 1 : Engine::CONSUMERS, Engine::STREAM_K>;
 
 }  // namespace hopper
 }  // namespace blasdx
@@ -91,11 +88,6 @@ extern "C" __global__ void __launch_bounds__(blasdx::hopper::Engine::THREADS, 1)
     extern __shared__ __align__(16) unsigned char smem[];
     const Engine::Sched sched(m, n, k, batch, splits);
     const ResidueBytes final_(d, m, n, d_row, d_col, d_batch);
-    if constexpr (HopperConfig::store_by_tma) {
-        const StageThroughShared<TC, ResidueBytes> epi{&map_d, final_};
-        Engine::run(smem, &map_a, &map_b, sched, batched_a != 0, batched_b != 0, epi);
-    } else {
-        const Fixup epi{{final_}, workspace, counters, m, splits, sched.rows * HopperConfig::cluster_m, sched.tiles_n};
-        Engine::run(smem, &map_a, &map_b, sched, batched_a != 0, batched_b != 0, epi);
-    }
+    run_to_final<HopperConfig>(smem, &map_a, &map_b, &map_d, sched, batched_a != 0, batched_b != 0, final_, workspace,
+                               counters, m, splits);
 }
