@@ -131,6 +131,35 @@ def test_every_sweep_configuration(torch, a):
             _check(torch, d, x, y, a, k, what=f"{a.name} {name} {layout}")
 
 
+@pytest.mark.parametrize("a", WIDE, ids=lambda t: t.name)
+def test_every_small_tile(torch, a):
+    """Each of the rule's smaller tiles (hopper_wide.SMALL) on every layout it reads, at odd sizes, unsplit and split."""
+    gen = torch.Generator(device="cuda").manual_seed(15)
+    for config, _ in hopper_wide.SMALL[a.name]:
+        for layout in hs.LAYOUTS:
+            if not hopper_wide.reads(a, config, layout[0] == "R", layout[1] == "C"):
+                continue
+            for (m, n, k), splits in (((129, 197, 300), 1), ((65, 63, 1100), 3), ((1, 17, 255), 1)):
+                x = hs.operand(torch, (m, k), a, gen, layout[0])
+                y = hs.operand(torch, (k, n), a, gen, layout[1])
+                d = hs.poisoned(torch, (m, n), a)
+                engine = hs.engine_call(torch, x, y, None, d, a, config=config, splits=splits)
+                assert engine.config == config and engine.splits == splits
+                _check(torch, d, x, y, a, k, what=f"{a.name} {config} {layout} {m}x{n}x{k} in {splits}")
+
+
+def test_small_tiles_take_a_blocked_solves_leaves(torch):
+    """bx.matmul of a 128-row leaf shape takes a small tile by the rule and is right."""
+    gen = torch.Generator(device="cuda").manual_seed(16)
+    for a in WIDE:
+        x, y = hs.operand(torch, (128, 128), a, gen), hs.operand(torch, (128, 1024), a, gen)
+        with poisoned_new_tensors():
+            got = bx.matmul(x, y)
+        _check(torch, got, x, y, a, 128, what=f"matmul {a.name} 128x1024x128")
+        if torch.cuda.get_device_properties(0).multi_processor_count >= 114:
+            assert "64x64 tiles" in call_plan(x, y).describe()
+
+
 def test_nan_in_c_stays_out_when_beta_is_zero(torch):
     a = dt.float64
     gen = torch.Generator(device="cuda").manual_seed(15)

@@ -80,24 +80,53 @@ def test_batches_and_broadcasts(encoder):
 
 
 @pytest.mark.parametrize(("shape", "splits"), [((4096, 4096, 4096), 1), ((8192, 8192, 8192), 1),
-                                               ((16, 8192, 8192), 2), ((1024, 1024, 4096), 2),
-                                               ((128, 128, 65536), 16)])
+                                               ((1024, 1024, 4096), 2), ((2048, 2048, 2048), 1)])
 @pytest.mark.parametrize("a", WIDE, ids=lambda t: t.name)
 def test_config_and_splits(a, shape, splits):
     m, n, k = shape
     config, n_splits = hopper_wide.choose_config(a, m, n, k, 1, SMS)
-    assert config == hopper_wide.CONFIGS[a.name]
+    assert config == hopper_wide.CONFIGS[a.name], "products that fill the SMs keep 128 x 128 tiles"
     assert config.shared_memory(a.size) <= 232448 and config.threads == 384
     steps = math.ceil(k / config.bk(a.size))
     units = math.ceil(m / 128) * math.ceil(n / 128)
     expected = hopper.split_count(hopper_wide._SplitGeometry(config, a.size), m, n, k, 1, SMS)
-    assert n_splits == expected
+    assert n_splits == expected == splits
     if units >= SMS:
         assert n_splits == 1
     else:
         assert n_splits * units <= SMS and math.ceil(steps / n_splits) >= hopper.MIN_STEPS_PER_SPLIT
-    if a == dt.float64:  # K steps of 16: more splits than f32 (K steps of 32) at the same K
-        assert n_splits == splits
+
+
+# (shape, f64 tile, f32 tile with a K-major x, f32 tile with an MN-major x, splits): products whose 128 x 128
+# tiles would leave most SMs idle take smaller ones (a blocked solve's 128-row leaves and updates, skinny rows)
+SMALL_CASES = [
+    ((128, 1024, 128), (64, 64), (64, 64), (128, 64), 1),     # 8 tiles of 128 x 128 on 132 SMs
+    ((128, 2048, 128), (64, 64), (64, 64), (128, 64), 1),
+    ((896, 1024, 128), (128, 64), (128, 64), (128, 64), 1),  # 56 tiles: 112 of 128 x 64
+    ((16, 8192, 8192), (64, 128), (64, 128), (64, 128), 2),   # one 64-row tile of rows, split K
+    ((128, 128, 65536), (64, 64), (64, 64), (128, 64), 16),
+]
+
+
+@pytest.mark.parametrize(("shape", "f64", "f32_k", "f32_mn", "splits"), SMALL_CASES)
+def test_small_tiles_where_large_ones_leave_sms_idle(shape, f64, f32_k, f32_mn, splits, monkeypatch):
+    m, n, k = shape
+    for a, x_k_major, tile in ((dt.float64, True, f64), (dt.float64, False, f64), (dt.float32, True, f32_k),
+                               (dt.float32, False, f32_mn)):
+        config, n_splits = hopper_wide.choose_config(a, m, n, k, 1, SMS, x_k_major, False)
+        assert (config.bm, config.bn) == tile and n_splits == splits, (a.name, x_k_major)
+        assert hopper_wide.reads(a, config, x_k_major, False) and config.threads == 384
+        assert n_splits == hopper.split_count(hopper_wide._SplitGeometry(config, a.size), m, n, k, 1, SMS)
+    monkeypatch.setattr(hopper_wide, "SMALL_TILES", False)
+    assert hopper_wide.choose_config(dt.float64, m, n, k, 1, SMS)[0] == hopper_wide.CONFIGS["float64"]
+
+
+def test_small_tile_plans_describe_their_tile(encoder):
+    p = plan(view((128, 128), dt.float32), view((128, 1024), dt.float32))  # x K-major, y MN-major
+    assert "64x64 tiles, 16x32 per warp" in p.describe() and p.kernel.config.bm == 64
+    assert encoder.calls[0].box == (32, 64, 1)  # A's box: one K stage of the tile's 64 rows
+    p = plan(col((128, 128), dt.float32), view((128, 1024), dt.float32))  # an MN-major x: 32-row warp tiles
+    assert "128x64 tiles, 32x32 per warp" in p.describe()
 
 
 def test_split_plans_describe_and_reduce(encoder):
@@ -173,6 +202,22 @@ def test_sweep_configs_compile(a):
             assert compiled.local_memory == 0, name
             if config.cluster > 1:
                 assert "UTMALDG.3D.MULTICAST" in compiled.sass()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("a", WIDE, ids=lambda t: t.name)
+def test_small_tiles_compile_for_every_layout_they_read(a):
+    unit = "DMMA" if a == dt.float64 else "FFMA"
+    for config, _ in hopper_wide.SMALL[a.name]:
+        for layout in LAYOUTS:
+            a_k, b_k = layout[0] == "R", layout[1] == "C"
+            if not hopper_wide.reads(a, config, a_k, b_k):
+                continue
+            compiled = cached_compile(hopper_wide.wide_source(a, config, a_k, b_k), hopper_wide.KERNEL_NAME, "sm_90a")
+            ops = _instructions(compiled.sass())
+            assert {unit, "UTMALDG", "USETMAXREG", "LDS"} <= ops, (config, layout)
+            assert not ops & {"LDL", "STL"} and compiled.local_memory == 0, (config, layout)
+    assert not hopper_wide.reads(dt.float32, hopper_wide.SMALL["float32"][2][0], False, True)
 
 
 @pytest.mark.parametrize("c", WIDE, ids=lambda t: t.name)

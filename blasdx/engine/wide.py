@@ -76,6 +76,26 @@ F32 = WideConfig(128, 128, 32, 64, 6)
 CONFIGS = {"float64": F64, "float32": F32}
 
 
+# Smaller tiles for products whose 128 x 128 tiles leave most SMs idle even when split (short or
+# skinny products; a blocked triangular solve's 128-row leaves and updates, 8 tiles of 128 x 1024 x 128 on
+# 132 SMs), each with its estimated speed per SM against 128 x 128: smaller warp tiles multiply fewer
+# values per shared-memory read. f32's 64 x 64 tile has 16-row warp tiles, which read a K-major A only.
+SMALL = {
+    "float64": ((WideConfig(128, 64, 32, 32, 6), 0.85), (WideConfig(64, 128, 32, 32, 6), 0.85),
+                (WideConfig(64, 64, 32, 16, 6), 0.65)),
+    "float32": ((WideConfig(128, 64, 32, 32, 6), 0.8), (WideConfig(64, 128, 32, 32, 6), 0.8),
+                (WideConfig(64, 64, 16, 32, 6), 0.6)),
+}
+#: Whether the rule may take SMALL's tiles (off: 128 x 128 always, as before them).
+SMALL_TILES = True
+#: K steps a unit of work costs beyond its own (pipeline fill, the epilogue's stores): short K weighs them.
+_UNIT_OVERHEAD_STEPS = 4
+#: A split launch counted this much slower (the second kernel adding the splits up).
+_SPLIT_COST = 1.1
+#: A smaller tile is taken only when its estimate is this many times shorter than the larger one's.
+_SMALL_MARGIN = 1.2
+
+
 class _SplitGeometry:
     """What hopper.split_count reads of a configuration (tile and K step)."""
 
@@ -83,10 +103,37 @@ class _SplitGeometry:
         self.bm, self.bn, self.bk = config.bm, config.bn, config.bk(itemsize)
 
 
-def choose_config(a: _dt.DType, m: int, n: int, k: int, batch: int, multiprocessors: int) -> tuple[WideConfig, int]:
-    """The configuration of the type and the K splits that bring the work up to the SM count."""
-    config = CONFIGS[a.name]
-    return config, _hopper.split_count(_SplitGeometry(config, a.size), m, n, k, batch, multiprocessors)
+def reads(a: _dt.DType, config: WideConfig, a_k_major: bool, b_k_major: bool) -> bool:
+    """Whether ``config``'s warp tiles read these layouts: DMMA's read every layout; an FFMA warp tile of an
+    MN-major operand covers whole 32-element panels (kernels/blasdx/hopper/ffma_tile.cuh)."""
+    return a == _dt.float64 or ((a_k_major or config.wm % 32 == 0) and (b_k_major or config.wn % 32 == 0))
+
+
+def _estimate(config: WideConfig, speed: float, itemsize: int, m: int, n: int, k: int, batch: int,
+              multiprocessors: int) -> tuple[float, int]:
+    """(estimated time in tile-element K steps of 128 x 128 speed, K splits) of ``config`` on this product:
+    rounds of units over the SMs times one unit's work."""
+    geometry = _SplitGeometry(config, itemsize)
+    splits = _hopper.split_count(geometry, m, n, k, batch, multiprocessors)
+    units = batch * math.ceil(m / config.bm) * math.ceil(n / config.bn) * splits
+    steps = math.ceil(math.ceil(k / geometry.bk) / splits) + _UNIT_OVERHEAD_STEPS
+    cost = math.ceil(units / multiprocessors) * config.bm * config.bn * steps / speed
+    return cost * (_SPLIT_COST if splits > 1 else 1.0), splits
+
+
+def choose_config(a: _dt.DType, m: int, n: int, k: int, batch: int, multiprocessors: int,
+                  a_k_major: bool = True, b_k_major: bool = True) -> tuple[WideConfig, int]:
+    """The tile of the type and the K splits that bring the work up to the SM count: 128 x 128, or a SMALL tile
+    that reads these layouts where rounds of 128 x 128 tiles would leave the SMs idle (estimated, _estimate)."""
+    best = CONFIGS[a.name]
+    best_cost, best_splits = _estimate(best, 1.0, a.size, m, n, k, batch, multiprocessors)
+    if SMALL_TILES:
+        small = [(*_estimate(config, speed, a.size, m, n, k, batch, multiprocessors), config)
+                 for config, speed in SMALL[a.name] if reads(a, config, a_k_major, b_k_major)]
+        cost, splits, config = min(small, key=lambda found: found[0])
+        if cost * _SMALL_MARGIN < best_cost:
+            best, best_splits = config, splits
+    return best, best_splits
 
 
 def route(argument: str, dtype: _dt.DType, ptr: int, k_major: bool, ld: int, outer: int, batch_stride: int,
@@ -141,7 +188,7 @@ class WidePlan(_hopper.EnginePlan):
         self.a, self.b, self.c = a, a, c  # both operands have the input type
         self.m, self.n, self.k, self.batch = m, n, k, batch
         self.route_a, self.route_b = route_a, route_b
-        chosen, chosen_splits = choose_config(a, m, n, k, batch, multiprocessors)
+        chosen, chosen_splits = choose_config(a, m, n, k, batch, multiprocessors, route_a.k_major, route_b.k_major)
         self.config = config or chosen
         self.splits = splits if splits is not None else (chosen_splits if config is None else 1)
         self.multiprocessors = multiprocessors
@@ -234,11 +281,11 @@ def describe_call(a: _dt.DType, c: _dt.DType, m: int, n: int, k: int, batch: int
     if not serves(a, c):
         raise ValueError(f"the wide path runs {', '.join(f'{x.name} -> {y.name}' for x, y in sorted(SERVED, key=str))}"
                          f"; not {a.name} -> {c.name}")
-    config, splits = choose_config(a, m, n, k, batch, multiprocessors)
     aligned = _hopper._SCRATCH_ALIGNMENT
     route_a = route("x", a, aligned, a_row_major, k if a_row_major else m, m if a_row_major else k, m * k, batch > 1)
     route_b = route("y", a, aligned, not b_row_major, n if b_row_major else k, k if b_row_major else n, k * n,
                     batch > 1)
+    config, splits = choose_config(a, m, n, k, batch, multiprocessors, route_a.k_major, route_b.k_major)
     return _describe(a, config, splits, route_a, route_b)
 
 
