@@ -5,7 +5,7 @@
 // combine then reads a quarter of the bytes it read as int32, and the GEMM writes a quarter.
 //
 // Expects the prelude of kernels/hopper_gemm.cu (HopperConfig with c_type = unsigned char,
-// acc_type = int) after ozaki.py's generated constants (ozaki_moduli, ozaki_modulus(l)). Same
+// acc_type = int) after ozaki.py's generated constants (ozaki_moduli and the residue tables). Same
 // parameters as blasdx_hopper_gemm (C, alpha and beta are not read), so the engine's plan
 // launches it unchanged.
 #include "blasdx/hopper/final_store.cuh"
@@ -25,20 +25,16 @@ __device__ __forceinline__ int residue_of(int v, unsigned m, unsigned magic, int
     return s;
 }
 
-// Modulus l's m, floor(2^32 / m) and 2^31 mod m: a chain of selects among constants.
+// Modulus l's m, floor(2^32 / m) and 2^31 mod m, read from constant memory (ozaki.py's residue_constants:
+// ozaki_residue_m / _magic / _offset). The index is the tile's problem, the same in every thread, so each
+// is one broadcast load the compiler may keep across the tile; a chain of selects on the index, its first
+// form, was walked again for every pair of values and slowed the GEMM with the moduli's count.
 struct ModulusConstants {
     unsigned m, magic;
     int offset;
 };
-template <int L = 0>
 __device__ __forceinline__ ModulusConstants modulus_constants(int l) {
-    constexpr unsigned M = ozaki_modulus(L);
-    constexpr ModulusConstants here{M, unsigned((1ull << 32) / M), int((1ull << 31) % M)};
-    if constexpr (L + 1 < ozaki_moduli) {
-        return l == L ? here : modulus_constants<L + 1>(l);
-    } else {
-        return here;
-    }
+    return {ozaki_residue_m[l], ozaki_residue_magic[l], ozaki_residue_offset[l]};
 }
 
 // The tile's final values: each sum reduced modulo its problem's modulus, stored as bytes.

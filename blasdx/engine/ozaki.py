@@ -35,7 +35,7 @@ from ..compile.compiled import Forward
 from ..launch import scratch as _scratch
 from . import hopper as _hopper
 
-__all__ = ["MODULI", "MAX_K", "Residues", "residues_for", "OzakiPlan", "ResidueGemmPlan", "ozaki_constants",
+__all__ = ["MODULI", "MAX_K", "Residues", "residues_for", "OzakiPlan", "ResidueGemmPlan", "ozaki_constants", "residue_constants",
            "ozaki_source"]
 
 #: K up to which every residue product sums exactly in int32 (|r| <= 127 except m = 256's -128).
@@ -139,6 +139,21 @@ def ozaki_constants(scheme: Residues) -> str:
     ])
 
 
+def residue_constants(scheme: Residues) -> str:
+    """The residue GEMM's tables in constant memory (kernels/hopper_residue_gemm.cu): each modulus m, floor(2^32 / m)
+    and 2^31 mod m, indexed by the problem."""
+    moduli = scheme.moduli
+
+    def table(name: str, kind: str, values: list[int]) -> str:
+        return f"__constant__ {kind} {name}[{len(values)}] = {{{', '.join(map(str, values))}}};"
+
+    return "\n".join([
+        table("ozaki_residue_m", "unsigned", list(moduli)),
+        table("ozaki_residue_magic", "unsigned", [(1 << 32) // m for m in moduli]),
+        table("ozaki_residue_offset", "int", [(1 << 31) % m for m in moduli]),
+    ])
+
+
 def _below(norm: int) -> float:
     """T times NORM_MARGIN as a double no larger than that (the kernels' target)."""
     value = float(Fraction(norm) * Fraction(NORM_MARGIN))
@@ -161,7 +176,8 @@ class ResidueGemmPlan(_hopper.EnginePlan):
     def _gemm_kernel(self, staged: bool) -> Any:
         gemm = _hopper.gemm_source(self.a, self.c, self.config, self.route_a.k_major, self.route_b.k_major, staged,
                                    self.b, kernel_file="hopper_residue_gemm.cu")
-        return _hopper._Kernel("\n".join([ozaki_constants(self.scheme), gemm]), RESIDUE_KERNEL_NAME, _hopper.ARCH,
+        return _hopper._Kernel("\n".join([ozaki_constants(self.scheme), residue_constants(self.scheme), gemm]),
+                               RESIDUE_KERNEL_NAME, _hopper.ARCH,
                                _hopper._scalar_kinds(_hopper._GEMM_PARAMS, self.c),
                                self.config.shared_memory(self.a.size, staged))
 
