@@ -11,9 +11,8 @@
 //   blasdx_ozaki_combine  the residue products back to float64 (Chinese remainder theorem as a
 //                         fractional sum kept exact in float64), unscaled: D = alpha * AB + beta * C.
 // The prelude defines `ozaki_moduli` (the count) and the generated functions ozaki_modulus(l),
-// ozaki_inverse(l) ((M / m_l)^-1 mod m_l), ozaki_hi(l) / ozaki_lo(l) (1 / m_l as an exact
-// multiple of 2^-44 plus the rest), ozaki_product() (M as a double) and ozaki_norm() (T, a
-// little below, as a double).
+// ozaki_high_step(l) / ozaki_low_step(l) (the combine's integer steps, below), ozaki_product()
+// (M as a double) and ozaki_norm() (T, a little below, as a double).
 #include "blasdx/types.cuh"
 
 namespace blasdx::ozaki {
@@ -24,14 +23,30 @@ using blasdx::i64;
 constexpr int kNonFinite = 0x7fffffff;
 constexpr int kEmpty = -0x40000000;  // the exponent of a sum of squares with no term yet
 
-// The symmetric residue of an integer-valued double |v| < 2^64, as an int in [-m/2, (m-1)/2].
+// An integer |v| < 2^63 as three 21-bit parts, v = a 2^42 + b 2^21 + c (a signed, b and c in [0, 2^21)):
+// its residue modulo any m <= 256 is then a few int32 multiply-adds, not a float64 division.
+struct Parts {
+    int a;
+    unsigned b, c;
+};
+__device__ __forceinline__ Parts parts_of(double v) {
+    const long long i = static_cast<long long>(v);  // exact: v is integer-valued, |v| < 2^63
+    return {int(i >> 42), unsigned(i >> 21) & 0x1fffffu, unsigned(i) & 0x1fffffu};
+}
+
+// The symmetric residue of v in [-(M / 2), (M - 1) / 2]: s = a (2^42 mod M) + b (2^21 mod M) + c plus a
+// multiple of M above 2^29 and M / 2 is in [0, 2^31) and congruent to v + M / 2; Barrett's quotient
+// hi32(s floor(2^32 / M)) falls short of floor(s / M) by at most one, so one correction leaves
+// (v + M / 2) mod M, and M / 2 is taken back.
 template <int M>
-__device__ __forceinline__ int residue(double v) {
-    const double q = rint(v * (1.0 / M));
-    int r = int(fma(-q, double(M), v)) % M;  // v - qM is a small integer: exact
-    if (r > (M - 1) / 2) r -= M;
-    if (r < -(M / 2)) r += M;
-    return r;
+__device__ __forceinline__ int residue(const Parts& p) {
+    constexpr unsigned k21 = (1u << 21) % M, k42 = unsigned((1ull << 42) % M);
+    constexpr unsigned lift = M * ((1u << 29) / M + 1) + M / 2;
+    constexpr unsigned magic = unsigned((1ull << 32) / M);
+    const unsigned s = unsigned(p.a * int(k42)) + p.b * k21 + p.c + lift;
+    unsigned r = s - __umulhi(s, magic) * M;  // in [0, 2M)
+    r = min(r, r - M);                        // r - M wraps above 2^31 when r < M
+    return int(r) - M / 2;
 }
 
 // A sum of squares kept as sum * 4^exponent with every term scaled by the same power of two
@@ -125,19 +140,15 @@ constexpr int kTileRows = 32, kTileK = 128, kThreads = 256, kTileStride = 137;
 // transposing loads and the 16-element reads of the writers meet few bank conflicts.
 __device__ __forceinline__ int tile_index(int r, int c) { return r * kTileStride + (c >> 4) * 17 + (c & 15); }
 
+// Four elements' residues for every modulus, one 4-byte store per modulus ([modulus][row][k] bytes).
 template <int L>
-__device__ __forceinline__ void write_residues(const double (&v)[16], signed char* out, i64 slice_stride) {
+__device__ __forceinline__ void write_residues(const Parts (&v)[4], signed char* out, i64 slice_stride) {
     if constexpr (L < ozaki_moduli) {
         constexpr int M = ozaki_modulus(L);
-        int words[4];
+        unsigned packed = 0;
 #pragma unroll
-        for (int w = 0; w < 4; ++w) {
-            unsigned packed = 0;
-#pragma unroll
-            for (int b = 0; b < 4; ++b) packed |= unsigned(residue<M>(v[4 * w + b]) & 0xff) << (8 * b);
-            words[w] = int(packed);
-        }
-        *reinterpret_cast<int4*>(out + L * slice_stride) = make_int4(words[0], words[1], words[2], words[3]);
+        for (int b = 0; b < 4; ++b) packed |= unsigned(residue<M>(v[b]) & 0xff) << (8 * b);
+        *reinterpret_cast<unsigned*>(out + L * slice_stride) = packed;
         write_residues<L + 1>(v, out, slice_stride);
     }
 }
@@ -163,13 +174,18 @@ __device__ void slices(const double* __restrict__ x, int rows, int k, i64 row_st
         tile[tile_index(r, c)] = v;
     }
     __syncthreads();
-    const int r = t / 8, chunk = t % 8;  // 16 consecutive K elements of one row per thread
-    const int row = row0 + r, kk = k_base + chunk * 16;
-    if (row >= rows || kk >= ld) return;
-    double v[16];
+    // Each warp writes whole 128-byte lines of every modulus: four consecutive K elements a thread, eight rows
+    // a pass; one pass at a time (not unrolled), so that four elements' parts are all a thread holds.
+    const int c = (t % 32) * 4, kk = k_base + c;
+#pragma unroll 1
+    for (int r = t / 32; r < kTileRows; r += kThreads / 32) {
+        const int row = row0 + r;
+        if (row >= rows || kk >= ld) continue;
+        Parts v[4];
 #pragma unroll
-    for (int j = 0; j < 16; ++j) v[j] = tile[tile_index(r, chunk * 16 + j)];
-    write_residues<0>(v, out + row * i64(ld) + kk, slice_stride);
+        for (int j = 0; j < 4; ++j) v[j] = parts_of(tile[tile_index(r, c + j)]);
+        write_residues<0>(v, out + row * i64(ld) + kk, slice_stride);
+    }
 }
 
 }  // namespace blasdx::ozaki
@@ -188,17 +204,19 @@ extern "C" __global__ void __launch_bounds__(256) blasdx_ozaki_slices(
 
 namespace blasdx::ozaki {
 
-// (sum over l of t_l / m_l) mod 1, for t_l = (c_l (M / m_l)^-1) mod m_l: the exact product over M.
-// c_l is the residue product modulo m_l, a byte in [0, m_l) (kernels/hopper_residue_gemm.cu).
+// (sum over l of t_l / m_l) mod 1 for t_l = c_l (M / m_l)^-1 mod m_l: the exact product over M. c_l is the
+// residue product modulo m_l, a byte (kernels/hopper_residue_gemm.cu). With 1 / m_l = h_l 2^-44 + e_l (h_l an
+// integer, |e_l| < 2^-45), c_l (M / m_l)^-1 / m_l is c_l G_l 2^-44 + c_l P_l 2^-87 up to c_l 2^-88, where
+// G_l = (M / m_l)^-1 h_l mod 2^44 and P_l rounds (M / m_l)^-1 e_l 2^87 (ozaki_high_step / ozaki_low_step).
+// Both sums are integers: `high` is exact modulo 2^44 (terms below 2^52) and `low` stays within int64
+// (terms below 2^58), added with wrap-around.
 template <int L>
-__device__ __forceinline__ void accumulate(const unsigned char* __restrict__ c, i64 slice_stride, double& high,
-                                           double& low) {
+__device__ __forceinline__ void accumulate(const unsigned char* __restrict__ c, i64 slice_stride,
+                                           unsigned long long& high, unsigned long long& low) {
     if constexpr (L < ozaki_moduli) {
-        constexpr int M = ozaki_modulus(L);
-        const int t = (int(c[L * slice_stride]) * ozaki_inverse(L)) % M;
-        high += double(t) * ozaki_hi(L);  // t * hi is a multiple of 2^-44 below 2^9: exact, as is the sum
-        high -= rint(high);
-        low = fma(double(t), ozaki_lo(L), low);
+        const unsigned long long v = c[L * slice_stride];
+        high += v * ozaki_high_step(L);
+        low += v * static_cast<unsigned long long>(ozaki_low_step(L));
         accumulate<L + 1>(c, slice_stride, high, low);
     }
 }
@@ -206,8 +224,8 @@ __device__ __forceinline__ void accumulate(const unsigned char* __restrict__ c, 
 }  // namespace blasdx::ozaki
 
 // D = alpha * A B + beta * C from the residue products c ([moduli][m][n] bytes, row-major, each
-// modulo its modulus) and the scale shifts of A's rows and B's columns. Grid-stride, one thread
-// per element of D.
+// modulo its modulus) and the scale shifts of A's rows and B's columns. Rows stride over
+// blockIdx.y, columns over the threads of blockIdx.x (no division per element).
 extern "C" __global__ void __launch_bounds__(256) blasdx_ozaki_combine(
     const unsigned char* __restrict__ c_slices, int m, int n, const int* __restrict__ shift_a,
     const int* __restrict__ shift_b, const double* acc, blasdx::i64 acc_row, blasdx::i64 acc_col,
@@ -215,17 +233,21 @@ extern "C" __global__ void __launch_bounds__(256) blasdx_ozaki_combine(
     using blasdx::i64;
     using namespace blasdx::ozaki;
     const i64 total = i64(m) * n;
-    for (i64 i = blockIdx.x * i64(blockDim.x) + threadIdx.x; i < total; i += i64(gridDim.x) * blockDim.x) {
-        const i64 row = i / n, col = i - row * n;
-        double high = 0.0, low = 0.0;
-        accumulate<0>(c_slices + i, total, high, low);
-        double fraction = high + low;
-        fraction -= rint(fraction);
-        const int sa = shift_a[row], sb = shift_b[col];
-        double v = (sa == kNonFinite || sb == kNonFinite) ? __longlong_as_double(0x7ff8000000000000ll)
-                                                          : scalbn(fraction * ozaki_product(), -(sa + sb));
-        v *= alpha;
-        if (beta != 0.0) v = fma(beta, acc[row * acc_row + col * acc_col], v);
-        d[row * d_row + col * d_col] = v;
+    for (int row = blockIdx.y; row < m; row += gridDim.y) {
+        const int sa = shift_a[row];
+        for (int col = blockIdx.x * blockDim.x + threadIdx.x; col < n; col += gridDim.x * blockDim.x) {
+            unsigned long long high = 0, low = 0;
+            accumulate<0>(c_slices + i64(row) * n + col, total, high, low);
+            // high's low 44 bits as a signed fraction in [-1/2, 1/2): a small product keeps its relative accuracy
+            const long long whole = static_cast<long long>(high << 20) >> 20;
+            double fraction = double(whole) * 0x1p-44 + double(static_cast<long long>(low)) * 0x1p-87;
+            fraction -= rint(fraction);
+            const int sb = shift_b[col];
+            double v = (sa == kNonFinite || sb == kNonFinite) ? __longlong_as_double(0x7ff8000000000000ll)
+                                                              : scalbn(fraction * ozaki_product(), -(sa + sb));
+            v *= alpha;
+            if (beta != 0.0) v = fma(beta, acc[row * acc_row + col * acc_col], v);
+            d[row * d_row + col * d_col] = v;
+        }
     }
 }

@@ -5,6 +5,7 @@ kernels compiled for sm_90 (no local memory), and how array calls plan it."""
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -150,11 +151,14 @@ def test_rows_of_zeros_give_zeros():
 def test_kernels_compile_for_sm90_without_local_memory(kernel, bits):
     compiled = cached_compile(ozaki.ozaki_source(ozaki.residues_for(bits, 4096)), kernel, "sm_90")
     assert compiled.local_memory == 0, compiled
-    sass = compiled.sass()
+    sass = compiled.sass().split(f"Function : {kernel}")[1].split("Function : ")[0]  # this kernel's own code
     if kernel == "blasdx_ozaki_combine":
         assert "LDG.E" in sass and "STG.E.64" in sass
-    if kernel == "blasdx_ozaki_slices":
-        assert "STG.E.128" in sass  # 16 residues per store
+    if kernel == "blasdx_ozaki_slices":  # four residues per store; integer steps, no float64 division per modulus
+        assert "STG.E " in sass and "IMAD.HI.U32" in sass
+        assert len(re.findall(r"\bF2I\.S64\.F64\b", sass)) <= 8 and "FRND.F64" in sass  # the tile's rint only
+    if kernel == "blasdx_ozaki_combine":  # integer steps: no conversion or rounding per modulus
+        assert len(re.findall(r"\bI2F\.F64", sass)) <= 2 and len(re.findall(r"\bFRND\.F64\b", sass)) <= 1
 
 
 def _plan(x, y, bits, sm=90, acc=None):
@@ -219,6 +223,67 @@ def test_the_epilogue_reduction_is_exact_for_every_int32_sum():
         v = np.concatenate([edges, rng.integers(-(2**31), 2**31, 20000), [-(2**31), 2**31 - 1, 0, -1, 1]])
         v = v[(v >= -(2**31)) & (v < 2**31)]
         assert np.array_equal(_residue_of(v, m), v % m), m
+
+
+def _slice_residue(v: list[int], m: int) -> np.ndarray:
+    """kernels/ozaki.cu's residue<M>(parts_of(v)) in its own steps: v as a 2^42 + b 2^21 + c, s = a (2^42 mod m) +
+    b (2^21 mod m) + c + lift in 32-bit unsigned arithmetic, Barrett's quotient, min(r, r - m), m / 2 taken back."""
+    a = np.array([x >> 42 for x in v], dtype=np.int64)
+    b = np.array([(x >> 21) & 0x1FFFFF for x in v], dtype=np.int64)
+    c = np.array([x & 0x1FFFFF for x in v], dtype=np.int64)
+    lift = m * ((1 << 29) // m + 1) + m // 2
+    s = a * (2**42 % m) + b * (2**21 % m) + c + lift
+    assert np.all((s >= 0) & (s < 2**31))  # the unsigned sum never wraps
+    s = s.astype(np.uint64)
+    r = s - ((s * np.uint64(2**32 // m)) >> np.uint64(32)) * np.uint64(m)
+    assert np.all(r < 2 * m)
+    r = np.where(r >= m, r - np.uint64(m), r)  # min(r, r - m) in uint32
+    return r.astype(np.int64) - m // 2
+
+
+def test_the_slices_residues_are_exact_for_every_int64_element():
+    """The residue kernel's integer steps give the symmetric residue of every scaled element |v| < 2^63, for every
+    modulus: around multiples of it, at the ends of the range and at random (the scheme keeps T below 2^63)."""
+    rng = np.random.default_rng(8)
+    assert max(ozaki.residues_for(52, ozaki.MAX_K).norm, ozaki.residues_for(52, 64).norm) < 2**63 - 2**11
+    ends = [-(2**63) + 1, 2**63 - 1, 0, 1, -1, 2**42, -(2**42), 2**42 - 1, 2**21, -(2**21) - 1]
+    for m in ozaki.MODULI:
+        around = [q * m + d for q in rng.integers(-(2**63) // m, 2**63 // m, 300).tolist() for d in (-1, 0, 1)]
+        v = [x for x in ends + around + rng.integers(-(2**63) + 1, 2**63, 3000).tolist() if abs(x) < 2**63]
+        assert np.array_equal(_slice_residue(v, m), _symmetric([v], m)[0]), m
+
+
+@pytest.mark.parametrize("k_contiguous", [True, False], ids=["row-major", "column-major"])
+def test_the_slices_kernel_writes_every_residue(k_contiguous, build_dir, tmp_path):
+    """kernels/ozaki.cu's slices, run on the CPU (tests/host_emulation.py) over two row tiles and three K tiles, both
+    partial: every element's symmetric residue for every modulus, zeros past K up to ld and in a row flagged
+    non-finite (fails when a residue, a store or the tile walk is wrong)."""
+    from . import host_emulation as emu
+
+    if emu.compiler() is None:
+        pytest.skip("needs g++ (C++20) to run kernel code on the host")
+    rows, k, ld = 37, 300, 304
+    scheme = ozaki.residues_for(52, k)
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((rows, k)) * np.exp2(rng.integers(-30, 31, (rows, 1)))
+    xs, shifts = _scaled(x, ozaki._below(scheme.norm))
+    shifts = shifts.astype(np.int32)
+    shifts[5] = 0x7FFFFFFF  # kNonFinite: the row's residues are zeros
+    stored, strides = (x, (k, 1)) if k_contiguous else (np.ascontiguousarray(x.T), (1, rows))
+    tile = 32 * 137 * 8  # the kernel's tile, then its 32 shifts, in the emulated shared memory
+    call = (f"blasdx::ozaki::slices<{str(k_contiguous).lower()}>(reinterpret_cast<const double*>(a.data()), {rows}, "
+            f"{k}, {strides[0]}, {strides[1]}, reinterpret_cast<const int*>(b.data()), "
+            f"reinterpret_cast<signed char*>(out.data()), {ld}, {rows * ld}, reinterpret_cast<double*>(::smem), "
+            f"reinterpret_cast<int*>(::smem + {tile}))")
+    exe = emu.build(ozaki.ozaki_source(scheme), call, "::smem", build_dir)
+    count = scheme.count
+    got = emu.run(exe, (math.ceil(ld / 128), math.ceil(rows / 32)), 256, tile + 128, stored.reshape(-1), shifts,
+                  np.full(count * rows * ld, 0x55, dtype=np.int8), tmp_path).reshape(count, rows, ld)
+    for plane, m in zip(got, scheme.moduli):
+        want = np.zeros((rows, ld), dtype=np.int64)
+        want[:, :k] = _symmetric(xs, m)
+        want[5] = 0
+        assert np.array_equal(plane.astype(np.int64), want), m
 
 
 @pytest.mark.parametrize(("m", "n", "k", "store"), [(4096, 4096, 4096, "UTMASTG"), (100, 36, 300, "STG.E.U8")],

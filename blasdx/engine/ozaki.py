@@ -40,8 +40,12 @@ __all__ = ["MODULI", "MAX_K", "Residues", "residues_for", "OzakiPlan", "ResidueG
 
 #: K up to which every residue product sums exactly in int32 (|r| <= 127 except m = 256's -128).
 MAX_K = 1 << 17
-#: Bits kept for fraction 1 / m as an exact multiple of 2^-44 (t * hi stays exact in float64).
+#: The combine's fixed point (kernels/ozaki.cu): 1 / m as a multiple of 2^-44 plus the rest, which is kept as a
+#: multiple of 2^-87 (each residue byte's two steps are integers; their sums stay within 64 bits).
 _HI_BITS = 44
+_LOW_BITS = 87
+#: Largest 2-norm T a scaled row may keep: the residue kernel splits each scaled element as an int64.
+_MAX_NORM = 2**63 - 2**12
 #: The kernels aim each row's computed 2-norm at T (1 - 2^-30): room for its rounding errors.
 NORM_MARGIN = 1 - 2.0**-30
 
@@ -104,7 +108,7 @@ def residues_for(bits: int, k: int) -> Residues:
     if not 1 <= k <= MAX_K:
         raise ValueError(f"k: the int32 residue sums are exact for K up to {MAX_K}, not {k}")
     for count in range(1, len(MODULI) + 1):
-        norm = _norm_for(math.prod(MODULI[:count]), k)
+        norm = min(_norm_for(math.prod(MODULI[:count]), k), _MAX_NORM)
         if norm > 0 and NORM_MARGIN * norm >= 2 * math.sqrt(k) * 2.0**bits:
             return Residues(MODULI[:count], norm, bits, k)
     raise ValueError(f"bits: {bits} bits at K = {k} need more moduli than {len(MODULI)}")
@@ -116,13 +120,17 @@ def ozaki_source(scheme: Residues) -> str:
 
 
 def ozaki_constants(scheme: Residues) -> str:
-    """The scheme's moduli, inverses and fractions as the constexpr functions ozaki.cu and the residue GEMM
-    (kernels/hopper_residue_gemm.cu) read."""
+    """The scheme's moduli and the combine's integer steps as the constexpr functions ozaki.cu and the residue
+    GEMM (kernels/hopper_residue_gemm.cu) read: with 1 / m = h 2^-44 + e, step G = inverse h mod 2^44 and
+    P = inverse e 2^87 rounded (inverse = (M / m)^-1 mod m), so that a residue byte c adds c G 2^-44 + c P 2^-87
+    to the product's fraction of M."""
     moduli = scheme.moduli
     total = scheme.product
     inverses = [pow(total // m, -1, m) for m in moduli]
     highs = [round(Fraction(1 << _HI_BITS, m)) for m in moduli]
-    lows = [float(Fraction(1, m) - Fraction(h, 1 << _HI_BITS)) for m, h in zip(moduli, highs)]
+    high_steps = [inverse * h % (1 << _HI_BITS) for inverse, h in zip(inverses, highs)]
+    low_steps = [round(inverse * (Fraction(1, m) - Fraction(h, 1 << _HI_BITS)) * (1 << _LOW_BITS))
+                 for m, inverse, h in zip(moduli, inverses, highs)]
 
     def table(name: str, kind: str, values: list[Any]) -> str:
         cases = " : ".join(f"l == {i} ? {v}" for i, v in enumerate(values[:-1]))
@@ -131,9 +139,8 @@ def ozaki_constants(scheme: Residues) -> str:
     return "\n".join([
         f"constexpr int ozaki_moduli = {len(moduli)};",
         table("ozaki_modulus", "int", list(moduli)),
-        table("ozaki_inverse", "int", inverses),
-        table("ozaki_hi", "double", [f"{h}.0 / {1 << _HI_BITS}.0" for h in highs]),
-        table("ozaki_lo", "double", [float.hex(v) for v in lows]),
+        table("ozaki_high_step", "unsigned long long", [f"{g}ull" for g in high_steps]),
+        table("ozaki_low_step", "long long", [f"{v}ll" for v in low_steps]),
         f"__host__ __device__ constexpr double ozaki_product() {{ return {float.hex(float(total))}; }}",
         f"__host__ __device__ constexpr double ozaki_norm() {{ return {float.hex(_below(scheme.norm))}; }}",
     ])
@@ -265,7 +272,9 @@ class OzakiPlan:
         m, n = self.m, self.n
         acc_row, acc_col = (0, 0) if c is None else c.strides[-2:]
         d_row, d_col = d.strides[-2:]
-        grid = (max(1, min(-(-(m * n) // 256), 16 * self.multiprocessors)), 1, 1)
+        blocks = 16 * self.multiprocessors  # rows over grid y, a row's columns over grid x
+        across = max(1, min(-(-n // 256), blocks))
+        grid = (across, max(1, min(m, blocks // across, 65535)), 1)
         with self._combine.params.lock:
             self._combine.fill((products, m, n, shift_a, shift_b, 0 if c is None else c.ptr, acc_row, acc_col,
                                 d.ptr, d_row, d_col, float(alpha), 0.0 if c is None else float(beta)))

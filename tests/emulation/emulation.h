@@ -47,6 +47,8 @@ inline float __uint_as_float(unsigned v) { float f; std::memcpy(&f, &v, 4); retu
 inline unsigned __float_as_uint(float v) { unsigned u; std::memcpy(&u, &v, 4); return u; }
 inline float __int_as_float(int v) { float f; std::memcpy(&f, &v, 4); return f; }
 inline int __float_as_int(float v) { int i; std::memcpy(&i, &v, 4); return i; }
+inline unsigned __umulhi(unsigned a, unsigned b) { return unsigned((static_cast<unsigned long long>(a) * b) >> 32); }
+inline unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }
 inline double __longlong_as_double(long long v) { double d; std::memcpy(&d, &v, 8); return d; }
 inline long long __double_as_longlong(double v) { long long i; std::memcpy(&i, &v, 8); return i; }
 // byte i of the result is byte (s >> 4i) & 7 of the eight bytes of x (0-3) and y (4-7)
