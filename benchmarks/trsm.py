@@ -3,6 +3,7 @@
     python benchmarks/trsm.py [--gbytes 1] [--types f32 f64] [--sizes 16 32 64 128] [--side left right]
                               [--json PATH]
     python benchmarks/trsm.py --large [--sizes 1024 2048 4096 8192] [--batch 1] [--types ...] [--side ...]
+                              [--small-tiles]
 
 Large systems (``--large``): A is s x s (blocked solver: block TRSM leaves and GEMM updates),
 B s x s, ``--batch`` problems; each result's normwise backward error is computed on the GPU
@@ -179,6 +180,29 @@ def run_large(name: str, size: int, left: bool, batch: int, gen) -> dict:
     return row
 
 
+def _plan_again() -> None:
+    """Empty the per-process plan memos of bx.matmul / bx.mma and bx.solve_triangular, so that the next call plans
+    again under the engine's rules as they are now."""
+    from blasdx.calls import matmul, solve_triangular
+
+    for memo in (matmul._CALLS, matmul._BOUND, solve_triangular._CALLS, solve_triangular._BOUND):
+        memo.clear()
+
+
+def without_small_tiles(name: str, size: int, left: bool, batch: int, gen) -> dict:
+    """:func:`run_large` with the wide path's 128 x 128 tiles only (blasdx.engine.wide.SMALL_TILES off), then the rule
+    restored: what the small tiles change, measured in the same process."""
+    from blasdx.engine import wide
+
+    wide.SMALL_TILES = False
+    _plan_again()
+    try:
+        return run_large(name, size, left, batch, gen)
+    finally:
+        wide.SMALL_TILES = True
+        _plan_again()
+
+
 def main_large(args: argparse.Namespace, sm: int) -> int:
     import torch
 
@@ -187,7 +211,11 @@ def main_large(args: argparse.Namespace, sm: int) -> int:
     for name in args.types:
         for side in args.side:
             for size in args.sizes:
+                before = without_small_tiles(name, size, side == "left", args.batch, gen) if args.small_tiles else None
                 row = run_large(name, size, side == "left", args.batch, gen)
+                if before is not None and "blasdx_ms" in before:
+                    row["blasdx_ms_128_tiles_only"] = before["blasdx_ms"]
+                    print(f"  128 x 128 tiles only: {before['blasdx_ms']:.3f} ms", flush=True)
                 torch.cuda.empty_cache()
                 rows.append(row)
                 ratio = f"{row['ratio']:.2f}x" if "ratio" in row else "n/a"
@@ -232,6 +260,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--json", default=DEFAULT_JSON)
     parser.add_argument("--large", action="store_true", help="large systems (blocked solver), sizes 1024-8192")
     parser.add_argument("--batch", type=int, default=1, help="problems per large case")
+    parser.add_argument("--small-tiles", action="store_true",
+                        help="large cases also with the wide path's 128 x 128 tiles only, in the same process")
     args = parser.parse_args(argv)
     if args.large and args.sizes == list(SIZES):
         args.sizes = list(LARGE_SIZES)
