@@ -133,7 +133,7 @@ def test_every_sweep_configuration(torch, a):
 
 @pytest.mark.parametrize("a", WIDE, ids=lambda t: t.name)
 def test_every_small_tile(torch, a):
-    """Each of the rule's smaller tiles (hopper_wide.SMALL) on every layout it reads, at odd sizes, unsplit and split."""
+    """Each of the rule's smaller tiles (hopper_wide.SMALL) on every layout it reads, odd sizes, unsplit and split."""
     gen = torch.Generator(device="cuda").manual_seed(15)
     for config, _ in hopper_wide.SMALL[a.name]:
         for layout in hs.LAYOUTS:

@@ -35,8 +35,8 @@ from ..compile.compiled import Forward
 from ..launch import scratch as _scratch
 from . import hopper as _hopper
 
-__all__ = ["MODULI", "MAX_K", "Residues", "residues_for", "OzakiPlan", "ResidueGemmPlan", "ozaki_constants", "residue_constants",
-           "ozaki_source"]
+__all__ = ["MODULI", "MAX_K", "Residues", "residues_for", "OzakiPlan", "ResidueGemmPlan", "ozaki_constants",
+           "residue_constants", "ozaki_source"]
 
 #: K up to which every residue product sums exactly in int32 (|r| <= 127 except m = 256's -128).
 MAX_K = 1 << 17
