@@ -12,7 +12,7 @@ import pytest
 import blasdx as bx
 from blasdx.base import dtypes as dt
 from blasdx.calls import matmul as array_gemm
-from blasdx.engine import hopper, tuning
+from blasdx.engine import hopper, tuning, wide
 
 from .array_views import PTR, views
 
@@ -70,6 +70,45 @@ def test_plans_take_a_tuned_configuration(encoder, tmp_path, monkeypatch):
     assert plan.kernel.config == tuned and plan.kernel.splits == 3, plan.describe()
     other = array_gemm.plan_call(view((256, 2048)), y, None, dt.float32, array_gemm._DeviceInfo(90, SMS), 0)
     assert other.kernel.config == rule.kernel.config  # another shape: the rule
+
+
+def test_wide_plans_take_a_tuned_configuration_that_reads_their_layouts(encoder, tmp_path, monkeypatch):
+    """float64 / float32 plans (the DMMA / FFMA path) take what bx.tune kept for their kind, unless its warp tiles do
+    not read the operands' layouts or its fields are another version's."""
+    table = tuning.TunedConfigs(tmp_path)
+    monkeypatch.setattr(tuning, "TUNED", table)
+    device = array_gemm._DeviceInfo(90, SMS)
+    for a in (dt.float64, dt.float32):
+        x, y = views(a)[0]((1024, 1024)), views(a)[0]((1024, 1024))  # row-major: x K-major, y MN-major
+        rule = array_gemm.plan_call(x, y, None, a, device, 0).kernel
+        assert isinstance(rule, wide.WidePlan) and rule.config == wide.CONFIGS[a.name]
+        key_of = tuning.key_of(a, a, a, 1024, 1024, 1024, 1, SMS, *rule.routes_given, 0)
+        tuned = wide.tune_candidates(a)["64x128"]
+        table.put(key_of, dataclasses.asdict(tuned), 2, 0.01)
+        array_gemm._CALLS.clear()
+        plan = array_gemm.plan_call(x, y, None, a, device, 0).kernel
+        assert plan.config == tuned and plan.splits == 2, plan.describe()
+        table.put(key_of, {"bm": 64, "no_such_field": 1}, 2, 0.01)  # another version's fields: the rule
+        array_gemm._CALLS.clear()
+        assert array_gemm.plan_call(x, y, None, a, device, 0).kernel.config == rule.config
+    y = views(dt.float32)[0]((1024, 1024))
+    xt = views(dt.float32)[1]((1024, 1024))  # column-major x: MN-major, which 16-row warp tiles do not read
+    array_gemm._CALLS.clear()
+    rule = array_gemm.plan_call(xt, y, None, dt.float32, device, 0).kernel
+    narrow = wide.tune_candidates(dt.float32)["64x64"]
+    assert not wide.reads(dt.float32, narrow, False, False)
+    table.put(tuning.key_of(dt.float32, dt.float32, dt.float32, 1024, 1024, 1024, 1, SMS, *rule.routes_given, 0),
+              dataclasses.asdict(narrow), 1, 0.01)
+    array_gemm._CALLS.clear()
+    assert array_gemm.plan_call(xt, y, None, dt.float32, device, 0).kernel.config == rule.config
+
+
+def test_wide_tune_candidates():
+    for a in (dt.float64, dt.float32):
+        found = wide.tune_candidates(a)
+        assert found["128x128"] == wide.CONFIGS[a.name] and found["128x128 clusters"].cluster == 2
+        assert {(c.bm, c.bn) for c in found.values()} == {(128, 128), (128, 64), (64, 128), (64, 64)}
+        assert all(c.threads == 384 for c in found.values())
 
 
 def test_tune_checks_its_arguments():

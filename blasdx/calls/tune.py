@@ -24,8 +24,10 @@ import numpy as np
 from .. import arrays as _arrays
 from ..arrays import resolve_stream
 from ..arrays.host_copy import to_host
+from ..base import dtypes as _dt
 from ..engine import hopper as _hopper
 from ..engine import tuning as _tuning
+from ..engine import wide as _wide
 from ..base.errors import ExecutionError
 from ..launch import cuda_modules as _cuda
 from ..launch import devices as _devices
@@ -62,29 +64,34 @@ def tune(x: Any, y: Any, *, candidates: Any = None, repeats: int = 20, keep: boo
     """Time the engine's candidates for ``x @ y`` on this GPU and keep the fastest for later calls.
 
     x is [M, K] or [batch, M, K], y is [K, N] or [batch, K, N] of a type the Hopper engine runs
-    (f16, bf16, tf32-marked float32, fp8, int8), as for ``bx.matmul``. ``candidates`` is a list of
-    (base name of blasdx.engine.hopper.CONFIGS, {field: value} changes), default CANDIDATES; each is
-    tried with the split counts of SPLITS. ``repeats`` launches
+    (f16, bf16, tf32-marked float32, fp8, int8; float64 and float32 on its DMMA / FFMA path), as for
+    ``bx.matmul``. ``candidates`` is a list of (base name, {field: value} changes): names of
+    blasdx.engine.hopper.CONFIGS, default CANDIDATES, or for float64 / float32 names of
+    blasdx.engine.wide.tune_candidates, default all of them; each is tried with the split counts of
+    SPLITS. ``repeats`` launches
     are timed per candidate; ``keep=False`` measures without recording the winner. The arrays'
     contents are only read; results go to a scratch array. Raises ExecutionError for arrays
     the engine does not run (another type, or a GPU other than sm_90).
     """
     if not isinstance(repeats, int) or repeats < 1:
         raise ExecutionError(f"repeats: expected a positive int, got {repeats!r}")
-    candidates = CANDIDATES if candidates is None else list(candidates)
-    for entry in candidates:
-        if not (isinstance(entry, tuple) and len(entry) == 2 and entry[0] in _hopper.CONFIGS
-                and isinstance(entry[1], dict)):
-            raise ExecutionError(f"candidates: expected (name, changes) pairs with a name of "
-                                 f"{sorted(_hopper.CONFIGS)}, got {entry!r}")
+    _check_candidates(candidates, {*_hopper.CONFIGS, *_wide.tune_candidates(_dt.float64)})  # again once typed
     handle = resolve_stream(stream, (_ag._unwrap(x), _ag._unwrap(y)))
     vx, vy = _ag._view(x, "x", handle), _ag._view(y, "y", handle)
     mx, my = _ag._matrix(vx, "x"), _ag._matrix(vy, "y")
     _ag._check_inner(mx, my, vx, vy)
     result = _ag.RESULT_TYPES.get(vx.dtype)
-    if result is None or not _hopper.serves(vx.dtype, result, b=vy.dtype):
-        raise ExecutionError(f"x: tune times the Hopper engine's wgmma configurations, which do not run "
-                             f"{vx.dtype.name} x {vy.dtype.name}")
+    wide = result is not None and vx.dtype == vy.dtype and _wide.serves(vx.dtype, result)
+    if not wide and (result is None or not _hopper.serves(vx.dtype, result, b=vy.dtype)):
+        raise ExecutionError(f"x: tune times the Hopper engine's configurations (wgmma, and DMMA / FFMA for "
+                             f"float64 / float32), which do not run {vx.dtype.name} x {vy.dtype.name}")
+    if wide:
+        named = _wide.tune_candidates(vx.dtype)
+        candidates = [(name, {}) for name in named] if candidates is None else list(candidates)
+        _check_candidates(candidates, named)
+    else:
+        candidates = CANDIDATES if candidates is None else list(candidates)
+        _check_candidates(candidates, _hopper.CONFIGS)
     device_id = _ag._device_of((vx, vy), ("x", "y"))
     device = _ag._device_info(device_id)
     if device.sm != 90:
@@ -100,6 +107,23 @@ def tune(x: Any, y: Any, *, candidates: Any = None, repeats: int = 20, keep: boo
     finally:
         if token is not None:
             _devices.leave(token)
+
+
+def _check_candidates(candidates: Any, names: Any) -> None:
+    """ExecutionError unless ``candidates`` (None: the defaults) are (name of ``names``, {field: value}) pairs."""
+    if candidates is None:
+        return
+    for entry in candidates:
+        if not (isinstance(entry, tuple) and len(entry) == 2 and entry[0] in names and isinstance(entry[1], dict)):
+            raise ExecutionError(f"candidates: expected (name, changes) pairs with a name of {sorted(names)}, "
+                                 f"got {entry!r}")
+
+
+def _candidate(a: Any, wide: bool, base: str, changes: dict) -> Any:
+    """The configuration of one candidate: a wide-path tile by name, or one of hopper.CONFIGS for this input type."""
+    if wide:
+        return dataclasses.replace(_wide.tune_candidates(a)[base], **changes)
+    return dataclasses.replace(_hopper.CONFIGS[base], bk=128 // a.size, promotion=_hopper.promotion_of(a), **changes)
 
 
 def _tune(x: Any, vx: Any, vy: Any, mx: Any, my: Any, result: Any, m: int, n: int, k: int, batch: int, device: Any,
@@ -132,9 +156,12 @@ def _tune(x: Any, vx: Any, vy: Any, mx: Any, my: Any, result: Any, m: int, n: in
     best: tuple[float, Any, int] = (rule_ms, rule.config, rule.splits)
     steps_of = math.ceil(k / (128 // a.size))
     plans = []
+    wide = isinstance(rule, _wide.WidePlan)
     for base, changes in candidates:
-        config = dataclasses.replace(_hopper.CONFIGS[base], bk=128 // a.size, promotion=_hopper.promotion_of(a),
-                                     **changes)
+        config = _candidate(a, wide, base, changes)
+        if wide and not _wide.reads(a, config, rule.route_a.k_major, rule.route_b.k_major):
+            timings.append((f"{config}: its warp tiles do not read these layouts", math.inf))
+            continue
         for splits in STREAM_K_WAVES if changes.get("stream_k") else split_counts(steps_of):
             try:
                 plans.append(plan_of(config, splits))
@@ -164,7 +191,7 @@ def _tune(x: Any, vx: Any, vy: Any, mx: Any, my: Any, result: Any, m: int, n: in
     best_ms, config, splits = best
     if keep and (config, splits) != (rule.config, rule.splits):
         key = _tuning.key_of(a, vy.dtype, result, m, n, k, batch, device.multiprocessors, *rule.routes_given,
-                             rule.config.promotion)
+                             getattr(rule.config, "promotion", 0))
         _tuning.TUNED.put(key, dataclasses.asdict(config), splits, best_ms)
     best_text = next(text for text, ms in timings if ms == best_ms)
     return TuneResult(rule.describe(), rule_ms, best_text, best_ms, tuple(timings))

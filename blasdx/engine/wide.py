@@ -20,8 +20,8 @@ from ..launch import scratch as _scratch
 from . import hopper as _hopper
 from .hopper import OperandRoute
 
-__all__ = ["SERVED", "WideConfig", "WidePlan", "CONFIGS", "choose_config", "serves", "route", "wide_source",
-           "describe_call", "KERNEL_NAME"]
+__all__ = ["SERVED", "SMALL", "WideConfig", "WidePlan", "CONFIGS", "choose_config", "reads", "serves", "route",
+           "tune_candidates", "wide_source", "describe_call", "KERNEL_NAME"]
 
 KERNEL_NAME = "blasdx_hopper_wide_gemm"
 
@@ -136,6 +136,15 @@ def choose_config(a: _dt.DType, m: int, n: int, k: int, batch: int, multiprocess
     return best, best_splits
 
 
+def tune_candidates(a: _dt.DType) -> dict[str, WideConfig]:
+    """bx.tune's candidates on the wide path: the 128 x 128 tile (also 4 stages deep and in clusters of 2) and every
+    SMALL tile, by name (blasdx.calls.tune times those whose warp tiles read the call's layouts, with its splits)."""
+    base = CONFIGS[a.name]
+    found = {"128x128": base, "128x128 4 stages": replace(base, stages=4), "128x128 clusters": replace(base, cluster=2)}
+    found.update((f"{config.bm}x{config.bn}", config) for config, _ in SMALL[a.name])
+    return found
+
+
 def route(argument: str, dtype: _dt.DType, ptr: int, k_major: bool, ld: int, outer: int, batch_stride: int,
           batched: bool) -> OperandRoute:
     """hopper.route's TMA rules; either layout is read in place (the consumers read any)."""
@@ -188,9 +197,13 @@ class WidePlan(_hopper.EnginePlan):
         self.a, self.b, self.c = a, a, c  # both operands have the input type
         self.m, self.n, self.k, self.batch = m, n, k, batch
         self.route_a, self.route_b = route_a, route_b
+        self.routes_given = (route_a, route_b)  # bx.tune's key
         chosen, chosen_splits = choose_config(a, m, n, k, batch, multiprocessors, route_a.k_major, route_b.k_major)
+        if config is None and splits is None:  # a configuration bx.tune kept wins
+            config, splits = _tuned(a, c, m, n, k, batch, multiprocessors, route_a, route_b)
         self.config = config or chosen
         self.splits = splits if splits is not None else (chosen_splits if config is None else 1)
+        self.splits = _hopper.nonempty_splits(math.ceil(k / self.config.bk(a.size)), self.splits)
         self.multiprocessors = multiprocessors
         bk, cluster = self.config.bk(a.size), self.config.cluster
         self.operand_a = _hopper._operand(route_a, a, m, k, lda, batch_a, batch_stride_a, self.config.bm, bk)
@@ -264,6 +277,22 @@ class WidePlan(_hopper.EnginePlan):
     def _point_maps(self, a_ptr: int, b_ptr: int, d_ptr: int) -> None:
         """Point A's and B's maps at this call's operands (a driver call only on change); D has no map."""
         _hopper.point_maps(self._gemm.params, self._maps, self._mapped, (a_ptr, b_ptr))
+
+
+def _tuned(a: _dt.DType, c: _dt.DType, m: int, n: int, k: int, batch: int, multiprocessors: int,
+           route_a: OperandRoute, route_b: OperandRoute) -> tuple[WideConfig | None, int | None]:
+    """The configuration and splits bx.tune kept for this kind of call, or (None, None): none kept, or one of another
+    version's fields or that does not read these layouts."""
+    from .tuning import TUNED, key_of
+
+    tuned = TUNED.get(key_of(a, a, c, m, n, k, batch, multiprocessors, route_a, route_b, 0))
+    if tuned is None:
+        return None, None
+    try:
+        config = WideConfig(**tuned[0])
+    except TypeError:
+        return None, None
+    return (config, tuned[1]) if reads(a, config, route_a.k_major, route_b.k_major) else (None, None)
 
 
 def _describe(a: _dt.DType, config: WideConfig, splits: int, route_a: OperandRoute, route_b: OperandRoute) -> str:
