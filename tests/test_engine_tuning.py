@@ -104,6 +104,11 @@ def test_wide_plans_take_a_tuned_configuration_that_reads_their_layouts(encoder,
 
 
 def test_wide_tune_candidates():
+    from blasdx.calls import tune
+
+    with pytest.raises(bx.ExecutionError, match=r"candidates: \('64x64', \{'consumers': 2\}\)"):
+        tune._candidate(dt.float64, True, "64x64", {"consumers": 2})  # an engine field the wide tiles lack
+    assert tune._candidate(dt.float32, True, "128x64", {"stages": 4}).stages == 4
     for a in (dt.float64, dt.float32):
         found = wide.tune_candidates(a)
         assert found["128x128"] == wide.CONFIGS[a.name] and found["128x128 clusters"].cluster == 2

@@ -120,10 +120,15 @@ def _check_candidates(candidates: Any, names: Any) -> None:
 
 
 def _candidate(a: Any, wide: bool, base: str, changes: dict) -> Any:
-    """The configuration of one candidate: a wide-path tile by name, or one of hopper.CONFIGS for this input type."""
-    if wide:
-        return dataclasses.replace(_wide.tune_candidates(a)[base], **changes)
-    return dataclasses.replace(_hopper.CONFIGS[base], bk=128 // a.size, promotion=_hopper.promotion_of(a), **changes)
+    """The configuration of one candidate: a wide-path tile by name, or one of hopper.CONFIGS for this input type;
+    ExecutionError for changes of fields the configuration does not have."""
+    try:
+        if wide:
+            return dataclasses.replace(_wide.tune_candidates(a)[base], **changes)
+        return dataclasses.replace(_hopper.CONFIGS[base], bk=128 // a.size, promotion=_hopper.promotion_of(a),
+                                   **changes)
+    except TypeError as exc:
+        raise ExecutionError(f"candidates: ({base!r}, {changes!r}): {exc}") from None
 
 
 def _tune(x: Any, vx: Any, vy: Any, mx: Any, my: Any, result: Any, m: int, n: int, k: int, batch: int, device: Any,
