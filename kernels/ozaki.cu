@@ -9,7 +9,7 @@
 //   blasdx_ozaki_shifts   each row's scale exponent s_i (or a flag for inf / NaN);
 //   blasdx_ozaki_slices   the scaled, rounded operand as int8 residues, [modulus][row][k] (K-major);
 //   blasdx_ozaki_combine  the residue products back to float64 (Chinese remainder theorem as a
-//                         fractional sum kept exact in float64), unscaled: D = alpha * AB + beta * C.
+//                         fractional sum in 64-bit fixed point), unscaled: D = alpha * AB + beta * C.
 // The prelude defines `ozaki_moduli` (the count) and the generated functions ozaki_modulus(l),
 // ozaki_high_step(l) / ozaki_low_step(l) (the combine's integer steps, below), ozaki_product()
 // (M as a double) and ozaki_norm() (T, a little below, as a double).
