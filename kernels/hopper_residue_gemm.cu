@@ -5,7 +5,7 @@
 // combine then reads a quarter of the bytes it read as int32, and the GEMM writes a quarter.
 //
 // Expects the prelude of kernels/hopper_gemm.cu (HopperConfig with c_type = unsigned char,
-// acc_type = int) after ozaki.py's generated constants (ozaki_moduli and the residue tables). Same
+// acc_type = int) after ozaki.py's generated residue tables (residue_constants). Same
 // parameters as blasdx_hopper_gemm (C, alpha and beta are not read), so the engine's plan
 // launches it unchanged.
 #include "blasdx/hopper/final_store.cuh"

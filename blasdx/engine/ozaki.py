@@ -120,10 +120,9 @@ def ozaki_source(scheme: Residues) -> str:
 
 
 def ozaki_constants(scheme: Residues) -> str:
-    """The scheme's moduli and the combine's integer steps as the constexpr functions ozaki.cu and the residue
-    GEMM (kernels/hopper_residue_gemm.cu) read: with 1 / m = h 2^-44 + e, step G = inverse h mod 2^44 and
-    P = inverse e 2^87 rounded (inverse = (M / m)^-1 mod m), so that a residue byte c adds c G 2^-44 + c P 2^-87
-    to the product's fraction of M."""
+    """The scheme's moduli and the combine's integer steps as the constexpr functions ozaki.cu reads: with
+    1 / m = h 2^-44 + e, step G = inverse h mod 2^44 and P = inverse e 2^87 rounded (inverse = (M / m)^-1 mod m),
+    so that a residue byte c adds c G 2^-44 + c P 2^-87 to the product's fraction of M."""
     moduli = scheme.moduli
     total = scheme.product
     inverses = [pow(total // m, -1, m) for m in moduli]
@@ -183,7 +182,7 @@ class ResidueGemmPlan(_hopper.EnginePlan):
     def _gemm_kernel(self, staged: bool) -> Any:
         gemm = _hopper.gemm_source(self.a, self.c, self.config, self.route_a.k_major, self.route_b.k_major, staged,
                                    self.b, kernel_file="hopper_residue_gemm.cu")
-        return _hopper._Kernel("\n".join([ozaki_constants(self.scheme), residue_constants(self.scheme), gemm]),
+        return _hopper._Kernel("\n".join([residue_constants(self.scheme), gemm]),
                                RESIDUE_KERNEL_NAME, _hopper.ARCH,
                                _hopper._scalar_kinds(_hopper._GEMM_PARAMS, self.c),
                                self.config.shared_memory(self.a.size, staged))
