@@ -98,12 +98,9 @@ def stages(plan, x, y) -> dict:
     out = torch.empty(x.shape[0], y.shape[1], device="cuda", dtype=torch.float64)
     vout = arrays.as_array(out, "out")
     whole = time_ms(lambda: plan.run(device, core, handle, vx, vy, None, vout, 1.0, 0.0), 5)
-    m, n, count, ld = plan.m, plan.n, plan.scheme.count, plan.ld
+    m, n, count = plan.m, plan.n, plan.scheme.count
     with scratch.call_scratch(device, handle) as buffers:  # the addresses the call itself used
-        shift_a, shift_b = buffers.get("ozaki shifts x", 4 * m), buffers.get("ozaki shifts y", 4 * n)
-        res_a = buffers.get("ozaki residues x", count * m * ld)
-        res_b = buffers.get("ozaki residues y", count * n * ld)
-        products = buffers.get("ozaki products", count * m * n)
+        shift_a, shift_b, res_a, res_b, products = plan.buffers(buffers)
     x_ms = time_ms(lambda: plan.residues(device, handle, vx, False, shift_a, res_a), 5)
     y_ms = time_ms(lambda: plan.residues(device, handle, vy, True, shift_b, res_b), 5)
     products_ms = time_ms(lambda: plan.products(device, core, handle, res_a, res_b, products), 5)

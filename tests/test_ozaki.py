@@ -176,6 +176,24 @@ def test_float64_with_bits_runs_as_int8_residue_products(encoder):
     assert "repacked" not in plan.kernel.gemm.describe()  # residues are written K-major
 
 
+def test_a_calls_scratch_holds_every_stage(encoder):
+    """OzakiPlan.buffers, which a call and benchmarks/emulated_f64.py's stage timings share: shifts of 4 bytes a row,
+    count * rows * ld residue bytes per operand (ld a multiple of 16), count * M * N product bytes."""
+    kernel = _plan(view((300, 1000), dt.float64), col((1000, 200), dt.float64), 52).kernel
+    asked = []
+
+    class Scratch:
+        def get(self, name, nbytes):
+            asked.append((name, nbytes))
+            return 256 * len(asked)
+
+    assert kernel.buffers(Scratch()) == (256, 512, 768, 1024, 1280)
+    count, ld = kernel.scheme.count, kernel.ld
+    assert ld % 16 == 0 and ld >= 1000
+    assert asked == [("ozaki shifts x", 4 * 300), ("ozaki shifts y", 4 * 200), ("ozaki residues x", count * 300 * ld),
+                     ("ozaki residues y", count * 200 * ld), ("ozaki products", count * 300 * 200)]
+
+
 def test_fewer_bits_cost_fewer_products(encoder):
     assert _plan(view((512, 512), dt.float64), view((512, 512), dt.float64), 20).kernel.scheme.count < 10
 

@@ -229,19 +229,22 @@ class OzakiPlan:
     def run(self, device_id: int, stream_core: Any, stream: int, x: ArrayView, y: ArrayView, c: ArrayView | None,
             d: ArrayView, alpha: float, beta: float) -> None:
         """D = alpha * x y + beta * C (C None: beta is 0) on ``stream``; x is [M, K], y [K, N], all float64."""
-        m, n, count = self.m, self.n, self.scheme.count
         with _scratch.call_scratch(device_id, stream) as scratch:  # safe in a CUDA graph capture
-            shift_a = scratch.get("ozaki shifts x", 4 * m)
-            shift_b = scratch.get("ozaki shifts y", 4 * n)
-            res_a = scratch.get("ozaki residues x", count * m * self.ld)
-            res_b = scratch.get("ozaki residues y", count * n * self.ld)
-            products = scratch.get("ozaki products", count * m * n)  # residues of the products, a byte each
+            shift_a, shift_b, res_a, res_b, products = self.buffers(scratch)
             self.residues(device_id, stream, x, False, shift_a, res_a)
             self.residues(device_id, stream, y, True, shift_b, res_b)
             self.products(device_id, stream_core, stream, res_a, res_b, products)
             self.combine(device_id, stream, products, shift_a, shift_b, c, d, alpha, beta)
 
     # -- the stages of a call, on scratch addresses (benchmarks/emulated_f64.py times each) ------
+
+    def buffers(self, scratch: Any) -> tuple[int, int, int, int, int]:
+        """A call's scratch addresses (blasdx.launch.scratch): x's and y's shifts, x's and y's residues, and the
+        residue products (a byte each)."""
+        m, n, count, ld = self.m, self.n, self.scheme.count, self.ld
+        return (scratch.get("ozaki shifts x", 4 * m), scratch.get("ozaki shifts y", 4 * n),
+                scratch.get("ozaki residues x", count * m * ld), scratch.get("ozaki residues y", count * n * ld),
+                scratch.get("ozaki products", count * m * n))
 
     def residues(self, device_id: int, stream: int, operand: ArrayView, is_y: bool, shifts: int,
                  residues: int) -> None:
