@@ -83,12 +83,35 @@ def test_3xtf32_small_problems_take_the_one_block_kernel(sm):
 
 
 @pytest.mark.parametrize("bits", [22, 23])
-def test_more_bits_than_the_engines_3xtf32_keeps_run_native_float32_on_the_engine(encoder, bits):
+def test_all_of_float32s_bits_promote_every_stage_on_the_engine(encoder, bits):
     plan = _plan(view((4096, 4096), dt.float32), view((4096, 4096), dt.float32), bits)
-    assert plan.kind == "hopper" and "FFMA" in plan.describe() and plan.scheme.name == "native"
-    assert "3xtf32 not run (the engine's keeps 21 bits, 23 asked)" in plan.describe()
+    assert plan.kind == "hopper" and plan.scheme.name == "3xtf32" and plan.scheme.mantissa_bits == 23
+    assert plan.kernel.config == hopper.SPLIT_SQUARE_P1 and plan.kernel.config.promote_stages == 1
+    fewer = _plan(view((4096, 4096), dt.float32), view((4096, 4096), dt.float32), 21)
+    assert fewer.kernel.config == hopper.SPLIT_SQUARE and fewer.scheme.mantissa_bits == 21
     small = _plan(view((64, 64), dt.float32), col((64, 64), dt.float32), bits)  # the one-block kernel keeps 23
     assert small.kind == "block" and small.desc.scheme.name == "3xtf32"
+
+
+@pytest.mark.parametrize("k", [1, 17, 63])
+def test_short_products_asking_all_bits_run_native_float32_on_the_engine(encoder, k):
+    """Below ENGINE_3XTF32_FULL_MIN_K the split's own floor is most of the error: FFMA keeps the bits."""
+    assert emulation.ENGINE_3XTF32_FULL_MIN_K == 64
+    plan = _plan(view((4096, k), dt.float32), view((k, 4096), dt.float32), 23)
+    assert plan.kind == "hopper" and "FFMA" in plan.describe() and plan.scheme.name == "native"
+    assert f"3xtf32 not run (the engine's keeps 21 bits below K = 64, 23 asked at K = {k})" in plan.describe()
+    at = _plan(view((4096, 64), dt.float32), view((64, 4096), dt.float32), 23)
+    assert at.scheme.name == "3xtf32" and at.kernel.config.promote_stages == 1
+    fewer = _plan(view((4096, k), dt.float32), view((k, 4096), dt.float32), 21)
+    assert fewer.scheme.name == "3xtf32" and fewer.kernel.config.promote_stages == 2
+
+
+def test_engine_scheme_names():
+    f32 = emulation.resolve(dt.float32, 23)
+    assert emulation.engine_scheme(f32, 64) == "3xtf32-23" and emulation.engine_scheme(f32, 63) is None
+    assert emulation.engine_scheme(emulation.resolve(dt.float32, 15), 1) == "3xtf32"
+    assert emulation.engine_scheme(emulation.resolve(dt.float32, 8), 4096) is None  # tf32: no split
+    assert set(hopper.SPLIT_CONFIGS) == set(hopper.EMULATED_SERVED)
 
 
 def test_3xtf32_before_sm80_runs_the_block_kernel_on_ffma():

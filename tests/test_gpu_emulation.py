@@ -140,3 +140,40 @@ def test_split_k_shapes(torch):
     plan = call_plan(x, y, mantissa_bits=21)
     assert plan.kernel.splits > 1, plan.describe()
     _check(torch, got, x, y, 8192, what="split K")
+
+
+@pytest.mark.parametrize("k", [64, 256, 1024, 4096])
+def test_all_float32_bits_stay_within_torch_float32s_error(torch, k):
+    """mantissa_bits=23 on the engine (3xtf32 promoted every stage, K >= 64) keeps float32's accuracy: a
+    normwise error within 1.5x torch float32's (FFMA) on the same normal operands, and the element bound."""
+    gen = torch.Generator(device="cuda").manual_seed(k)
+    x, y = _random(torch, (256, k), gen), _random(torch, (k, 256), gen)
+    plan = call_plan(x, y, mantissa_bits=23)
+    assert plan.kind == "hopper" and plan.kernel.config.split_tf32 and plan.kernel.config.promote_stages == 1
+    with poisoned_new_tensors():
+        got = bx.matmul(x, y, mantissa_bits=23)
+    _check(torch, got, x, y, k, what=f"23 bits, K = {k}")
+    allowed = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        theirs = _error(torch, torch.matmul(x, y), x, y)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = allowed
+    ours = _error(torch, got, x, y)
+    assert ours <= 1.5 * theirs, f"K = {k}: error {ours:.2e} against torch float32's {theirs:.2e}"
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_all_float32_bits_on_odd_shapes(torch, layout):
+    gen = torch.Generator(device="cuda").manual_seed(7 + LAYOUTS.index(layout))
+    m, n, k = 259, 390, 1100
+    x, y = _random(torch, (m, k), gen, layout[0]), _random(torch, (k, n), gen, layout[1])
+    with poisoned_new_tensors():
+        got = bx.matmul(x, y, mantissa_bits=23)
+    assert call_plan(x, y, mantissa_bits=23).kernel.config.promote_stages == 1
+    _check(torch, got, x, y, k, what=f"23 bits, {layout}")
+    short = _random(torch, (300, 40), gen, layout[0]), _random(torch, (40, 200), gen, layout[1])
+    with poisoned_new_tensors():
+        got = bx.matmul(*short, mantissa_bits=23)  # K < 64: native float32 products
+    assert call_plan(*short, mantissa_bits=23).scheme.name == "native"
+    check_product(torch, got, *short, tolerance(dt.float32, dt.float32, 40), None, what="23 bits, K = 40")

@@ -370,17 +370,18 @@ def plan_call(
             plan.reason = f"{scheme.name} not run (mma.sync tf32 needs sm_80): native float32 products keep the bits"
         return plan
     plan.strides = (mx, my, ma)
-    split = _emulation.engine_runs_3xtf32(scheme)
+    split = _emulation.engine_scheme(scheme, k)
     engine, plan.reason = _engine_plan(vx, vy, mx, my, result, m, n, k, plan.batch, device, out,
-                                       fast_accumulation=fast_accumulation, scheme="3xtf32" if split else "native")
+                                       fast_accumulation=fast_accumulation, scheme=split or "native")
     if fallback is not None:
         plan.reason = fallback if plan.reason is None else f"{fallback}; {plan.reason}"
     if engine is not None:
         plan.kind, plan.kernel = "hopper", engine
         if scheme.name == "3xtf32" and not split:  # the engine's 3xtf32 keeps fewer bits (blasdx.engine.emulation)
             plan.scheme = _emulation.resolve(vx.dtype, None)
-            plan.reason = (f"3xtf32 not run (the engine's keeps {_emulation.ENGINE_3XTF32_BITS} bits, "
-                           f"{scheme.mantissa_bits} asked): native float32 products keep the bits")
+            plan.reason = (f"3xtf32 not run (the engine's keeps {_emulation.ENGINE_3XTF32_BITS} bits below "
+                           f"K = {_emulation.ENGINE_3XTF32_FULL_MIN_K}, {scheme.mantissa_bits} asked at K = {k}): "
+                           "native float32 products keep the bits")
         return plan
     if scheme.name == "3xtf32":  # native float32 products keep every bit 3xtf32 would
         plan.scheme = _emulation.resolve(vx.dtype, None)

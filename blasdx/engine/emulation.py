@@ -9,12 +9,16 @@ keeps at least that many.
   (``3xtf32``: a_hi b_hi + a_hi b_lo + a_lo b_hi, f32 sums; kernels/blasdx/split_tf32.cuh).
   The parts keep 21 bits of each operand (hi and lo rounded to tf32: at most 2^-22 |x| is
   lost). The one-block kernel adds each 8-deep step's products into f32 registers with
-  rounded adds and keeps float32's accuracy; the Hopper engine lets the tensor cores sum two
-  32-deep stages before it rounds, and their f32 sums truncate, which costs about two bits
-  (measured on H200: a normwise error of 3.7e-7, about 2^-21.4, flat in K, against 0.6-3.2e-7
-  for torch float32 at K = 16-16384). So the engine runs 3xtf32 for at most
-  :data:`ENGINE_3XTF32_BITS` bits and native float32 (FFMA) for more, and the plan says so;
-  where the engine does not run, the native float32 kernel keeps the bits at CUDA-core speed.
+  rounded adds and keeps float32's accuracy. The Hopper engine lets the tensor cores sum a
+  stretch of K before the CUDA cores add it into f32 registers (a promotion), and the tensor
+  cores' f32 sums truncate. Promoted every 2 stages (64 K: twelve truncating sums of the
+  large terms) the error is about 3.7e-7 (2^-21.4) whatever K, 1.3-3.3x torch float32's for
+  K <= 4096 (H200): that keeps :data:`ENGINE_3XTF32_BITS` bits. Promoted every stage, with
+  each stage's small terms summed before its large ones (four truncating sums of large terms
+  a promotion), it is within 1.5x of torch float32's from K = 64 on (0.9-1.34x at 64-16384,
+  H200); below that depth the parts' own floor (about 7.5e-8) and the few sums that round
+  make up most of the error and native float32 (FFMA) keeps the bits instead. The plan says
+  which runs (:func:`engine_scheme`).
 * float64 inputs: 1-52 bits run as exact int8 products of scaled residues on the Hopper
   engine (``ozaki``, blasdx.engine.ozaki): the bits are kept relative to the largest element of each
   row of x / column of y, and the number of int8 products grows with the bits and with K.
@@ -37,11 +41,13 @@ from ..describe.schemes import (
 )
 from .ozaki import MAX_K, residues_for
 
-__all__ = ["ENGINE_3XTF32_BITS", "NATIVE_BITS", "Scheme", "engine_runs_3xtf32", "resolve"]
+__all__ = ["ENGINE_3XTF32_BITS", "ENGINE_3XTF32_FULL_MIN_K", "NATIVE_BITS", "Scheme", "engine_scheme", "resolve"]
 
-#: Mantissa bits the Hopper engine's 3xtf32 keeps (see the module's text); asked for more, the engine
-#: runs native float32 products.
+#: Mantissa bits the Hopper engine's 3xtf32 keeps when promoted every 2 stages (see the module's text).
 ENGINE_3XTF32_BITS = 21
+#: Depth from which the engine's 3xtf32 promoted every stage keeps float32's accuracy; shorter
+#: products asking for more than ENGINE_3XTF32_BITS run native float32 products.
+ENGINE_3XTF32_FULL_MIN_K = 64
 
 
 def resolve(dtype: _dt.DType, mantissa_bits: int | None, k: int | None = None) -> Scheme:
@@ -56,7 +62,7 @@ def resolve(dtype: _dt.DType, mantissa_bits: int | None, k: int | None = None) -
     if dtype == _dt.float32:
         if mantissa_bits <= TF32_BITS:
             return Scheme("tf32", 1, TF32_BITS)
-        # what every path of the scheme keeps: 21 bits, or all 23 where only the one-block kernel runs it
+        # 21 bits (promoted every 2 stages on the engine), or all 23 (every stage, or the one-block kernel)
         return Scheme("3xtf32", 3, ENGINE_3XTF32_BITS if mantissa_bits <= ENGINE_3XTF32_BITS else native)
     if dtype == _dt.float64:
         depth = MAX_K if k is None else min(max(k, 1), MAX_K)
@@ -64,6 +70,12 @@ def resolve(dtype: _dt.DType, mantissa_bits: int | None, k: int | None = None) -
     return Scheme("native", 1, native)
 
 
-def engine_runs_3xtf32(scheme: Scheme) -> bool:
-    """Whether the Hopper engine's 3xtf32 keeps the bits ``scheme`` (a "3xtf32" one) promises."""
-    return scheme.name == "3xtf32" and scheme.mantissa_bits <= ENGINE_3XTF32_BITS
+def engine_scheme(scheme: Scheme, k: int) -> str | None:
+    """The Hopper engine's scheme (blasdx.engine.hopper.SPLIT_CONFIGS) that keeps the bits of ``scheme`` (a
+    "3xtf32" one) in a product ``k`` deep: "3xtf32" (promoted every 2 stages) for up to ENGINE_3XTF32_BITS
+    bits, "3xtf32-23" (every stage) for more from ENGINE_3XTF32_FULL_MIN_K deep; None where neither does."""
+    if scheme.name != "3xtf32":
+        return None
+    if scheme.mantissa_bits <= ENGINE_3XTF32_BITS:
+        return "3xtf32"
+    return "3xtf32-23" if k >= ENGINE_3XTF32_FULL_MIN_K else None

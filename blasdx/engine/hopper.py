@@ -52,8 +52,9 @@ SERVED = {
     (_dt.float8_e4m3, _dt.float16), (_dt.float8_e4m3, _dt.float32), (_dt.float8_e5m2, _dt.float16),
     (_dt.float8_e5m2, _dt.float32), (_dt.int8, _dt.int32), (_dt.uint8, _dt.int32),
 }
-#: Emulated schemes the engine runs: scheme name -> (input, result) type pairs.
-EMULATED_SERVED = {"3xtf32": {(_dt.float32, _dt.float32)}}
+#: Emulated schemes the engine runs: scheme name -> (input, result) type pairs. "3xtf32" promotes the
+#: tensor cores' sums every 2 stages, "3xtf32-23" every stage (blasdx.engine.emulation says what each keeps).
+EMULATED_SERVED = {"3xtf32": {(_dt.float32, _dt.float32)}, "3xtf32-23": {(_dt.float32, _dt.float32)}}
 _FP8 = (_dt.float8_e4m3, _dt.float8_e5m2)
 _MMA_TYPES = {"float16": "__half", "bfloat16": "__nv_bfloat16", "tfloat32": "blasdx::tf32", "float32": "blasdx::tf32",
               "float8_e4m3": "__nv_fp8_e4m3", "float8_e5m2": "__nv_fp8_e5m2", "int8": "signed char",
@@ -182,6 +183,11 @@ WIDE_192 = EngineConfig(128, 192, 64, 4, 2)
 # apart and added into the accumulator per stage (gemm.cuh, multiply_promoted), which takes
 # two more accumulators per consumer: 64 x 128 each (the square tile shared by 2 consumers).
 SPLIT_SQUARE = EngineConfig(128, 128, 32, 3, 2, split_tf32=True, promote_stages=2)
+# Promoted every stage: four truncating tf32 sums of the high parts between two rounded adds
+# instead of twelve (docs/performance.md, float32 at float32 accuracy); about 10% slower.
+SPLIT_SQUARE_P1 = replace(SPLIT_SQUARE, promote_stages=1)
+#: The engine's 3xtf32 schemes and their configurations.
+SPLIT_CONFIGS = {"3xtf32": SPLIT_SQUARE, "3xtf32-23": SPLIT_SQUARE_P1}
 # Decode (at most SWAP_MAX_M rows of a row-major x, weights read in place): the product is computed transposed,
 # D^T = y^T x^T, so the weights fill 64-row wgmma tiles and the few rows of x a 16-, 32- or 64-wide N; a stage is mostly
 # weights (10 KB at bn = 16), so 12 stages keep enough bytes in flight for the memory-bound stream, and
@@ -245,7 +251,7 @@ WHOLE_ROWS_64 = EngineConfig(64, 32, 64, 12, 1)
 WHOLE_ROWS = EngineConfig(64, 64, 64, 10, 1)
 CONFIGS = {"wide": WIDE, "square": SQUARE, "narrow": NARROW, "pingpong": PINGPONG, "wide clusters": WIDE_CLUSTERS,
            "wide 192": WIDE_192,
-           "split square": SPLIT_SQUARE, "split square p1": replace(SPLIT_SQUARE, promote_stages=1),
+           "split square": SPLIT_SQUARE, "split square p1": SPLIT_SQUARE_P1,
            "split square p4": replace(SPLIT_SQUARE, promote_stages=4), "decode": DECODE, "medium": MEDIUM,
            "whole rows 64": WHOLE_ROWS_64, "whole rows": WHOLE_ROWS}
 
@@ -280,7 +286,8 @@ def choose_config(a: _dt.DType, m: int, n: int, k: int, batch: int, multiprocess
                   stream_k: bool = False) -> tuple[EngineConfig, int]:
     """The tile configuration and K split count of an M x N x K product with ``batch`` problems.
 
-    The 3xtf32 scheme takes `split square`. Otherwise outputs of at most SWAP_MAX_M rows are computed
+    The 3xtf32 schemes take `split square` (promoted every 2 stages, "3xtf32") or `split square p1` (every
+    stage, "3xtf32-23"). Otherwise outputs of at most SWAP_MAX_M rows are computed
     transposed (:func:`decode_config`: `decode` or, past a wave of its tiles, a larger one), or take `narrow` where the caller
     keeps x and y in place; up to MEDIUM_MAX_M rows, while `pingpong` tiles would not fill the SMs once,
     `medium` (K split up to one unit per SM with deep splits, :func:`split_count`); long products with
@@ -297,8 +304,8 @@ def choose_config(a: _dt.DType, m: int, n: int, k: int, batch: int, multiprocess
     """
     bk = _SWIZZLE // a.size
     wide_tiles = WIDE.tiles(m, n, batch)
-    if scheme == "3xtf32":
-        config = SPLIT_SQUARE
+    if scheme in SPLIT_CONFIGS:
+        config = SPLIT_CONFIGS[scheme]
     elif swap and decodes(m, n):
         return decode_config(a, m, n, k, batch, multiprocessors, bk, promotion)
     elif m <= 64:
@@ -893,7 +900,7 @@ class EnginePlan:
             self.config, self.splits, route_b, b, m, n, k, batch, multiprocessors, staged_guess,
             None if config is None else config.transpose_b, self.streams_k)
         self.route_b = route_b
-        if self.config.split_tf32 != (scheme == "3xtf32"):
+        if self.config.split_tf32 != (scheme in SPLIT_CONFIGS):
             raise ValueError(f"configuration {self.config} does not run the {scheme} scheme")
         if self.config.bn == 192 and (a.size != 2 or self.config.promotion or self.config.transpose_b):
             raise ValueError(f"configuration {self.config}: 192-wide tiles take 16-bit inputs as loaded")

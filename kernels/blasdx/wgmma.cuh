@@ -417,15 +417,22 @@ BLASDX_WG_SIXTEEN_BIT(__nv_bfloat16, float, float, BLASDX_WG_F32_WIDTHS, BLASDX_
 #undef BLASDX_WG_SIXTEEN_BIT
 
 // tf32 (operands stored as float; the tensor core reads their upper 19 bits): K-major only.
+// issue<..., ACCUMULATE = false> starts the sum afresh (scale-d 0: D = A * B): the first step of
+// a 3xtf32 promotion interval (hopper/gemm.cuh) needs no zeroed registers.
 template <> struct mma<tf32, tf32, float> {
     static constexpr int K_STEP = 8;
     static constexpr bool TRANSPOSES = false, REGISTER_A = false;  // no block plan runs tf32 on wgmma
     using reg_type = float;
-    template <int WIDTH, bool TRANS_A, bool TRANS_B>
+    template <int WIDTH, bool TRANS_A, bool TRANS_B, bool ACCUMULATE = true>
     __device__ __forceinline__ static void issue(float* d, u64 desc_a, u64 desc_b) {
         (void)width_check<WIDTH>{};
         static_assert(!TRANS_A && !TRANS_B, "tf32 wgmma reads A and B K-major only");
-        BLASDX_WG_F32_WIDTHS("k8.f32.tf32.tf32", BLASDX_WG_NO_T, )
+        if constexpr (ACCUMULATE) {
+            BLASDX_WG_F32_WIDTHS("k8.f32.tf32.tf32", BLASDX_WG_NO_T, )
+        } else {
+            static_assert(WIDTH != 192, "a fresh tf32 step is a power-of-two width");
+            BLASDX_WG_WORD_WIDTHS("k8.f32.tf32.tf32", BLASDX_WG_F, ", 0, 1, 1")
+        }
     }
 };
 

@@ -276,8 +276,9 @@ struct DeviceGemm {
         const u32 base = shared_address(stage(smem, at.stage));
         if constexpr (SPLIT) {
             wait(&ring->split[at.stage], at.parity);
-            mma_stage_split<SA, SB, ATOMS_M, BN, BK>(target, base, base + SA::BYTES, base + OPERAND_BYTES,
-                                                     base + OPERAND_BYTES + SA::BYTES, row0);
+            // promoted every stage: each stage's sum starts afresh (no zeroed registers)
+            mma_stage_split<SA, SB, ATOMS_M, BN, BK, PROMOTE_STAGES == 1>(
+                target, base, base + SA::BYTES, base + OPERAND_BYTES, base + OPERAND_BYTES + SA::BYTES, row0);
         } else {
             wait(REWRITE ? &ring->split[at.stage] : &ring->full[at.stage], at.parity);
             mma_stage<typename Cfg::a_mma, typename Cfg::b_mma, SA, SB, ATOMS_M, BN, BK>(target, base,
@@ -375,7 +376,8 @@ struct DeviceGemm {
         acc.pin();
     }
 
-    // acc += part; part = 0 (part's group has completed).
+    // acc += part; part = 0 (part's group has completed), unless each interval's first step starts
+    // part afresh (one stage an interval).
     __device__ __forceinline__ static void add_and_clear(Acc& acc, Acc& part) {
         part.pin();
 #pragma unroll
@@ -383,7 +385,7 @@ struct DeviceGemm {
 #pragma unroll
             for (int j = 0; j < BN / 2; ++j) {
                 acc.r[i][j] += part.r[i][j];
-                part.r[i][j] = 0;
+                if constexpr (PROMOTE_STAGES != 1) part.r[i][j] = 0;
             }
         part.pin();
     }

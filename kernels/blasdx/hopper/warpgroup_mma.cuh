@@ -121,8 +121,9 @@ struct Accumulator {
 
 // acc += A[row0 .. row0 + 64 * ATOMS_M) x B[0 .. N) over one stage's BK: the wgmmas only
 // (the caller fences and commits). TA / TB are the instruction's operand types
-// (blasdx::tf32 for tf32), SA / SB the stage operands.
-template <class TA, class TB, class SA, class SB, int ATOMS_M, int N, int BK, class V>
+// (blasdx::tf32 for tf32), SA / SB the stage operands. FRESH: acc = A x B instead (the first
+// step starts the sum afresh; tf32 only).
+template <class TA, class TB, class SA, class SB, int ATOMS_M, int N, int BK, bool FRESH = false, class V>
 __device__ __forceinline__ void issue_stage(Accumulator<ATOMS_M, N, V>& acc, u32 a_base, u32 b_base, int row0) {
     using op = wgmma::mma<TA, TB, V>;
     constexpr bool TRANS_A = !SA::k_major, TRANS_B = !SB::k_major;
@@ -132,8 +133,14 @@ __device__ __forceinline__ void issue_stage(Accumulator<ATOMS_M, N, V>& acc, u32
         const wgmma::u64 desc_b = SB::template descriptor<op::K_STEP>(b_base, 0, step);
 #pragma unroll
         for (int i = 0; i < ATOMS_M; ++i) {
-            op::template issue<N, TRANS_A, TRANS_B>(
-                acc.r[i], SA::template descriptor<op::K_STEP>(a_base, row0 + 64 * i, step), desc_b);
+            const wgmma::u64 desc_a = SA::template descriptor<op::K_STEP>(a_base, row0 + 64 * i, step);
+            if constexpr (FRESH) {
+                if (step == 0) {
+                    op::template issue<N, TRANS_A, TRANS_B, false>(acc.r[i], desc_a, desc_b);
+                    continue;
+                }
+            }
+            op::template issue<N, TRANS_A, TRANS_B>(acc.r[i], desc_a, desc_b);
         }
     }
 }
@@ -147,12 +154,13 @@ __device__ __forceinline__ void mma_stage(Accumulator<ATOMS_M, N, V>& acc, u32 a
 }
 
 // One stage of float32 operands split into tf32 parts (precision.cuh), as one wgmma group:
-// acc += A_lo B_hi + A_hi B_lo + A_hi B_hi, the small terms first.
-template <class SA, class SB, int ATOMS_M, int N, int BK>
+// acc += A_lo B_hi + A_hi B_lo + A_hi B_hi, the small terms first (FRESH: acc = ..., the sum
+// started afresh by the first step).
+template <class SA, class SB, int ATOMS_M, int N, int BK, bool FRESH = false>
 __device__ __forceinline__ void mma_stage_split(Accumulator<ATOMS_M, N, float>& acc, u32 a_hi, u32 b_hi, u32 a_lo,
                                                 u32 b_lo, int row0) {
     wgmma::fence();
-    issue_stage<tf32, tf32, SA, SB, ATOMS_M, N, BK>(acc, a_lo, b_hi, row0);
+    issue_stage<tf32, tf32, SA, SB, ATOMS_M, N, BK, FRESH>(acc, a_lo, b_hi, row0);
     issue_stage<tf32, tf32, SA, SB, ATOMS_M, N, BK>(acc, a_hi, b_lo, row0);
     issue_stage<tf32, tf32, SA, SB, ATOMS_M, N, BK>(acc, a_hi, b_hi, row0);
     wgmma::commit();
