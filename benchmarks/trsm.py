@@ -138,8 +138,9 @@ def _backward_error(a, x, b, left: bool) -> float:
     return float(torch.max(norm(r) / (norm(a64) * norm(x64) + norm(b64))))
 
 
-def run_large(name: str, size: int, left: bool, batch: int, gen) -> dict:
-    """One large solve (blocked in blasdx): both checked by their backward error, then timed per call."""
+def run_large(name: str, size: int, left: bool, batch: int, gen, mantissa_bits: int | None = None) -> dict:
+    """One large solve (blocked in blasdx; ``mantissa_bits`` passed to it): both checked by their backward error,
+    then timed per call."""
     import torch
 
     real = TYPES[name]
@@ -148,10 +149,10 @@ def run_large(name: str, size: int, left: bool, batch: int, gen) -> dict:
         a, b = a[0], b[0]
     x_blasdx, x_torch = torch.empty_like(b), torch.empty_like(b)
     row = {"type": name, "side": "left" if left else "right", "size": size, "batch": batch, "case": name,
-           "flops": float(batch) * size**3}
+           "flops": float(batch) * size**3, "mantissa_bits": mantissa_bits}
 
     def blasdx_call():
-        return bx.solve_triangular(a, b, lower=True, left=left, out=x_blasdx)
+        return bx.solve_triangular(a, b, lower=True, left=left, out=x_blasdx, mantissa_bits=mantissa_bits)
 
     def torch_call():
         return torch.linalg.solve_triangular(a, b, upper=False, left=left, out=x_torch)
@@ -165,7 +166,7 @@ def run_large(name: str, size: int, left: bool, batch: int, gen) -> dict:
         torch.cuda.synchronize()
         from blasdx.calls.solve_triangular import solve_plan
 
-        row["plan"] = solve_plan(a, b, lower=True, left=left, out=x_blasdx).describe()
+        row["plan"] = solve_plan(a, b, lower=True, left=left, out=x_blasdx, mantissa_bits=mantissa_bits).describe()
         eta = row["blasdx_backward_error"] = _backward_error(a, x_blasdx, b, left)
         if eta <= max(residual_bound(real, size), 2 * row["torch_backward_error"]):
             row["blasdx_check"] = "ok"
@@ -212,7 +213,7 @@ def main_large(args: argparse.Namespace, sm: int) -> int:
         for side in args.side:
             for size in args.sizes:
                 before = without_small_tiles(name, size, side == "left", args.batch, gen) if args.small_tiles else None
-                row = run_large(name, size, side == "left", args.batch, gen)
+                row = run_large(name, size, side == "left", args.batch, gen, args.mantissa_bits.get(name))
                 if before is not None and "blasdx_ms" in before:
                     row["blasdx_ms_128_tiles_only"] = before["blasdx_ms"]
                     print(f"  128 x 128 tiles only: {before['blasdx_ms']:.3f} ms", flush=True)
@@ -260,9 +261,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--json", default=DEFAULT_JSON)
     parser.add_argument("--large", action="store_true", help="large systems (blocked solver), sizes 1024-8192")
     parser.add_argument("--batch", type=int, default=1, help="problems per large case")
+    parser.add_argument("--mantissa-bits", nargs="*", default=[], metavar="TYPE=BITS",
+                        help="large solves of TYPE with mantissa_bits=BITS (e.g. f32=23: updates as 3xtf32)")
     parser.add_argument("--small-tiles", action="store_true",
                         help="large cases also with the wide path's 128 x 128 tiles only, in the same process")
     args = parser.parse_args(argv)
+    try:
+        args.mantissa_bits = {t: int(v) for t, v in (item.split("=") for item in args.mantissa_bits)}
+    except ValueError:
+        parser.error("--mantissa-bits takes TYPE=BITS pairs, e.g. f32=23")
     if args.large and args.sizes == list(SIZES):
         args.sizes = list(LARGE_SIZES)
     return args
