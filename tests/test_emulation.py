@@ -153,3 +153,24 @@ def test_split_kernels_compile_with_tf32_wgmma_and_no_spills(name, staged):
     # the splitting warps read and write whole 16-byte vectors of the stages
     assert "LDS.128" in sass and "STS.128" in sass
     assert compiled.shared_memory == 0  # all dynamic: EngineConfig.shared_memory is what launches ask for
+
+
+def test_host_model_of_the_tensor_core_sums_favours_promotion_every_stage():
+    """benchmarks/tf32_sum_model.py (the argument for ENGINE_3XTF32_FULL_MIN_K): promoted every stage the error is
+    about a third of every two stages' at K = 128, and the split's own floor lies below both."""
+    import importlib.util
+    from pathlib import Path
+
+    import numpy as np
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "tf32_sum_model.py"
+    spec = importlib.util.spec_from_file_location("tf32_sum_model", path)
+    model = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(model)
+    rng = np.random.default_rng(3)
+    x, y = rng.standard_normal((16, 128)).astype(np.float32), rng.standard_normal((128, 32)).astype(np.float32)
+    ref = x.astype(np.float64) @ y.astype(np.float64)
+    p1, p2 = (model.error(model.three_tf32(x, y, p), ref) for p in (1, 2))
+    assert p1 < 0.5 * p2 and 5e-8 < p1 < 3e-7
+    hi, lo = model.split(x)
+    assert np.all(np.abs(hi.astype(np.float64) + lo - x) <= 2.0**-22 * np.abs(x))  # what the parts miss
