@@ -15,7 +15,7 @@ keeps at least that many.
   large terms) the error is about 3.7e-7 (2^-21.4) whatever K, 1.3-3.3x torch float32's for
   K <= 4096 (H200): that keeps :data:`ENGINE_3XTF32_BITS` bits. Promoted every stage, with
   each stage's small terms summed before its large ones (four truncating sums of large terms
-  a promotion), it is within 1.5x of torch float32's from K = 64 on (0.9-1.34x at 64-16384,
+  a promotion), it is within 1.5x of torch float32's from K = 64 on (0.87-1.34x at 64-16384,
   H200); below that depth the parts' own floor (about 7.5e-8) and the few sums that round
   make up most of the error and native float32 (FFMA) keeps the bits instead. The plan says
   which runs (:func:`engine_scheme`).
