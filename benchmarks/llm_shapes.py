@@ -10,7 +10,8 @@ every competitor reads fastest), or ``kn``, a row-major [K, N] weight (y row-maj
 N-major). Shapes (K x N) are those of Llama-3-8B, Llama-3-70B, DeepSeek-V3's dense layers
 and a Mixtral expert, at M in {16, 64, 128, 512, 2048, 8192}.
 
-Types: bf16 / f16 (bx.matmul against torch.matmul), tf32 (bx.matmul of bx.tf32 operands
+Types: bf16 / f16 (bx.matmul against torch.matmul, each writing the result type torch.matmul
+gives: bf16 inputs as bx.matmul(x, w, out_dtype=bx.bfloat16), f32 sums rounded once), tf32 (bx.matmul of bx.tf32 operands
 against torch.matmul with tf32 allowed), e4m3 (bx.matmul of fp8 operands against
 torch._scaled_mm with a column-major y, the layout it needs, and beside it bx.scaled_mm with
 a column-major y: the goal of a row-major y), fp8-tensor / fp8-row / fp8-block
@@ -84,6 +85,8 @@ CORE = {
     "fp8-tensor": ([("llama3-8b", 4096, 4096)], (16, 128, 2048), ("nk",)),
 }
 
+#: blasdx's result type where torch.matmul's differs from bx.matmul's default (the tile libraries' f32 for bf16)
+TORCH_RESULTS = {dt.bfloat16: dt.bfloat16}
 TARGET_REPLAY_MS = 2.0  # GPU time per graph replay the call count aims at
 MAX_GRAPH_CALLS = 50
 
@@ -274,11 +277,10 @@ def build(case: Case, gen) -> Built:
         x = torch.randn(m, k, device="cuda", generator=gen).to(tdt)
         y = _weight(torch, k, n, layout, tdt, gen)
         bx_x, bx_y = (bx.tf32(x), bx.tf32(y)) if case.dtype == "tf32" else (x, y)
-        from blasdx.calls.matmul import RESULT_TYPES
-
-        check = _checker(torch, x, y, a, RESULT_TYPES[a], gen)
-        return Built(lambda: bx.matmul(bx_x, bx_y), {"torch": lambda: torch.matmul(x, y)}, check,
-                     prepare=lambda: _compile_matmul(bx_x, bx_y))
+        c = TORCH_RESULTS.get(a, a)
+        check = _checker(torch, x, y, a, c, gen)
+        return Built(lambda: bx.matmul(bx_x, bx_y, out_dtype=c), {"torch": lambda: torch.matmul(x, y)}, check,
+                     prepare=lambda: _compile_matmul(bx_x, bx_y, c))
     e4m3 = torch.float8_e4m3fn
     x = (2 * torch.randn(m, k, device="cuda", generator=gen)).to(e4m3)
     y = _weight(torch, k, n, layout, e4m3, gen, 2.0)
@@ -320,15 +322,16 @@ def build(case: Case, gen) -> Built:
     return Built(ours, theirs, check, prepare=prepare)
 
 
-def _compile_matmul(x, y) -> None:
-    """The kernel bx.matmul(x, y) runs, compiled (both cache levels) without a launch."""
+def _compile_matmul(x, y, c: dt.DType | None = None) -> None:
+    """The kernel bx.matmul(x, y, out_dtype=c) runs, compiled (both cache levels) without a launch."""
     import torch
 
     from blasdx.calls import matmul as array_gemm
 
     handle = torch.cuda.current_stream().cuda_stream
-    plan = array_gemm._plan_matmul(array_gemm._view(x, "x", handle), array_gemm._view(y, "y", handle),
-                                   torch.cuda.current_device())
+    vx = array_gemm._view(x, "x", handle)
+    plan = array_gemm._plan_matmul(vx, array_gemm._view(y, "y", handle), torch.cuda.current_device(),
+                                   result=array_gemm.result_type(vx.dtype, c))
     if plan.kind == "hopper":
         plan.kernel.compiled  # noqa: B018  (compiles)
 
@@ -358,7 +361,9 @@ def measure(case: Case, built: Built) -> dict:
     row = {"case": case.model, "dtype": case.dtype, "shape": [case.m, case.n, case.k], "layout": case.layout}
     flops = 2.0 * case.m * case.n * case.k
     try:
-        row["error_rel"] = built.check(built.ours())
+        got = built.ours()
+        row["result"] = str(got.dtype).replace("torch.", "")
+        row["error_rel"] = built.check(got)
         est = call_ms(built.ours, 3, 1)
         row["blasdx_gpu_ms"] = gpu_ms(built.ours, est)
         row["blasdx_call_ms"] = call_ms(built.ours)
@@ -443,7 +448,7 @@ def _sweep_operands(torch, kind: str, m: int, n: int, k: int, layout: str, gen):
         torch.backends.cuda.matmul.allow_tf32 = kind == "tf32"
         return torch.matmul(x, y)
 
-    return x, y, a, RESULT_TYPES[a], theirs
+    return x, y, a, TORCH_RESULTS.get(a, RESULT_TYPES[a]), theirs
 
 
 def sweep(gen, shapes=SWEEP_SHAPES, configs=SWEEP_CONFIGS, split_counts=SWEEP_SPLITS,
@@ -474,7 +479,8 @@ def sweep(gen, shapes=SWEEP_SHAPES, configs=SWEEP_CONFIGS, split_counts=SWEEP_SP
         check = _checker(torch, x, y, a, result, gen, promotion=128 if a.size == 1 else None)
         vx, vy = arrays.as_array(x, "x")._replace(dtype=a), arrays.as_array(y, "y")._replace(dtype=a)
         mx, my = array_gemm._matrix(vx, "x"), array_gemm._matrix(vy, "y")
-        out = torch.empty((m, n), device="cuda", dtype={dt.float32: torch.float32, dt.float16: torch.float16}[result])
+        out = torch.empty((m, n), device="cuda", dtype={dt.float32: torch.float32, dt.float16: torch.float16,
+                                                        dt.bfloat16: torch.bfloat16}[result])
         vout = arrays.as_array(out, "out")
         promotion = hopper.promotion_of(a)
         default = hopper.choose_config(a, m, n, k, 1, device.multiprocessors, promotion=promotion, stream_k=True)

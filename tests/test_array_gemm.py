@@ -54,9 +54,27 @@ def test_matmul_plan_has_the_result_type(a):
     assert p.desc.precision == (a, a, array_gemm.RESULT_TYPES[a])
 
 
-def test_matmul_refuses_a_dtype_and_points_to_mma():
-    with pytest.raises(ExecutionError, match=r"dtype=.*fixed by the input type.*float16 -> float16.*blasdx\.mma"):
+def test_matmul_refuses_a_dtype_and_points_to_out_dtype():
+    with pytest.raises(ExecutionError, match=r"dtype=.*names its result type out_dtype=.*float16 -> float16"):
         bx.matmul(view((2, 4)), view((4, 2)), dtype="float32")
+
+
+@pytest.mark.parametrize(("a", "c"), [(dt.bfloat16, dt.bfloat16), (dt.bfloat16, dt.float32), (dt.float16, dt.float32),
+                                      (dt.float8_e4m3, dt.float32), (dt.int8, dt.int32)], ids=str)
+def test_matmul_out_dtype_picks_a_row_of_the_table(a, c):
+    p = plan(view((8, 16), a), view((16, 4), a), result=array_gemm.result_type(a, c))
+    assert p.dtype == c and p.desc.precision == (a, a, c)
+
+
+@pytest.mark.parametrize(("a", "out_dtype", "expected"), [
+    (dt.bfloat16, dt.float16, r"out_dtype: bfloat16 inputs give float32 or bfloat16, not float16"),
+    (dt.float16, "bfloat16", r"out_dtype: float16 inputs give float16 or float32, not bfloat16"),
+    (dt.float32, "float64", r"out_dtype: float32 inputs give float32, not float64"),
+    (dt.float16, "no-such-type", r"out_dtype: 'no-such-type' is not an element type blasdx knows"),
+], ids=lambda v: getattr(v, "name", None) or str(v)[:12])
+def test_matmul_refuses_an_out_dtype_outside_the_table(a, out_dtype, expected):
+    with pytest.raises(ExecutionError, match=expected):
+        bx.matmul(view((2, 4), a), view((4, 2), a), out_dtype=out_dtype, stream=0)
 
 
 def test_matmul_refuses_an_unknown_input_type():
@@ -106,9 +124,9 @@ def test_same_dtype_rule_no_promotion():
 
 
 def test_unsupported_combination_lists_the_rows():
-    with pytest.raises(ExecutionError, match=r"bfloat16 x bfloat16 \+ bfloat16 is not supported.*float16 x float16 "
+    with pytest.raises(ExecutionError, match=r"bfloat16 x bfloat16 \+ float16 is not supported.*float16 x float16 "
                                              r"-> float16 \(sm_75\+\).*int8 x int8 -> int32"):
-        bx.mma(view((2, 4), dt.bfloat16), view((4, 2), dt.bfloat16), view((2, 2), dt.bfloat16), stream=0)
+        bx.mma(view((2, 4), dt.bfloat16), view((4, 2), dt.bfloat16), view((2, 2), dt.float16), stream=0)
 
 
 def test_fast_accumulation_only_for_fp8():
@@ -235,11 +253,13 @@ def test_empty_shapes_plan_without_a_kernel_build():
 
 # ---- the multi-block kernels compile for every input type --------------------------------------------
 
+#: matmul's default result per input type, and bf16 -> bf16 (out_dtype): f32 sums stored as bf16
+TILED_TYPES = [*array_gemm.RESULT_TYPES.items(), (dt.bfloat16, dt.bfloat16)]
 TILED_CASES = [
-    (a, sm, a_row, b_row)
-    for a in array_gemm.RESULT_TYPES
+    (a, c, sm, a_row, b_row)
+    for a, c in TILED_TYPES
     for sm in (75, 80, 89, 90)
-    if dt.find_combination(a, a, array_gemm.RESULT_TYPES[a], False).min_sm <= sm
+    if dt.find_combination(a, a, c, False).min_sm <= sm
     for a_row, b_row in ((True, True), (False, False))
 ]
 TILED_OPCODES = {"float16": "HMMA", "bfloat16": "HMMA", "tfloat32": "HMMA", "float32": "FFMA", "float64": "DMMA",
@@ -247,13 +267,13 @@ TILED_OPCODES = {"float16": "HMMA", "bfloat16": "HMMA", "tfloat32": "HMMA", "flo
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("a,sm,a_row,b_row", TILED_CASES,
-                         ids=[f"{a.name}-sm{sm}-{'R' if r else 'C'}{'R' if s else 'C'}" for a, sm, r, s in TILED_CASES])
-def test_tiled_kernels_compile_without_spills(a, sm, a_row, b_row, tmp_path, monkeypatch):
+@pytest.mark.parametrize("a,c,sm,a_row,b_row", TILED_CASES,
+                         ids=[f"{a.name}-{c.name}-sm{sm}-{'R' if r else 'C'}{'R' if s else 'C'}"
+                              for a, c, sm, r, s in TILED_CASES])
+def test_tiled_kernels_compile_without_spills(a, c, sm, a_row, b_row, tmp_path, monkeypatch):
     from blasdx.calls import tiled
 
     monkeypatch.setenv("BLASDX_CACHE_DIR", str(tmp_path))
-    c = array_gemm.RESULT_TYPES[a]
     kernel = tiled.tiled_kernel(a, a, c, a_row, b_row, 4096, 4096, sm, 16, 4 if a.size <= 4 else 8)
     compiled = kernel.compile()
     assert compiled.local_memory == 0, f"{kernel.desc!r} spills"

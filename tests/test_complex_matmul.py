@@ -154,6 +154,7 @@ BAD = [
     ("bits", lambda x, y, a: bx.matmul(x, y, mantissa_bits=40), "mantissa_bits"),
     ("out-shape", lambda x, y, a: bx.mma(x, y, a, out=x), "out: shape (4, 6) and type complex64 do not match"),
     ("fast", lambda x, y, a: bx.matmul(x, y, fast_accumulation=True), "fast_accumulation=True with complex64"),
+    ("out-dtype", lambda x, y, a: bx.matmul(x, y, out_dtype="float32"), "complex64 inputs give complex64 results"),
 ]
 
 

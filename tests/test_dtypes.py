@@ -135,6 +135,7 @@ EXPECTED_ROWS = {
     (F16, F16, F16, False, 75, F16),
     (F16, F16, F32, False, 75, F32),
     (BF16, BF16, F32, False, 80, F32),
+    (BF16, BF16, BF16, False, 80, F32),
     (TF32, TF32, F32, False, 80, F32),
     (F32, F32, F32, False, 75, F32),
     (F64, F64, F64, False, 75, F64),
@@ -174,7 +175,7 @@ def test_find_combination_finds_every_row(row):
 @pytest.mark.parametrize(
     "a, b, c, cplx",
     [
-        (BF16, BF16, BF16, False),
+        (BF16, BF16, F16, False),
         (BF16, BF16, F32, True),
         (F16, BF16, F32, False),
         (F32, F32, F16, False),
@@ -216,7 +217,7 @@ def test_describe():
 
 def test_supported_rows_filters():
     everything = dt.supported_rows()
-    assert len(everything) == 22
+    assert len(everything) == 23
     on75 = dt.supported_rows(75)
     assert len(on75) == 8  # real f16->f16, f16->f32, f32, f64 and the four complex rows
     assert "float16 x float16 -> float16 (sm_75+)" in on75
@@ -224,14 +225,14 @@ def test_supported_rows_filters():
     on80 = dt.supported_rows(80)
     assert "bfloat16 x bfloat16 -> float32 (sm_80+)" in on80 and "uint8 x int8 -> int32 (sm_80+)" in on80
     assert not any("float8" in r for r in on80)
-    assert len(on80) == 22 - 8
+    assert len(on80) == 23 - 8
     on89 = dt.supported_rows(89)
     assert "float8_e5m2 x float8_e4m3 -> float16 (sm_89+)" in on89
-    assert len(on89) == 22
+    assert len(on89) == 23
     cplx = dt.supported_rows(is_complex=True)
     assert len(cplx) == 4 and all(r.startswith("complex ") for r in cplx)
     real = dt.supported_rows(is_complex=False)
-    assert len(real) == 18 and not any(r.startswith("complex") for r in real)
+    assert len(real) == 19 and not any(r.startswith("complex") for r in real)
 
 
 @pytest.mark.parametrize(

@@ -36,7 +36,8 @@ def _check_matmul(torch, got, x, y, acc=None):
         ref = ref + acc.to(torch.float64)
     a = {torch.float16: dt.float16, torch.bfloat16: dt.bfloat16, torch.float32: dt.float32,
          torch.float64: dt.float64}[x.dtype]
-    c = {torch.float16: dt.float16, torch.float32: dt.float32, torch.float64: dt.float64}[got.dtype]
+    c = {torch.float16: dt.float16, torch.bfloat16: dt.bfloat16, torch.float32: dt.float32,
+         torch.float64: dt.float64}[got.dtype]
     tol = tolerance(a, c, x.shape[-1])
     err = torch_relative_error(torch, got, ref)
     assert err <= tol, f"{tuple(x.shape)} x {tuple(y.shape)} {x.dtype}: relative error {err:.3e} exceeds {tol:.1e}"
@@ -65,6 +66,11 @@ def test_changing_arrays_never_reuse_another_kind(torch, m, n, k):
     for _ in range(3):  # cold, then bound, then bound again: the same results
         for x, y in variants:
             _check_matmul(torch, bx.matmul(x, y), x, y)
+            if x.dtype in (torch.float16, torch.bfloat16):  # the other 16-bit result of the table, bound apart
+                other = {torch.float16: torch.float32, torch.bfloat16: torch.bfloat16}[x.dtype]
+                got = bx.matmul(x, y, out_dtype=str(other).split(".")[1])
+                assert got.dtype == other
+                _check_matmul(torch, got, x, y)
             acc = torch.randn(m, n, device="cuda", generator=gen)
             _check_matmul(torch, bx.mma(x, y, acc), x, y, acc)
             out = torch.full((m, n), float("nan"), device="cuda")
@@ -97,7 +103,9 @@ def _bad_calls(torch):
         ("host", lambda: bx.matmul(x, y.cpu()), r"y: torch.Tensor of shape \(32, 48\) is in host memory"),
         ("acc shape", lambda: bx.mma(x, y, acc[:, :47]), r"acc: shape \(64, 47\) does not hold x @ y"),
         ("out shape", lambda: bx.mma(x, y, acc, out=acc[:, :47]), r"out: shape \(64, 47\)"),
-        ("dtype kwarg", lambda: bx.matmul(x, y, dtype=bx.float32), r"dtype=.*fixed by the input type"),
+        ("dtype kwarg", lambda: bx.matmul(x, y, dtype=bx.float32), r"dtype=.*names its result type out_dtype="),
+        ("out_dtype", lambda: bx.matmul(x, y, out_dtype=bx.bfloat16), r"out_dtype: float16 inputs give float16 or "
+                                                                        r"float32, not bfloat16"),
         ("fast", lambda: bx.matmul(x, y, fast_accumulation=True), r"fast_accumulation=True with float16"),
         # real tensors with the negation bit (what .conj().imag gives): their memory holds the values before it
         ("negated y", lambda: bx.matmul(x, torch._neg_view(y)), r"y: .*negation"),
@@ -118,6 +126,7 @@ def test_bad_calls_raise_the_same_cold_and_bound(torch):
         with pytest.raises(bx.ExecutionError, match=pattern):
             call()
         bx.matmul(x, y)  # good calls of the same arrays bind their kinds
+        bx.matmul(x, y, out_dtype=bx.float32)
         bx.mma(x, y, acc)
         bx.mma(x, y, acc, out=torch.empty_like(acc))
         bx.mma(x, y, acc.half(), out=torch.empty(64, 48, device="cuda", dtype=torch.float16))

@@ -352,7 +352,7 @@ def test_cluster_geometry(encoder):
     assert "clusters of 2" in engine.describe()
 
 
-@pytest.mark.parametrize("c", [dt.float16, dt.float32])
+@pytest.mark.parametrize("c", [dt.float16, dt.bfloat16, dt.float32])
 def test_split_reduce_and_repack_compile(c):
     reduce = cached_compile(hopper.reduce_source(c), hopper.REDUCE_NAME, "sm_90")
     assert reduce.local_memory == 0
@@ -372,7 +372,7 @@ def test_describe_call_and_cli(capsys):
     assert "K splits" in out and "y MN-major (transposed in shared memory)" in out
     assert main(["matmul", "int8", "4096x4096x4096"]) == 0
     assert "hopper wgmma+TMA" in capsys.readouterr().out
-    with pytest.raises(ValueError, match="the engine runs bfloat16 -> float32"):
+    with pytest.raises(ValueError, match="the engine runs bfloat16 -> bfloat16, bfloat16 -> float32"):
         hopper.describe_call(dt.float16, dt.bfloat16, 64, 64, 64)
     assert main(["matmul", "float16", "64x64"]) == 2
 
@@ -431,6 +431,28 @@ def test_int8_plans_take_int32_scalars(encoder):
     split = plan(view((128, 16384), dt.uint8), col((16384, 256), dt.int8), view((128, 256), dt.int32))
     assert split.kernel.splits > 1 and split.kernel._reduce.params.kinds[-2:] == ("i32", "i32")
     assert "using splitk_acc_type = int;" in split.kernel._reduce.source
+
+
+@pytest.mark.parametrize("shape", [(4096, 4096, 4096), (512, 2112, 7168), (16, 8192, 8192), (8192, 8192, 8192)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_bf16_results_sum_in_f32_and_store_bf16(encoder, shape):
+    """bfloat16 -> bfloat16 (matmul's out_dtype, an mma of a bf16 acc): f32 sums, the D map, the direct or TMA
+    store and the split-K finish of bf16 elements; every kernel of the plan compiles without spills."""
+    m, n, k = shape
+    p = array_gemm.plan_call(view((m, k), dt.bfloat16), col((k, n), dt.bfloat16), None, dt.bfloat16,
+                             array_gemm._DeviceInfo(90, SMS), 0)
+    assert p.kind == "hopper" and p.kernel.c == dt.bfloat16, p.reason
+    gemm = p.kernel._gemm.source
+    assert "using c_type = __nv_bfloat16;" in gemm and "using acc_type = float;" in gemm
+    kernels = [(gemm, hopper.KERNEL_NAME)]
+    if p.kernel.splits > 1:
+        assert "using splitk_c_type = __nv_bfloat16;" in p.kernel._reduce.source
+        kernels.append((p.kernel._reduce.source, "blasdx_splitk_reduce"))
+    if len(encoder.calls) == 3:  # D stored by TMA: a map of bf16 elements, 128 bytes of a row per box row
+        assert encoder.calls[2].type_name == "bfloat16" and encoder.calls[2].box[0] == 64
+    for source, name in kernels:
+        compiled = cached_compile(source, name, "sm_90a")
+        assert compiled.local_memory == 0
 
 
 @pytest.mark.slow

@@ -357,6 +357,24 @@ def test_a_matmul_kind_that_changes_never_launches_with_the_bound_plan(torch_cal
         bx.matmul(x_of(device=1), y)
 
 
+def test_a_matmul_out_dtype_is_bound_apart_from_the_default(torch_calls, gpu):
+    """matmul(x, y) and matmul(x, y, out_dtype=...) of the same tensors are two kinds: each bound call makes its
+    own result type and launches what its full path launched."""
+    from blasdx.calls import matmul as mm
+
+    torch = torch_calls
+    x = torch.Tensor((32, 32), (32, 1), name="float16", itemsize=2, ptr=A_PTR)
+    y = torch.Tensor((32, 32), (32, 1), name="float16", itemsize=2, ptr=B_PTR)
+    functions = {}
+    for _ in range(2):  # the full paths, then the bound ones
+        for out_dtype, name in ((None, "float16"), ("float32", "float32")):
+            got = bx.matmul(x, y, out_dtype=out_dtype)
+            assert got.dtype.name == name
+            functions.setdefault(name, set()).add(gpu.launches[-1].function)
+    assert len(mm._BOUND) == 2
+    assert all(len(f) == 1 for f in functions.values()) and functions["float16"] != functions["float32"]
+
+
 def test_a_bound_call_whose_allocation_fails_leaves_the_device_as_it_found_it(gpu):
     """BoundCall.begin makes the call's device current; a failing allocation pops it again."""
     from blasdx.calls.matmul import BoundCall

@@ -192,6 +192,8 @@ def _rows() -> tuple[Combination, ...]:
         Combination(float16, float16, float16, False, 75, float16),
         Combination(float16, float16, float32, False, 75, float32),
         Combination(bfloat16, bfloat16, float32, False, 80, float32),
+        # f32 sums rounded once to bf16 (what torch.matmul and cuBLAS give for bf16): no bf16 accumulator exists
+        Combination(bfloat16, bfloat16, bfloat16, False, 80, float32),
         Combination(tfloat32, tfloat32, float32, False, 80, float32),
         Combination(float32, float32, float32, False, 75, float32),
         Combination(float64, float64, float64, False, 75, float64),

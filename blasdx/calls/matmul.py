@@ -54,7 +54,8 @@ from ..launch import devices as _devices
 from ..run import execute as _execute
 from . import tiled as _tiled
 
-__all__ = ["RESULT_TYPES", "RULES", "TF32", "CallPlan", "call_plan", "matmul", "mma", "plan_call", "tf32"]
+__all__ = ["RESULT_TYPES", "RULES", "TF32", "CallPlan", "call_plan", "matmul", "mma", "plan_call", "result_type",
+           "tf32"]
 
 #: matmul's result type per input type: the tile libraries' table.
 RESULT_TYPES: dict[_dt.DType, _dt.DType] = {
@@ -654,30 +655,35 @@ def _launch_call(plan: CallPlan, like: Any, vx: ArrayView, vy: ArrayView, acc: A
 # ---------------------------------------------------------------------------------------------
 
 
-def matmul(x: Any, y: Any, *, stream: Any = None, dtype: Any = None, mantissa_bits: int | None = None,
-           fast_accumulation: bool = False) -> Any:
-    """``x @ y`` as a new array of the type the inputs fix (:data:`RESULT_TYPES`).
+def matmul(x: Any, y: Any, *, out_dtype: Any = None, stream: Any = None, dtype: Any = None,
+           mantissa_bits: int | None = None, fast_accumulation: bool = False) -> Any:
+    """``x @ y`` as a new array of ``out_dtype``, by default the type the inputs fix (:data:`RESULT_TYPES`).
 
     x is [M, K] or [batch, M, K], y is [K, N] or [batch, K, N]; a batch of 1 (or a matrix)
     broadcasts. Any row- or column-major layout and leading dimension per operand. The
     result is a C-contiguous array of x's library (PyTorch, CuPy, else a blasdx
-    DeviceArray). Use :func:`tf32` to run float32 inputs on tf32 tensor cores;
-    ``mantissa_bits`` states the bits the products must keep (blasdx.engine.emulation: float32
-    inputs with 11-23 bits run as three tf32 products on Hopper). ``fast_accumulation`` is
-    :func:`mma`'s (fp8 inputs only).
+    DeviceArray). ``out_dtype`` picks another row of the type table for the inputs' type
+    (float16 -> float32, bfloat16 -> bfloat16 as torch.matmul gives it, fp8 -> float32): the
+    sums stay in the row's accumulator and are rounded once into the result. Use :func:`tf32`
+    to run float32 inputs on tf32 tensor cores; ``mantissa_bits`` states the bits the products
+    must keep (blasdx.engine.emulation: float32 inputs with 11-23 bits run as three tf32 products
+    on Hopper). ``fast_accumulation`` is :func:`mma`'s (fp8 inputs only).
     """
     if stream is None and dtype is None and mantissa_bits is None and fast_accumulation is False:
         found = _keys.read_pair(x, y)
         if found is not None:
-            bound = _BOUND.get(found[0])
+            try:
+                bound = _BOUND.get(found[0] if out_dtype is None else (found[0], out_dtype))
+            except TypeError:  # an unhashable out_dtype: the full path says what it is
+                bound = None
             if bound is not None:
                 return bound.matmul(found[1], found[2])
     if not isinstance(fast_accumulation, bool):
         raise ExecutionError(f"fast_accumulation: expected True or False, got {fast_accumulation!r}")
     if dtype is not None:
         raise ExecutionError(
-            f"dtype={dtype!r}: matmul's result type is fixed by the input type ({_result_table()}); for another "
-            "result type call blasdx.mma(x, y, acc) with a zeroed acc of that type"
+            f"dtype={dtype!r}: matmul names its result type out_dtype= (as scaled_mm and grouped_mm do); by "
+            f"default the input type fixes it ({_result_table()})"
         )
     known: dict[int, int] = {}  # the library streams asked during this call
     handle = resolve_stream(stream, (_unwrap(x), _unwrap(y)), known=known)
@@ -685,29 +691,49 @@ def matmul(x: Any, y: Any, *, stream: Any = None, dtype: Any = None, mantissa_bi
     if fast_accumulation and vx.dtype not in _FP8:
         raise ExecutionError(f"fast_accumulation=True with {vx.dtype.name} inputs; {_rule('fast')}")
     if vx.dtype.is_complex:
+        if out_dtype is not None:
+            raise ExecutionError(f"out_dtype={out_dtype!r}: {vx.dtype.name} inputs give {vx.dtype.name} results; "
+                                 "leave out_dtype None")
         return COMPLEX_CALLS["matmul"](x, y, vx, vy, handle, known, stream, mantissa_bits)
-    key = _key(vx, vy, None, ("matmul", mantissa_bits, fast_accumulation))
+    result = result_type(vx.dtype, out_dtype)
+    key = _key(vx, vy, None, ("matmul", mantissa_bits, fast_accumulation, result))
     plan = _CALLS.get(key)
     if plan is None:
         _check_shapes(vx, vy, None)  # the arguments before the device (a missing GPU is reported after them)
         device_id = _device_of((vx, vy), ("x", "y"))
-        plan = _cached_plan(_CALLS, key, lambda: _plan_matmul(vx, vy, device_id, mantissa_bits, fast_accumulation))
+        plan = _cached_plan(_CALLS, key, lambda: _plan_matmul(vx, vy, device_id, mantissa_bits, fast_accumulation,
+                                                             result))
     out, vout = _launch_call(plan, _unwrap(x), vx, vy, None, None, None, None, stream, handle, known)
     if stream is None and mantissa_bits is None and not fast_accumulation:
-        _bind_matmul(x, y, out, plan, vx, vy, vout)
+        _bind_matmul(x, y, out, plan, vx, vy, vout, out_dtype)
     return out
 
 
+def result_type(a: _dt.DType, out_dtype: Any = None) -> _dt.DType:
+    """matmul's result type for inputs of type ``a``: :data:`RESULT_TYPES`'s, or ``out_dtype`` where the type
+    table has the row (a, a -> out_dtype); ExecutionError naming the argument otherwise."""
+    default = RESULT_TYPES.get(a)
+    if default is None:
+        raise ExecutionError(
+            f"x: matmul takes {', '.join(d.name for d in RESULT_TYPES)} inputs, not {a.name} ({_result_table()})"
+        )
+    if out_dtype is None:
+        return default
+    try:
+        c = _dt.as_dtype(out_dtype, argument="out_dtype")
+    except TypeError as exc:
+        raise ExecutionError(str(exc)) from None
+    if _dt.find_combination(a, a, c, False) is None:
+        rows = [r.c.name for r in _dt.COMBINATIONS if r.a == a and r.b == a and not r.is_complex]
+        raise ExecutionError(f"out_dtype: {a.name} inputs give {' or '.join(rows)}, not {c.name}")
+    return c
+
+
 def _plan_matmul(vx: ArrayView, vy: ArrayView, device_id: int, mantissa_bits: int | None = None,
-                 fast_accumulation: bool = False) -> CallPlan:
+                 fast_accumulation: bool = False, result: _dt.DType | None = None) -> CallPlan:
     _check_dtypes(vx, vy)
     scheme = _resolve_scheme(vx.dtype, mantissa_bits)
-    result = RESULT_TYPES.get(vx.dtype)
-    if result is None:
-        raise ExecutionError(
-            f"x: matmul takes {', '.join(d.name for d in RESULT_TYPES)} inputs, not {vx.dtype.name} "
-            f"({_result_table()})"
-        )
+    result = result_type(vx.dtype) if result is None else result
     return plan_call(vx, vy, None, result, _device_info(device_id), device_id, scheme=scheme,
                      fast_accumulation=fast_accumulation)
 
@@ -1014,8 +1040,10 @@ class _Bound(BoundCall):
             _run(self.plan, vx, vy, acc, vacc, out, vout, None, handle)
 
 
-def _bind_matmul(x: Any, y: Any, out: Any, plan: CallPlan, vx: ArrayView, vy: ArrayView, vout: ArrayView) -> None:
-    """After a full matmul call: bind its kind (when x and y have keys) for the next calls."""
+def _bind_matmul(x: Any, y: Any, out: Any, plan: CallPlan, vx: ArrayView, vy: ArrayView, vout: ArrayView,
+                 out_dtype: Any = None) -> None:
+    """After a full matmul call: bind its kind (when x and y have keys) for the next calls; a call that named
+    ``out_dtype`` is bound under it as given."""
     found = _keys.read_pair(x, y)
     if found is None or plan.scheme.name not in ("native", "tf32"):
         return
@@ -1028,7 +1056,7 @@ def _bind_matmul(x: Any, y: Any, out: Any, plan: CallPlan, vx: ArrayView, vy: Ar
                  eplan.c.alignment)
     bound = _Bound(plan, _keys.library_stream(x), _allocator(x, plan), _pointer_reader(out),
                    (_rest(vx), _rest(vy), None, _rest(vout)), block)
-    _caches.remember(_BOUND, found[0], bound)
+    _caches.remember(_BOUND, found[0] if out_dtype is None else (found[0], out_dtype), bound)
 
 
 def _mma_key(x: Any, y: Any, acc: Any, out: Any) -> tuple[tuple[Any, ...], tuple[int, int, int, int | None]] | None:
@@ -1092,15 +1120,19 @@ def _raise_overlap(pout: int, out_span: tuple[int, int], others: tuple[tuple[str
 
 
 def call_plan(x: Any, y: Any, acc: Any = None, *, out: Any = None, mantissa_bits: int | None = None,
-              fast_accumulation: bool = False) -> CallPlan:
-    """The plan ``matmul(x, y)`` (``acc`` None) or ``mma(x, y, acc, out=out)`` runs with these arguments.
+              fast_accumulation: bool = False, out_dtype: Any = None) -> CallPlan:
+    """The plan ``matmul(x, y, out_dtype=out_dtype)`` (``acc`` None) or ``mma(x, y, acc, out=out)`` runs with
+    these arguments.
 
     Computed afresh from the arguments as the calls compute it (nothing cached is read or
     kept): the path, its kernel and why the Hopper engine was not taken, for one given call.
     """
     vx, vy = _view(x, "x", None), _view(y, "y", None)  # type: ignore[arg-type]  # no stream: nothing runs
     if acc is None:
-        return _plan_matmul(vx, vy, _device_of((vx, vy), ("x", "y")), mantissa_bits, fast_accumulation)
+        return _plan_matmul(vx, vy, _device_of((vx, vy), ("x", "y")), mantissa_bits, fast_accumulation,
+                            result_type(vx.dtype, out_dtype))
+    if out_dtype is not None:
+        raise ExecutionError("out_dtype: an mma's result type is acc's; give out_dtype without acc")
     vacc = as_array(acc, "acc")
     vout = None if out is None else as_array(out, "out")
     in_place = vout is not None and vout.ptr == vacc.ptr and vout.strides == vacc.strides and vout.shape == vacc.shape

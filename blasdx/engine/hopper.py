@@ -48,7 +48,8 @@ ARCH = "sm_90a"
 #: (input, result) type pairs the engine runs; other types take the multi-block mma.sync kernel.
 #: 8-bit inputs may mix (e4m3 x e5m2, int8 x uint8): the table of blasdx.base.dtypes decides.
 SERVED = {
-    (_dt.float16, _dt.float16), (_dt.float16, _dt.float32), (_dt.bfloat16, _dt.float32), (_dt.tfloat32, _dt.float32),
+    (_dt.float16, _dt.float16), (_dt.float16, _dt.float32), (_dt.bfloat16, _dt.float32), (_dt.bfloat16, _dt.bfloat16),
+    (_dt.tfloat32, _dt.float32),
     (_dt.float8_e4m3, _dt.float16), (_dt.float8_e4m3, _dt.float32), (_dt.float8_e5m2, _dt.float16),
     (_dt.float8_e5m2, _dt.float32), (_dt.int8, _dt.int32), (_dt.uint8, _dt.int32),
 }
