@@ -22,17 +22,17 @@ def torch():
     return hopper_torch()
 
 
-def _tuned_and_taken(torch, table, x, y, candidates, allowed: float) -> None:
+def _tuned_and_taken(torch, table, x, y, candidates, allowed: float, out_dtype=None) -> None:
     """bx.tune of x @ y over ``candidates``: every candidate timed, the winner kept (or none, when the rule won),
     later bx.matmul plans of that kind taking it, their result within ``allowed`` of the float64 product."""
     array_gemm._CALLS.clear()
-    found = bx.tune(x, y, candidates=candidates, repeats=5)
+    found = bx.tune(x, y, out_dtype=out_dtype, candidates=candidates, repeats=5)
     assert len(found.timings) > len(candidates) and found.best_ms <= found.rule_ms and found.speedup >= 1.0
     assert all(ms > 0 for _, ms in found.timings)
     assert found.best in {text for text, _ in found.timings}
     entries = list(table._load().values())
     assert (found.best == found.rule) == (not entries), (found.best, entries)
-    got = bx.matmul(x, y)
+    got = bx.matmul(x, y, out_dtype=out_dtype)
     shape = (x.shape[0], y.shape[1])
     plan = next(p for p in reversed(list(array_gemm._CALLS.values())) if p.shape == shape)
     assert plan.kernel.describe() == found.best, (plan.describe(), found.best)
@@ -48,6 +48,18 @@ def test_tune_keeps_the_fastest_and_calls_take_it(torch, tmp_path, monkeypatch):
     w = torch.randn(1536, 3072, device="cuda", generator=gen).to(torch.bfloat16).t()  # a linear layer's weight
     _tuned_and_taken(torch, table, x, w, [("narrow", {"bn": 128, "stages": 8}), ("pingpong", {})],
                      tolerance(dt.bfloat16, dt.float32, 3072, dt.float32))
+
+
+def test_tune_of_a_bf16_result_is_taken_by_calls_of_that_result(torch, tmp_path, monkeypatch):
+    """bf16 -> bf16 (matmul's out_dtype): tuned and taken under its own key."""
+    table = tuning.TunedConfigs(tmp_path)
+    monkeypatch.setattr(tuning, "TUNED", table)
+    gen = torch.Generator(device="cuda").manual_seed(10)
+    x = torch.randn(96, 3072, device="cuda", generator=gen).to(torch.bfloat16)
+    w = torch.randn(1536, 3072, device="cuda", generator=gen).to(torch.bfloat16).t()
+    _tuned_and_taken(torch, table, x, w, [("narrow", {"bn": 128, "stages": 8}), ("pingpong", {})],
+                     tolerance(dt.bfloat16, dt.bfloat16, 3072, dt.float32), out_dtype=bx.bfloat16)
+    assert all("->bfloat16|" in text for text in table._load())
 
 
 @pytest.mark.parametrize("a", [dt.float64, dt.float32], ids=lambda t: t.name)

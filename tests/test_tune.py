@@ -35,3 +35,13 @@ def test_split_counts_leave_no_split_empty_or_shallow(steps):
         assert chunk >= _tune._hopper.MIN_STEPS_PER_FIXUP_SPLIT
         assert (splits - 1) * chunk < steps  # the last split starts before the end: none is empty
     assert 12 not in _tune.split_counts(64) and {2, 4, 8, 16} <= set(_tune.split_counts(64))
+
+
+def test_an_out_dtype_outside_the_inputs_row_is_refused_before_anything_runs():
+    from blasdx.base import dtypes as dt
+
+    from .array_views import views
+
+    view, _ = views(dt.bfloat16)
+    with pytest.raises(ExecutionError, match="out_dtype: bfloat16 inputs give float32 or bfloat16, not float16"):
+        bx.tune(view((64, 64)), view((64, 64)), out_dtype="float16", stream=0)

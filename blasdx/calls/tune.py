@@ -59,13 +59,14 @@ class TuneResult:
         return self.rule_ms / self.best_ms
 
 
-def tune(x: Any, y: Any, *, candidates: Any = None, repeats: int = 20, keep: bool = True,
+def tune(x: Any, y: Any, *, out_dtype: Any = None, candidates: Any = None, repeats: int = 20, keep: bool = True,
          stream: Any = None) -> TuneResult:
     """Time the engine's candidates for ``x @ y`` on this GPU and keep the fastest for later calls.
 
     x is [M, K] or [batch, M, K], y is [K, N] or [batch, K, N] of a type the Hopper engine runs
     (f16, bf16, tf32-marked float32, fp8, int8; float64 and float32 on its DMMA / FFMA path), as for
-    ``bx.matmul``. ``candidates`` is a list of (base name, {field: value} changes): names of
+    ``bx.matmul``; ``out_dtype`` is matmul's (a tuned configuration serves calls of its result type).
+    ``candidates`` is a list of (base name, {field: value} changes): names of
     blasdx.engine.hopper.CONFIGS, default CANDIDATES, or for float64 / float32 names of
     blasdx.engine.wide.tune_candidates, default all of them; each is tried with the split counts of
     SPLITS. ``repeats`` launches
@@ -81,6 +82,8 @@ def tune(x: Any, y: Any, *, candidates: Any = None, repeats: int = 20, keep: boo
     mx, my = _ag._matrix(vx, "x"), _ag._matrix(vy, "y")
     _ag._check_inner(mx, my, vx, vy)
     result = _ag.RESULT_TYPES.get(vx.dtype)
+    if result is not None and out_dtype is not None:
+        result = _ag.result_type(vx.dtype, out_dtype)
     wide = result is not None and vx.dtype == vy.dtype and _wide.serves(vx.dtype, result)
     if not wide and (result is None or not _hopper.serves(vx.dtype, result, b=vy.dtype)):
         raise ExecutionError(f"x: tune times the Hopper engine's configurations (wgmma, and DMMA / FFMA for "
