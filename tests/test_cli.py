@@ -100,10 +100,10 @@ def test_errors_print_their_message_and_exit_2(capsys, argv, message):
 
 def test_an_error_keeps_its_whole_message(capsys):
     """The list of supported combinations is the part of the message a user acts on."""
-    assert main(["describe", "Size(64,64,64) + Precision(bfloat16) + SM(90)"]) == 2
+    assert main(["describe", "Size(64,64,64) + Precision(tfloat32) + SM(90)"]) == 2
     captured = capsys.readouterr()
     lines = captured.err.strip().splitlines()
-    assert lines[0] == ("blasdx describe: error: Precision(bfloat16, bfloat16, bfloat16) is not a supported (A, B, C) "
+    assert lines[0] == ("blasdx describe: error: Precision(tfloat32, tfloat32, tfloat32) is not a supported (A, B, C) "
                         "combination. Supported:")
     assert "  bfloat16 x bfloat16 -> float32 (sm_80+)" in lines
     assert lines[-1] == "  complex float64 x float64 -> float64 (sm_75+)"

@@ -126,7 +126,7 @@ def test_precision_integral_floating_mix(args, first, second):
     "args, shown",
     [
         ((bx.float16, bx.bfloat16, bx.float32), "Precision(float16, bfloat16, float32)"),
-        ((bx.bfloat16,), "Precision(bfloat16, bfloat16, bfloat16)"),  # C defaults to A: no bf16 -> bf16
+        ((bx.bfloat16, bx.bfloat16, bx.float16), "Precision(bfloat16, bfloat16, float16)"),
         ((bx.tfloat32,), "Precision(tfloat32, tfloat32, tfloat32)"),
         ((bx.int8,), "Precision(int8, int8, int8)"),
         ((bx.int32,), "Precision(int32, int32, int32)"),
