@@ -2,7 +2,7 @@
 
     python benchmarks/llm_shapes.py [--quick] [--types bf16 f16 tf32 e4m3 fp8-tensor ...]
                                     [--ms 16 128 2048] [--layouts nk kn] [--shapes 512x6144x4096 ...]
-                                    [--sweep] [--json PATH]
+                                    [--sweep] [--sweep-transposition] [--json PATH]
 
 Every case is x [M, K] @ w with the weight stored the way frameworks store it: ``nk``, the
 row-major [N, K] weight of a linear layer read transposed (y column-major, K-major: what
@@ -424,6 +424,11 @@ SWEEP_CONFIGS = [
     ("wide", {}), ("pingpong", {"cluster": 2}), ("pingpong", {"stream_k": True}), ("medium", {"stream_k": True}),
 ]
 SWEEP_SPLITS = (1, 2, 4, 8, 16)
+#: --sweep-transposition: a [K, N] weight of tf32 / e4m3 (MN-major y, which wgmma reads only K-major), transposed
+#: in shared memory or repacked first (hopper.TRANSPOSE_MAX_TILE_ROWS decides by tile rows), 4 to 32 tile rows
+TRANSPOSITION_SHAPES = [("kn", m, n, 4096, "kn", kind) for kind in ("e4m3", "tf32") for n in (4096, 28672)
+                        for m in (512, 2048, 4096)]
+TRANSPOSITION_CONFIGS = [(base, {"transpose_b": flag}) for base in ("pingpong", "wide") for flag in (True, False)]
 #: the waves a stream-K configuration shares (its launch's splits) in the sweep
 SWEEP_WAVES = (2, 3)
 
@@ -599,6 +604,8 @@ def main() -> int:
     parser.add_argument("--shapes", nargs="*", default=None, metavar="MxNxK",
                         help="exactly these shapes (M x N x K) for each type and layout asked for")
     parser.add_argument("--sweep", action="store_true", help="time the engine's candidate configurations first")
+    parser.add_argument("--sweep-transposition", action="store_true",
+                        help="time tf32 / e4m3 [K, N] weights transposed in shared memory against repacked")
     parser.add_argument("--no-suite", action="store_true", help="only the sweep")
     parser.add_argument("--budget", type=float, default=1e9, help="seconds: stop starting new cases after this")
     parser.add_argument("--workers", type=int, default=12, help="threads compiling kernels at once")
@@ -656,6 +663,8 @@ def main() -> int:
         torch.cuda.empty_cache()
     if args.sweep and sm == 90:
         result["sweep"] = sweep(gen, deadline=deadline)
+    if args.sweep_transposition and sm == 90:
+        result["sweep"] += sweep(gen, TRANSPOSITION_SHAPES, TRANSPOSITION_CONFIGS, (1,), deadline=deadline)
     save()
     print("\ngeomean GPU-time ratio (torch / blasdx): "
           + ", ".join(f"{t} {v:.2f}x" for t, v in result["geomean"].items()))

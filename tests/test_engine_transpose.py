@@ -6,6 +6,7 @@ that makes room for the raw tile, the tensor maps, and the kernels' SASS.
 from __future__ import annotations
 
 import re
+import subprocess
 
 import pytest
 
@@ -103,6 +104,47 @@ def test_transposing_thread_mapping_meets_every_bank_once():
             assert len(loads) == len(stores) == 32
 
 
+#: transpose.cuh's stage rewrite run on the host (tests/host_emulation.py): every thread of the transposing
+#: warps in turn over a stage of numbered bytes, then each element's place checked against stage_offset.
+HARNESS = r"""
+#include "emulation.h"
+#include "blasdx/hopper/transpose.cuh"
+using namespace blasdx::hopper;
+
+template <class T, int ROWS, int BK, int THREADS>
+int check() {
+    constexpr int BYTES = ROWS * BK * int(sizeof(T));
+    alignas(1024) static unsigned char raw[BYTES], dst[BYTES];
+    for (int i = 0; i < BYTES; ++i) raw[i] = static_cast<unsigned char>(i * 131 + i / 256);
+    std::memset(dst, 0xff, BYTES);
+    for (int thread = 0; thread < THREADS; ++thread) transpose_stage<T, ROWS, BK, THREADS>(raw, dst, thread);
+    int wrong = 0;
+    for (int n = 0; n < ROWS; ++n)
+        for (int k = 0; k < BK; ++k)
+            wrong += std::memcmp(dst + stage_offset<T, BK, true>(n, k), raw + stage_offset<T, BK, false>(n, k),
+                                 sizeof(T)) != 0;
+    return wrong;
+}
+
+int main() {
+    std::printf("%d %d %d %d\n", check<float, 128, 32, 224>(), check<float, 64, 32, 224>(),
+                check<unsigned char, 128, 128, 224>(), check<signed char, 128, 128, 96>());
+    return 0;
+}
+"""
+
+
+def test_stage_transposition_puts_every_element_in_its_k_major_place(tmp_path):
+    """tf32 (4-byte) and 8-bit stages of 128 and 64 rows, by the 224 threads the engine gives the rewrite (and 96):
+    every element lands where the consumers' K-major reads look for it, no byte left unwritten."""
+    from . import host_emulation
+
+    exe = host_emulation.build_harness(tmp_path, HARNESS)
+    done = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["0", "0", "0", "0"]
+
+
 # ---- the kernels ------------------------------------------------------------------------------------
 
 
@@ -132,4 +174,21 @@ def test_transposing_kernels_compile_without_spills(a, c, name, promotion, stage
     assert not ops & {"LDL", "STL"} and compiled.local_memory == 0
     if a.size == 1:
         assert "PRMT" in ops  # the 4 x 4 byte transposes
+        assert _shortest_rewrite_loop(sass) <= 60, "the 8-bit rewrite's loop (52-58 instructions a 4 x 4 piece)"
     assert compiled.registers <= 65536 // config.threads
+
+
+def _shortest_rewrite_loop(sass: str) -> int:
+    """Instructions of the shortest backward-branch loop that loads, byte-permutes and stores shared memory: one
+    4 x 4 piece of the 8-bit rewrite (75-76 when every access recomputed its swizzled offset, 52-58 with next_row)."""
+    from .test_k_loop_sass import _sass_loops
+
+    code = _sass_loops().instructions(sass)
+    lengths = []
+    for address, opcode, operands in code:
+        target = re.search(r"0x([0-9a-f]+)", operands) if opcode == "BRA" else None
+        if target is not None and int(target.group(1), 16) < address:
+            body = [op for a, op, _ in code if int(target.group(1), 16) <= a <= address]
+            if {"LDS", "STS", "PRMT"} <= {op.split(".")[0] for op in body}:
+                lengths.append(len(body))
+    return min(lengths)

@@ -35,27 +35,34 @@ __device__ __forceinline__ void transpose_bytes(u32 (&w)[4]) {
 }
 
 // The 4 x 4 piece at M/N index n0, K index k0 of the MN-major tile at `raw`, written K-major at `dst`.
+// n0 and k0 are multiples of 4, so the piece's four rows j (K indices k0 + j read, M/N indices n0 + j
+// written) have row & 7 = (first row & 7) ^ j: in the 128-byte swizzle their offsets are the first
+// row's with j << 4 XORed into the 16-byte chunk field (bits 4-5) and j rows added (an immediate). One
+// swizzled offset per side, then one LOP3 per further access (not the swizzle's arithmetic each time).
+__device__ __forceinline__ int next_row(int first, int j) { return (first ^ (j << 4)) + j * 128; }
+
 template <class T, int BK>
 __device__ __forceinline__ void transpose_piece(const unsigned char* raw, unsigned char* dst, int n0, int k0) {
+    const int from = stage_offset<T, BK, false>(n0, k0), to = stage_offset<T, BK, true>(n0, k0);
     if constexpr (sizeof(T) == 4) {
         float4 v[4];
 #pragma unroll
-        for (int j = 0; j < 4; ++j) v[j] = load_vector<float4>(raw, stage_offset<T, BK, false>(n0, k0 + j));
+        for (int j = 0; j < 4; ++j) v[j] = load_vector<float4>(raw, next_row(from, j));
         const float4 o0 = make_float4(v[0].x, v[1].x, v[2].x, v[3].x);
         const float4 o1 = make_float4(v[0].y, v[1].y, v[2].y, v[3].y);
         const float4 o2 = make_float4(v[0].z, v[1].z, v[2].z, v[3].z);
         const float4 o3 = make_float4(v[0].w, v[1].w, v[2].w, v[3].w);
-        *reinterpret_cast<float4*>(dst + stage_offset<T, BK, true>(n0 + 0, k0)) = o0;
-        *reinterpret_cast<float4*>(dst + stage_offset<T, BK, true>(n0 + 1, k0)) = o1;
-        *reinterpret_cast<float4*>(dst + stage_offset<T, BK, true>(n0 + 2, k0)) = o2;
-        *reinterpret_cast<float4*>(dst + stage_offset<T, BK, true>(n0 + 3, k0)) = o3;
+        *reinterpret_cast<float4*>(dst + next_row(to, 0)) = o0;
+        *reinterpret_cast<float4*>(dst + next_row(to, 1)) = o1;
+        *reinterpret_cast<float4*>(dst + next_row(to, 2)) = o2;
+        *reinterpret_cast<float4*>(dst + next_row(to, 3)) = o3;
     } else {
         u32 w[4];
 #pragma unroll
-        for (int j = 0; j < 4; ++j) w[j] = *reinterpret_cast<const u32*>(raw + stage_offset<T, BK, false>(n0, k0 + j));
+        for (int j = 0; j < 4; ++j) w[j] = *reinterpret_cast<const u32*>(raw + next_row(from, j));
         transpose_bytes(w);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) *reinterpret_cast<u32*>(dst + stage_offset<T, BK, true>(n0 + i, k0)) = w[i];
+        for (int i = 0; i < 4; ++i) *reinterpret_cast<u32*>(dst + next_row(to, i)) = w[i];
     }
 }
 
