@@ -1,7 +1,7 @@
 """Grouped GEMM for mixture-of-experts layers: bx.grouped_mm against torch's grouped calls.
 
     python benchmarks/grouped_mm.py [--quick | --medium] [--tokens 512 4096 ...] [--fp8-tokens ...] [--no-fp8]
-                                    [--json PATH]
+                                    [--sweep | --sweep-only | --sweep-fp8] [--json PATH]
 
 Cases: the expert GEMMs of DeepSeek-V3 (256 experts, 8 per token; K=7168 N=4096 and K=2048
 N=7168), Qwen3-30B-A3B (128 experts, 8 per token; K=2048 N=1536 and K=768 N=2048) and
@@ -172,7 +172,9 @@ def bench_bf16(model: str, shape: int, tokens: int, routing: str) -> dict:
     return row
 
 
-def bench_fp8(model: str, shape: int, tokens: int, routing: str) -> list[dict]:
+def fp8_case(model: str, shape: int, tokens: int, routing: str) -> tuple:
+    """(experts, k, n, rows, counts, offs, x, w, sx, sw, out) of one fp8 case: e4m3 x [rows, K] and w stored
+    [G, N, K], 1 x 128 / 128 x 128 block scales, a bf16 result."""
     import torch
 
     experts, top, shapes = MODELS[model]
@@ -186,6 +188,14 @@ def bench_fp8(model: str, shape: int, tokens: int, routing: str) -> list[dict]:
     sx = torch.rand((rows, kb), device="cuda") + 0.5
     sw = torch.rand((experts, kb, nb), device="cuda") + 0.5
     out = torch.empty((rows, n), device="cuda", dtype=torch.bfloat16)
+    return experts, k, n, rows, counts, offs, x, w, sx, sw, out
+
+
+def bench_fp8(model: str, shape: int, tokens: int, routing: str) -> list[dict]:
+    import torch
+
+    experts, k, n, rows, counts, offs, x, w, sx, sw, out = fp8_case(model, shape, tokens, routing)
+    kb = math.ceil(k / 128)
     flops = 2.0 * rows * k * n
     base = {"model": model, "k": k, "n": n, "dtype": "fp8 e4m3 blocks", "tokens": tokens, "routing": routing,
             "groups": experts, "rows": rows}
@@ -269,6 +279,52 @@ def sweep_bf16(model: str, shape: int, tokens: int, routing: str) -> dict:
     return row
 
 
+#: fp8 tile configurations: the rule's wide tiles, and 64 x 128 consumer tiles with promotions overlapped
+SWEEP_FP8 = (("wide", {}), ("square", {}), ("square", {"promotion_overlap": True}),
+             ("medium", {"promotion_overlap": True}))
+
+
+def sweep_fp8(model: str, shape: int, tokens: int, routing: str) -> dict:
+    """GPU time of the fp8 block-scaled tile configurations on one contiguous case, each with direct stores and
+    with whole tiles by TMA (TFLOP/s; checked first)."""
+    import torch
+
+    from blasdx.arrays import as_array
+    from blasdx.calls import grouped_mm as grouped
+    from blasdx.engine import grouped as engine
+    from blasdx.engine import hopper
+
+    experts, k, n, rows, counts, offs, x, w, sx, sw, out = fp8_case(model, shape, tokens, routing)
+    vx, vw, voffs = as_array(x, "x"), as_array(w, "w"), as_array(offs, "offs")
+    base = grouped._plan(vx, vw, grouped.form_of(vx, vw, voffs, None), bx.bfloat16, grouped.Scale("none"),
+                         grouped.Scale("none"), x.device.index).plan
+    flops = 2.0 * rows * k * n
+    row = {"model": model, "k": k, "n": n, "tokens": tokens, "routing": routing, "dtype": "fp8 e4m3 blocks"}
+    scales = ((sx.data_ptr(), sx.stride(0), sx.stride(1), 0), (sw.data_ptr(), sw.stride(1), sw.stride(2), sw.stride(0)))
+    for (name, changes), staged in [(entry, staged) for entry in SWEEP_FP8 for staged in (False, True)]:
+        config = hopper.replace(hopper.CONFIGS[name], bk=128, promotion=128, **changes)
+        if staged:
+            config = hopper.replace(config, stages=config.stages - 1)  # the staging buffers and the table fit
+        label = f"{name}{' overlapped' if changes else ''}{' tma' if staged else ''}"
+        try:
+            plan = engine.GroupedPlan(vx.dtype, vw.dtype, bx.bfloat16, "contiguous", experts, rows, n, k, base.route_a,
+                                      base.route_b, (k, 0), (k, n * k), x.data_ptr(), w.data_ptr(),
+                                      base.multiprocessors, "block", "block", config=config,
+                                      d_layout=(n, 1, 0, out.data_ptr()), store_by_tma=staged)
+
+            def call(plan=plan):
+                plan.run(x.device.index, torch.cuda.current_stream().cuda_stream, x.data_ptr(), w.data_ptr(),
+                         offs.data_ptr(), out.data_ptr(), (n, 1, 0), *scales)
+
+            call()
+            check(out, x, w, counts, f"sweep {label}", sx, sw)
+            row[label] = flops / graph_ms(call) / 1e9
+        except Exception as exc:  # noqa: BLE001  (a configuration that does not fit is a result too)
+            row[label] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+    print(" ".join(f"{key}={value:.0f}" if isinstance(value, float) else f"{key}={value}" for key, value in row.items()))
+    return row
+
+
 def _ratios(row: dict) -> None:
     if "torch_tflops" in row:
         row["ratio"] = row["blasdx_tflops"] / row["torch_tflops"]
@@ -300,6 +356,8 @@ def main() -> None:
     parser.add_argument("--no-fp8", action="store_true")
     parser.add_argument("--sweep", action="store_true", help="also time every tile configuration (bf16)")
     parser.add_argument("--sweep-only", action="store_true", help="only the tile configurations (bf16)")
+    parser.add_argument("--sweep-fp8", action="store_true",
+                        help="only the fp8 block-scaled tile configurations (DeepSeek-V3 cases)")
     parser.add_argument("--json", default=str(Path(__file__).parent / "results" / "grouped_mm.json"))
     args = parser.parse_args()
     import torch
@@ -323,6 +381,12 @@ def main() -> None:
         path.write_text(json.dumps({"date": str(date.today()), "device": torch.cuda.get_device_name(),
                                     "torch": torch.__version__, "rows": rows, "sweep": sweeps}, indent=1))
 
+    if args.sweep_fp8:
+        for case in [c for c in cases if c[0] == "DeepSeek-V3"]:
+            sweeps.append(sweep_fp8(*case))
+            save()
+            torch.cuda.empty_cache()
+        return
     if args.sweep or args.sweep_only:
         for case in cases:
             sweeps.append(sweep_bf16(*case))

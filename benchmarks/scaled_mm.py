@@ -228,6 +228,9 @@ SWEEP = [("wide clusters", {}), ("wide", {}), ("square", {}), ("square", {"clust
          ("pingpong", {"cluster": 2}), ("wide", {"stages": 3})]
 #: Promotion every 64 K elements (its accuracy meets mma.sync's 1e-4; docs/index.md): what it costs.
 SWEEP_64 = [("wide clusters", {"promotion": 64}), ("wide", {"promotion": 64})]
+#: Promotion overlapped with the next stage's products (64 x 128 consumer tiles: square and medium).
+SWEEP_OVERLAP = [("square", {"promotion_overlap": True}), ("square", {"promotion_overlap": True, "cluster": 2}),
+                 ("medium", {"promotion_overlap": True})]
 
 
 def sweep(sizes: list[int], gen) -> list[dict]:
@@ -255,7 +258,7 @@ def sweep(sizes: list[int], gen) -> list[dict]:
             else:
                 one = torch.ones((), device="cuda")
                 check = Checker(x, y, one, one, ("tensor", "tensor"), gen)
-            for base, changes in SWEEP + (SWEEP_64 if promotion else []):
+            for base, changes in SWEEP + (SWEEP_64 + SWEEP_OVERLAP if promotion else []):
                 config = dataclasses.replace(hopper.CONFIGS[base], bk=128, **{"promotion": promotion, **changes})
                 entry = {"case": label, "size": size, "config": str(config)}
                 try:

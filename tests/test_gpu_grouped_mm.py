@@ -406,6 +406,39 @@ def test_clusters_of_one_group(torch):
         assert error(out, reference(torch, x, w, counts)) <= tolerance(BF16, BF16, k), f"staged {staged}"
 
 
+@pytest.mark.parametrize("name", ["square", "medium"])
+def test_fp8_block_scales_with_overlapped_promotion(torch, name):
+    """promotion_overlap (the next stage multiplies while this one's products are added, times its block factors):
+    1x128 / 128x128 block scales of x and w, empty and partial groups, K of 8 stages (the last partial)."""
+    from blasdx.arrays import as_array
+    from blasdx.calls import grouped_mm as grouped
+    from blasdx.engine import grouped as engine
+    from blasdx.engine import hopper
+
+    gen = torch.Generator(device="cuda").manual_seed(47)
+    groups, total, k, n = 12, 3000, 1008, 520
+    counts = sizes(groups, total, "empty", 5)
+    kb, nb = math.ceil(k / 128), math.ceil(n / 128)
+    x = (2 * torch.randn((total, k), device="cuda", generator=gen)).to(torch.float8_e4m3fn)
+    w = (2 * torch.randn((groups, n, k), device="cuda", generator=gen)).to(torch.float8_e4m3fn).transpose(1, 2)
+    sx = torch.rand((total, kb), device="cuda", generator=gen) + 0.5
+    sw = torch.rand((groups, kb, nb), device="cuda", generator=gen) + 0.5
+    offs = offsets(torch, counts)
+    vx, vw, voffs = as_array(x, "x"), as_array(w, "w"), as_array(offs, "offs")
+    base = grouped._plan(vx, vw, grouped.form_of(vx, vw, voffs, None), BF16, grouped.Scale("none"),
+                         grouped.Scale("none"), 0).plan
+    config = hopper.replace(hopper.CONFIGS[name], bk=128, promotion=128, promotion_overlap=True)
+    plan = engine.GroupedPlan(E4M3, E4M3, BF16, "contiguous", groups, total, n, k, base.route_a, base.route_b,
+                              (k, 0), (k, n * k), x.data_ptr(), w.data_ptr(), base.multiprocessors, "block", "block",
+                              config=config, d_layout=None)
+    assert "promotions overlapped" in plan.describe(), plan.describe()
+    out = torch.full((total, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+    plan.run(0, torch.cuda.current_stream().cuda_stream, x.data_ptr(), w.data_ptr(), offs.data_ptr(), out.data_ptr(),
+             (n, 1, 0), (sx.data_ptr(), sx.stride(0), sx.stride(1), 0),
+             (sw.data_ptr(), sw.stride(1), sw.stride(2), sw.stride(0)))
+    assert error(out, _block_reference(x, w, counts, sx, sw, torch)) <= fp8_tolerance(E4M3, BF16, k)
+
+
 # ---- refusals on the device --------------------------------------------------------------------------
 
 

@@ -224,6 +224,33 @@ def test_fp8_error_over_k_promoted_and_fast(torch):
     assert errors["fast"][16384] > 4 * errors["fast"][128], "fast accumulation's error grows with K"
 
 
+#: Overlapped promotion (promotion_overlap: the next stage multiplies while this one is added): the
+#: configurations it runs on and K depths of 1, 2, 3 and 8 stages (odd and even counts end the two-stage loop
+#: on either temporary; 1000 leaves a partial last stage), whole and split.
+OVERLAPPED = [("square", 2), ("medium", 1)]
+OVERLAP_DEPTHS = [128, 256, 384, 1000]
+
+
+def _overlapped(name: str) -> hopper.EngineConfig:
+    return hopper.replace(hopper.CONFIGS[name], bk=128, promotion=128, promotion_overlap=True)
+
+
+@pytest.mark.parametrize("k", OVERLAP_DEPTHS)
+@pytest.mark.parametrize(("name", "consumers"), OVERLAPPED, ids=[n for n, _ in OVERLAPPED])
+def test_fp8_overlapped_promotion(torch, name, consumers, k):
+    gen = torch.Generator(device="cuda").manual_seed(k + consumers)
+    m, n = 300, 260
+    x, y = _operand(torch, (m, k), dt.float8_e4m3, gen), _operand(torch, (k, n), dt.float8_e4m3, gen, "C")
+    acc = _operand(torch, (m, n), dt.float16, gen)
+    ref, scale = reference(torch, x, y, acc, 1.0, 1.0)
+    for splits in (1, 3) if k >= 384 else (1,):
+        out = poisoned(torch, (m, n), dt.float16)
+        engine = _engine(torch, x, y, acc, out, dt.float16, config=_overlapped(name), splits=splits)
+        assert "promotions overlapped" in engine.describe() and engine.splits == splits, engine.describe()
+        check(torch, out, ref, scale, _fp8_tolerance(dt.float8_e4m3, dt.float16, k, 128),
+              f"{name} overlapped, K = {k}, {splits} splits", rounding=rounding(dt.float16))
+
+
 # ---- scaled_mm -------------------------------------------------------------------------------------------
 
 
@@ -278,6 +305,43 @@ def test_scaled_mm_every_scaling(torch, x_mode, y_mode, out_dtype):
         ref, scale = _scaled_reference(torch, x, y, sx, sy, x_mode, y_mode, bias)
         check(torch, got, ref, scale, _fp8_tolerance(pair[0], out_dtype, k, 128),
               f"x per {x_mode}, y per {y_mode}, {layout}, {out_dtype.name}", rounding=rounding(out_dtype))
+
+
+@pytest.mark.parametrize(("name", "consumers"), OVERLAPPED, ids=[n for n, _ in OVERLAPPED])
+def test_scaled_mm_block_scales_with_overlapped_promotion(torch, name, consumers):
+    """Block scales (of one operand: both spill) and row / column scales with overlapped promotions: each stage's
+    factors with its own products (a factor of the wrong stage shows: the scales spread over 2^-3 .. 2^3)."""
+    from blasdx import arrays
+    from blasdx.calls import scaled_mm as sm
+
+    gen = torch.Generator(device="cuda").manual_seed(71 + consumers)
+    m, n, k = 300, 520, 1000
+    x, y = _operand(torch, (m, k), dt.float8_e4m3, gen), _operand(torch, (k, n), dt.float8_e4m3, gen, "C")
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    handle = torch.cuda.current_stream().cuda_stream
+    for x_mode, y_mode in (("block", "tensor"), ("tensor", "block"), ("row", "column")):
+        sx = _scale_of(torch, x_mode, m, k, n, gen, True, "C")
+        sy = _scale_of(torch, y_mode, m, k, n, gen, False)
+        out = poisoned(torch, (m, n), dt.bfloat16)
+        vx, vy, vout = arrays.as_array(x, "x"), arrays.as_array(y, "y"), arrays.as_array(out, "out")
+        vsx, vsy = arrays.as_array(sx, "scale_x"), arrays.as_array(sy, "scale_y")
+        mx, my = sm._check_operands(vx, vy)
+        scale_x = sm.scaling_of(vsx, "scale_x", m, k, n, True)
+        scale_y = sm.scaling_of(vsy, "scale_y", m, k, n, False)
+        route_a = hopper.route("x", vx.dtype, vx.ptr, mx.row_major, mx.ld, mx.outer, 0, False)
+        route_b = hopper.route("y", vy.dtype, vy.ptr, not my.row_major, my.ld, my.outer, 0, False)
+        for splits in (1, 3):
+            plan = sm.ScaledPlan(vx.dtype, vy.dtype, dt.bfloat16, m, n, k, route_a, route_b, mx.ld, my.ld, vx.ptr,
+                                 vy.ptr, sms, (*hopper.result_strides(vout), vout.ptr), scale_x.mode, scale_y.mode,
+                                 config=_overlapped(name), splits=splits)
+            assert "promotions overlapped" in plan.describe(), plan.describe()
+            out.fill_(float("nan"))
+            plan.run(torch.cuda.current_device(), arrays.as_core_stream(None, handle), handle, vx, vy, vsx, vsy, None,
+                     vout)
+            ref, scale = _scaled_reference(torch, x, y, sx, sy, x_mode, y_mode)
+            check(torch, out, ref, scale, _fp8_tolerance(dt.float8_e4m3, dt.bfloat16, k, 128),
+                  f"{name} overlapped, x per {x_mode}, y per {y_mode}, {splits} splits",
+                  rounding=rounding(dt.bfloat16))
 
 
 def test_scaled_mm_split_k_fast_and_out(torch):

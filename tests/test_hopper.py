@@ -471,6 +471,75 @@ def test_promoted_configs_compile_without_spills(name, interval):
         assert sass.count("QGMMA") == atoms * (config.bn // 128) * 4  # 4 K steps of 32 per stage
 
 
+def _overlapped(name: str) -> hopper.EngineConfig:
+    return hopper.replace(hopper.CONFIGS[name], bk=128, promotion=128, promotion_overlap=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kernel", ["gemm", "scaled x blocks", "grouped block"])
+@pytest.mark.parametrize("name", ["square", "medium"])
+def test_overlapped_promotion_adds_while_the_next_stage_multiplies(name, kernel):
+    """promotion_overlap: in the consumer's stage loop (two stages a pass) the additions of one stage's products
+    come after the next stage's QGMMAs and before the wait for them, no wgmma is serialised, nothing spills."""
+    from blasdx.calls import scaled_mm
+    from blasdx.engine import grouped
+
+    config = _overlapped(name)
+    a, c = dt.float8_e4m3, dt.bfloat16
+    if kernel == "gemm":
+        compiled = cached_compile(hopper.gemm_source(a, c, config, True, True, True), hopper.KERNEL_NAME, "sm_90a")
+    elif kernel == "scaled x blocks":
+        source = scaled_mm.scaled_source(a, a, c, config, True, True, True, "block", "tensor")
+        compiled = cached_compile(source, scaled_mm.KERNEL_NAME, "sm_90a")
+    else:
+        source = grouped.grouped_source(a, a, c, config, True, True, "block", "block", store_by_tma=True)
+        compiled = cached_compile(source, grouped.KERNEL_NAME, "sm_90a")
+    assert compiled.local_memory == 0 and "serialized" not in (compiled.log or ""), compiled.log
+    code = [(int(addr, 16), op) for addr, op in re.findall(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][\w.]*)",
+                                                              compiled.sass())]
+    loops = []
+    branches = re.findall(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?BRA 0x([0-9a-f]+)", compiled.sass())
+    for at, target in branches:
+        at, target = int(at, 16), int(target, 16)
+        body = [op for address, op in code if target <= address <= at]
+        if target < at and sum(op.startswith("QGMMA") for op in body) == 8:
+            loops.append(body)
+    assert loops, "a stage loop of two stages' QGMMAs"
+    body = min(loops, key=len)
+    issued = [i for i, op in enumerate(body) if op.startswith("QGMMA")]
+    waits = [i for i, op in enumerate(body) if op == "WARPGROUP.DEPBAR.LE"]
+    adds = [i for i, op in enumerate(body) if op in ("FADD", "FFMA")]
+    assert len(waits) == 2 and len(adds) >= 2 * 64
+    # ptxas places the additions itself: in at least one of the pass's two stages, at least 48 of the 64 come
+    # after a group's first QGMMA and before its wait (measured 56-64; the other stage 0-64)
+    overlapping = [len([i for i in adds if first < i < wait]) for first, wait in ((issued[0], waits[0]),
+                                                                                  (issued[4], waits[1]))]
+    assert max(overlapping) >= 48, f"additions between a group's issue and its wait: {overlapping}"
+
+
+@pytest.mark.parametrize(("base", "changes"), [("wide", {}), ("pingpong", {}), ("square", {"promotion": 64}),
+                                               ("decode", {})])
+def test_overlapped_promotion_runs_on_one_chunk_a_consumer(encoder, base, changes):
+    config = hopper.replace(hopper.CONFIGS[base], **{"bk": 128, "promotion": 128, "promotion_overlap": True, **changes})
+    assert config.overlap_problem() is not None
+    with pytest.raises(ValueError, match="overlapped promotion takes fp8 promoted once a stage"):
+        hopper.EnginePlan(dt.float8_e4m3, dt.float16, 4096, 4096, 4096, 1,
+                          hopper.OperandRoute("x", True), hopper.OperandRoute("y", True), 4096, 4096, 1, 1, 0, 0,
+                          PTR, PTR, SMS, config=config, splits=1)
+    assert _overlapped("square").overlap_problem() is None and _overlapped("medium").overlap_problem() is None
+    assert "promotions overlapped" in str(_overlapped("square"))
+
+
+def test_overlapped_promotion_takes_one_operands_block_scales_in_scaled_mm():
+    from blasdx.calls import scaled_mm
+
+    route = hopper.OperandRoute
+    with pytest.raises(ValueError, match="overlapped promotion with block scales of x and y"):
+        scaled_mm.ScaledPlan(dt.float8_e4m3, dt.float8_e4m3, dt.bfloat16, 1024, 1024, 1024, route("x", True),
+                             route("y", True), 1024, 1024, PTR, PTR, SMS, None, "block", "block",
+                             config=_overlapped("square"))
+
+
 def test_split_reduce_compiles_for_int32():
     reduce = cached_compile(hopper.reduce_source(dt.int32), hopper.REDUCE_NAME, "sm_90")
     assert reduce.local_memory == 0

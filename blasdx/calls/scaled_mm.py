@@ -118,6 +118,9 @@ class ScaledPlan(_hopper.EnginePlan):
         blocks = "block" in (x_mode, y_mode)
         if blocks and (fast_accumulation or (config is not None and not config.promotion)):
             raise ValueError("block scales are applied at promotion: they need a configuration that promotes")
+        if x_mode == y_mode == "block" and config is not None and config.promotion_overlap:
+            raise ValueError("overlapped promotion with block scales of x and y: the consumer's registers do not hold "
+                             "both temporaries and both cursors (the kernel spills); one operand's block scales at most")
         super().__init__(a, c, m, n, k, 1, route_a, route_b, lda, ldb, 1, 1, 0, 0, ptr_a, ptr_b, multiprocessors,
                          d_layout, config, splits, b=b, fast_accumulation=fast_accumulation)
         # per call every scalar slot (3-18: D, the split sums and counters, the extents, the scales, the bias,

@@ -114,6 +114,7 @@ class EngineConfig:
     transpose_b: bool = False  # B (tf32 / 8-bit, MN-major) transposed in shared memory (transpose.cuh)
     swap_ab: bool = False  # D^T = B^T A^T: the long N side fills the wgmma's M, the few rows of M its N (decode)
     stream_k: bool = False  # the last tiles' K steps shared by all blocks; the launch's splits are its waves
+    promotion_overlap: bool = False  # fp8 promoted once a stage: the next stage multiplies while this one is added
 
     @property
     def threads(self) -> int:
@@ -144,8 +145,20 @@ class EngineConfig:
         transpose = ", B transposed in shared memory" if self.transpose_b else ""
         swap = ", A and B swapped (D^T = B^T A^T)" if self.swap_ab else ""
         stream_k = ", stream-K" if self.stream_k else ""
+        overlap = ", promotions overlapped" if self.promotion_overlap else ""
         return (f"{self.bm}x{self.bn}x{self.bk}, {self.stages} stages, {consumers}{pingpong}, group {self.group_m}"
-                f"{cluster}{promotion}{split}{transpose}{swap}{stream_k}")
+                f"{cluster}{promotion}{overlap}{split}{transpose}{swap}{stream_k}")
+
+    def overlap_problem(self) -> str | None:
+        """Why ``promotion_overlap`` cannot run on this configuration (None when it can, or is off): one promotion
+        a stage, one 64-row slice and at most 128 columns a consumer (gemm.cuh's multiply_overlapped)."""
+        if not self.promotion_overlap:
+            return None
+        rows = self.bm if self.pingpong else self.bm // self.consumers
+        if self.promotion != self.bk or rows != 64 or self.bn > 128 or self.swap_ab or self.transpose_b:
+            return (f"overlapped promotion takes fp8 promoted once a stage (promotion = bk) on consumer tiles of 64 "
+                    f"rows and at most 128 columns, K-major operands; not {self}")
+        return None
 
 
 def ring_bytes(stages: int) -> int:
@@ -681,6 +694,7 @@ def config_members(a: _dt.DType, b: _dt.DType, config: EngineConfig, a_k_major: 
            f"{config.promote_stages};"] if config.split_tf32 else []),
         *(["    static constexpr bool b_transpose = true;"] if config.transpose_b else []),
         *(["    static constexpr bool stream_k = true;"] if config.stream_k else []),
+        *(["    static constexpr bool promotion_overlap = true;"] if config.promotion_overlap else []),
     ]
 
 
@@ -905,6 +919,8 @@ class EnginePlan:
             raise ValueError(f"configuration {self.config} does not run the {scheme} scheme")
         if self.config.bn == 192 and (a.size != 2 or self.config.promotion or self.config.transpose_b):
             raise ValueError(f"configuration {self.config}: 192-wide tiles take 16-bit inputs as loaded")
+        if self.config.overlap_problem() is not None:
+            raise ValueError(self.config.overlap_problem())
         self.multiprocessors = multiprocessors
         self.operand_a = _operand(route_a, a, m, k, lda, batch_a, batch_stride_a, self.config.bm, self.config.bk)
         cluster = self.config.cluster

@@ -28,6 +28,10 @@
 //                          its f32 accumulator (promotion.cuh; 32, 64 or 128); 0 (default): the
 //                          whole K range stays in the tensor core's accumulator. run() then takes
 //                          the block scales applied at each promotion (NoBlockScales: none)
+//   promotion_overlap (opt.) fp8 promoted once a stage (promotion = bk) on consumer tiles of one 64-row
+//                          slice and at most 128 columns: the next stage's products go to a second
+//                          temporary before this stage's are added up, so the tensor cores multiply while
+//                          the CUDA cores add (64 more registers a thread)
 //   b_transpose (optional) B is MN-major in global memory and of a type wgmma reads K-major only
 //                          (tf32, 8-bit): TMA loads its MN-major tile into a raw area of the stage
 //                          and the transposing threads (warps 1-3 of the producer warpgroup and
@@ -70,6 +74,7 @@ BLASDX_CFG_OPTIONAL(promote_stages_of, promote_stages, int, 1)  // with the tf32
 BLASDX_CFG_OPTIONAL(transposes_b, b_transpose, bool, false)
 BLASDX_CFG_OPTIONAL(promotion_of, promotion, int, 0)  // fp8
 BLASDX_CFG_OPTIONAL(streams_k, stream_k, bool, false)
+BLASDX_CFG_OPTIONAL(overlaps_promotion, promotion_overlap, bool, false)  // fp8
 #undef BLASDX_CFG_OPTIONAL
 
 // Cfg::scheduler when the configuration names one (group_scheduler.cuh), else Default.
@@ -96,6 +101,7 @@ struct DeviceGemm {
     // fp8: the tensor cores' sums of every PROMOTION K elements added into the f32 accumulator
     // (times the block scales, if any) through a 64 x 128 temporary (promotion.cuh).
     static constexpr int PROMOTION = promotion_of<Cfg>::value;
+    static constexpr bool OVERLAP = overlaps_promotion<Cfg>::value;
     static constexpr int WG_M = PINGPONG ? BM : BM / CONSUMERS, ATOMS_M = WG_M / 64;
     static constexpr int READERS = PINGPONG ? 1 : CONSUMERS;  // consumer warpgroups that read each stage
     static constexpr int THREADS = 128 * (1 + CONSUMERS + (REWRITE ? 1 : 0));
@@ -140,8 +146,10 @@ struct DeviceGemm {
     static_assert(!SPLIT || (CLUSTER == 1 && sizeof(typename Cfg::a_type) == 4 && sizeof(typename Cfg::b_type) == 4),
                   "the tf32 split takes float32 operands, without clusters");
     static_assert(SA::BYTES % ATOM_BYTES == 0 && SB::BYTES % ATOM_BYTES == 0, "stages stay atom-aligned");
-    static_assert(ATOMS_M * BN / 2 + (PROMOTION ? Part::N / 2 : 0) + 40 <= CONSUMER_REGISTERS,
-                  "the accumulator (and the fp8 promotion's temporary) fits the consumer's registers");
+    static_assert(ATOMS_M * BN / 2 + (PROMOTION ? (OVERLAP ? 2 : 1) * Part::N / 2 : 0) + 40 <= CONSUMER_REGISTERS,
+                  "the accumulator (and the fp8 promotion's temporaries) fits the consumer's registers");
+    static_assert(!OVERLAP || (PROMOTION == BK && ATOMS_M == 1 && Part::N == BN),
+                  "overlapped promotion: one interval a stage, one 64-row slice and one chunk of columns a consumer");
     static_assert(PROMOTION == 0 || (!SPLIT && Cfg::a_k_major && SB::k_major && sizeof(typename Cfg::a_type) == 1),
                   "fp8 promotion is for K-major 8-bit operands");
     static_assert(!TRANSPOSE_B || (!SPLIT && !Cfg::b_k_major && sizeof(typename Cfg::b_type) != 2),
@@ -260,6 +268,8 @@ struct DeviceGemm {
             const int row0 = PINGPONG ? 0 : consumer * WG_M;
             if constexpr (PROMOTE) {
                 multiply_promoted(acc, smem, ring, at, w, row0, lead, rank);
+            } else if constexpr (OVERLAP) {
+                multiply_overlapped(acc, smem, ring, at, w, row0, lead, rank, scales);
             } else if constexpr (PROMOTION > 0) {
                 multiply_in_intervals(acc, smem, ring, at, w, row0, lead, rank, scales);
             } else {
@@ -374,6 +384,78 @@ struct DeviceGemm {
         }
         if (PINGPONG && threadIdx.x % 128 == 0) arrive(&ring->turn[(threadIdx.x / 128 - 1) ^ 1]);
         acc.pin();
+    }
+
+    // fp8 promoted once a stage, overlapped (promotion_overlap): while stage s's products are added into
+    // acc (times its block factors), stage s + 1's are already on the tensor cores, in the other of two
+    // temporaries; that group is waited for before the next stage is issued, so no group is in flight at a
+    // branch or across the loop's back edge (ptxas serialises every wgmma otherwise). A stage is freed once
+    // its products are in acc. The loop takes two stages a pass so that each temporary keeps its
+    // registers. A unit has at least one K step (units without any are skipped before).
+    template <class Scales>
+    __device__ __forceinline__ static void multiply_overlapped(Acc& acc, unsigned char* smem, Stages* ring,
+                                                               RingState<STAGES>& at, const Work& w, int row0,
+                                                               bool lead, int rank, const Scales& scales) {
+        Part first, second;
+        Factors<1, 1> now, next;
+        const auto factors = scales.template cursor<BN, 1, 1>(w, w.m0 + row0, w.n0);
+        acc.zero();
+        if constexpr (Scales::ACTIVE) factors.load(now, w.k_begin);
+        issue_promoted(first, smem, ring, at, row0);
+        wgmma::wait<0>();
+        int step = w.k_begin;
+        bool last_in_second = false;
+        for (;;) {
+            if (step + 1 >= w.k_end) break;
+            overlap_step<Scales::ACTIVE>(acc, first, second, smem, ring, at, w, step, row0, lead, rank, factors, now,
+                                         next);
+            ++step;
+            if (step + 1 >= w.k_end) {
+                last_in_second = true;
+                break;
+            }
+            overlap_step<Scales::ACTIVE>(acc, second, first, smem, ring, at, w, step, row0, lead, rank, factors, now,
+                                         next);
+            ++step;
+        }
+        if (last_in_second) {
+            add_interval<1, BN, BN, Scales::ACTIVE, 1>(acc, second, 0, 0, now);
+        } else {
+            add_interval<1, BN, BN, Scales::ACTIVE, 1>(acc, first, 0, 0, now);
+        }
+        if (lead) release(ring, at.stage, rank);
+        at.advance();
+        if (PINGPONG && threadIdx.x % 128 == 0) arrive(&ring->turn[(threadIdx.x / 128 - 1) ^ 1]);
+        acc.pin();
+    }
+
+    // Waits for the stage at `at` and issues its products into `part` (one interval, one committed group).
+    __device__ __forceinline__ static void issue_promoted(Part& part, unsigned char* smem, Stages* ring,
+                                                          const RingState<STAGES>& at, int row0) {
+        using op = wgmma::mma<typename Cfg::a_mma, typename Cfg::b_mma, float>;
+        wait(REWRITE ? &ring->split[at.stage] : &ring->full[at.stage], at.parity);
+        const u32 base = shared_address(stage(smem, at.stage));
+        issue_interval<typename Cfg::a_mma, typename Cfg::b_mma, SA, SB, BN, BK / op::K_STEP>(part, base,
+                                                                                            base + SA::BYTES, row0, 0, 0);
+    }
+
+    // One pass of multiply_overlapped: `held` holds stage `step` (at `at`, its group completed) and a next
+    // stage exists: it is issued into `spare`, `held` is added into acc with `now`'s factors meanwhile, the
+    // stage freed and `at` advanced, and `spare`'s group waited for.
+    template <bool SCALED, class Cursor>
+    __device__ __forceinline__ static void overlap_step(Acc& acc, Part& held, Part& spare, unsigned char* smem,
+                                                        Stages* ring, RingState<STAGES>& at, const Work& w, int step,
+                                                        int row0, bool lead, int rank, const Cursor& factors,
+                                                        Factors<1, 1>& now, Factors<1, 1>& next) {
+        if constexpr (SCALED) factors.load(next, step + 1);
+        RingState<STAGES> ahead = at;
+        ahead.advance();
+        issue_promoted(spare, smem, ring, ahead, row0);
+        add_interval<1, BN, BN, SCALED, 1>(acc, held, 0, 0, now);
+        if (lead) release(ring, at.stage, rank);
+        at.advance();
+        if constexpr (SCALED) now = next;
+        wgmma::wait<0>();
     }
 
     // acc += part; part = 0 (part's group has completed), unless each interval's first step starts

@@ -109,6 +109,27 @@ struct GroupBlockScales {
             f.y[j] = Y ? __ldg(y + g * y_group + kb * y_row + min((col0 + j * TN) / BLOCK, last) * y_col) : 1.0f;
         }
     }
+
+    // load()'s addresses for K block 0 of this unit's group (promotion.cuh's FactorCursor).
+    template <int TN, int ATOMS_M, int CHUNKS>
+    __device__ __forceinline__ FactorCursor<X, Y, ATOMS_M, CHUNKS> cursor(const Work& w, int row0, int col0) const {
+        FactorCursor<X, Y, ATOMS_M, CHUNKS> c;
+        const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
+        const int row = row0 + 16 * warp + lane / 4;
+        const i64 g = static_cast<const GroupWork&>(w).group;
+#pragma unroll
+        for (int i = 0; i < ATOMS_M; ++i)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                c.x[i][h] = X ? x + g * x_group + min(row + 64 * i + 8 * h, rows - 1) * x_row : nullptr;
+            }
+        const int last = (n - 1) / BLOCK;
+#pragma unroll
+        for (int j = 0; j < CHUNKS; ++j) c.y[j] = Y ? y + g * y_group + min((col0 + j * TN) / BLOCK, last) * y_col : nullptr;
+        c.x_col = x_col;
+        c.y_row = y_row;
+        return c;
+    }
 };
 
 }  // namespace hopper
