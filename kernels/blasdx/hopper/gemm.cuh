@@ -391,7 +391,7 @@ struct DeviceGemm {
     // temporaries; that group is waited for before the next stage is issued, so no group is in flight at a
     // branch or across the loop's back edge (ptxas serialises every wgmma otherwise). A stage is freed once
     // its products are in acc. The loop takes two stages a pass so that each temporary keeps its
-    // registers. A unit has at least one K step (units without any are skipped before).
+    // registers.
     template <class Scales>
     __device__ __forceinline__ static void multiply_overlapped(Acc& acc, unsigned char* smem, Stages* ring,
                                                                RingState<STAGES>& at, const Work& w, int row0,
@@ -400,6 +400,11 @@ struct DeviceGemm {
         Factors<1, 1> now, next;
         const auto factors = scales.template cursor<BN, 1, 1>(w, w.m0 + row0, w.n0);
         acc.zero();
+        if (w.k_begin >= w.k_end) {  // no K step (not expected of a unit with parts): acc stays zero
+            if (PINGPONG && threadIdx.x % 128 == 0) arrive(&ring->turn[(threadIdx.x / 128 - 1) ^ 1]);
+            acc.pin();
+            return;
+        }
         if constexpr (Scales::ACTIVE) factors.load(now, w.k_begin);
         issue_promoted(first, smem, ring, at, row0);
         wgmma::wait<0>();
