@@ -422,6 +422,8 @@ SWEEP_CONFIGS = [
     ("narrow", {}), ("narrow", {"bn": 128, "stages": 8}), ("narrow", {"bn": 64, "stages": 10}),
     ("pingpong", {}), ("pingpong", {"bm": 64, "bn": 256, "stages": 4}), ("pingpong", {"bm": 64, "bn": 128, "stages": 8}),
     ("wide", {}), ("pingpong", {"cluster": 2}), ("pingpong", {"stream_k": True}), ("medium", {"stream_k": True}),
+    # 64-row tiles in clusters of 2 sharing the weights' tile (cuBLAS's choice at 512x2112x7168: 64x128, 1x2)
+    ("medium", {"cluster": 2}), ("narrow", {"cluster": 2}),
 ]
 SWEEP_SPLITS = (1, 2, 4, 8, 16)
 #: --sweep-transposition: a [K, N] weight of tf32 / e4m3 (MN-major y, which wgmma reads only K-major), transposed
