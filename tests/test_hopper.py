@@ -526,6 +526,12 @@ def test_overlapped_promotion_runs_on_one_chunk_a_consumer(encoder, base, change
         hopper.EnginePlan(dt.float8_e4m3, dt.float16, 4096, 4096, 4096, 1,
                           hopper.OperandRoute("x", True), hopper.OperandRoute("y", True), 4096, 4096, 1, 1, 0, 0,
                           PTR, PTR, SMS, config=config, splits=1)
+    from blasdx.engine import grouped
+
+    with pytest.raises(ValueError, match="overlapped promotion takes fp8 promoted once a stage"):
+        grouped.GroupedPlan(dt.float8_e4m3, dt.float8_e4m3, dt.bfloat16, "contiguous", 8, 4096, 1024, 1024,
+                            hopper.OperandRoute("x", True), hopper.OperandRoute("w", True), (1024, 0),
+                            (1024, 1024 * 1024), PTR, PTR, SMS, "block", "block", config=config)
     assert _overlapped("square").overlap_problem() is None and _overlapped("medium").overlap_problem() is None
     assert "promotions overlapped" in str(_overlapped("square"))
 
