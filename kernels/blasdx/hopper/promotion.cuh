@@ -13,6 +13,8 @@
 // promotion costs 64 registers whatever the tile: each 64-row slice and TN-column chunk of the
 // consumer's tile is multiplied and promoted in turn. A promoting consumer waits for its own
 // products before it adds them up; the other consumer's products keep the tensor cores busy.
+// Overlapped (gemm.cuh's multiply_overlapped, one chunk a consumer): a second temporary takes the
+// next stage's products while this stage's are added (issue_interval / add_interval below).
 // Block scales come from global memory (L2) and are loaded a stage ahead (Factors), so their
 // latency hides under a whole stage of products.
 #pragma once
