@@ -258,16 +258,22 @@ def _block_reference(x, w, counts, sx, sw, torch):
     return out
 
 
-@pytest.mark.parametrize("out_dtype", [BF16, F32])
-def test_fp8_block_scales(torch, out_dtype):
-    gen = torch.Generator(device="cuda").manual_seed(22)
-    groups, total, k, n = 12, 3000, 1008, 520  # fp8 rows of K bytes: a multiple of 16
-    counts = sizes(groups, total, "empty", 5)
+def _fp8_blocks(torch, gen, groups: int, total: int, k: int, n: int):
+    """e4m3 x [total, K] and w [G, K, N] stored [G, N, K], their 1 x 128 and 128 x 128 block scales in [0.5, 1.5)."""
     kb, nb = math.ceil(k / 128), math.ceil(n / 128)
     x = (2 * torch.randn((total, k), device="cuda", generator=gen)).to(torch.float8_e4m3fn)
     w = (2 * torch.randn((groups, n, k), device="cuda", generator=gen)).to(torch.float8_e4m3fn).transpose(1, 2)
     sx = torch.rand((total, kb), device="cuda", generator=gen) + 0.5
     sw = torch.rand((groups, kb, nb), device="cuda", generator=gen) + 0.5
+    return x, w, sx, sw
+
+
+@pytest.mark.parametrize("out_dtype", [BF16, F32])
+def test_fp8_block_scales(torch, out_dtype):
+    gen = torch.Generator(device="cuda").manual_seed(22)
+    groups, total, k, n = 12, 3000, 1008, 520  # fp8 rows of K bytes: a multiple of 16
+    counts = sizes(groups, total, "empty", 5)
+    x, w, sx, sw = _fp8_blocks(torch, gen, groups, total, k, n)
     got = bx.grouped_mm(x, w, offsets(torch, counts), scale_x=sx, scale_w=sw, out_dtype=out_dtype)
     assert error(got, _block_reference(x, w, counts, sx, sw, torch)) <= fp8_tolerance(E4M3, out_dtype, k)
 
@@ -418,11 +424,7 @@ def test_fp8_block_scales_with_overlapped_promotion(torch, name):
     gen = torch.Generator(device="cuda").manual_seed(47)
     groups, total, k, n = 12, 3000, 1008, 520
     counts = sizes(groups, total, "empty", 5)
-    kb, nb = math.ceil(k / 128), math.ceil(n / 128)
-    x = (2 * torch.randn((total, k), device="cuda", generator=gen)).to(torch.float8_e4m3fn)
-    w = (2 * torch.randn((groups, n, k), device="cuda", generator=gen)).to(torch.float8_e4m3fn).transpose(1, 2)
-    sx = torch.rand((total, kb), device="cuda", generator=gen) + 0.5
-    sw = torch.rand((groups, kb, nb), device="cuda", generator=gen) + 0.5
+    x, w, sx, sw = _fp8_blocks(torch, gen, groups, total, k, n)
     offs = offsets(torch, counts)
     vx, vw, voffs = as_array(x, "x"), as_array(w, "w"), as_array(offs, "offs")
     base = grouped._plan(vx, vw, grouped.form_of(vx, vw, voffs, None), BF16, grouped.Scale("none"),

@@ -92,27 +92,13 @@ struct GroupBlockScales {
     template <int TN, int ATOMS_M, int CHUNKS>
     __device__ __forceinline__ void load(Factors<ATOMS_M, CHUNKS>& f, const Work& w, int kb, int row0,
                                          int col0) const {
-        static_assert(BLOCK % TN == 0, "a promotion chunk lies in one 128-column block of B");
-        const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
-        const int row = row0 + 16 * warp + lane / 4;
-        const i64 g = static_cast<const GroupWork&>(w).group;
-#pragma unroll
-        for (int i = 0; i < ATOMS_M; ++i)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                f.x[i][h] = X ? __ldg(x + g * x_group + min(row + 64 * i + 8 * h, rows - 1) * x_row + kb * x_col)
-                              : 1.0f;
-            }
-        const int last = (n - 1) / BLOCK;
-#pragma unroll
-        for (int j = 0; j < CHUNKS; ++j) {
-            f.y[j] = Y ? __ldg(y + g * y_group + kb * y_row + min((col0 + j * TN) / BLOCK, last) * y_col) : 1.0f;
-        }
+        cursor<TN, ATOMS_M, CHUNKS>(w, row0, col0).load(f, kb);
     }
 
-    // load()'s addresses for K block 0 of this unit's group (promotion.cuh's FactorCursor).
+    // The addresses of load() for K block 0 of this unit's group (promotion.cuh's FactorCursor).
     template <int TN, int ATOMS_M, int CHUNKS>
     __device__ __forceinline__ FactorCursor<X, Y, ATOMS_M, CHUNKS> cursor(const Work& w, int row0, int col0) const {
+        static_assert(BLOCK % TN == 0, "a promotion chunk lies in one 128-column block of B");
         FactorCursor<X, Y, ATOMS_M, CHUNKS> c;
         const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
         const int row = row0 + 16 * warp + lane / 4;
