@@ -28,7 +28,7 @@ F16, BF16, F32 = bx.float16, bx.bfloat16, bx.float32
 E4, E5 = bx.float8_e4m3, bx.float8_e5m2
 I8, U8, I32 = bx.int8, bx.uint8, bx.int32
 FP8 = (E4, E5)
-SIXTEEN_BIT = [(F16, F16, F16), (F16, F16, F32), (BF16, BF16, F32)]
+SIXTEEN_BIT = [(F16, F16, F16), (F16, F16, F32), (BF16, BF16, F32), (BF16, BF16, BF16)]
 EIGHT_BIT = [(a, b, c) for a in FP8 for b in FP8 for c in (F16, F32)] + [(a, b, I32) for a in (I8, U8)
                                                                           for b in (I8, U8)]
 #: K-major A and B as read; N-major B, M-major A, both (transposed on the way in); each C order.

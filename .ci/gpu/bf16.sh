@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # bf16 results (bfloat16 -> bfloat16, f32 sums rounded once): the GPU tests of every path that writes them
-# (the block GEMM's rows, the multi-block kernel and the engine through mma's acc types, the engine's types x
+# (the block GEMM's rows on mma.sync and one-block wgmma, the multi-block kernel and the engine through mma's acc types, the engine's types x
 # layouts x sizes, matmul's out_dtype cold and bound), compute-sanitizer memcheck on one engine call, then the
 # LLM suite's bf16 cases, each writing bf16 as torch.matmul does, and its f16 cases (nk weights, M = 16 to 2048).
 # Runs from the repository root with PYTHONPATH set; logs and JSON go to "$LOGS".
-# budget: 480
+# budget: 500
 set -uo pipefail
 LOGS=${LOGS:-/tmp/bf16-logs}
 mkdir -p "$LOGS"
 export BLASDX_CACHE_DIR="${BLASDX_CACHE_DIR:-/tmp/blasdx-cache-bf16}"
-timeout 110 python3 -m pytest -m gpu -q -rfE -p no:cacheprovider -n 8 tests/test_gpu_gemm.py tests/test_gpu_array_gemm.py \
-  tests/test_gpu_hopper.py tests/test_gpu_hot_path.py \
+timeout 130 python3 -m pytest -m gpu -q -rfE -p no:cacheprovider -n 8 tests/test_gpu_gemm.py tests/test_gpu_array_gemm.py \
+  tests/test_gpu_hopper.py tests/test_gpu_hot_path.py tests/test_gpu_wgmma.py \
   -k "bfloat16xbfloat16-bfloat16 or bfloat16-bfloat16 or mma_random or seed or matmul_result_and_plan or hot_path" \
   >"$LOGS/tests.log" 2>&1
 echo "tests: rc=$?"; tail -2 "$LOGS/tests.log"
