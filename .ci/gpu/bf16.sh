@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # bf16 results (bfloat16 -> bfloat16, f32 sums rounded once): the GPU tests of every path that writes them
-# (the block GEMM's rows on mma.sync and one-block wgmma, the multi-block kernel and the engine through mma's acc types, the engine's types x
-# layouts x sizes, matmul's out_dtype cold and bound), compute-sanitizer memcheck on one engine call, then the
-# LLM suite's bf16 cases, each writing bf16 as torch.matmul does, and its f16 cases (nk weights, M = 16 to 2048).
+# (the block GEMM's rows on mma.sync and one-block wgmma, the multi-block kernel and the engine through mma's acc
+# types, the engine's types x layouts x sizes, matmul's out_dtype cold and bound), compute-sanitizer memcheck on one
+# engine call, then the LLM suite's bf16 cases, each writing bf16 as torch.matmul does, and its f16 cases (nk
+# weights, M = 16 to 2048).
 # Runs from the repository root with PYTHONPATH set; logs and JSON go to "$LOGS".
 # budget: 500
 set -uo pipefail
