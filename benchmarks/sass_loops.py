@@ -52,6 +52,18 @@ def function_sass(sass: str, name_prefix: str) -> str:
     raise LookupError(f"no function {name_prefix}* in the SASS")
 
 
+def loops(code: list[tuple[int, str, str]]) -> list[tuple[int, int, list[str]]]:
+    """Every backward-branch loop of a listing (:func:`instructions`): (first address, branch address, the
+    opcodes of one pass in order)."""
+    found = []
+    for address, opcode, operands in code:
+        target = re.search(r"0x([0-9a-f]+)", operands) if opcode == "BRA" else None
+        if target is not None and int(target.group(1), 16) < address:
+            low = int(target.group(1), 16)
+            found.append((low, address, [op for a, op, _ in code if low <= a <= address]))
+    return found
+
+
 def hot_loop(code: list[tuple[int, str, str]]) -> collections.Counter | None:
     """Opcode counts of the loop that runs the multiplications: of the backward-branch loops that
     multiply and hold no other such loop (so that branches around edge-tile variants do not count
@@ -60,16 +72,10 @@ def hot_loop(code: list[tuple[int, str, str]]) -> collections.Counter | None:
         tensor = sum(n for op, n in ops.items() if op.split(".")[0] in TENSOR_OPS)
         return tensor or sum(n for op, n in ops.items() if op.split(".")[0] in FMA_OPS)
 
-    loops = []
-    for address, opcode, operands in code:
-        target = re.search(r"0x([0-9a-f]+)", operands) if opcode == "BRA" else None
-        if target is not None and int(target.group(1), 16) < address:
-            low = int(target.group(1), 16)
-            ops = collections.Counter(op for a, op, _ in code if low <= a <= address)
-            if multiplies(ops):
-                loops.append((low, address, ops))
-    innermost = [loop for loop in loops
-                 if not any(o is not loop and loop[0] <= o[0] and o[1] <= loop[1] for o in loops)]
+    counted = [(low, high, collections.Counter(body)) for low, high, body in loops(code)]
+    multiplying = [loop for loop in counted if multiplies(loop[2])]
+    innermost = [loop for loop in multiplying
+                 if not any(o is not loop and loop[0] <= o[0] and o[1] <= loop[1] for o in multiplying)]
     return max(innermost, key=lambda loop: multiplies(loop[2]))[2] if innermost else None
 
 

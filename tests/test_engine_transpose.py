@@ -183,12 +183,6 @@ def _shortest_rewrite_loop(sass: str) -> int:
     4 x 4 piece of the 8-bit rewrite (75-76 when every access recomputed its swizzled offset, 52-58 with next_row)."""
     from .test_k_loop_sass import _sass_loops
 
-    code = _sass_loops().instructions(sass)
-    lengths = []
-    for address, opcode, operands in code:
-        target = re.search(r"0x([0-9a-f]+)", operands) if opcode == "BRA" else None
-        if target is not None and int(target.group(1), 16) < address:
-            body = [op for a, op, _ in code if int(target.group(1), 16) <= a <= address]
-            if {"LDS", "STS", "PRMT"} <= {op.split(".")[0] for op in body}:
-                lengths.append(len(body))
-    return min(lengths)
+    sass_loops = _sass_loops()
+    return min(len(body) for _, _, body in sass_loops.loops(sass_loops.instructions(sass))
+               if {"LDS", "STS", "PRMT"} <= {op.split(".")[0] for op in body})

@@ -495,15 +495,11 @@ def test_overlapped_promotion_adds_while_the_next_stage_multiplies(name, kernel)
         source = grouped.grouped_source(a, a, c, config, True, True, "block", "block", store_by_tma=True)
         compiled = cached_compile(source, grouped.KERNEL_NAME, "sm_90a")
     assert compiled.local_memory == 0 and "serialized" not in (compiled.log or ""), compiled.log
-    code = [(int(addr, 16), op) for addr, op in re.findall(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][\w.]*)",
-                                                              compiled.sass())]
-    loops = []
-    branches = re.findall(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?BRA 0x([0-9a-f]+)", compiled.sass())
-    for at, target in branches:
-        at, target = int(at, 16), int(target, 16)
-        body = [op for address, op in code if target <= address <= at]
-        if target < at and sum(op.startswith("QGMMA") for op in body) == 8:
-            loops.append(body)
+    from .test_k_loop_sass import _sass_loops
+
+    sass_loops = _sass_loops()
+    loops = [body for _, _, body in sass_loops.loops(sass_loops.instructions(compiled.sass()))
+             if sum(op.startswith("QGMMA") for op in body) == 8]
     assert loops, "a stage loop of two stages' QGMMAs"
     body = min(loops, key=len)
     issued = [i for i, op in enumerate(body) if op.startswith("QGMMA")]
