@@ -139,8 +139,9 @@ class GroupedPlan:
         self.config = config or choose_config(a, rows_per_group)
         if "block" in (x_scaling, y_scaling) and not self.config.promotion:
             raise ValueError("block scales are applied at promotion: they need a configuration that promotes")
-        if self.config.overlap_problem() is not None:
-            raise ValueError(self.config.overlap_problem())
+        overlap = self.config.overlap_problem()
+        if overlap is not None:
+            raise ValueError(overlap)
         self.multiprocessors = multiprocessors
         masked, along_k = layout == "masked", layout == "along_k"
         self.store_d = self._store_geometry(d_layout) if store_by_tma else None

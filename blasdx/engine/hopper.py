@@ -919,8 +919,9 @@ class EnginePlan:
             raise ValueError(f"configuration {self.config} does not run the {scheme} scheme")
         if self.config.bn == 192 and (a.size != 2 or self.config.promotion or self.config.transpose_b):
             raise ValueError(f"configuration {self.config}: 192-wide tiles take 16-bit inputs as loaded")
-        if self.config.overlap_problem() is not None:
-            raise ValueError(self.config.overlap_problem())
+        overlap = self.config.overlap_problem()
+        if overlap is not None:
+            raise ValueError(overlap)
         self.multiprocessors = multiprocessors
         self.operand_a = _operand(route_a, a, m, k, lda, batch_a, batch_stride_a, self.config.bm, self.config.bk)
         cluster = self.config.cluster
